@@ -1,0 +1,47 @@
+"""The ``agent-otel`` command line: one subcommand per module.
+
+Each subcommand lives in its own module, which exposes
+``add_arguments(parser)`` and ``run(args) -> int``. This file only wires
+them together, and turns the toolkit's own errors into one clear line and
+exit status 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from agent_otel.errors import AgentOtelError
+
+# name -> (module, one-line help). Add a line when a subcommand lands.
+COMMANDS: dict[str, tuple[str, str]] = {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-otel",
+        description="Trace LLM agent tool calls and find the ones that leave the GPU idle.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._module.run(args) or 0)
+    except AgentOtelError as exc:
+        print(f"agent-otel {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The record types that flow through the pipeline.
+
+Capture produces ``ToolCall`` records, the GPU sources produce ``GpuSample``
+records, the timeline turns samples into ``IdleWindow`` records, and
+attribution joins windows with calls. The live path and the offline report
+build the same records from different inputs and then share every step after
+that, so both give the same numbers.
+
+Every timestamp here is wall-clock nanoseconds since the Unix epoch, the
+clock OpenTelemetry spans use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
+NS_PER_S = 1_000_000_000
+
+OUTCOMES = ("ok", "error", "timeout", "cancelled")
+PHASES = ("queue", "exec")
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call, from the moment it was requested to its result.
+
+    ``submit_ns`` is when the call was requested (submitted to an executor,
+    or called directly), ``start_ns`` when execution began and ``end_ns``
+    when the result or error was available (0 while the call is in flight).
+    For a direct call ``submit_ns == start_ns``.
+    """
+
+    tool: str
+    executor: str
+    submit_ns: int
+    start_ns: int
+    end_ns: int = 0
+    outcome: str = "ok"
+    call_id: Optional[str] = None
+    trace_id: int = 0
+    span_id: int = 0
+    error_type: Optional[str] = None
+    thread: Optional[str] = None
+
+    @property
+    def queue_seconds(self) -> float:
+        return (self.start_ns - self.submit_ns) / NS_PER_S
+
+    @property
+    def exec_seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_S
+
+    @property
+    def duration_seconds(self) -> float:
+        return (self.end_ns - self.submit_ns) / NS_PER_S
+
+    @property
+    def finished(self) -> bool:
+        return self.end_ns != 0
+
+
+class GpuSample(NamedTuple):
+    """One utilization reading of one GPU.
+
+    ``utilization`` is a ratio in 0..1 covering the sample period that ends
+    at ``timestamp_ns``. ``gpu`` is the device index as a string (the
+    Prometheus label value).
+    """
+
+    gpu: str
+    timestamp_ns: int
+    utilization: float
+
+
+@dataclass(frozen=True, slots=True)
+class IdleWindow:
+    """A maximal interval in which one GPU stayed at or below the idle
+    threshold for at least the minimum idle time."""
+
+    gpu: str
+    start_ns: int
+    end_ns: int
+    utilization_avg: float
+    uuid: Optional[str] = None
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_S

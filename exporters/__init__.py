@@ -1,0 +1,1 @@
+"""Exporters: where telemetry leaves the process (imported as agent_otel.exporters)."""
