@@ -1,0 +1,199 @@
+"""Executor timing: the ``ThreadPoolExecutor.submit`` hook.
+
+``loop.run_in_executor`` and ``asyncio.to_thread`` both go through
+``executor.submit``, so one hook covers thread pools, asyncio's default
+executor and ``to_thread``. For every submission the hook stamps the submit
+time, carries the OpenTelemetry context to the worker and keeps the pool's
+queue depth and busy workers. When the submitted callable is a tool (a
+function made by ``@tool`` or a framework hook, possibly inside
+``functools.partial`` or ``Context.run``), the tool's span starts at
+submission and its queue time is worker start minus submit.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import threading
+import weakref
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional
+
+from opentelemetry import context as context_api
+
+from agent_otel import recorder as _recorder
+from agent_otel.clock import OFFSET_NS, _perf_counter_ns
+from agent_otel.recorder import ToolMeta, worker_local
+from agent_otel.tools import TOOL_MARK
+
+ASYNCIO_DEFAULT = "asyncio-default"
+_STATS_ATTRIBUTE = "_agent_otel_executor_stats"
+
+
+def executor_name(executor: ThreadPoolExecutor) -> str:
+    """The pool's thread name prefix; asyncio's default pool is ``asyncio-default``.
+
+    An unnamed pool keeps the prefix Python gives its threads
+    (``ThreadPoolExecutor-N``), so the label matches the thread names in a
+    stack dump.
+    """
+    prefix = getattr(executor, "_thread_name_prefix", "") or ""
+    if prefix == "asyncio":
+        return ASYNCIO_DEFAULT
+    return prefix or "ThreadPoolExecutor"
+
+
+class ExecutorStats:
+    """Live counts for one executor, read by the metrics collector at scrape."""
+
+    __slots__ = ("name", "max_workers", "queued", "active", "submissions", "_lock", "__weakref__")
+
+    def __init__(self, name: str, max_workers: Optional[int]):
+        self.name = name
+        self.max_workers = max_workers
+        self.queued = 0
+        self.active = 0
+        self.submissions = 0
+        self._lock = threading.Lock()
+
+    def submitted(self) -> None:
+        with self._lock:
+            self.queued += 1
+            self.submissions += 1
+
+    def started(self) -> None:
+        with self._lock:
+            self.queued -= 1
+            self.active += 1
+
+    def finished(self) -> None:
+        with self._lock:
+            self.active -= 1
+
+    def withdrawn(self) -> None:
+        """A submission that will never start (rejected or cancelled)."""
+        with self._lock:
+            self.queued -= 1
+
+
+class ExecutorMonitor:
+    """Every instrumented executor's stats, and the waits not yet observed."""
+
+    def __init__(self):
+        self.executors: "weakref.WeakSet[ExecutorStats]" = weakref.WeakSet()
+        # (executor name, seconds waited) for the pipeline thread to observe.
+        self.waits: deque[tuple[str, float]] = deque()
+        self._lock = threading.Lock()
+
+    def stats_for(self, executor: ThreadPoolExecutor) -> ExecutorStats:
+        stats = executor.__dict__.get(_STATS_ATTRIBUTE)
+        if stats is None:
+            with self._lock:
+                stats = executor.__dict__.get(_STATS_ATTRIBUTE)
+                if stats is None:
+                    stats = ExecutorStats(executor_name(executor), getattr(executor, "_max_workers", None))
+                    executor.__dict__[_STATS_ATTRIBUTE] = stats
+                    self.executors.add(stats)
+        return stats
+
+    def snapshot(self) -> list[ExecutorStats]:
+        return list(self.executors)
+
+
+def submitted_target(fn: Callable) -> Callable:
+    """The callable a submission will really run, through partials and ``Context.run``."""
+    for _ in range(8):
+        if not isinstance(fn, functools.partial):
+            break
+        inner = fn.func
+        if type(getattr(inner, "__self__", None)) is contextvars.Context and fn.args:
+            fn = fn.args[0]  # asyncio.to_thread: partial(ctx.run, partial(func, ...))
+        else:
+            fn = inner
+    return fn
+
+
+def tool_name_of(target: Callable) -> Optional[str]:
+    mark = getattr(target, TOOL_MARK, None)
+    if mark is None:
+        return None
+    if isinstance(mark, ToolMeta):
+        return mark.name
+    try:
+        return mark(target)  # framework hooks know the name only from the instance
+    except Exception:
+        return None
+
+
+_original_submit = ThreadPoolExecutor.submit
+_monitor: Optional[ExecutorMonitor] = None
+
+
+def _run(monitor, stats, submit_perf_ns, parent_context, call, fn, args, kwargs):
+    """Runs in the worker thread: the submission's real start."""
+    start = _perf_counter_ns()
+    stats.started()
+    monitor.waits.append((stats.name, (start - submit_perf_ns) / 1e9))
+    token = context_api.attach(parent_context)
+    if call is not None:
+        worker_local.pending = call
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        if call is not None and worker_local.pending is call:
+            # The tool never claimed its submission (instrumentation was
+            # removed meanwhile): forget it rather than leave it in flight.
+            worker_local.pending = None
+            rec = _recorder.current
+            if rec is not None:
+                rec.inflight.pop(id(call), None)
+        context_api.detach(token)
+        stats.finished()
+
+
+@functools.wraps(_original_submit)
+def _submit(self, fn, /, *args, **kwargs):
+    monitor = _monitor
+    if monitor is None:
+        return _original_submit(self, fn, *args, **kwargs)
+    stats = self.__dict__.get(_STATS_ATTRIBUTE) or monitor.stats_for(self)
+    submit_perf_ns = _perf_counter_ns()
+    rec = _recorder.current
+    call = None
+    if rec is not None:
+        tool = tool_name_of(submitted_target(fn))
+        if tool is not None:
+            call = rec.queued(tool, stats.name, submit_perf_ns + OFFSET_NS)
+    parent_context = context_api.get_current()
+    stats.submitted()
+    try:
+        future = _original_submit(self, _run, monitor, stats, submit_perf_ns, parent_context,
+                                  call, fn, args, kwargs)
+    except BaseException:
+        stats.withdrawn()
+        if call is not None:
+            rec.inflight.pop(id(call), None)
+        raise
+    if call is not None:
+        future.add_done_callback(functools.partial(_on_done, rec, stats, call, parent_context))
+    return future
+
+
+def _on_done(rec, stats, call, parent_context, future) -> None:
+    # Only a future cancelled before its worker started needs anything here.
+    if call.start_ns == 0 and future.cancelled():
+        stats.withdrawn()
+        rec.abandon(call, _perf_counter_ns() + OFFSET_NS, parent_context)
+
+
+def install(monitor: ExecutorMonitor) -> None:
+    global _monitor
+    _monitor = monitor
+    ThreadPoolExecutor.submit = _submit
+
+
+def uninstall() -> None:
+    global _monitor
+    ThreadPoolExecutor.submit = _original_submit
+    _monitor = None

@@ -1,0 +1,230 @@
+"""``instrument()``: wire capture to outputs in one call, and undo it.
+
+What it sets up, in order: settings (arguments, then environment), the
+tracer provider and its span exporters, the Prometheus metrics and their
+/metrics server, the recorder the tool wrappers use, the executor hook, the
+pipeline thread, the framework hooks and the GPU timeline. Each part that
+fails for a reason outside the user's control (a port in use, no GPU, a
+framework version it does not know) is logged and skipped; invalid settings
+raise ``ConfigError`` before anything is changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Optional
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+
+from agent_otel import executors, recorder as _recorder
+from agent_otel.config import Settings, load_settings
+from agent_otel.pipeline import Pipeline
+from agent_otel.recorder import Recorder
+from agent_otel.exporters.batch import BatchSpanProcessor
+from agent_otel.exporters.prometheus import Metrics, MetricsServer
+
+logger = logging.getLogger("agent_otel")
+
+TRACER_NAME = "agent_otel"
+_lock = threading.RLock()
+_handle: Optional["Instrumentation"] = None
+
+
+class Instrumentation:
+    """What ``instrument()`` set up; ``shutdown()`` flushes and undoes it."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.tracer_provider: Optional[TracerProvider] = None
+        self.owns_provider = False
+        self.span_processors: list[BatchSpanProcessor] = []
+        self.metrics = Metrics(tool_name_limit=settings.tool_name_limit, slo_threshold=settings.slo_threshold)
+        self.metrics_server: Optional[MetricsServer] = None
+        self.recorder: Optional[Recorder] = None
+        self.monitor: Optional[executors.ExecutorMonitor] = None
+        self.pipeline: Optional[Pipeline] = None
+        self.background: list = []  # other parts with shutdown(timeout_s): GPU timeline, frameworks
+        self._closed = False
+
+    @property
+    def prometheus_url(self) -> Optional[str]:
+        return self.metrics_server.url if self.metrics_server else None
+
+    def force_flush(self, timeout_s: Optional[float] = None) -> bool:
+        """Bring metrics up to date and export every finished span now."""
+        timeout_s = self.settings.shutdown_timeout if timeout_s is None else timeout_s
+        if self.pipeline is not None:
+            self.pipeline.drain()
+        deadline = time.monotonic() + timeout_s
+        done = True
+        for processor in self.span_processors:
+            remaining = max(0.0, deadline - time.monotonic())
+            done = _bounded(lambda p=processor, r=remaining: p.force_flush(int(r * 1000)), remaining) and done
+        return done
+
+    def shutdown(self, timeout_s: Optional[float] = None) -> bool:
+        """Undo ``instrument()``; export what is pending. Returns within ``timeout_s``
+        (``shutdown_timeout``, 5 s by default) even if an exporter never answers;
+        returns False if something was still exporting then."""
+        global _handle
+        with _lock:
+            if self._closed:
+                return True
+            self._closed = True
+            if _handle is self:
+                _handle = None
+        timeout_s = self.settings.shutdown_timeout if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        executors.uninstall()
+        for part in reversed(self.background):
+            _bounded(lambda p=part: p.shutdown(max(0.0, deadline - time.monotonic())),
+                     max(0.0, deadline - time.monotonic()))
+        if self.pipeline is not None:
+            self.pipeline.shutdown(max(0.0, min(1.0, deadline - time.monotonic())))
+        _recorder.current = None
+        finished = True
+        for processor in self.span_processors:
+            remaining = max(0.0, deadline - time.monotonic())
+            finished = _bounded(lambda p=processor, r=remaining: p.shutdown(r), remaining) and finished
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+        return finished
+
+
+def _bounded(work, timeout_s: float) -> bool:
+    """Run ``work`` on a daemon thread and wait at most ``timeout_s`` for it.
+
+    Exporters can block on a network peer that never answers; the agent's
+    shutdown must not wait for them.
+    """
+    outcome = {"ok": False}
+
+    def run():
+        try:
+            result = work()
+            outcome["ok"] = result is not False
+        except Exception:
+            logger.exception("agent-otel shutdown step failed")
+
+    thread = threading.Thread(target=run, name="agent-otel-shutdown", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return outcome["ok"] and not thread.is_alive()
+
+
+def _span_exporters(settings: Settings) -> list:
+    exporters = []
+    for name in settings.traces_exporters:
+        if name == "otlp":
+            if settings.otlp_protocol == "grpc":
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+            else:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            exporters.append(OTLPSpanExporter())
+        elif name == "console":
+            from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+            exporters.append(ConsoleSpanExporter())
+    return exporters
+
+
+def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
+    settings = handle.settings
+    if settings.sdk_disabled:
+        return trace_api.NoOpTracer()
+    from agent_otel.exporters.otlp_json import OtlpJsonFileExporter
+
+    existing = trace_api.get_tracer_provider()
+    if isinstance(existing, TracerProvider):
+        # The application configured OpenTelemetry itself: keep its provider
+        # and exporters, and add only what agent-otel was asked for.
+        provider, exporters = existing, []
+    else:
+        attributes = {"service.name": settings.service_name} if settings.service_name else {}
+        provider = TracerProvider(resource=Resource.create(attributes))
+        handle.owns_provider = True
+        exporters = _span_exporters(settings)
+    if settings.traces_file:
+        exporters.append(OtlpJsonFileExporter(settings.traces_file))
+    for exporter in exporters:
+        processor = BatchSpanProcessor(exporter, max_queue_size=settings.max_queue_size,
+                                       batch_size=settings.export_batch_size,
+                                       interval_s=settings.export_interval,
+                                       on_drop=handle.metrics.spans_dropped.inc)
+        provider.add_span_processor(processor)
+        handle.span_processors.append(processor)
+    handle.tracer_provider = provider
+    if handle.owns_provider and not isinstance(existing, TracerProvider):
+        _set_global_provider(provider)
+    return provider.get_tracer(TRACER_NAME)
+
+
+_global_set = False
+
+
+def _set_global_provider(provider: TracerProvider) -> None:
+    # OpenTelemetry lets a process set its global provider once. The first
+    # instrument() sets it so other instrumentations' spans join the same
+    # traces; after uninstrument(), a new instrument() keeps tool spans on
+    # its own provider.
+    global _global_set
+    if not _global_set:
+        _global_set = True
+        trace_api.set_tracer_provider(provider)
+
+
+def instrument(service_name: Optional[str] = None, *, traces_file: Optional[str] = None,
+               prometheus_port: Optional[int] = None, **options) -> Instrumentation:
+    """Trace every tool call, time executors, and export spans and metrics.
+
+    Idempotent: a second call returns the same handle. Keyword options are
+    the fields of ``agent_otel.config.Settings``; each also has an
+    environment variable (see the README's configuration table).
+    """
+    global _handle
+    with _lock:
+        if _handle is not None:
+            if service_name or traces_file or prometheus_port is not None or options:
+                logger.warning("agent_otel.instrument() was already called; keeping the first settings")
+            return _handle
+        settings = load_settings({"service_name": service_name, "traces_file": traces_file,
+                                  "prometheus_port": prometheus_port, **options})
+        handle = Instrumentation(settings)
+        tracer = _setup_tracing(handle)
+        handle.recorder = Recorder(tracer, record_arguments=settings.record_arguments,
+                                   record_results=settings.record_results,
+                                   max_attribute_length=settings.max_attribute_length,
+                                   redact=settings.redact)
+        handle.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
+        handle.pipeline = Pipeline(handle.recorder, handle.monitor, handle.metrics)
+        handle.metrics.inflight_calls = lambda: list(handle.recorder.inflight.values())
+        if handle.monitor is not None:
+            handle.metrics.executor_stats = handle.monitor.snapshot
+        handle.metrics.before_collect = handle.pipeline.drain
+        if settings.prometheus_port is not None:
+            try:
+                handle.metrics_server = MetricsServer(handle.metrics.registry, settings.prometheus_port,
+                                                      settings.prometheus_address)
+            except OSError as exc:
+                logger.warning("agent-otel: cannot serve /metrics on %s:%s (%s); metrics are not exposed",
+                               settings.prometheus_address, settings.prometheus_port, exc)
+        _recorder.current = handle.recorder
+        if handle.monitor is not None:
+            executors.install(handle.monitor)
+        handle.pipeline.start()
+        _handle = handle
+        return handle
+
+
+def uninstrument(timeout_s: Optional[float] = None) -> bool:
+    """Flush, stop every background thread and restore every patched function."""
+    with _lock:
+        handle = _handle
+    return handle.shutdown(timeout_s) if handle is not None else True
+
+
+def current() -> Optional[Instrumentation]:
+    return _handle

@@ -1,0 +1,189 @@
+"""The hot path: begin and end one tool call.
+
+``instrument()`` installs one ``Recorder``; the tool wrappers, ``tool_span``
+and the executor hook call into it. Per call it reads the clock twice,
+starts and ends one span, and appends the finished ``ToolCall`` to a deque.
+Metrics, attribution and serialization happen later, on a background thread
+that drains that deque (see ``pipeline.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections import deque
+from typing import Optional
+
+from opentelemetry import context as context_api
+from opentelemetry import trace as trace_api
+from opentelemetry.trace import Status, StatusCode
+
+from agent_otel.clock import OFFSET_NS, _perf_counter_ns
+from agent_otel.records import ToolCall
+
+# Exceptions that mean "the call ran out of time", whichever module raised them
+# (they are one class from Python 3.11 on, three before).
+TIMEOUT_ERRORS = tuple({TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError})
+CANCELLED_ERRORS = tuple({asyncio.CancelledError, concurrent.futures.CancelledError})
+
+
+class ToolMeta:
+    """What is fixed about a tool: its name and the span attributes set at start."""
+
+    __slots__ = ("name", "description", "tool_type", "span_name", "start_attributes")
+
+    def __init__(self, name: str, description: Optional[str] = None, tool_type: str = "function"):
+        self.name = name
+        self.description = description
+        self.tool_type = tool_type
+        self.span_name = f"execute_tool {name}"
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.type": tool_type,
+        }
+        if description:
+            attributes["gen_ai.tool.description"] = description
+        self.start_attributes = attributes
+
+
+class _WorkerLocal(threading.local):
+    # The submission an executor worker is about to run, when the submitted
+    # callable is a tool: the first tool call in that work item claims it.
+    pending: Optional[ToolCall] = None
+
+
+worker_local = _WorkerLocal()
+
+
+class ActiveCall:
+    """A call in progress: the record, its span and the context token."""
+
+    __slots__ = ("call", "span", "token")
+
+    def __init__(self, call: ToolCall, span, token):
+        self.call = call
+        self.span = span
+        self.token = token
+
+
+def outcome_of(exc: BaseException) -> str:
+    if isinstance(exc, CANCELLED_ERRORS) or isinstance(exc, GeneratorExit):
+        return "cancelled"
+    if isinstance(exc, TIMEOUT_ERRORS):
+        return "timeout"
+    return "error"
+
+
+def error_type_of(exc: BaseException) -> str:
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class Recorder:
+    """Begins and ends tool calls; owns the in-flight table and the finished queue."""
+
+    def __init__(self, tracer: trace_api.Tracer, *, record_arguments: bool = False,
+                 record_results: bool = False, max_attribute_length: int = 1024, redact=None):
+        self.tracer = tracer
+        self.record_arguments = record_arguments
+        self.record_results = record_results
+        self.max_attribute_length = max_attribute_length
+        self.redact = redact
+        # id(call) -> call, for every call requested and not yet finished.
+        self.inflight: dict[int, ToolCall] = {}
+        # Finished calls waiting for the pipeline thread. deque.append and
+        # popleft are atomic, so the hot path takes no lock.
+        self.finished: deque[ToolCall] = deque()
+
+    def begin(self, meta: ToolMeta, call_id: Optional[str] = None, attach: bool = True) -> ActiveCall:
+        now = _perf_counter_ns() + OFFSET_NS
+        call = worker_local.pending
+        if call is not None and call.tool == meta.name:
+            # This call was submitted to an executor: its span starts at
+            # submission, and it is already in the in-flight table.
+            worker_local.pending = None
+            call.start_ns = now
+        else:
+            call = ToolCall(meta.name, "direct", now, now)
+            self.inflight[id(call)] = call
+        attributes = meta.start_attributes
+        if call_id is not None:
+            call.call_id = call_id
+            attributes = {**attributes, "gen_ai.tool.call.id": call_id}
+        span = self.tracer.start_span(meta.span_name, attributes=attributes, start_time=call.submit_ns)
+        span_context = span.get_span_context()
+        call.trace_id = span_context.trace_id
+        call.span_id = span_context.span_id
+        span.add_event("exec.start", timestamp=now)
+        token = context_api.attach(trace_api.set_span_in_context(span)) if attach else None
+        return ActiveCall(call, span, token)
+
+    def end(self, active: ActiveCall, exc: Optional[BaseException] = None) -> None:
+        now = _perf_counter_ns() + OFFSET_NS
+        call = active.call
+        span = active.span
+        call.end_ns = now
+        if exc is not None:
+            call.outcome = outcome_of(exc)
+            if call.outcome != "cancelled":
+                call.error_type = error_type_of(exc)
+                span.set_attribute("error.type", call.error_type)
+                span.record_exception(exc, timestamp=now, escaped=True)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        span.set_attributes({
+            "agent.tool.queue.duration": (call.start_ns - call.submit_ns) / 1e9,
+            "agent.tool.exec.duration": (now - call.start_ns) / 1e9,
+            "agent.tool.executor": call.executor,
+            "agent.tool.outcome": call.outcome,
+        })
+        span.end(end_time=now)
+        if active.token is not None:
+            context_api.detach(active.token)
+        self.inflight.pop(id(call), None)
+        self.finished.append(call)
+
+    def record_payload(self, span, attribute: str, value: object) -> None:
+        """Record a tool's arguments or result, only when the user opted in."""
+        try:
+            text = value if isinstance(value, str) else repr(value)
+            if self.redact is not None:
+                text = self.redact(attribute, text)
+            if len(text) > self.max_attribute_length:
+                text = text[: self.max_attribute_length] + "…"
+            span.set_attribute(attribute, text)
+        except Exception:  # a user's __repr__ or redact hook must not break the tool
+            span.set_attribute(attribute, "<unrepresentable>")
+
+    def queued(self, tool: str, executor: str, submit_ns: int) -> ToolCall:
+        """A tool call submitted to an executor and not yet started."""
+        call = ToolCall(tool, executor, submit_ns, 0)
+        self.inflight[id(call)] = call
+        return call
+
+    def abandon(self, call: ToolCall, now: int, parent_context) -> None:
+        """A submitted call that never started (its future was cancelled)."""
+        call.start_ns = call.end_ns = now
+        call.outcome = "cancelled"
+        meta = ToolMeta(call.tool)
+        span = self.tracer.start_span(meta.span_name, context=parent_context,
+                                      attributes=meta.start_attributes, start_time=call.submit_ns)
+        span_context = span.get_span_context()
+        call.trace_id, call.span_id = span_context.trace_id, span_context.span_id
+        span.set_attributes({
+            "agent.tool.queue.duration": (now - call.submit_ns) / 1e9,
+            "agent.tool.exec.duration": 0.0,
+            "agent.tool.executor": call.executor,
+            "agent.tool.outcome": "cancelled",
+        })
+        span.end(end_time=now)
+        self.inflight.pop(id(call), None)
+        self.finished.append(call)
+
+
+# The one recorder while instrumented; None otherwise (the wrappers then
+# call straight through).
+current: Optional[Recorder] = None

@@ -1,0 +1,166 @@
+"""The Prometheus face of the toolkit: the contract's metrics and /metrics.
+
+Tool calls reach these metrics as finished ``ToolCall`` records on the
+pipeline thread, never on the caller's thread. Gauges that describe the
+present (calls in flight, executor queues) are computed when Prometheus
+scrapes, from the live tables, so they cost nothing between scrapes.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Iterable, Optional
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import start_http_server
+
+from agent_otel.records import ToolCall
+
+# Seconds. 0.8 is the default latency SLO threshold: alert rules need it as
+# an exact bucket boundary (see dashboards/rules.py).
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.8, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+OTHER_TOOL = "_other"
+
+
+def buckets_with(threshold: float) -> tuple[float, ...]:
+    """The standard buckets, plus the SLO threshold if it is not one already."""
+    return tuple(sorted(set(BUCKETS) | {float(threshold)}))
+
+
+class ToolNames:
+    """Caps the number of distinct ``tool`` label values; the rest become ``_other``."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str) -> str:
+        if name in self._seen:
+            return name
+        with self._lock:
+            if len(self._seen) < self.limit:
+                self._seen.add(name)
+                return name
+        return OTHER_TOOL
+
+
+class _LiveGauges:
+    """Collector for the gauges read at scrape time."""
+
+    def __init__(self, metrics: "Metrics"):
+        self._metrics = metrics
+
+    def collect(self):
+        metrics = self._metrics
+        if metrics.before_collect is not None:
+            metrics.before_collect()
+        inflight = GaugeMetricFamily("agent_tool_inflight", "Tool calls requested and not finished, by phase.",
+                                     labels=["tool", "phase"])
+        counts: dict[tuple[str, str], int] = {}
+        for call in metrics.inflight_calls():
+            key = (metrics.tool_label(call.tool), "queue" if call.start_ns == 0 else "exec")
+            counts[key] = counts.get(key, 0) + 1
+        for (tool, phase), count in sorted(counts.items()):
+            inflight.add_metric([tool, phase], count)
+        yield inflight
+
+        queue_depth = GaugeMetricFamily("agent_executor_queue_depth",
+                                        "Submissions waiting for a worker.", labels=["executor"])
+        active = GaugeMetricFamily("agent_executor_active_workers",
+                                   "Workers running a submission.", labels=["executor"])
+        max_workers = GaugeMetricFamily("agent_executor_max_workers",
+                                        "Workers the executor may start.", labels=["executor"])
+        totals: dict[str, list[int]] = {}
+        for stats in metrics.executor_stats():
+            row = totals.setdefault(stats.name, [0, 0, 0])
+            row[0] += max(stats.queued, 0)
+            row[1] += max(stats.active, 0)
+            row[2] += stats.max_workers or 0
+        for name, (queued, busy, workers) in sorted(totals.items()):
+            queue_depth.add_metric([name], queued)
+            active.add_metric([name], busy)
+            max_workers.add_metric([name], workers)
+        yield queue_depth
+        yield active
+        yield max_workers
+
+
+class Metrics:
+    """Every metric of the telemetry contract, in its own registry."""
+
+    def __init__(self, *, tool_name_limit: int = 200, slo_threshold: float = 0.8,
+                 registry: Optional[CollectorRegistry] = None):
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.tool_label = ToolNames(tool_name_limit)
+        buckets = buckets_with(slo_threshold)
+        r = self.registry
+        self.calls = Counter("agent_tool_calls", "Tool calls by outcome.", ["tool", "outcome"], registry=r)
+        self.duration = Histogram("agent_tool_duration_seconds",
+                                  "Tool call duration, request to result (gen_ai.execute_tool.duration).",
+                                  ["tool"], buckets=buckets, registry=r)
+        self.queue = Histogram("agent_tool_queue_seconds", "Time a tool call waited for an executor worker.",
+                               ["tool", "executor"], buckets=buckets, registry=r)
+        self.exec = Histogram("agent_tool_exec_seconds", "Time a tool call ran.",
+                              ["tool"], buckets=buckets, registry=r)
+        self.executor_wait = Histogram("agent_executor_wait_seconds",
+                                       "Time any submission waited for a worker.",
+                                       ["executor"], buckets=buckets, registry=r)
+        self.gpu_utilization = Gauge("agent_gpu_utilization_ratio", "GPU utilization, last sample (0..1).",
+                                     ["gpu"], registry=r)
+        self.gpu_idle = Counter("agent_gpu_idle_seconds", "GPU idle time in idle windows.", ["gpu"], registry=r)
+        self.gpu_idle_blocked = Counter("agent_gpu_idle_blocked_seconds",
+                                        "GPU idle time while tool calls were in flight, by tool and phase.",
+                                        ["gpu", "tool", "phase"], registry=r)
+        self.gpu_idle_unattributed = Counter("agent_gpu_idle_unattributed_seconds",
+                                             "GPU idle time with no tool call in flight.", ["gpu"], registry=r)
+        self.gpu_errors = Counter("agent_otel_gpu_errors", "GPU sampling problems, by reason.",
+                                  ["reason"], registry=r)
+        self.spans_dropped = Counter("agent_otel_spans_dropped", "Spans lost: export queue full or export failed.",
+                                     registry=r)
+        # Set by instrument(): where the scrape-time gauges read from, and a
+        # hook that brings the counters up to date before a scrape.
+        self.inflight_calls: Callable[[], Iterable[ToolCall]] = lambda: ()
+        self.executor_stats: Callable[[], Iterable] = lambda: ()
+        self.before_collect: Optional[Callable[[], None]] = None
+        self.registry.register(_LiveGauges(self))
+        self._children: dict[tuple, tuple] = {}
+
+    def observe_call(self, call: ToolCall) -> None:
+        """Count one finished tool call. Runs on the pipeline thread."""
+        tool = self.tool_label(call.tool)
+        key = (tool, call.executor, call.outcome)
+        children = self._children.get(key)
+        if children is None:
+            children = (self.calls.labels(tool, call.outcome), self.duration.labels(tool),
+                        self.queue.labels(tool, call.executor), self.exec.labels(tool))
+            self._children[key] = children
+        calls, duration, queue, exec_ = children
+        exemplar = {"trace_id": format(call.trace_id, "032x")} if call.trace_id else None
+        calls.inc()
+        duration.observe(call.duration_seconds, exemplar)
+        queue.observe(call.queue_seconds)
+        exec_.observe(call.exec_seconds, exemplar)
+
+    def observe_wait(self, executor: str, seconds: float) -> None:
+        self.executor_wait.labels(executor).observe(seconds)
+
+
+class MetricsServer:
+    """/metrics over HTTP, in the Prometheus text or OpenMetrics format (by Accept)."""
+
+    def __init__(self, registry: CollectorRegistry, port: int, address: str = "127.0.0.1"):
+        self._httpd, self._thread = start_http_server(port, addr=address, registry=registry)
+        self._thread.name = "agent-otel-metrics-server"
+        self.address = address
+        self.port = self._httpd.server_port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.port}/metrics"
+
+    def shutdown(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
