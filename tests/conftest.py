@@ -1,0 +1,91 @@
+"""Shared test fixtures.
+
+OpenTelemetry lets a process set its global tracer provider once, so the
+test session sets one SDK provider with an in-memory exporter, as an
+application that configured OpenTelemetry itself would. ``instrument()``
+then reuses it (the documented behaviour) and every test reads the spans it
+made from ``spans``. Behaviour that needs agent-otel's own provider (OTLP,
+console, shutdown bounds) is tested in subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import agent_otel
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+_EXPORTER = InMemorySpanExporter()
+_PROVIDER = TracerProvider()
+_PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+trace.set_tracer_provider(_PROVIDER)
+
+
+def require_tool(name: str) -> str:
+    """The path of an external program a test needs.
+
+    Skips with the reason on a user's machine; fails under CI, where a skip
+    would hide that the test never ran.
+    """
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed (on Debian: apt-get install {name}); .ci/run installs it"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+class Spans:
+    """The spans finished during one test."""
+
+    def __init__(self, exporter: InMemorySpanExporter):
+        self._exporter = exporter
+
+    def all(self):
+        return list(self._exporter.get_finished_spans())
+
+    def tools(self, name: str | None = None):
+        found = [s for s in self.all() if s.attributes.get("gen_ai.operation.name") == "execute_tool"]
+        if name is not None:
+            found = [s for s in found if s.attributes.get("gen_ai.tool.name") == name]
+        return found
+
+    def clear(self) -> None:
+        self._exporter.clear()
+
+
+@pytest.fixture
+def spans():
+    _EXPORTER.clear()
+    yield Spans(_EXPORTER)
+    _EXPORTER.clear()
+
+
+@pytest.fixture
+def agent(spans):
+    """agent_otel instrumented for one test, exporting only to ``spans``."""
+    handle = agent_otel.instrument(service_name="test-agent", traces_exporters="none", gpu="off",
+                                   frameworks=())
+    yield handle
+    agent_otel.uninstrument()
+
+
+@pytest.fixture
+def metric(agent):
+    """``metric(name, labels)``: one sample's current value in the agent's registry."""
+
+    def value(name: str, labels: dict | None = None) -> float:
+        agent.pipeline.drain()
+        found = agent.metrics.registry.get_sample_value(name, labels or {})
+        return 0.0 if found is None else found
+
+    return value

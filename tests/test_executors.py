@@ -1,0 +1,169 @@
+"""Tool calls through thread pools, run_in_executor and asyncio.to_thread."""
+
+import asyncio
+import concurrent.futures as cf
+import threading
+import time
+
+import pytest
+from opentelemetry import trace
+
+import agent_otel
+
+
+def attrs(span):
+    return dict(span.attributes)
+
+
+@agent_otel.tool
+def lookup(i):
+    time.sleep(0.1)
+    return i
+
+
+def by_submission(found):
+    return sorted(found, key=lambda s: s.start_time)
+
+
+def test_small_pool_shows_queue_time(agent, spans, metric):
+    with cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tools") as pool:
+        futures = [pool.submit(lookup, i) for i in range(6)]
+        assert [f.result() for f in futures] == list(range(6))
+    found = by_submission(spans.tools("lookup"))
+    assert len(found) == 6
+    queues = [attrs(s)["agent.tool.queue.duration"] for s in found]
+    for measured, expected in zip(queues, [0, 0, 0.1, 0.1, 0.2, 0.2]):
+        assert measured == pytest.approx(expected, abs=0.06)
+    for span in found:
+        a = attrs(span)
+        assert a["agent.tool.executor"] == "tools"
+        assert 0.1 <= a["agent.tool.exec.duration"] < 0.2
+        # The span starts at submission: its duration is queue plus exec.
+        duration = (span.end_time - span.start_time) / 1e9
+        assert duration == pytest.approx(a["agent.tool.queue.duration"] + a["agent.tool.exec.duration"], abs=1e-3)
+        (event,) = span.events
+        assert (event.timestamp - span.start_time) / 1e9 == pytest.approx(a["agent.tool.queue.duration"], abs=1e-6)
+    assert metric("agent_tool_queue_seconds_count", {"tool": "lookup", "executor": "tools"}) == 6
+    assert metric("agent_executor_wait_seconds_count", {"executor": "tools"}) == 6
+
+
+def test_ten_thousand_calls_from_twenty_threads(agent, spans, metric):
+    @agent_otel.tool
+    def echo(x):
+        return x
+
+    pool = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="shared")
+
+    def caller(n):
+        for i in range(500):
+            if i % 2:
+                assert echo(i) == i
+            else:
+                assert pool.submit(echo, i).result() == i
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    pool.shutdown()
+    found = spans.tools("echo")
+    assert len(found) == 10_000
+    assert sum(1 for s in found if attrs(s)["agent.tool.executor"] == "shared") == 5_000
+    for span in found:
+        a = attrs(span)
+        duration = (span.end_time - span.start_time) / 1e9
+        assert abs(a["agent.tool.queue.duration"] + a["agent.tool.exec.duration"] - duration) < 1e-3
+    assert metric("agent_tool_calls_total", {"tool": "echo", "outcome": "ok"}) == 10_000
+    assert agent.recorder.inflight == {}
+
+
+def test_parent_context_travels_to_the_worker(agent, spans):
+    tracer = trace.get_tracer("test")
+    with cf.ThreadPoolExecutor(1) as pool:
+        with tracer.start_as_current_span("agent_turn") as turn:
+            pool.submit(lookup, 1).result()
+    (span,) = spans.tools("lookup")
+    assert span.parent.span_id == turn.get_span_context().span_id
+    assert span.context.trace_id == turn.get_span_context().trace_id
+
+
+def test_tool_called_inside_other_work_has_no_queue_time(agent, spans):
+    def plan_then_lookup():
+        time.sleep(0.05)
+        return lookup(3)
+
+    with cf.ThreadPoolExecutor(1) as pool:
+        blocker = pool.submit(time.sleep, 0.1)
+        assert pool.submit(plan_then_lookup).result() == 3
+        blocker.result()
+    (span,) = spans.tools("lookup")
+    assert attrs(span)["agent.tool.queue.duration"] == 0.0
+    assert attrs(span)["agent.tool.executor"] == "direct"
+
+
+def test_run_in_executor_and_to_thread(agent, spans):
+    async def main():
+        loop = asyncio.get_running_loop()
+        with cf.ThreadPoolExecutor(1, thread_name_prefix="sql") as pool:
+            results = await asyncio.gather(*(loop.run_in_executor(pool, lookup, i) for i in range(3)))
+        results += await asyncio.gather(asyncio.to_thread(lookup, 10), asyncio.to_thread(lookup, 11))
+        return results
+
+    assert asyncio.run(main()) == [0, 1, 2, 10, 11]
+    found = spans.tools("lookup")
+    sql = by_submission([s for s in found if attrs(s)["agent.tool.executor"] == "sql"])
+    assert len(sql) == 3
+    for span, expected in zip(sql, [0.0, 0.1, 0.2]):
+        assert attrs(span)["agent.tool.queue.duration"] == pytest.approx(expected, abs=0.06)
+    threaded = [s for s in found if attrs(s)["agent.tool.executor"] == "asyncio-default"]
+    assert len(threaded) == 2
+    assert all(0.1 <= attrs(s)["agent.tool.exec.duration"] < 0.2 for s in threaded)
+
+
+def test_executor_gauges_while_saturated(agent, metric):
+    release = threading.Event()
+    pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="busy")
+    futures = [pool.submit(release.wait) for _ in range(3)]
+    queued_tool = pool.submit(lookup, 9)
+    deadline = time.monotonic() + 5
+    while metric("agent_executor_active_workers", {"executor": "busy"}) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert metric("agent_executor_queue_depth", {"executor": "busy"}) == 3
+    assert metric("agent_executor_max_workers", {"executor": "busy"}) == 1
+    assert metric("agent_tool_inflight", {"tool": "lookup", "phase": "queue"}) == 1
+    release.set()
+    for f in futures + [queued_tool]:
+        f.result()
+    pool.shutdown()
+    assert metric("agent_executor_queue_depth", {"executor": "busy"}) == 0
+    assert metric("agent_executor_active_workers", {"executor": "busy"}) == 0
+    assert metric("agent_tool_inflight", {"tool": "lookup", "phase": "queue"}) == 0
+
+
+def test_cancelled_before_start_is_a_cancelled_span(agent, spans, metric):
+    release = threading.Event()
+    pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="q")
+    running = pool.submit(release.wait)
+    waiting = pool.submit(lookup, 5)
+    assert waiting.cancel()
+    release.set()
+    running.result()
+    pool.shutdown()
+    (span,) = spans.tools("lookup")
+    assert attrs(span)["agent.tool.outcome"] == "cancelled"
+    assert attrs(span)["agent.tool.exec.duration"] == 0.0
+    assert agent.recorder.inflight == {}
+    assert metric("agent_executor_queue_depth", {"executor": "q"}) == 0
+
+
+def test_uninstrument_restores_submit_exactly(spans):
+    original = cf.ThreadPoolExecutor.submit
+    agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=())
+    assert cf.ThreadPoolExecutor.submit is not original
+    agent_otel.uninstrument()
+    assert cf.ThreadPoolExecutor.submit is original
+    with cf.ThreadPoolExecutor(1) as pool:
+        assert pool.submit(lookup, 4).result() == 4
+    assert spans.tools() == []
