@@ -1,0 +1,253 @@
+"""instrument(): settings, exporters, /metrics, shutdown bounds."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+
+import pytest
+from opentelemetry import trace
+
+import agent_otel
+from agent_otel.errors import ConfigError
+
+
+def run_agent(code: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run a small agent in a fresh interpreter (its own global tracer provider)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_instrument_is_idempotent(agent):
+    assert agent_otel.instrument() is agent
+
+
+def test_reuses_the_provider_the_app_set(agent):
+    assert agent.tracer_provider is trace.get_tracer_provider()
+    assert not agent.owns_provider
+
+
+@pytest.mark.parametrize("env,setting,value", [
+    ({"AGENT_OTEL_PROMETHEUS_PORT": "nine"}, "AGENT_OTEL_PROMETHEUS_PORT", "nine"),
+    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "smoke-signals"}, "OTEL_EXPORTER_OTLP_PROTOCOL", "smoke-signals"),
+    ({"OTEL_TRACES_EXPORTER": "otlp,zipkinn"}, "OTEL_TRACES_EXPORTER", "otlp,zipkinn"),
+    ({"AGENT_OTEL_GPU_IDLE_THRESHOLD": "1.5"}, "AGENT_OTEL_GPU_IDLE_THRESHOLD", "1.5"),
+])
+def test_invalid_environment_names_the_variable(monkeypatch, env, setting, value):
+    for key, val in env.items():
+        monkeypatch.setenv(key, val)
+    with pytest.raises(ConfigError) as caught:
+        agent_otel.instrument()
+    assert setting in str(caught.value) and repr(value) in str(caught.value)
+    assert agent_otel.instrument.__module__  # nothing was left half-installed:
+    from agent_otel import recorder
+    assert recorder.current is None
+
+
+def test_invalid_argument_names_the_parameter():
+    with pytest.raises(ConfigError, match="prometheus_port"):
+        agent_otel.instrument(prometheus_port="http")
+    with pytest.raises(ConfigError, match="no_such_option"):
+        agent_otel.instrument(no_such_option=1)
+
+
+def fetch(url, accept=None):
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return response.headers["Content-Type"], response.read().decode()
+
+
+def test_metrics_endpoint_text_and_openmetrics_with_exemplars(spans):
+    handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(), prometheus_port=0)
+    try:
+        assert handle.metrics_server.address == "127.0.0.1"
+
+        @agent_otel.tool
+        def search(q):
+            return q
+
+        search("a")
+        (span,) = spans.tools("search")
+        trace_id = format(span.context.trace_id, "032x")
+        content_type, text = fetch(handle.prometheus_url)
+        assert content_type.startswith("text/plain")
+        assert 'agent_tool_calls_total{outcome="ok",tool="search"} 1.0' in text
+        assert 'agent_tool_duration_seconds_bucket{le="0.8",tool="search"} 1.0' in text
+        content_type, text = fetch(handle.prometheus_url, "application/openmetrics-text; version=1.0.0")
+        assert content_type.startswith("application/openmetrics-text")
+        exemplar_lines = [line for line in text.splitlines()
+                          if line.startswith("agent_tool_duration_seconds_bucket") and "# {" in line]
+        assert exemplar_lines and all(f'trace_id="{trace_id}"' in line for line in exemplar_lines)
+    finally:
+        agent_otel.uninstrument()
+    with pytest.raises(OSError):
+        fetch(handle.prometheus_url)
+
+
+def test_busy_port_degrades_to_no_metrics_server(caplog):
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = blocker.getsockname()[1]
+    try:
+        handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(), prometheus_port=port)
+        assert handle.metrics_server is None
+        assert "cannot serve /metrics" in caplog.text
+
+        @agent_otel.tool
+        def still_works():
+            return 1
+
+        assert still_works() == 1
+    finally:
+        agent_otel.uninstrument()
+        blocker.close()
+
+
+def test_tool_names_beyond_the_cap_fold_into_other(spans):
+    handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(), tool_name_limit=3)
+    try:
+        for i in range(5):
+            with agent_otel.tool_span(f"tool_{i}"):
+                pass
+        handle.pipeline.drain()
+        value = handle.metrics.registry.get_sample_value
+        assert [value("agent_tool_calls_total", {"tool": f"tool_{i}", "outcome": "ok"}) for i in range(5)] == \
+            [1.0, 1.0, 1.0, None, None]
+        assert value("agent_tool_calls_total", {"tool": "_other", "outcome": "ok"}) == 2.0
+        assert len(spans.tools()) == 5  # spans keep the real names
+    finally:
+        agent_otel.uninstrument()
+
+
+def test_traces_file_is_otlp_json_lines(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    result = run_agent(f"""
+        import agent_otel
+        handle = agent_otel.instrument(traces_file={str(path)!r}, traces_exporters="none", gpu="off")
+        @agent_otel.tool
+        def search(q):
+            return q
+        for i in range(3):
+            search(i)
+        handle.shutdown()
+    """, env={"OTEL_SERVICE_NAME": "support-agent"})
+    assert result.returncode == 0, result.stderr
+    lines = path.read_text().splitlines()
+    spans = []
+    for line in lines:
+        request = json.loads(line)
+        for resource_spans in request["resourceSpans"]:
+            resource = {a["key"]: a["value"]["stringValue"] for a in resource_spans["resource"]["attributes"]
+                        if "stringValue" in a["value"]}
+            assert resource["service.name"] == "support-agent"
+            for scope_spans in resource_spans["scopeSpans"]:
+                spans += scope_spans["spans"]
+    assert [s["name"] for s in spans] == ["execute_tool search"] * 3
+    assert all(len(s["traceId"]) == 32 and len(s["spanId"]) == 16 for s in spans)
+
+
+def test_console_exporter_and_sdk_disabled():
+    code = """
+        import agent_otel
+        handle = agent_otel.instrument(gpu="off")
+        @agent_otel.tool
+        def search(q):
+            return q
+        assert search(1) == 1
+        handle.shutdown()
+    """
+    console = run_agent(code, env={"OTEL_TRACES_EXPORTER": "console"})
+    assert console.returncode == 0, console.stderr
+    assert '"name": "execute_tool search"' in console.stdout
+    disabled = run_agent(code, env={"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "true"})
+    assert disabled.returncode == 0, disabled.stderr
+    assert "execute_tool" not in disabled.stdout
+
+
+class SilentServer:
+    """Accepts connections and never answers: an OTLP endpoint that hangs."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.connections = []
+        self._stop = False
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+                self.connections.append(conn)
+            except OSError:
+                pass
+
+    def close(self):
+        self._stop = True
+        self.thread.join()
+        for conn in self.connections:
+            conn.close()
+        self.sock.close()
+
+
+def closed_port():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+SLOW_EXPORT_AGENT = """
+    import json, time
+    import agent_otel
+    handle = agent_otel.instrument(gpu="off", export_interval=0.05)
+    @agent_otel.tool
+    def search(q):
+        return q
+    costs = []
+    for i in range(2000):
+        t = time.perf_counter()
+        search(i)
+        costs.append(time.perf_counter() - t)
+    time.sleep(0.5)  # let the exporter try, and hang or fail, meanwhile
+    t = time.perf_counter()
+    handle.shutdown()
+    costs.sort()
+    print(json.dumps({"shutdown_s": time.perf_counter() - t, "p50_s": costs[1000], "max_s": costs[-1]}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["unreachable", "silent"])
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_unreachable_or_silent_endpoint_slows_nothing(kind, protocol):
+    server = SilentServer() if kind == "silent" else None
+    port = server.port if server else closed_port()
+    scheme_path = "" if protocol == "grpc" else "/v1/traces"
+    env = {"OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+           "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{port}{scheme_path}",
+           "OTEL_EXPORTER_OTLP_TIMEOUT": "30"}
+    try:
+        started = time.monotonic()
+        result = run_agent(SLOW_EXPORT_AGENT, env=env, timeout=60)
+        elapsed = time.monotonic() - started
+    finally:
+        if server:
+            server.close()
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["shutdown_s"] < 5.0 + 1.0  # the default bound, plus slack for a busy machine
+    assert report["p50_s"] < 0.002  # a tool call never waits for the network
+    assert elapsed < 30
