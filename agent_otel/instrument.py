@@ -47,6 +47,8 @@ class Instrumentation:
         self.recorder: Optional[Recorder] = None
         self.monitor: Optional[executors.ExecutorMonitor] = None
         self.pipeline: Optional[Pipeline] = None
+        self.tracer: Optional[trace_api.Tracer] = None
+        self.gpu_timeline = None  # agent_otel.live.LiveTimeline, when a GPU is sampled
         self.background: list = []  # other parts with shutdown(timeout_s): GPU timeline, frameworks
         self._closed = False
 
@@ -193,30 +195,46 @@ def instrument(service_name: Optional[str] = None, *, traces_file: Optional[str]
         settings = load_settings({"service_name": service_name, "traces_file": traces_file,
                                   "prometheus_port": prometheus_port, **options})
         handle = Instrumentation(settings)
-        tracer = _setup_tracing(handle)
-        handle.recorder = Recorder(tracer, record_arguments=settings.record_arguments,
-                                   record_results=settings.record_results,
-                                   max_attribute_length=settings.max_attribute_length,
-                                   redact=settings.redact)
-        handle.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
-        handle.pipeline = Pipeline(handle.recorder, handle.monitor, handle.metrics)
-        handle.metrics.inflight_calls = lambda: list(handle.recorder.inflight.values())
-        if handle.monitor is not None:
-            handle.metrics.executor_stats = handle.monitor.snapshot
-        handle.metrics.before_collect = handle.pipeline.drain
-        if settings.prometheus_port is not None:
-            try:
-                handle.metrics_server = MetricsServer(handle.metrics.registry, settings.prometheus_port,
-                                                      settings.prometheus_address)
-            except OSError as exc:
-                logger.warning("agent-otel: cannot serve /metrics on %s:%s (%s); metrics are not exposed",
-                               settings.prometheus_address, settings.prometheus_port, exc)
-        _recorder.current = handle.recorder
-        if handle.monitor is not None:
-            executors.install(handle.monitor)
-        handle.pipeline.start()
+        try:
+            _setup(handle)
+        except BaseException:
+            handle.shutdown(timeout_s=1.0)
+            raise
         _handle = handle
         return handle
+
+
+def _setup(handle: Instrumentation) -> None:
+    settings = handle.settings
+    tracer = handle.tracer = _setup_tracing(handle)
+    handle.recorder = Recorder(tracer, record_arguments=settings.record_arguments,
+                               record_results=settings.record_results,
+                               max_attribute_length=settings.max_attribute_length,
+                               redact=settings.redact)
+    handle.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
+    handle.pipeline = Pipeline(handle.recorder, handle.monitor, handle.metrics)
+    handle.metrics.inflight_calls = lambda: list(handle.recorder.inflight.values())
+    if handle.monitor is not None:
+        handle.metrics.executor_stats = handle.monitor.snapshot
+    handle.metrics.before_collect = handle.pipeline.drain
+    if settings.prometheus_port is not None:
+        try:
+            handle.metrics_server = MetricsServer(handle.metrics.registry, settings.prometheus_port,
+                                                  settings.prometheus_address)
+        except OSError as exc:
+            logger.warning("agent-otel: cannot serve /metrics on %s:%s (%s); metrics are not exposed",
+                           settings.prometheus_address, settings.prometheus_port, exc)
+    _recorder.current = handle.recorder
+    if handle.monitor is not None:
+        executors.install(handle.monitor)
+    handle.pipeline.start()
+    if settings.gpu != "off":
+        from agent_otel.live import start_live_timeline
+
+        timeline = start_live_timeline(handle)
+        if timeline is not None:
+            handle.background.append(timeline)
+            handle.gpu_timeline = timeline
 
 
 def uninstrument(timeout_s: Optional[float] = None) -> bool:

@@ -143,8 +143,10 @@ class Recorder:
         span.end(end_time=now)
         if active.token is not None:
             context_api.detach(active.token)
-        self.inflight.pop(id(call), None)
+        # Appended before it leaves the in-flight table, so a reader of both
+        # (the live GPU timeline) never misses it.
         self.finished.append(call)
+        self.inflight.pop(id(call), None)
 
     def record_payload(self, span, attribute: str, value: object) -> None:
         """Record a tool's arguments or result, only when the user opted in."""
@@ -180,8 +182,8 @@ class Recorder:
             "agent.tool.outcome": "cancelled",
         })
         span.end(end_time=now)
-        self.inflight.pop(id(call), None)
         self.finished.append(call)
+        self.inflight.pop(id(call), None)
 
 
 # The one recorder while instrumented; None otherwise (the wrappers then
