@@ -20,7 +20,7 @@ from agent_otel.attribution import WindowAttribution, attribute
 from agent_otel.horizon import CallHorizon
 from agent_otel.records import IdleWindow, ToolCall
 from agent_otel.sampler import GpuSampler
-from agent_otel.timeline import IdleDetector
+from agent_otel.timeline import DEFAULT_MAX_GAP_S, IdleDetector
 
 logger = logging.getLogger("agent_otel.gpu")
 
@@ -40,9 +40,12 @@ class LiveTimeline:
         self.metrics = metrics
         self.recorder = recorder
         self.pipeline = pipeline
-        self.detector = IdleDetector(idle_threshold, min_idle_s)
+        uuids = {device.index: device.uuid for device in source.devices() if device.uuid}
+        # A poll interval above a second spaces idle samples out: widen the
+        # gap that ends a window with it, or sparse idle reads as no data.
+        self.detector = IdleDetector(idle_threshold, min_idle_s, uuids=uuids,
+                                     max_gap_s=max(DEFAULT_MAX_GAP_S, 3 * poll_interval_s))
         self.horizon = CallHorizon(horizon_s, MAX_HORIZON_CALLS)
-        self.uuids = {device.index: device.uuid for device in source.devices()}
         self.sampler = GpuSampler(source, poll_interval_s, self.on_samples)
         self._reported_errors: dict[str, int] = {}
         if pipeline is not None:
@@ -69,8 +72,6 @@ class LiveTimeline:
         self._count_source_errors()
 
     def on_window(self, window: IdleWindow) -> WindowAttribution:
-        if window.uuid is None and self.uuids.get(window.gpu):
-            window = dataclasses.replace(window, uuid=self.uuids[window.gpu])
         (result,) = attribute([window], self._calls_during(window))
         self._count(result)
         self._emit_spans(result)

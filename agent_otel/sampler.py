@@ -1,0 +1,126 @@
+"""The background thread that polls a GPU source.
+
+Usage::
+
+    from agent_otel.sampler import GpuSampler
+    sampler = GpuSampler(source, interval_s=0.5, on_samples=detector_feed)
+    sampler.start()
+    ...
+    sampler.shutdown(timeout_s=2.0)
+
+One named daemon thread ("agent-otel-gpu-sampler") polls the source every
+``interval_s`` on a fixed schedule and hands each non-empty batch to
+``on_samples``, on that same thread. Nothing it does raises into the
+application: an exception from the source or the callback is logged once
+per kind on ``agent_otel.gpu``, counted, and the loop carries on.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Callable
+
+from agent_otel.records import GpuSample
+
+log = logging.getLogger("agent_otel.gpu")
+
+THREAD_NAME = "agent-otel-gpu-sampler"
+# Proposed instrument() default; docs/gpu.md says why.
+DEFAULT_POLL_INTERVAL_S = 0.5
+
+
+class GpuSampler:
+    """Polls ``source`` on a daemon thread; see the module docstring.
+
+    ``polls`` and ``samples`` count what happened; ``errors`` counts the
+    sampler's own failures by kind (``poll:<Exception>`` and
+    ``callback:<Exception>``). ``stats()`` adds the source's ``errors``.
+    """
+
+    def __init__(
+        self,
+        source,
+        interval_s: float,
+        on_samples: Callable[[list[GpuSample]], None],
+    ):
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        self.source = source
+        self.interval_s = interval_s
+        self.on_samples = on_samples
+        self.polls = 0
+        self.samples = 0
+        self.errors: collections.Counter = collections.Counter()
+        self._logged: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self, timeout_s: float = 2.0) -> bool:
+        """Stop polling (after one last poll) and close the source.
+
+        Returns within ``timeout_s``: True if the thread stopped. If a poll
+        is stuck in the driver the daemon thread is left behind, the source
+        is left open (closing it under a running poll is unsafe), and the
+        process can still exit.
+        """
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            log.warning("the GPU sampler did not stop within %.1f s; leaving it behind", timeout_s)
+            return False
+        try:
+            self.source.close()
+        except Exception as exc:
+            self._count("close", exc)
+        return True
+
+    def stats(self) -> dict:
+        """A snapshot: polls, samples, and errors by kind (sampler and source)."""
+        errors = collections.Counter(dict(self.errors))
+        errors.update(dict(getattr(self.source, "errors", {})))
+        return {"polls": self.polls, "samples": self.samples, "errors": dict(errors)}
+
+    def _run(self) -> None:
+        next_poll = time.monotonic()
+        while True:
+            self._poll_once()
+            if self._stop.is_set():
+                return
+            next_poll += self.interval_s
+            now = time.monotonic()
+            if next_poll < now:  # fell behind (stalled process): skip, don't burst
+                next_poll = now + self.interval_s
+            if self._stop.wait(next_poll - now):
+                self._poll_once()  # the last samples before shutdown
+                return
+
+    def _poll_once(self) -> None:
+        """One poll and hand-off; never raises. The thread's loop body."""
+        try:
+            batch = self.source.poll()
+        except Exception as exc:
+            self._count("poll", exc)
+            return
+        finally:
+            self.polls += 1
+        if not batch:
+            return
+        self.samples += len(batch)
+        try:
+            self.on_samples(batch)
+        except Exception as exc:
+            self._count("callback", exc)
+
+    def _count(self, where: str, exc: Exception) -> None:
+        kind = f"{where}:{type(exc).__name__}"
+        self.errors[kind] += 1
+        if kind not in self._logged:
+            self._logged.add(kind)
+            log.warning("GPU sampler: %s raised %r (logged once; counted as %s)", where, exc, kind)

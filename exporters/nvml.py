@@ -1,0 +1,318 @@
+"""GPU utilization from NVML, NVIDIA's management library.
+
+Usage::
+
+    from agent_otel.exporters.nvml import NvmlSource
+    source = NvmlSource()          # every GPU; or NvmlSource(["0", "GPU-8f..."])
+    samples = source.poll()        # call every ~0.5 s from a background thread
+
+Reads ``nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES)`` from the
+driver's ring buffer, passing the last timestamp seen so each poll returns
+only new samples: the driver's own sample period (1/6 s to 1 s by product)
+at the cost of one call per GPU per poll. Devices without samples fall back
+to ``nvmlDeviceGetUtilizationRates`` once per poll. Processes are never
+enumerated (those calls take milliseconds and serialize in the driver).
+
+Two facts shape the code:
+
+- An idle GPU stops producing samples (the call returns nothing or raises
+  ``NVMLError_NotFound``). Silence is idleness, so a device with no new
+  sample for ``idle_after_s`` gets a synthetic 0% sample at poll time (the
+  timeline counts it idle back to the last real sample), and when samples
+  resume, one more where the first new sample's period began (so the idle
+  stretch ends there, not at the last poll).
+- The sample timestamps are microseconds on a clock the driver picks: the
+  Unix epoch on some, time since boot (CLOCK_BOOTTIME) on others. The first
+  sample seen tells which (it is close to one and decades from the other);
+  samples are converted to epoch ns, and the raw value is kept for the next
+  call's ``last_seen``.
+
+Nothing here raises into the application: no bindings, no library, no GPU,
+no permission, an unsupported device or a GPU lost mid-run each give one log
+line on ``agent_otel.gpu`` and a count in ``errors``. ``pynvml`` (from the
+``nvidia-ml-py`` distribution) is imported only when a source is created.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+import warnings
+from typing import Optional
+
+from agent_otel.records import GpuSample
+
+from .gpu_source import GpuDevice
+
+log = logging.getLogger("agent_otel.gpu")
+
+# The longest sample period NVML uses (NVIDIA documents 1/6 s to 1 s): a
+# device silent for longer than this has stopped sampling because it is idle.
+DEFAULT_IDLE_AFTER_S = 1.0
+# Assumed until two consecutive samples show the device's own period.
+DEFAULT_SAMPLE_PERIOD_NS = 1_000_000_000 // 6
+
+# NVML error class -> the kind counted in ``errors`` (a Prometheus label).
+_ERROR_KINDS = {
+    "NVMLError_LibraryNotFound": "library_not_found",
+    "NVMLError_DriverNotLoaded": "driver_not_loaded",
+    "NVMLError_NoPermission": "no_permission",
+    "NVMLError_GpuIsLost": "gpu_lost",
+    "NVMLError_NotSupported": "not_supported",
+    "NVMLError_Uninitialized": "uninitialized",
+    "NVMLError_InvalidArgument": "unknown_device",
+    "NVMLError_NotFound": "unknown_device",
+}
+# After these a device is not polled again: retrying cannot help.
+_FATAL_KINDS = {"gpu_lost", "no_permission", "not_supported", "uninitialized"}
+
+# c_nvmlValue_t field to read for each NVML_VALUE_TYPE_*.
+_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def error_kind(exc: BaseException) -> str:
+    """The ``errors`` key for an exception raised by pynvml."""
+    return _ERROR_KINDS.get(type(exc).__name__, "nvml_error")
+
+
+def _boottime_ns() -> Optional[int]:
+    clock = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime_ns(clock) if clock is not None else None
+
+
+def detect_clock(raw_us: int) -> str:
+    """``"epoch"`` or ``"boottime"``: whichever clock is now closer to ``raw_us``."""
+    boot_ns = _boottime_ns()
+    if boot_ns is None:
+        return "epoch"
+    epoch_distance = abs(time.time_ns() // 1000 - raw_us)
+    boot_distance = abs(boot_ns // 1000 - raw_us)
+    return "epoch" if epoch_distance <= boot_distance else "boottime"
+
+
+def clock_offset_ns(clock: str) -> int:
+    """What to add to ``raw_us * 1000`` to get epoch ns.
+
+    Read afresh on each poll: the wall clock is slewed by NTP while
+    CLOCK_BOOTTIME is not, so a fixed offset would drift.
+    """
+    if clock == "epoch":
+        return 0
+    boot_ns = _boottime_ns()
+    return time.time_ns() - boot_ns if boot_ns is not None else 0
+
+
+class _Device:
+    __slots__ = (
+        "handle", "info", "mode", "last_seen", "clock", "period_ns",
+        "last_real_ns", "last_emitted_ns", "silent", "active",
+    )
+
+    def __init__(self, handle, info: GpuDevice):
+        self.handle = handle
+        self.info = info
+        self.mode = "samples"  # or "rates" once samples turn out unsupported
+        self.last_seen = 0  # raw NVML timestamp (µs) of the newest sample read
+        self.clock: Optional[str] = None
+        self.period_ns = DEFAULT_SAMPLE_PERIOD_NS
+        self.last_real_ns = 0  # newest real sample, converted
+        self.last_emitted_ns = 0  # newest sample returned by poll()
+        self.silent = False  # the newest sample returned was a synthetic idle one
+        self.active = True
+
+
+class NvmlSource:
+    """Samples NVIDIA GPUs through NVML; see the module docstring.
+
+    ``devices`` selects GPUs by NVML index ("0") or UUID ("GPU-..."); NVML
+    indexes ignore CUDA_VISIBLE_DEVICES, UUIDs are unambiguous. ``reason``
+    says why the source has no devices, when it has none. ``quiet`` leaves
+    the one log line about that to the caller (``open_gpu_source("auto")``).
+    """
+
+    kind = "nvml"
+
+    def __init__(
+        self,
+        devices: Optional[list[str]] = None,
+        *,
+        idle_after_s: float = DEFAULT_IDLE_AFTER_S,
+        quiet: bool = False,
+    ):
+        self.errors: collections.Counter = collections.Counter()
+        self.reason: Optional[str] = None
+        self._idle_after_ns = round(idle_after_s * 1e9)
+        self._opened_ns = time.time_ns()
+        self._nvml = None
+        self._devices: list[_Device] = []
+        self._logged: set[tuple[str, str]] = set()
+        try:
+            self._open(devices)
+        except Exception as exc:  # never into the application, whatever NVML does
+            self._fail(error_kind(exc), f"NVML failed while opening: {exc!r}")
+        if not self._devices and self.reason is None:
+            self._fail("no_gpu", "NVML found no GPU" if devices is None else "none of the selected GPUs was found")
+        if self.reason is not None and not quiet:
+            log.warning("GPU sampling via NVML is off: %s", self.reason)
+
+    def devices(self) -> list[GpuDevice]:
+        return [device.info for device in self._devices if device.active]
+
+    def poll(self) -> list[GpuSample]:
+        samples: list[GpuSample] = []
+        for device in self._devices:
+            if not device.active:
+                continue
+            try:
+                samples.extend(self._poll_device(device))
+            except Exception as exc:
+                self._device_error(device, exc)
+        return samples
+
+    def close(self) -> None:
+        nvml, self._nvml = self._nvml, None
+        self._devices = []
+        if nvml is not None:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:
+                pass  # shutting down: nothing left to protect
+
+    # -- opening ---------------------------------------------------------
+
+    def _open(self, wanted: Optional[list[str]]) -> None:
+        try:
+            with warnings.catch_warnings():
+                # The deprecated `pynvml` distribution warns on import; the
+                # module it provides is the same.
+                warnings.simplefilter("ignore", FutureWarning)
+                import pynvml
+        except ImportError:
+            self._fail("bindings_missing", "the nvidia-ml-py package is not installed (pip install 'agent-otel[gpu]')")
+            return
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            self._fail(error_kind(exc), f"NVML did not initialise: {exc}")
+            return
+        self._nvml = pynvml
+        if wanted is None:
+            labels = [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        else:
+            labels = [str(w).strip() for w in wanted]
+        for label in labels:
+            try:
+                if label.isdigit():
+                    handle = pynvml.nvmlDeviceGetHandleByIndex(int(label))
+                else:
+                    handle = pynvml.nvmlDeviceGetHandleByUUID(label)
+                info = self._describe(handle, label)
+            except pynvml.NVMLError as exc:
+                kind = error_kind(exc)
+                self.errors[kind] += 1
+                log.warning("GPU %s is not sampled: %s (%s)", label, exc, kind)
+                continue
+            if all(device.info.index != info.index for device in self._devices):
+                self._devices.append(_Device(handle, info))
+
+    def _describe(self, handle, label: str) -> GpuDevice:
+        nvml = self._nvml
+        index = str(int(label)) if label.isdigit() else str(nvml.nvmlDeviceGetIndex(handle))
+        try:
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        except nvml.NVMLError:
+            uuid = None
+        try:
+            name = _text(nvml.nvmlDeviceGetName(handle))
+        except nvml.NVMLError:
+            name = "NVIDIA GPU"
+        return GpuDevice(index=index, uuid=uuid, name=name)
+
+    def _fail(self, kind: str, reason: str) -> None:
+        self.errors[kind] += 1
+        self.reason = reason
+        self.close()
+
+    # -- polling ---------------------------------------------------------
+
+    def _poll_device(self, device: _Device) -> list[GpuSample]:
+        nvml = self._nvml
+        now_ns = time.time_ns()
+        if device.mode == "samples":
+            try:
+                value_type, raw = nvml.nvmlDeviceGetSamples(
+                    device.handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, device.last_seen
+                )
+                return self._from_samples(device, value_type, raw, now_ns)
+            except nvml.NVMLError_NotFound:
+                return self._from_samples(device, None, [], now_ns)  # the buffer ran dry: idle
+            except nvml.NVMLError_NotSupported:
+                self.errors["samples_not_supported"] += 1
+                self._log_once(device, "samples_not_supported", "keeps no utilization samples; reading its utilization rate each poll instead")
+                device.mode = "rates"
+        return self._from_rate(device, nvml.nvmlDeviceGetUtilizationRates(device.handle).gpu, now_ns)
+
+    def _from_samples(self, device: _Device, value_type, raw, now_ns: int) -> list[GpuSample]:
+        fresh = sorted((s for s in raw if s.timeStamp > device.last_seen), key=lambda s: s.timeStamp)
+        if not fresh:
+            silent_since = max(device.last_real_ns, self._opened_ns)
+            if now_ns - silent_since >= self._idle_after_ns and now_ns > device.last_emitted_ns:
+                device.last_emitted_ns = now_ns
+                device.silent = True
+                return [GpuSample(device.info.index, now_ns, 0.0)]
+            return []
+        device.last_seen = fresh[-1].timeStamp
+        if device.clock is None:
+            device.clock = detect_clock(device.last_seen)
+            log.info("GPU %s: NVML sample timestamps are on the %s clock", device.info.index, device.clock)
+        offset = clock_offset_ns(device.clock)
+        field = _VALUE_FIELDS.get(value_type, "uiVal")
+        samples = []
+        for sample in fresh:
+            t = sample.timeStamp * 1000 + offset
+            if 0 < t - device.last_real_ns < self._idle_after_ns:
+                device.period_ns = t - device.last_real_ns
+            device.last_real_ns = max(device.last_real_ns, t)
+            # Skip what predates this source, and what arrived after a
+            # synthetic idle sample already covered its time.
+            if t < self._opened_ns or t <= device.last_emitted_ns:
+                continue
+            if device.silent and t - device.period_ns > device.last_emitted_ns:
+                # The silence lasted until this sample's period began: say
+                # so, or the timeline would stretch this sample back to the
+                # last synthetic one (up to a poll interval too early).
+                samples.append(GpuSample(device.info.index, t - device.period_ns, 0.0))
+            device.silent = False
+            device.last_emitted_ns = t
+            samples.append(GpuSample(device.info.index, t, _ratio(getattr(sample.sampleValue, field))))
+        return samples
+
+    def _from_rate(self, device: _Device, percent, now_ns: int) -> list[GpuSample]:
+        if now_ns <= device.last_emitted_ns:
+            return []
+        device.last_emitted_ns = now_ns
+        return [GpuSample(device.info.index, now_ns, _ratio(percent))]
+
+    def _device_error(self, device: _Device, exc: Exception) -> None:
+        kind = error_kind(exc)
+        self.errors[kind] += 1
+        if kind in _FATAL_KINDS:
+            device.active = False
+            self._log_once(device, kind, f"{exc} ({kind}); no longer sampled")
+        else:
+            self._log_once(device, kind, f"{exc!r} ({kind}); counted, sampling continues")
+
+    def _log_once(self, device: _Device, kind: str, message: str) -> None:
+        key = (device.info.index, kind)
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning("GPU %s (%s): %s", device.info.index, device.info.uuid or device.info.name, message)
+
+
+def _ratio(percent) -> float:
+    return min(max(float(percent) / 100.0, 0.0), 1.0)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
