@@ -1,0 +1,408 @@
+"""Tool calls + GPU idle windows -> the report (the contract's JSON).
+
+GPU idle windows come from GPU logs when the user gives them (read by
+``agent_otel.gpu_logs``, cut into windows by ``agent_otel.timeline`` with
+the report's threshold and minimum idle time), otherwise from the
+window-level ``gpu.idle`` spans in the traces. Either way they are clipped
+to the traces' time window (idle time before the first span or after the
+last cannot be blamed on anything the traces show) and blamed by
+``agent_otel.attribution``, the same code the live path runs.
+
+Percentiles: see ``stats.percentile``. Seconds in the JSON are rounded to
+the microsecond.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Callable, Optional, Sequence
+
+from agent_otel.attribution import BlameTotals, WindowAttribution, attribute
+from agent_otel.gpu_logs import read_gpu_log
+from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, ToolCall
+from agent_otel.report.reader import TraceData, read_traces
+from agent_otel.report.recommendations import Recommendation, recommend
+from agent_otel.report.stats import max_overlap, percentile
+from agent_otel.timeline import find_idle_windows
+
+GPU_FROM_LOGS = "gpu-log"
+GPU_FROM_TRACES = "traces"
+GPU_NONE = "none"
+
+ERROR_OUTCOMES = ("error", "timeout")
+
+
+@dataclass
+class ToolStats:
+    tool: str
+    calls: int
+    errors: int
+    duration_s: list[float]  # sorted
+    exec_s: list[float]  # sorted
+    queue_s: list[float]  # sorted
+    executors: list[str]
+    blocked_queue_s: float = 0.0
+    blocked_exec_s: float = 0.0
+    live_blocked_s: Optional[float] = None
+    timeout_s: Optional[float] = None
+
+    @property
+    def blocked_s(self) -> float:
+        return self.blocked_queue_s + self.blocked_exec_s
+
+
+@dataclass
+class ExecutorStats:
+    executor: str
+    submissions: int
+    wait_p95_s: float
+    max_queue_depth: int
+    peak_in_flight: int  # most calls submitted and not finished at once
+    max_concurrent_exec: int  # most calls executing at once
+    queue_total_s: float
+    exec_total_s: float
+    tools: list[str]
+    max_workers: Optional[int] = None
+
+
+@dataclass
+class GpuStats:
+    gpu: str
+    observed_s: float
+    idle_s: float
+    idle_blocked_s: float
+    idle_unattributed_s: float
+    uuid: Optional[str] = None
+
+    @property
+    def busy_s(self) -> float:
+        return max(0.0, self.observed_s - self.idle_s)
+
+
+@dataclass
+class GpuLogInfo:
+    path: str
+    samples: int
+    start_ns: int
+    end_ns: int
+    overlaps_traces: bool
+
+
+@dataclass
+class Analysis:
+    """Everything the renderers need: the records, the blame, the stats."""
+
+    trace_paths: list[str]
+    start_ns: int
+    end_ns: int
+    calls: list[ToolCall]
+    windows: list[IdleWindow]
+    attributions: list[WindowAttribution]
+    samples: dict[str, list[GpuSample]]  # gpu -> samples in the window, by time
+    gpu_source: str
+    idle_threshold: float
+    min_idle_s: float
+    tools: list[ToolStats] = field(default_factory=list)
+    executors: list[ExecutorStats] = field(default_factory=list)
+    gpus: list[GpuStats] = field(default_factory=list)
+    gpu_logs: list[GpuLogInfo] = field(default_factory=list)
+    span_count: int = 0
+    duplicate_spans: int = 0  # spans seen again (the same trace and span id), counted once
+    warnings: list[str] = field(default_factory=list)
+    recommendations: list[Recommendation] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_S
+
+    def blocked_by_call(self) -> dict[int, float]:
+        """GPU idle seconds blamed on each call (summed over GPUs), keyed by ``id(call)``."""
+        blocked: dict[int, float] = defaultdict(float)
+        for attribution in self.attributions:
+            for share in attribution.shares:
+                blocked[id(share.call)] += share.blocked_s
+        return blocked
+
+
+def analyse(
+    trace_paths: Sequence[str],
+    gpu_log_paths: Sequence[str] = (),
+    *,
+    tz: Optional[str] = None,
+    idle_threshold: float,
+    min_idle_s: float,
+    progress: Optional[Callable[[int], None]] = None,
+) -> Analysis:
+    """Read the inputs, attribute GPU idle time, compute every statistic."""
+    traces = read_traces(trace_paths, progress)
+    analysis = Analysis(
+        trace_paths=list(trace_paths),
+        start_ns=traces.start_ns,
+        end_ns=traces.end_ns,
+        calls=sorted(traces.calls, key=lambda call: (call.submit_ns, call.start_ns)),
+        windows=[],
+        attributions=[],
+        samples={},
+        gpu_source=GPU_NONE,
+        idle_threshold=idle_threshold,
+        min_idle_s=min_idle_s,
+        span_count=traces.span_count,
+        duplicate_spans=traces.duplicate_count,
+    )
+    if not traces.span_count:
+        analysis.warnings.append("no spans found in " + ", ".join(trace_paths))
+    elif not traces.calls:
+        analysis.warnings.append("no tool spans (gen_ai.operation.name = execute_tool) in the traces")
+    observed = _gpu_inputs(analysis, traces, gpu_log_paths, tz)
+    analysis.attributions = attribute(analysis.windows, analysis.calls)
+    totals = BlameTotals()
+    for window_attribution in analysis.attributions:
+        totals.add(window_attribution)
+    analysis.tools = _tool_stats(analysis.calls, totals, traces)
+    analysis.executors = _executor_stats(analysis.calls)
+    analysis.gpus = _gpu_stats(analysis, totals, observed)
+    analysis.recommendations = recommend(analysis)
+    return analysis
+
+
+def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[str], tz: Optional[str]) -> dict[str, float]:
+    """Fill the analysis's windows and samples; return seconds observed per GPU."""
+    start, end = analysis.start_ns, analysis.end_ns
+    if gpu_log_paths:
+        analysis.gpu_source = GPU_FROM_LOGS
+        samples: list[GpuSample] = []
+        uuids: dict[str, str] = {}
+        for path in gpu_log_paths:
+            log = read_gpu_log(path, tz)
+            uuids.update(log.uuids)
+            samples.extend(log)
+            info = GpuLogInfo(
+                path=str(path),
+                samples=len(log),
+                start_ns=min((s.timestamp_ns for s in log), default=0),
+                end_ns=max((s.timestamp_ns for s in log), default=0),
+                overlaps_traces=any(start <= s.timestamp_ns <= end for s in log),
+            )
+            analysis.gpu_logs.append(info)
+            if not info.overlaps_traces:
+                analysis.warnings.append(_no_overlap_message(info, start, end))
+        windows = find_idle_windows(samples, threshold=analysis.idle_threshold, min_idle_s=analysis.min_idle_s, uuids=uuids)
+        observed: dict[str, float] = {}
+        by_gpu: dict[str, list[GpuSample]] = defaultdict(list)
+        for sample in sorted(samples, key=lambda s: s.timestamp_ns):
+            by_gpu[sample.gpu].append(sample)
+        for gpu, gpu_samples in by_gpu.items():
+            first, last = gpu_samples[0].timestamp_ns, gpu_samples[-1].timestamp_ns
+            observed[gpu] = max(0, min(last, end) - max(first, start)) / NS_PER_S
+            analysis.samples[gpu] = _samples_around(gpu_samples, start, end)
+    else:
+        windows = traces.idle_windows
+        if windows:
+            analysis.gpu_source = GPU_FROM_TRACES
+        observed = {window.gpu: analysis.seconds for window in windows}
+    analysis.windows = _clip(windows, start, end)
+    return observed
+
+
+def _no_overlap_message(info: GpuLogInfo, start: int, end: int) -> str:
+    if not info.samples:
+        return f"GPU log {info.path} has no utilization samples"
+    return (
+        f"GPU log {info.path} ({rfc3339(info.start_ns)} to {rfc3339(info.end_ns)}) does not overlap "
+        f"the traces ({rfc3339(start)} to {rfc3339(end)}): no GPU idle time can be blamed on tools; "
+        "if the log was written in another time zone, pass --tz"
+    )
+
+
+def _samples_around(samples: list[GpuSample], start: int, end: int) -> list[GpuSample]:
+    """The samples inside [start, end] plus one on each side, so a curve
+    drawn from them reaches the window's edges."""
+    inside = [i for i, s in enumerate(samples) if start <= s.timestamp_ns <= end]
+    if not inside:
+        return []
+    return samples[max(0, inside[0] - 1) : inside[-1] + 2]
+
+
+def _clip(windows: Sequence[IdleWindow], start: int, end: int) -> list[IdleWindow]:
+    clipped = []
+    for window in windows:
+        a, b = max(window.start_ns, start), min(window.end_ns, end)
+        if a < b:
+            if (a, b) != (window.start_ns, window.end_ns):
+                window = IdleWindow(window.gpu, a, b, window.utilization_avg, window.uuid)
+            clipped.append(window)
+    clipped.sort(key=lambda w: (w.start_ns, w.gpu))
+    return clipped
+
+
+def _tool_stats(calls: Sequence[ToolCall], totals: BlameTotals, traces: TraceData) -> list[ToolStats]:
+    by_tool: dict[str, list[ToolCall]] = defaultdict(list)
+    for call in calls:
+        by_tool[call.tool].append(call)
+    live: Optional[dict[str, float]] = None
+    if traces.live_shares:
+        live = defaultdict(float)
+        for share in traces.live_shares:
+            live[share.tool] += share.blocked_s
+    blocked: dict[tuple[str, str], float] = defaultdict(float)
+    for (_gpu, tool, phase), seconds in totals.blocked_s.items():
+        blocked[(tool, phase)] += seconds
+    stats = []
+    for tool, tool_calls in by_tool.items():
+        stats.append(
+            ToolStats(
+                tool=tool,
+                calls=len(tool_calls),
+                errors=sum(1 for call in tool_calls if call.outcome in ERROR_OUTCOMES),
+                duration_s=sorted(call.duration_seconds for call in tool_calls),
+                exec_s=sorted(call.exec_seconds for call in tool_calls),
+                queue_s=sorted(call.queue_seconds for call in tool_calls),
+                executors=sorted({call.executor for call in tool_calls}),
+                blocked_queue_s=blocked[(tool, "queue")],
+                blocked_exec_s=blocked[(tool, "exec")],
+                live_blocked_s=None if live is None else live.get(tool, 0.0),
+                timeout_s=traces.timeouts.get(tool),
+            )
+        )
+    stats.sort(key=lambda s: (-round(s.blocked_s, 6), -s.calls, s.tool))
+    return stats
+
+
+def _executor_stats(calls: Sequence[ToolCall]) -> list[ExecutorStats]:
+    by_executor: dict[str, list[ToolCall]] = defaultdict(list)
+    for call in calls:
+        by_executor[call.executor].append(call)
+    stats = []
+    for executor, executor_calls in by_executor.items():
+        waits = sorted(call.queue_seconds for call in executor_calls)
+        stats.append(
+            ExecutorStats(
+                executor=executor,
+                submissions=len(executor_calls),
+                wait_p95_s=percentile(waits, 95),
+                max_queue_depth=max_overlap([(c.submit_ns, c.start_ns) for c in executor_calls]),
+                peak_in_flight=max_overlap([(c.submit_ns, c.end_ns) for c in executor_calls]),
+                max_concurrent_exec=max_overlap([(c.start_ns, c.end_ns) for c in executor_calls]),
+                queue_total_s=sum(waits),
+                exec_total_s=sum(call.exec_seconds for call in executor_calls),
+                tools=sorted({call.tool for call in executor_calls}),
+            )
+        )
+    stats.sort(key=lambda s: (-s.submissions, s.executor))
+    return stats
+
+
+def _gpu_stats(analysis: Analysis, totals: BlameTotals, observed: dict[str, float]) -> list[GpuStats]:
+    blocked: dict[str, float] = defaultdict(float)
+    for (gpu, _tool, _phase), seconds in totals.blocked_s.items():
+        blocked[gpu] += seconds
+    uuids = {window.gpu: window.uuid for window in analysis.windows if window.uuid}
+    gpus = [
+        GpuStats(
+            gpu=gpu,
+            observed_s=observed.get(gpu, 0.0),
+            idle_s=totals.idle_s.get(gpu, 0.0),
+            idle_blocked_s=blocked[gpu],
+            idle_unattributed_s=totals.unattributed_s.get(gpu, 0.0),
+            uuid=uuids.get(gpu),
+        )
+        for gpu in set(observed) | set(totals.idle_s)
+    ]
+    gpus.sort(key=lambda g: (not g.gpu.isdigit(), int(g.gpu) if g.gpu.isdigit() else 0, g.gpu))
+    return gpus
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def rfc3339(ns: int) -> str:
+    """Epoch ns as RFC 3339 UTC, to the microsecond."""
+    moment = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=ns // 1000)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _s(seconds: float) -> float:
+    return round(seconds, 6)
+
+
+def report_json(analysis: Analysis) -> dict:
+    """The contract's report, plus an ``inputs`` section and a few added
+    keys (the contract allows additions, never renames)."""
+    has_spans = analysis.span_count > 0
+    return {
+        "window": {
+            "start": rfc3339(analysis.start_ns) if has_spans else None,
+            "end": rfc3339(analysis.end_ns) if has_spans else None,
+            "seconds": _s(analysis.seconds),
+        },
+        "tools": [
+            {
+                "tool": t.tool,
+                "calls": t.calls,
+                "errors": t.errors,
+                "duration_p50_s": _s(percentile(t.duration_s, 50)),
+                "duration_p95_s": _s(percentile(t.duration_s, 95)),
+                "duration_p99_s": _s(percentile(t.duration_s, 99)),
+                "exec_p50_s": _s(percentile(t.exec_s, 50)),
+                "exec_p95_s": _s(percentile(t.exec_s, 95)),
+                "exec_p99_s": _s(percentile(t.exec_s, 99)),
+                "queue_p50_s": _s(percentile(t.queue_s, 50)),
+                "queue_p95_s": _s(percentile(t.queue_s, 95)),
+                "queue_p99_s": _s(percentile(t.queue_s, 99)),
+                "gpu_idle_blocked_s": _s(t.blocked_s),
+                "gpu_idle_blocked_queue_s": _s(t.blocked_queue_s),
+                "gpu_idle_blocked_exec_s": _s(t.blocked_exec_s),
+                "gpu_idle_blocked_live_s": None if t.live_blocked_s is None else _s(t.live_blocked_s),
+                "executors": t.executors,
+                "timeout_s": t.timeout_s,
+            }
+            for t in analysis.tools
+        ],
+        "executors": [
+            {
+                "executor": e.executor,
+                "submissions": e.submissions,
+                "wait_p95_s": _s(e.wait_p95_s),
+                "max_queue_depth": e.max_queue_depth,
+                "max_workers": e.max_workers,
+                "max_concurrent_exec": e.max_concurrent_exec,
+                "peak_in_flight": e.peak_in_flight,
+                "tools": e.tools,
+            }
+            for e in analysis.executors
+        ],
+        "gpus": [
+            {
+                "gpu": g.gpu,
+                "busy_s": _s(g.busy_s),
+                "idle_s": _s(g.idle_s),
+                "idle_blocked_s": _s(g.idle_blocked_s),
+                "idle_unattributed_s": _s(g.idle_unattributed_s),
+                "uuid": g.uuid,
+            }
+            for g in analysis.gpus
+        ],
+        "recommendations": [r.to_json() for r in analysis.recommendations],
+        "inputs": {
+            "traces": analysis.trace_paths,
+            "spans": analysis.span_count,
+            "duplicate_spans": analysis.duplicate_spans,
+            "tool_calls": len(analysis.calls),
+            "gpu_source": analysis.gpu_source,
+            "gpu_logs": [
+                {
+                    "path": log.path,
+                    "samples": log.samples,
+                    "start": rfc3339(log.start_ns) if log.samples else None,
+                    "end": rfc3339(log.end_ns) if log.samples else None,
+                    "overlaps_traces": log.overlaps_traces,
+                }
+                for log in analysis.gpu_logs
+            ],
+            "idle_threshold": analysis.idle_threshold,
+            "min_idle_s": analysis.min_idle_s,
+            "warnings": analysis.warnings,
+        },
+    }

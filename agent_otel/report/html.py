@@ -1,0 +1,242 @@
+"""The report as one self-contained HTML page: a zoomable timeline of GPU
+utilization and tool calls, beside the ranked tools and the recommendations.
+
+Everything is inline (no network, no CDN): the data is embedded as JSON
+and drawn on a <canvas> by a small script, so the page stays responsive
+with 100,000 calls. The timeline shows, on one time axis, each GPU's
+utilization with its idle windows shaded, then one lane per tool (ranked
+as in the table) with every call drawn as its queue part (pale) and its
+exec part (solid), and the idle time blamed on the call as a red strip
+under it. Wheel zooms around the pointer, drag pans, double-click resets;
+hovering a call shows its tool, call id, queue, exec, blamed idle and
+trace id.
+
+The page records how long it took to draw: ``data-first-render-ms`` on
+<html> (since navigation start) and, when opened with ``#bench``,
+``data-frame-ms-avg``/``-max`` over 30 redraws at different zooms.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from importlib import resources
+
+from agent_otel.records import OUTCOMES
+from agent_otel.report.analysis import Analysis, report_json
+from agent_otel.report.stats import assign_rows
+
+# Calls overlapping beyond this many rows share the last row of their lane.
+MAX_ROWS = 12
+
+
+def render(analysis: Analysis) -> str:
+    """The page as a string."""
+    report = report_json(analysis)
+    data = _timeline_data(analysis)
+    script = resources.files("agent_otel.report").joinpath("timeline.js").read_text(encoding="utf-8")
+    style = resources.files("agent_otel.report").joinpath("timeline.css").read_text(encoding="utf-8")
+    title = "agent-otel report"
+    window = report["window"]
+    summary = (
+        f"{html.escape(str(window['start']))} to {html.escape(str(window['end']))} "
+        f"({window['seconds']:.1f} s), {len(analysis.calls)} tool calls"
+    )
+    warnings = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in analysis.warnings)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<title>{title}</title>
+<style>{style}</style>
+</head>
+<body>
+<header>
+<h1>{title}</h1>
+<p class="summary">{summary}</p>
+{warnings}
+</header>
+<main>
+<section id="timeline-panel" aria-label="timeline">
+<div class="legend">
+<span><i class="sw queue"></i>queued</span>
+<span><i class="sw exec"></i>executing</span>
+<span><i class="sw blamed"></i>GPU idle blamed on the call</span>
+<span><i class="sw idle"></i>GPU idle window</span>
+<span><i class="sw error"></i>error or timeout</span>
+<span class="help">wheel: zoom &middot; drag: pan &middot; double-click: reset</span>
+</div>
+<div id="timeline-wrap">
+<div id="lane-labels"></div>
+<canvas id="timeline"></canvas>
+</div>
+</section>
+<aside id="side-panel">
+{_tools_table(report)}
+{_recommendations(report)}
+{_gpus_table(report)}
+{_executors_table(report)}
+</aside>
+</main>
+<div id="tip" role="tooltip" hidden></div>
+<script type="application/json" id="report-data">{_embed(data)}</script>
+<script>{script}</script>
+</body>
+</html>
+"""
+
+
+def _embed(data: dict) -> str:
+    # "<" escaped so no string in the data can close the <script> element.
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+
+
+def _timeline_data(analysis: Analysis) -> dict:
+    origin = analysis.start_ns
+
+    def ms(ns: int) -> float:
+        return round((ns - origin) / 1e6, 3)
+
+    blocked = analysis.blocked_by_call()
+    lane_of = {tool.tool: index for index, tool in enumerate(analysis.tools)}
+    calls = sorted(analysis.calls, key=lambda c: (lane_of[c.tool], c.submit_ns, c.start_ns))
+    columns: dict[str, list] = {k: [] for k in ("lane", "row", "submit", "start", "end", "blocked", "id", "trace", "outcome")}
+    traces: dict[int, int] = {}
+    lanes = []
+    position: dict[int, int] = {}
+    first = 0
+    for tool in analysis.tools:
+        lane_calls = calls[first : first + tool.calls]
+        rows = assign_rows([(c.submit_ns, c.end_ns) for c in lane_calls])
+        for call, row in zip(lane_calls, rows):
+            position[id(call)] = len(columns["lane"])
+            columns["lane"].append(lane_of[tool.tool])
+            columns["row"].append(min(row, MAX_ROWS - 1))
+            columns["submit"].append(ms(call.submit_ns))
+            columns["start"].append(ms(call.start_ns))
+            columns["end"].append(ms(call.end_ns))
+            columns["blocked"].append(round(blocked[id(call)], 6))
+            columns["id"].append(call.call_id)
+            columns["trace"].append(traces.setdefault(call.trace_id, len(traces)))
+            columns["outcome"].append(OUTCOMES.index(call.outcome))
+        lanes.append(
+            {
+                "tool": tool.tool,
+                "rows": min(max(rows, default=0) + 1, MAX_ROWS),
+                "first": first,
+                "count": tool.calls,
+                "blocked_s": round(tool.blocked_s, 6),
+            }
+        )
+        first += tool.calls
+    shares: dict[str, list] = {"call": [], "start": [], "end": []}
+    for share in sorted(
+        (s for a in analysis.attributions for s in a.shares if s.blocked_s > 0), key=lambda s: s.start_ns
+    ):
+        shares["call"].append(position[id(share.call)])
+        shares["start"].append(ms(share.start_ns))
+        shares["end"].append(ms(share.end_ns))
+    gpus = []
+    for gpu in analysis.gpus:
+        samples = analysis.samples.get(gpu.gpu, [])
+        windows = [a for a in analysis.attributions if a.window.gpu == gpu.gpu]
+        gpus.append(
+            {
+                "gpu": gpu.gpu,
+                "t": [ms(s.timestamp_ns) for s in samples],
+                "u": [round(s.utilization, 4) for s in samples],
+                "idle": {
+                    "start": [ms(a.window.start_ns) for a in windows],
+                    "end": [ms(a.window.end_ns) for a in windows],
+                    "blocked_by": [a.blocked_by for a in windows],
+                    "unattributed": [round(a.unattributed_s, 6) for a in windows],
+                },
+            }
+        )
+    return {
+        "seconds": analysis.seconds,
+        "outcomes": list(OUTCOMES),
+        "lanes": lanes,
+        "calls": columns,
+        "traces": [f"{trace_id:032x}" for trace_id in traces],
+        "shares": shares,
+        "gpus": gpus,
+    }
+
+
+def _cell(value: object, digits: int | None = None) -> str:
+    """A right-aligned number cell; ``digits`` fixes the decimals of a float."""
+    text = f"{value:.{digits}f}" if digits is not None else str(value)
+    return f'<td class="num">{html.escape(text)}</td>'
+
+
+def _tools_table(report: dict) -> str:
+    rows = []
+    total = max((t["gpu_idle_blocked_s"] for t in report["tools"]), default=0.0) or 1.0
+    for rank, t in enumerate(report["tools"], start=1):
+        queue_pc = 100 * t["gpu_idle_blocked_queue_s"] / total
+        exec_pc = 100 * t["gpu_idle_blocked_exec_s"] / total
+        bar = (
+            f'<span class="bar"><span class="q" style="width:{queue_pc:.1f}%"></span>'
+            f'<span class="e" style="width:{exec_pc:.1f}%"></span></span>'
+        )
+        rows.append(
+            f'<tr data-tool="{html.escape(t["tool"], quote=True)}">'
+            f"{_cell(rank)}<td class=\"name\">{html.escape(t['tool'])}</td>"
+            f"{_cell(t['gpu_idle_blocked_s'], 3)}"
+            f"<td class=\"split\">{bar}<span class=\"split-text\">{t['gpu_idle_blocked_queue_s']:.3f} / "
+            f"{t['gpu_idle_blocked_exec_s']:.3f}</span></td>"
+            f"{_cell(t['calls'])}{_cell(t['errors'])}{_cell(t['duration_p95_s'], 3)}</tr>"
+        )
+    body = "".join(rows) or '<tr><td colspan="7">no tool calls</td></tr>'
+    return (
+        '<section><h2>Tools, by GPU idle time they blocked</h2><table id="tools-table"><thead><tr>'
+        '<th>#</th><th>tool</th><th title="GPU-seconds">blocked idle s</th><th>queue / exec s</th>'
+        "<th>calls</th><th>errors</th><th>p95 s</th></tr></thead>"
+        f"<tbody>{body}</tbody></table></section>"
+    )
+
+
+def _recommendations(report: dict) -> str:
+    items = "".join(
+        f'<li data-kind="{html.escape(r["kind"], quote=True)}"><span class="kind">{html.escape(r["kind"])}</span> '
+        f'{html.escape(r["message"])}'
+        + (f'<pre class="remedy">{html.escape(r["remedy"])}</pre>' if r["remedy"] else "")
+        + "</li>"
+        for r in report["recommendations"]
+    )
+    body = f'<ul id="recommendations">{items}</ul>' if items else '<p id="recommendations">none: the data shows nothing to change</p>'
+    return f"<section><h2>Recommendations</h2>{body}</section>"
+
+
+def _gpus_table(report: dict) -> str:
+    if not report["gpus"]:
+        return (
+            "<section><h2>GPUs</h2><p>no gpu.idle spans in the traces and no GPU log: "
+            "the GPU was never idle, or was not sampled</p></section>"
+        )
+    rows = "".join(
+        f"<tr><td class=\"name\">{html.escape(g['gpu'])}</td>{_cell(g['busy_s'], 1)}{_cell(g['idle_s'], 1)}"
+        f"{_cell(g['idle_blocked_s'], 1)}{_cell(g['idle_unattributed_s'], 1)}</tr>"
+        for g in report["gpus"]
+    )
+    return (
+        '<section><h2>GPUs</h2><table id="gpus-table"><thead><tr><th>gpu</th><th>busy s</th><th>idle s</th>'
+        f"<th>blocked s</th><th>unattributed s</th></tr></thead><tbody>{rows}</tbody></table></section>"
+    )
+
+
+def _executors_table(report: dict) -> str:
+    if not report["executors"]:
+        return ""
+    rows = "".join(
+        f"<tr><td class=\"name\">{html.escape(e['executor'])}</td>{_cell(e['submissions'])}"
+        f"{_cell(e['wait_p95_s'], 3)}{_cell(e['max_queue_depth'])}{_cell(e['max_concurrent_exec'])}</tr>"
+        for e in report["executors"]
+    )
+    return (
+        '<section><h2>Executors</h2><table id="executors-table"><thead><tr><th>executor</th><th>calls</th>'
+        f"<th>wait p95 s</th><th>max queued</th><th>max running</th></tr></thead><tbody>{rows}</tbody></table></section>"
+    )

@@ -1,0 +1,189 @@
+"""The report's timeline as Chrome trace-event JSON, for Perfetto
+(ui.perfetto.dev) and chrome://tracing.
+
+Layout:
+
+- Process "GPUs": a counter track per GPU (``GPU <n> utilization %``, from
+  the GPU log's samples) and a thread track per GPU (``GPU <n> idle``)
+  with one slice per idle window.
+- One process per executor: ``queue`` tracks with a slice for each call's
+  wait, and worker tracks with a slice for each call's execution. Worker
+  tracks are named after the span's ``thread.name`` when it has one, else
+  inferred (``worker 1 (inferred)``...), as few as the peak concurrency
+  needs; calls that overlap on one named thread (asyncio tasks) get extra
+  tracks, because a thread track's slices must not overlap.
+- A flow arrow from each idle window to every call it was blamed on, bound
+  to the call's exec slice (or queue slice, for the part spent queued).
+
+Timestamps are microseconds from the report window's start;
+``otherData.origin_unix_ns`` holds that start in Unix epoch nanoseconds.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Optional
+
+from agent_otel.records import ToolCall
+from agent_otel.report.analysis import Analysis, rfc3339
+from agent_otel.report.stats import assign_rows
+
+GPU_PID = 1
+FLOW_NAME = "blocked by"
+
+
+def trace_events(analysis: Analysis) -> dict:
+    origin = analysis.start_ns
+
+    def us(ns: int) -> float:
+        return round((ns - origin) / 1000, 3)
+
+    events: list[dict] = []
+    _name(events, "process_name", GPU_PID, None, "GPUs")
+    gpu_tid: dict[str, int] = {}
+    for number, gpu in enumerate(sorted({g.gpu for g in analysis.gpus} | set(analysis.samples)), start=1):
+        gpu_tid[gpu] = number
+        _name(events, "thread_name", GPU_PID, number, f"GPU {gpu} idle")
+        for sample in analysis.samples.get(gpu, ()):
+            events.append(
+                {
+                    "ph": "C",
+                    "name": f"GPU {gpu} utilization %",
+                    "pid": GPU_PID,
+                    "ts": us(sample.timestamp_ns),
+                    "args": {"utilization": round(sample.utilization * 100, 2)},
+                }
+            )
+    for attribution in analysis.attributions:
+        window = attribution.window
+        events.append(
+            {
+                "ph": "X",
+                "name": "gpu.idle",
+                "cat": "gpu",
+                "pid": GPU_PID,
+                "tid": gpu_tid[window.gpu],
+                "ts": us(window.start_ns),
+                "dur": round(us(window.end_ns) - us(window.start_ns), 3),
+                "args": {
+                    "gpu": window.gpu,
+                    "idle_s": round(window.seconds, 6),
+                    "utilization_avg": round(window.utilization_avg, 4),
+                    "blocked_by": attribution.blocked_by,
+                    "unattributed_s": round(attribution.unattributed_s, 6),
+                },
+            }
+        )
+
+    tracks = _call_tracks(analysis.calls, events)
+    blocked = analysis.blocked_by_call()
+    for call in analysis.calls:
+        pid, queue_tid, exec_tid = tracks[id(call)]
+        args = {
+            "tool": call.tool,
+            "call_id": call.call_id,
+            "trace_id": f"{call.trace_id:032x}",
+            "span_id": f"{call.span_id:016x}",
+            "outcome": call.outcome,
+            "queue_s": round(call.queue_seconds, 6),
+            "exec_s": round(call.exec_seconds, 6),
+            "gpu_idle_blocked_s": round(blocked[id(call)], 6),
+        }
+        if queue_tid is not None:
+            events.append(_slice(call.tool, "queue", pid, queue_tid, us(call.submit_ns), us(call.start_ns), args))
+        events.append(_slice(call.tool, "exec", pid, exec_tid, us(call.start_ns), us(call.end_ns), args))
+
+    flow_id = 0
+    for attribution in analysis.attributions:
+        window = attribution.window
+        for share in attribution.shares:
+            if share.blocked_s <= 0:
+                continue
+            target = _flow_target(share.call, share.start_ns, share.end_ns, tracks)
+            if target is None:
+                continue
+            flow_id += 1
+            pid, tid, ns = target
+            middle = (share.start_ns + share.end_ns) // 2
+            common = {"name": FLOW_NAME, "cat": "blame", "id": flow_id}
+            events.append({"ph": "s", **common, "pid": GPU_PID, "tid": gpu_tid[window.gpu], "ts": us(middle)})
+            events.append({"ph": "f", "bp": "e", **common, "pid": pid, "tid": tid, "ts": us(ns)})
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "origin_unix_ns": str(origin),
+            "window_start": rfc3339(origin) if analysis.span_count else None,
+            "generator": "agent-otel report",
+        },
+    }
+
+
+def _call_tracks(calls: list[ToolCall], events: list[dict]) -> dict[int, tuple[int, Optional[int], int]]:
+    """Give every call its (pid, queue tid or None, exec tid), naming the
+    processes and threads as they are made."""
+    tracks: dict[int, tuple[int, Optional[int], int]] = {}
+    by_executor: dict[str, list[ToolCall]] = defaultdict(list)
+    for call in calls:
+        by_executor[call.executor].append(call)
+    for pid, executor in enumerate(sorted(by_executor), start=GPU_PID + 1):
+        _name(events, "process_name", pid, None, f"executor {executor}")
+        executor_calls = by_executor[executor]
+        next_tid = 1
+        exec_tid: dict[int, int] = {}
+        by_thread: dict[Optional[str], list[ToolCall]] = defaultdict(list)
+        for call in executor_calls:
+            by_thread[call.thread].append(call)
+        for thread in sorted(by_thread, key=lambda name: (name is None, name or "")):
+            thread_calls = by_thread[thread]
+            rows = assign_rows([(c.start_ns, c.end_ns) for c in thread_calls])
+            for row in range(max(rows) + 1):
+                if thread is None:
+                    label = f"worker {row + 1} (inferred)"
+                else:
+                    label = thread if row == 0 else f"{thread} ({row + 1})"
+                _name(events, "thread_name", pid, next_tid + row, label)
+            for call, row in zip(thread_calls, rows):
+                exec_tid[id(call)] = next_tid + row
+            next_tid += max(rows) + 1
+        queued = [call for call in executor_calls if call.start_ns > call.submit_ns]
+        queue_rows = assign_rows([(c.submit_ns, c.start_ns) for c in queued])
+        queue_tid = {id(call): next_tid + row for call, row in zip(queued, queue_rows)}
+        for row in range(max(queue_rows, default=-1) + 1):
+            _name(events, "thread_name", pid, next_tid + row, f"queue {row + 1}")
+        for call in executor_calls:
+            tracks[id(call)] = (pid, queue_tid.get(id(call)), exec_tid[id(call)])
+    return tracks
+
+
+def _flow_target(call: ToolCall, a: int, b: int, tracks: dict) -> Optional[tuple[int, int, int]]:
+    """Where a blame arrow ends: inside the exec slice if the blamed stretch
+    [a, b) reaches into execution, else inside the queue slice."""
+    pid, queue_tid, exec_tid = tracks[id(call)]
+    lo, hi = max(a, call.start_ns), min(b, call.end_ns)
+    if hi > lo:
+        return pid, exec_tid, (lo + hi) // 2
+    lo, hi = max(a, call.submit_ns), min(b, call.start_ns)
+    if hi > lo and queue_tid is not None:
+        return pid, queue_tid, (lo + hi) // 2
+    return None
+
+
+def _slice(name: str, category: str, pid: int, tid: int, start_us: float, end_us: float, args: dict) -> dict:
+    return {
+        "ph": "X",
+        "name": name,
+        "cat": category,
+        "pid": pid,
+        "tid": tid,
+        "ts": start_us,
+        "dur": round(end_us - start_us, 3),
+        "args": args,
+    }
+
+
+def _name(events: list[dict], kind: str, pid: int, tid: Optional[int], name: str) -> None:
+    event = {"ph": "M", "name": kind, "pid": pid, "ts": 0, "args": {"name": name}}
+    if tid is not None:
+        event["tid"] = tid
+    events.append(event)

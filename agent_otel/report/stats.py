@@ -1,0 +1,63 @@
+"""The two small statistics the report is built on.
+
+Percentiles use linear interpolation between the two nearest ranks
+(numpy's default, Hyndman and Fan's type 7): for sorted values x[0..n-1]
+and p in 0..100, h = (n - 1) * p / 100 and the result is
+x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)]).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Sequence
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """The p-th percentile of already sorted values (0.0 when empty)."""
+    if not sorted_values:
+        return 0.0
+    h = (len(sorted_values) - 1) * p / 100.0
+    low = math.floor(h)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (h - low) * (sorted_values[high] - sorted_values[low])
+
+
+def max_overlap(intervals: Sequence[tuple[int, int]]) -> int:
+    """The most half-open intervals [a, b) that hold one instant.
+
+    A sweep over the sorted ends: at a tie, an interval ending at t is gone
+    before one starting at t counts, and empty intervals never count.
+    """
+    events = []
+    for a, b in intervals:
+        if b > a:
+            events.append((a, 1))
+            events.append((b, -1))
+    events.sort()
+    depth = peak = 0
+    for _, delta in events:
+        depth += delta
+        peak = max(peak, depth)
+    return peak
+
+
+def assign_rows(intervals: Sequence[tuple[int, int]]) -> list[int]:
+    """A row for each interval so that intervals in one row never overlap
+    (touching ends are fine), using as few rows as the peak overlap: the
+    greedy interval-partitioning sweep, reusing the lowest free row."""
+    rows = [0] * len(intervals)
+    busy: list[tuple[int, int]] = []  # heap of (end, row)
+    free: list[int] = []  # heap of rows
+    used = 0
+    for index in sorted(range(len(intervals)), key=lambda i: intervals[i]):
+        start, end = intervals[index]
+        while busy and busy[0][0] <= start:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            row = heapq.heappop(free)
+        else:
+            row, used = used, used + 1
+        rows[index] = row
+        heapq.heappush(busy, (max(end, start), row))
+    return rows

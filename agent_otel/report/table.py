@@ -1,0 +1,218 @@
+"""The report as text tables for a terminal or a pipe.
+
+On a terminal the tables fit its width (the least important columns go
+first) and use colour unless ``NO_COLOR`` is set; piped, they are plain
+text with every column, one recommendation per line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from dataclasses import dataclass
+from typing import Optional, TextIO
+
+from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json
+
+BOLD, DIM, RED, YELLOW, CYAN, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[33m", "\x1b[36m", "\x1b[0m"
+MAX_NAME = 40
+
+
+def terminal_style(stream: TextIO) -> tuple[Optional[int], bool]:
+    """(width, colour) for writing to ``stream``: (None, False) unless it is a terminal."""
+    if not stream.isatty():
+        return None, False
+    colour = not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    return shutil.get_terminal_size((100, 24)).columns, colour
+
+
+@dataclass
+class Column:
+    header: str
+    priority: int  # lower is kept longer when the terminal is narrow
+    left: bool = False
+
+
+def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = False) -> str:
+    """The whole report. ``width`` None means no limit (plain output).
+
+    Drawn from ``report_json``, so the table shows the JSON's numbers.
+    """
+    report = report_json(analysis)
+    paint = _Painter(colour)
+    out: list[str] = []
+    title = "agent-otel report"
+    out.extend(_wrap(title + " " + _summary(report), width, title, paint(BOLD, title)))
+    for warning in report["inputs"]["warnings"]:
+        out.extend(paint(YELLOW, line) for line in _wrap("warning: " + warning, width))
+    out.append("")
+    out.append(paint(BOLD, "Tools, by GPU idle time they blocked (GPU-seconds)"))
+    out.extend(_tools(report["tools"], width, paint))
+    out.append("")
+    out.append(paint(BOLD, "Executors"))
+    out.extend(_executors(report["executors"], width, paint))
+    out.append("")
+    out.append(paint(BOLD, "GPUs"))
+    out.extend(_gpus(report["gpus"], width, paint))
+    out.append("")
+    out.append(paint(BOLD, "Recommendations"))
+    if not report["recommendations"]:
+        out.append("  none: the data shows nothing to change")
+    for recommendation in report["recommendations"]:
+        kind = f"[{recommendation['kind']}]"
+        out.extend(_wrap(f"- {kind} {recommendation['message']}", width, kind, paint(CYAN, kind)))
+        if recommendation["remedy"]:
+            out.extend("    " + line for line in recommendation["remedy"].splitlines())
+    return "\n".join(out) + "\n"
+
+
+def _wrap(text: str, width: Optional[int], plain: str = "", painted: str = "") -> list[str]:
+    """Wrap to the terminal (not when piped), then colour ``plain`` in the first line."""
+    lines = textwrap.wrap(text, width - 1, subsequent_indent="  ", break_on_hyphens=False) if width else [text]
+    if plain:
+        lines[0] = lines[0].replace(plain, painted, 1)
+    return lines
+
+
+def _summary(report: dict) -> str:
+    window, inputs = report["window"], report["inputs"]
+    if not inputs["spans"]:
+        return "(no spans)"
+    source = {
+        GPU_FROM_LOGS: "GPU idle from " + ", ".join(log["path"] for log in inputs["gpu_logs"]),
+        GPU_FROM_TRACES: "GPU idle from gpu.idle spans",
+    }.get(inputs["gpu_source"], "no GPU idle data")
+    return f"{window['start']} to {window['end']} ({_sec(window['seconds'])} s), {inputs['tool_calls']} tool calls, {source}"
+
+
+def _tools(tools: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
+    columns = [
+        Column("TOOL", 0, left=True),
+        Column("BLOCKED", 0),
+        Column("IN QUEUE", 1),
+        Column("IN EXEC", 1),
+        Column("CALLS", 2),
+        Column("ERRORS", 2),
+        Column("P50", 4),
+        Column("P95", 2),
+        Column("P99", 3),
+        Column("QUEUE P95", 3),
+        Column("EXEC P95", 3),
+    ]
+    rows = [
+        [
+            _name(t["tool"], width),
+            _sec(t["gpu_idle_blocked_s"]),
+            _sec(t["gpu_idle_blocked_queue_s"]),
+            _sec(t["gpu_idle_blocked_exec_s"]),
+            str(t["calls"]),
+            paint(RED, str(t["errors"])) if t["errors"] else "0",
+            _sec(t["duration_p50_s"]),
+            _sec(t["duration_p95_s"]),
+            _sec(t["duration_p99_s"]),
+            _sec(t["queue_p95_s"]),
+            _sec(t["exec_p95_s"]),
+        ]
+        for t in tools
+    ]
+    return _table(columns, rows, width, paint)
+
+
+def _executors(executors: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
+    columns = [
+        Column("EXECUTOR", 0, left=True),
+        Column("SUBMITTED", 0),
+        Column("WAIT P95", 0),
+        Column("MAX QUEUED", 1),
+        Column("MAX RUNNING", 2),
+        Column("PEAK IN FLIGHT", 3),
+        Column("MAX WORKERS", 4),
+    ]
+    rows = [
+        [
+            _name(e["executor"], width),
+            str(e["submissions"]),
+            _sec(e["wait_p95_s"]),
+            str(e["max_queue_depth"]),
+            str(e["max_concurrent_exec"]),
+            str(e["peak_in_flight"]),
+            "?" if e["max_workers"] is None else str(e["max_workers"]),
+        ]
+        for e in executors
+    ]
+    return _table(columns, rows, width, paint)
+
+
+def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
+    if not gpus:
+        return ["  no gpu.idle spans in the traces and no --gpu-log: the GPU was never idle, or was not sampled"]
+    columns = [
+        Column("GPU", 0, left=True),
+        Column("BUSY", 0),
+        Column("IDLE", 0),
+        Column("BLOCKED BY TOOLS", 0),
+        Column("UNATTRIBUTED", 0),
+    ]
+    rows = [
+        [g["gpu"], _sec(g["busy_s"]), _sec(g["idle_s"]), _sec(g["idle_blocked_s"]), _sec(g["idle_unattributed_s"])]
+        for g in gpus
+    ]
+    return _table(columns, rows, width, paint)
+
+
+def _table(columns: list[Column], rows: list[list[str]], width: Optional[int], paint: _Painter) -> list[str]:
+    if not rows:
+        return ["  none"]
+    keep = list(range(len(columns)))
+
+    def line_width(indexes: list[int]) -> int:
+        return sum(max(len(columns[i].header), *(paint.visible_len(row[i]) for row in rows)) for i in indexes) + 2 * (
+            len(indexes) - 1
+        )
+
+    while width and line_width(keep) > width - 1 and len(keep) > 1:
+        drop = max(keep[1:], key=lambda i: (columns[i].priority, i))
+        keep.remove(drop)
+    sizes = {i: max(len(columns[i].header), *(paint.visible_len(row[i]) for row in rows)) for i in keep}
+
+    def fmt(cells: list[str]) -> str:
+        parts = []
+        for i in keep:
+            pad = " " * (sizes[i] - paint.visible_len(cells[i]))
+            parts.append(cells[i] + pad if columns[i].left else pad + cells[i])
+        return "  ".join(parts).rstrip()
+
+    header = fmt([c.header for c in columns])
+    return [paint(DIM, header)] + [fmt(row) for row in rows]
+
+
+def _name(name: str, width: Optional[int]) -> str:
+    if width and len(name) > MAX_NAME:
+        return name[: MAX_NAME - 1] + "…"
+    return name
+
+
+def _sec(seconds: float) -> str:
+    if seconds >= 100:
+        return f"{seconds:.0f}"
+    if seconds >= 10:
+        return f"{seconds:.1f}"
+    return f"{seconds:.3f}"
+
+
+class _Painter:
+    """Wraps text in ANSI colour codes, or leaves it alone."""
+
+    def __init__(self, colour: bool):
+        self.colour = colour
+
+    def __call__(self, code: str, text: str) -> str:
+        return f"{code}{text}{RESET}" if self.colour else text
+
+    def visible_len(self, text: str) -> int:
+        if not self.colour:
+            return len(text)
+        for code in (BOLD, DIM, RED, YELLOW, CYAN, RESET):
+            text = text.replace(code, "")
+        return len(text)

@@ -1,0 +1,376 @@
+// The agent-otel report's timeline: GPU tracks and tool lanes on one canvas.
+// Times in the data are milliseconds from the report window's start.
+(function () {
+  "use strict";
+  var scriptStart = performance.now();
+  var D = JSON.parse(document.getElementById("report-data").textContent);
+  var canvas = document.getElementById("timeline");
+  var ctx = canvas.getContext("2d");
+  var wrap = document.getElementById("timeline-wrap");
+  var labels = document.getElementById("lane-labels");
+  var tip = document.getElementById("tip");
+
+  var AXIS_H = 26, GPU_H = 54, ROW_H = 10, LANE_PAD = 5, TRACK_GAP = 2;
+  var PALETTE = ["#1f6feb", "#8250df", "#1a7f37", "#bf3989", "#0969da", "#9a6700", "#cf222e", "#116329", "#953800", "#6e7781"];
+
+  var C = D.calls;
+  var n = C.lane.length;
+  var submit = Float64Array.from(C.submit), start = Float64Array.from(C.start), end = Float64Array.from(C.end);
+  var lane = Int32Array.from(C.lane), row = Int32Array.from(C.row), outcome = Int8Array.from(C.outcome);
+  var S = D.shares;
+  var shareStart = Float64Array.from(S.start), shareEnd = Float64Array.from(S.end), shareCall = Int32Array.from(S.call);
+  var maxShare = 0;
+  for (var i = 0; i < shareStart.length; i++) maxShare = Math.max(maxShare, shareEnd[i] - shareStart[i]);
+
+  var full = Math.max(D.seconds * 1000, 1);
+  var pad = full * 0.01;
+  var v0 = -pad, v1 = full + pad;
+
+  // Layout: the axis, one track per GPU, one lane per tool (in rank order).
+  var tracks = [];
+  var rowBase = [];  // lane -> index of its first row in the per-row arrays
+  var y = AXIS_H, totalRows = 0;
+  D.gpus.forEach(function (g) {
+    tracks.push({ kind: "gpu", gpu: g, y: y, h: GPU_H });
+    y += GPU_H + TRACK_GAP;
+  });
+  D.lanes.forEach(function (l, index) {
+    var maxDur = 0;
+    for (var k = l.first; k < l.first + l.count; k++) maxDur = Math.max(maxDur, end[k] - submit[k]);
+    l.maxDur = maxDur;
+    l.index = index;
+    l.color = PALETTE[index % PALETTE.length];
+    var h = Math.max(l.rows * ROW_H + 2 * LANE_PAD, 34);
+    tracks.push({ kind: "lane", lane: l, y: y, h: h });
+    rowBase.push(totalRows);
+    totalRows += l.rows;
+    y += h + TRACK_GAP;
+  });
+  var contentH = y + 4;
+  var lastPix = new Float64Array(totalRows);  // per row: last pixel column drawn
+  var lastSharePix = new Float64Array(totalRows);
+
+  tracks.forEach(function (t) {
+    var div = document.createElement("div");
+    div.className = "lane-label" + (t.kind === "gpu" ? " gpu" : "");
+    div.style.top = t.y + "px";
+    div.style.height = t.h + "px";
+    if (t.kind === "gpu") {
+      div.dataset.gpu = t.gpu.gpu;
+      div.innerHTML = "GPU " + esc(t.gpu.gpu) + '<span class="sub">utilization %</span>';
+    } else {
+      div.dataset.tool = t.lane.tool;
+      div.title = t.lane.tool;
+      div.innerHTML = esc(t.lane.tool) + '<span class="sub">' + t.lane.count + (t.lane.count === 1 ? " call, " : " calls, ") + t.lane.blocked_s.toFixed(2) + " s blocked</span>";
+    }
+    labels.appendChild(div);
+  });
+  labels.style.height = contentH + "px";
+
+  var W = 0, H = 0, dpr = 1;
+  function resize() {
+    dpr = window.devicePixelRatio || 1;
+    H = contentH;
+    canvas.style.height = H + "px";  // first: a scrollbar may appear and narrow the canvas
+    W = Math.max(canvas.clientWidth, 100);
+    canvas.width = Math.round(W * dpr);
+    canvas.height = Math.round(H * dpr);
+  }
+
+  function lowerBound(arr, lo, hi, value) {  // first index in [lo, hi) with arr[i] >= value
+    while (lo < hi) {
+      var mid = (lo + hi) >>> 1;
+      if (arr[mid] < value) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  }
+
+  function niceStep(span, target) {
+    var raw = span / target, mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    var steps = [1, 2, 5, 10];
+    for (var k = 0; k < steps.length; k++) if (steps[k] * mag >= raw) return steps[k] * mag;
+    return 10 * mag;
+  }
+
+  function fmtTime(ms, step) {
+    var digits = Math.max(0, Math.min(6, -Math.floor(Math.log10(step / 1000))));
+    return (ms / 1000).toFixed(digits) + " s";
+  }
+
+  function draw() {
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, W, H);
+    var scale = W / (v1 - v0);
+    // grid and axis
+    var step = niceStep(v1 - v0, Math.max(2, W / 110));
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.textBaseline = "middle";
+    ctx.fillStyle = "#656d76";
+    ctx.strokeStyle = "#eaeef2";
+    ctx.lineWidth = 1;
+    ctx.beginPath();
+    for (var t = Math.ceil(v0 / step) * step; t <= v1; t += step) {
+      var gx = Math.round((t - v0) * scale) + 0.5;
+      ctx.moveTo(gx, AXIS_H - 6);
+      ctx.lineTo(gx, H);
+      ctx.fillText(fmtTime(t, step), gx + 3, AXIS_H / 2);
+    }
+    ctx.stroke();
+    ctx.strokeStyle = "#d0d7de";
+    ctx.beginPath();
+    ctx.moveTo(0, AXIS_H - 0.5);
+    ctx.lineTo(W, AXIS_H - 0.5);
+    ctx.stroke();
+    for (var k = 0; k < tracks.length; k++) {
+      var tr = tracks[k];
+      if (tr.kind === "gpu") drawGpu(tr, scale); else drawLane(tr, scale, k);
+    }
+    drawShares(scale);
+  }
+
+  function drawGpu(tr, scale) {
+    var g = tr.gpu, top = tr.y + 4, h = tr.h - 8;
+    ctx.fillStyle = "#f6f8fa";
+    ctx.fillRect(0, tr.y, W, tr.h);
+    ctx.fillStyle = "rgba(219, 143, 0, 0.22)";
+    ctx.strokeStyle = "rgba(219, 143, 0, 0.7)";
+    var idle = g.idle;
+    for (var i = 0; i < idle.start.length; i++) {
+      if (idle.end[i] < v0 || idle.start[i] > v1) continue;
+      var x0 = (idle.start[i] - v0) * scale, w = Math.max(1, (idle.end[i] - idle.start[i]) * scale);
+      ctx.fillRect(x0, tr.y, w, tr.h);
+    }
+    if (!g.t.length) {
+      ctx.fillStyle = "#656d76";
+      ctx.fillText("no utilization samples (idle windows from gpu.idle spans)", 6, tr.y + tr.h / 2);
+      return;
+    }
+    // The utilization curve: each sample covers the period ending at its
+    // time. Zoomed out, one step per pixel column (its busiest sample).
+    var first = Math.max(0, lowerBound(g.t, 0, g.t.length, v0) - 1);
+    var last = Math.min(g.t.length - 1, lowerBound(g.t, 0, g.t.length, v1));
+    ctx.beginPath();
+    var prevX = (g.t[first] - v0) * scale;
+    ctx.moveTo(prevX, top + h);
+    var column = Math.floor(prevX), peak = -1;
+    for (var i = first + 1; i <= last; i++) {
+      var x = (g.t[i] - v0) * scale;
+      peak = Math.max(peak, g.u[i]);
+      if (Math.floor(x) === column && i < last) continue;
+      var yy = top + h - peak * h;
+      ctx.lineTo(prevX, yy);
+      ctx.lineTo(x, yy);
+      prevX = x;
+      column = Math.floor(x);
+      peak = -1;
+    }
+    ctx.lineTo(prevX, top + h);
+    ctx.closePath();
+    ctx.fillStyle = "rgba(31, 111, 235, 0.18)";
+    ctx.fill();
+    ctx.strokeStyle = "#1f6feb";
+    ctx.lineWidth = 1.2;
+    ctx.stroke();
+    ctx.lineWidth = 1;
+  }
+
+  function drawLane(tr, scale, index) {
+    var l = tr.lane;
+    if (index % 2) {
+      ctx.fillStyle = "#fbfcfd";
+      ctx.fillRect(0, tr.y, W, tr.h);
+    }
+    var base = rowBase[l.index];
+    for (var r = 0; r < l.rows; r++) lastPix[base + r] = -1;
+    var lo = lowerBound(submit, l.first, l.first + l.count, v0 - l.maxDur);
+    var hi = lowerBound(submit, lo, l.first + l.count, v1);
+    var queueColor = "rgba(158, 197, 254, 0.9)";
+    for (var k = lo; k < hi; k++) {
+      if (end[k] < v0) continue;
+      var r = row[k], yy = tr.y + LANE_PAD + r * ROW_H;
+      var xs = (submit[k] - v0) * scale, xe = (end[k] - v0) * scale;
+      if (xe - xs < 1) {
+        // Thinner than a pixel: one pixel per column and row is enough.
+        var px = Math.floor(xs);
+        if (px === lastPix[base + r]) continue;
+        lastPix[base + r] = px;
+        ctx.fillStyle = l.color;
+        ctx.fillRect(px, yy, 1, ROW_H - 2);
+        continue;
+      }
+      lastPix[base + r] = Math.floor(xe);
+      var xx = (start[k] - v0) * scale;
+      if (xx > xs) {
+        ctx.fillStyle = queueColor;
+        ctx.fillRect(xs, yy, xx - xs, ROW_H - 2);
+      }
+      ctx.fillStyle = l.color;
+      ctx.fillRect(xx, yy, Math.max(xe - xx, 0.5), ROW_H - 2);
+      if (outcome[k] === 1 || outcome[k] === 2) {
+        ctx.strokeStyle = "#d1242f";
+        ctx.strokeRect(xs + 0.5, yy + 0.5, Math.max(xe - xs - 1, 0.5), ROW_H - 3);
+      }
+    }
+  }
+
+  function drawShares(scale) {
+    var laneY = {};
+    tracks.forEach(function (t) { if (t.kind === "lane") laneY[t.lane.index] = t.y; });
+    lastSharePix.fill(-1);
+    ctx.fillStyle = "#d1242f";
+    var lo = lowerBound(shareStart, 0, shareStart.length, v0 - maxShare);
+    var hi = lowerBound(shareStart, lo, shareStart.length, v1);
+    for (var k = lo; k < hi; k++) {
+      if (shareEnd[k] < v0) continue;
+      var c = shareCall[k], slot = rowBase[lane[c]] + row[c];
+      var x0 = (shareStart[k] - v0) * scale, x1 = (shareEnd[k] - v0) * scale;
+      if (x1 <= lastSharePix[slot]) continue;  // this row is already red there
+      lastSharePix[slot] = Math.max(x1, Math.floor(x0) + 1);
+      var yy = laneY[lane[c]] + LANE_PAD + row[c] * ROW_H + ROW_H - 4;
+      ctx.fillRect(x0, yy, Math.max(x1 - x0, 1), 3);
+    }
+  }
+
+  // ---- interaction
+  var pending = false;
+  function redraw() {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(function () { pending = false; draw(); });
+  }
+
+  canvas.addEventListener("wheel", function (e) {
+    e.preventDefault();
+    var rect = canvas.getBoundingClientRect();
+    var at = v0 + (e.clientX - rect.left) * (v1 - v0) / W;
+    var factor = Math.exp(e.deltaY * 0.0015);
+    var span = Math.min(Math.max((v1 - v0) * factor, 0.001), full * 4);
+    var f = (at - v0) / (v1 - v0);
+    v0 = at - f * span;
+    v1 = v0 + span;
+    redraw();
+  }, { passive: false });
+
+  var drag = null;
+  canvas.addEventListener("pointerdown", function (e) {
+    drag = { x: e.clientX, v0: v0, v1: v1 };
+    canvas.setPointerCapture(e.pointerId);
+    canvas.classList.add("dragging");
+  });
+  canvas.addEventListener("pointerup", function (e) {
+    drag = null;
+    canvas.releasePointerCapture(e.pointerId);
+    canvas.classList.remove("dragging");
+  });
+  canvas.addEventListener("pointermove", function (e) {
+    if (drag) {
+      var shift = (e.clientX - drag.x) * (drag.v1 - drag.v0) / W;
+      v0 = drag.v0 - shift;
+      v1 = drag.v1 - shift;
+      tip.hidden = true;
+      redraw();
+      return;
+    }
+    hover(e);
+  });
+  canvas.addEventListener("pointerleave", function () { tip.hidden = true; });
+  canvas.addEventListener("dblclick", function () { v0 = -pad; v1 = full + pad; redraw(); });
+  window.addEventListener("resize", function () { resize(); redraw(); });
+
+  document.querySelectorAll("#tools-table tbody tr[data-tool]").forEach(function (tr) {
+    tr.addEventListener("click", function () {
+      var t = tracks.find(function (x) { return x.kind === "lane" && x.lane.tool === tr.dataset.tool; });
+      if (t) wrap.scrollTo({ top: Math.max(0, t.y - AXIS_H - 40), behavior: "smooth" });
+    });
+  });
+
+  function hover(e) {
+    var rect = canvas.getBoundingClientRect();
+    var x = e.clientX - rect.left, yy = e.clientY - rect.top;
+    var at = v0 + x * (v1 - v0) / W, slack = 3 * (v1 - v0) / W;
+    var tr = tracks.find(function (t) { return yy >= t.y && yy < t.y + t.h; });
+    var html = null;
+    if (tr && tr.kind === "lane") html = callTip(tr, yy, at, slack);
+    else if (tr && tr.kind === "gpu") html = gpuTip(tr.gpu, at);
+    if (!html) { tip.hidden = true; return; }
+    tip.innerHTML = html;
+    tip.hidden = false;
+    var left = Math.min(e.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
+    var top = Math.min(e.clientY + 14, window.innerHeight - tip.offsetHeight - 8);
+    tip.style.left = left + "px";
+    tip.style.top = top + "px";
+  }
+
+  function callTip(tr, yy, at, slack) {
+    var l = tr.lane, r = Math.floor((yy - tr.y - LANE_PAD) / ROW_H);
+    var lo = lowerBound(submit, l.first, l.first + l.count, at - l.maxDur - slack);
+    var best = -1, bestDist = Infinity;
+    for (var k = lo; k < l.first + l.count && submit[k] <= at + slack; k++) {
+      if (row[k] !== r) continue;
+      var dist = at < submit[k] ? submit[k] - at : at > end[k] ? at - end[k] : 0;
+      if (dist <= slack && dist < bestDist) { best = k; bestDist = dist; }
+    }
+    if (best < 0) return null;
+    var k = best, id = C.id[k];
+    return "<b>" + esc(l.tool) + "</b><table>" +
+      rowHtml("call id", id === null ? "-" : esc(id)) +
+      rowHtml("outcome", D.outcomes[outcome[k]]) +
+      rowHtml("requested", "+" + (submit[k] / 1000).toFixed(3) + " s") +
+      rowHtml("queue", ms(start[k] - submit[k])) +
+      rowHtml("exec", ms(end[k] - start[k])) +
+      rowHtml("blamed GPU idle", C.blocked[k].toFixed(3) + " s") +
+      rowHtml("trace id", D.traces[C.trace[k]]) + "</table>";
+  }
+
+  function gpuTip(g, at) {
+    var out = "<b>GPU " + esc(g.gpu) + "</b><table>";
+    if (g.t.length) {
+      var i = Math.min(lowerBound(g.t, 0, g.t.length, at), g.t.length - 1);
+      out += rowHtml("utilization", (g.u[i] * 100).toFixed(0) + " %");
+    }
+    var idle = g.idle;
+    for (var k = 0; k < idle.start.length; k++) {
+      if (idle.start[k] <= at && at <= idle.end[k]) {
+        out += rowHtml("idle window", ms(idle.end[k] - idle.start[k])) +
+          rowHtml("blocked by", idle.blocked_by[k] === null ? "no tool" : esc(idle.blocked_by[k])) +
+          rowHtml("unattributed", idle.unattributed[k].toFixed(3) + " s");
+        break;
+      }
+    }
+    return out + "</table>";
+  }
+
+  function rowHtml(name, value) { return "<tr><td>" + name + "</td><td>" + value + "</td></tr>"; }
+  function ms(value) { return value >= 1000 ? (value / 1000).toFixed(3) + " s" : value.toFixed(1) + " ms"; }
+  function esc(text) {
+    return String(text).replace(/[&<>"']/g, function (c) {
+      return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c];
+    });
+  }
+
+  // ---- first render, and the measurements the docs quote
+  function flush() { ctx.getImageData(0, 0, 1, 1); }  // forces the canvas to rasterize
+  resize();
+  draw();
+  flush();
+  var root = document.documentElement;
+  root.dataset.firstRenderMs = performance.now().toFixed(1);
+  root.dataset.scriptMs = (performance.now() - scriptStart).toFixed(1);
+  root.dataset.calls = String(n);
+  if (location.hash === "#bench") {
+    var times = [];
+    for (var f = 0; f < 30; f++) {
+      var span = full / Math.pow(2, f % 10), center = full * ((f * 0.37) % 1);
+      v0 = center - span / 2;
+      v1 = center + span / 2;
+      var t0 = performance.now();
+      draw();
+      flush();
+      times.push(performance.now() - t0);
+    }
+    v0 = -pad; v1 = full + pad;
+    draw();
+    root.dataset.frameMsAvg = (times.reduce(function (a, b) { return a + b; }, 0) / times.length).toFixed(2);
+    root.dataset.frameMsMax = Math.max.apply(null, times).toFixed(2);
+  }
+})();

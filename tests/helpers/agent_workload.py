@@ -1,0 +1,86 @@
+"""A small instrumented agent for the end-to-end Prometheus test.
+
+    python tests/helpers/agent_workload.py --port 9464 --seconds 60
+
+It serves the toolkit's /metrics on 127.0.0.1:PORT and, until stopped (or
+``--seconds`` pass), runs rounds of tool calls through a two-worker pool:
+two fast searches (well within the 0.8 s SLO), then two slow page fetches
+(over it) that fill both workers while a flaky tool, which raises, waits
+in the queue behind them. Each round starts with a "model step" that keeps
+the simulated GPU busy; the GPU then idles while the tools run or queue
+(blamed on them) and during a pause with nothing in flight
+(unattributed), until the next model step closes the idle window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+
+import agent_otel
+
+SLOW_FETCH_S = 0.9
+SEARCH_S = 0.05
+MODEL_STEP_S = 0.4
+PAUSE_S = 0.6
+
+
+@agent_otel.tool
+def fetch_page(url: str) -> str:
+    time.sleep(SLOW_FETCH_S)
+    return f"<html>{url}</html>"
+
+
+@agent_otel.tool
+def search(query: str) -> list[str]:
+    time.sleep(SEARCH_S)
+    return [query]
+
+
+@agent_otel.tool
+def flaky_lookup(key: str) -> str:
+    time.sleep(0.02)
+    raise ConnectionError(f"upstream refused {key}")
+
+
+def run_round(pool: ThreadPoolExecutor) -> None:
+    futures = [
+        *(pool.submit(search, f"query {i}") for i in range(2)),
+        pool.submit(fetch_page, "https://example.invalid/a"),
+        pool.submit(fetch_page, "https://example.invalid/b"),
+        pool.submit(flaky_lookup, "k"),
+    ]
+    wait(futures)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--seconds", type=float, default=60.0, help="stop after this long at the latest")
+    args = parser.parse_args()
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    handle = agent_otel.instrument(service_name="e2e-agent", prometheus_port=args.port, gpu="simulated",
+                                   traces_exporters="none", frameworks=())
+    if handle.prometheus_url is None:
+        print(f"agent_workload: /metrics is not served on port {args.port}", file=sys.stderr)
+        return 1
+    print(handle.prometheus_url, flush=True)
+    # The simulated GPU source, driven by the fake model steps.
+    gpu = handle.gpu_timeline.source if handle.gpu_timeline is not None else None
+    deadline = time.monotonic() + args.seconds
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tools") as pool:
+        while not stop and time.monotonic() < deadline:
+            if gpu is not None:
+                gpu.run_kernel(MODEL_STEP_S)
+            run_round(pool)
+            time.sleep(PAUSE_S)
+    agent_otel.uninstrument()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Recorded agent runs for the report's tests.
+
+``RecordedRun`` writes tool spans exactly as the toolkit names them
+(docs/telemetry.md), at chosen times, through the real SDK and the real
+OTLP/JSON file exporter, so a test states a run's timeline in seconds and
+the report reads it back from disk. ``write_gpu_csv`` writes the
+``nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv``
+log a user would record next to it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import Status, StatusCode
+
+from agent_otel.exporters.otlp_json import OtlpJsonFileExporter
+
+# 2026-03-02T09:00:00Z: every test run starts here.
+T0 = datetime(2026, 3, 2, 9, 0, 0, tzinfo=timezone.utc)
+T0_NS = int(T0.timestamp()) * 1_000_000_000
+
+
+def ns(seconds: float) -> int:
+    """Seconds after T0 as epoch nanoseconds."""
+    return T0_NS + round(seconds * 1e9)
+
+
+class RecordedRun:
+    def __init__(self, path):
+        self.path = path
+        self.exporter = OtlpJsonFileExporter(str(path))
+        self.provider = TracerProvider(resource=Resource.create({"service.name": "test-agent"}))
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.tracer = self.provider.get_tracer("agent_otel")
+
+    def agent_run(self, start: float, end: float) -> None:
+        """The agent's own span around its work (sets the report's window)."""
+        span = self.tracer.start_span("invoke_agent research", start_time=ns(start))
+        span.end(end_time=ns(end))
+
+    def tool_call(
+        self,
+        tool: str,
+        submit: float,
+        start: float,
+        end: float,
+        *,
+        executor: str = "io",
+        outcome: str = "ok",
+        call_id: str | None = None,
+        thread: str | None = None,
+        timeout: float | None = None,
+        exec_event: bool = True,
+    ) -> trace.Span:
+        """One tool call requested at ``submit``, executing from ``start``
+        to ``end`` (seconds after T0)."""
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.type": "function",
+            "agent.tool.executor": executor,
+            "agent.tool.queue.duration": start - submit,
+            "agent.tool.exec.duration": end - start,
+            "agent.tool.outcome": outcome,
+        }
+        if call_id is not None:
+            attributes["gen_ai.tool.call.id"] = call_id
+        if thread is not None:
+            attributes["thread.name"] = thread
+        if timeout is not None:
+            attributes["agent.tool.timeout"] = timeout
+        span = self.tracer.start_span(f"execute_tool {tool}", attributes=attributes, start_time=ns(submit))
+        if exec_event:
+            span.add_event("exec.start", timestamp=ns(start))
+        if outcome != "ok":
+            span.set_attribute("error.type", "TimeoutError" if outcome == "timeout" else "ValueError")
+            span.set_status(Status(StatusCode.ERROR))
+        span.end(end_time=ns(end))
+        return span
+
+    def idle_window(self, gpu: int, start: float, end: float, utilization: float = 0.02) -> None:
+        """A window-level gpu.idle span, as the live path exports it."""
+        span = self.tracer.start_span(
+            "gpu.idle",
+            attributes={
+                "gpu.index": gpu,
+                "gpu.uuid": f"GPU-0000000{gpu}",
+                "gpu.idle.duration": end - start,
+                "gpu.utilization.avg": utilization,
+            },
+            start_time=ns(start),
+        )
+        span.end(end_time=ns(end))
+
+    def blamed_child(self, parent: trace.Span, gpu: int, start: float, end: float, blocked: float, phase: str) -> None:
+        """The per-tool gpu.idle child span the live path writes under a tool span."""
+        context = trace.set_span_in_context(parent)
+        span = self.tracer.start_span(
+            "gpu.idle",
+            context=context,
+            attributes={"gpu.index": gpu, "gpu.idle.blocked_duration": blocked, "agent.tool.phase": phase},
+            start_time=ns(start),
+        )
+        span.end(end_time=ns(end))
+
+    def close(self) -> None:
+        self.provider.shutdown()
+
+
+def write_gpu_csv(path, samples) -> None:
+    """``samples``: (seconds after T0, gpu index, utilization percent), times in UTC."""
+    lines = ["timestamp, index, utilization.gpu [%]"]
+    for seconds, gpu, percent in samples:
+        moment = T0 + timedelta(seconds=seconds)
+        lines.append(f"{moment:%Y/%m/%d %H:%M:%S.%f}"[:-3] + f", {gpu}, {percent} %")
+    path.write_text("\n".join(lines) + "\n")

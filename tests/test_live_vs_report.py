@@ -1,0 +1,53 @@
+"""The live path and the offline report attribute the same idle time the same way."""
+
+import concurrent.futures as cf
+import time
+
+import pytest
+
+import agent_otel
+from agent_otel.report.analysis import analyse
+
+
+def test_live_metrics_equal_the_report_over_the_same_traces(tmp_path, spans):
+    traces = tmp_path / "traces.jsonl"
+    handle = agent_otel.instrument(traces_file=str(traces), traces_exporters="none", frameworks=(),
+                                   gpu="simulated", gpu_poll_interval=0.05, gpu_min_idle=0.2)
+    gpu = handle.gpu_timeline.source
+
+    @agent_otel.tool
+    def search(q):
+        time.sleep(0.4)
+        return q
+
+    @agent_otel.tool
+    def sql(q):
+        time.sleep(0.25)
+        return q
+
+    with cf.ThreadPoolExecutor(1, thread_name_prefix="tools") as pool:
+        for turn in range(3):
+            gpu.run_kernel(0.15)
+            futures = [pool.submit(search, turn), pool.submit(sql, turn)]
+            [f.result() for f in futures]
+            gpu.run_kernel(0.15)
+            sql(turn)  # a direct call too
+    handle.shutdown()
+
+    live = {}
+    for metric in handle.metrics.registry.collect():
+        if metric.name == "agent_gpu_idle_blocked_seconds":
+            for sample in metric.samples:
+                if sample.name.endswith("_total"):
+                    live[(sample.labels["tool"], sample.labels["phase"])] = sample.value
+    assert live[("sql", "queue")] > 0.2  # sql waits behind search: both phases are exercised
+    assert live[("search", "exec")] > 0.3
+
+    analysis = analyse([str(traces)], idle_threshold=0.10, min_idle_s=0.2)
+    offline = {}
+    for tool in analysis.tools:
+        offline[(tool.tool, "queue")] = tool.blocked_queue_s
+        offline[(tool.tool, "exec")] = tool.blocked_exec_s
+    for key, seconds in live.items():
+        assert offline[key] == pytest.approx(seconds, abs=1e-6), key
+    assert sum(offline.values()) == pytest.approx(sum(live.values()), abs=1e-6)

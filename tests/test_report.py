@@ -1,0 +1,298 @@
+"""``agent-otel report``: a recorded agent run in, the report a user reads out."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agent_otel.cli import main
+from agent_otel.report import progress as progress_module
+from agent_otel.report.analysis import analyse, report_json
+from agent_otel.report.progress import Progress
+from agent_otel.report.stats import assign_rows, max_overlap, percentile
+from agent_otel.report.table import render, terminal_style
+from helpers.traces import RecordedRun, write_gpu_csv
+
+CONTRACT_KEYS = {
+    "window": {"start", "end", "seconds"},
+    "tools": {
+        "tool", "calls", "errors",
+        "duration_p50_s", "duration_p95_s", "duration_p99_s",
+        "exec_p50_s", "exec_p95_s", "exec_p99_s",
+        "queue_p50_s", "queue_p95_s", "queue_p99_s",
+        "gpu_idle_blocked_s", "gpu_idle_blocked_queue_s", "gpu_idle_blocked_exec_s",
+    },
+    "executors": {"executor", "submissions", "wait_p95_s", "max_queue_depth", "max_workers"},
+    "gpus": {"gpu", "busy_s", "idle_s", "idle_blocked_s", "idle_unattributed_s"},
+    "recommendations": {"kind", "subject", "message", "evidence"},
+}
+# Keys the report adds (docs/report.md); the contract allows additions only.
+ADDED_KEYS = {
+    "tools": {"gpu_idle_blocked_live_s", "executors", "timeout_s"},
+    "executors": {"max_concurrent_exec", "peak_in_flight", "tools"},
+    "gpus": {"uuid"},
+}
+
+
+def report_of(capsys, *argv) -> dict:
+    assert main(["report", *map(str, argv), "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def stalled_run(tmp_path):
+    """An agent run of 9 s with one GPU idle from 2 s to 5 s.
+
+    embed (direct) executes 1-4 s; search (pool io) is queued 3-3.5 s and
+    executes 3.5-4.5 s. So the idle window is blamed: 2-3 s embed alone
+    (1 s), 3-4 s split between both (0.5 s each, search's half queued then
+    executing), 4-4.5 s search alone, 4.5-5 s nobody.
+    """
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    run.agent_run(0.0, 9.0)
+    run.tool_call("embed", 1.0, 1.0, 4.0, executor="direct", call_id="call_embed")
+    run.tool_call("search", 3.0, 3.5, 4.5, call_id="call_search")
+    for number in range(4):  # quick, after the stall
+        start = 5.5 + number * 0.8
+        run.tool_call("search", start, start, start + 0.1, call_id=f"call_late_{number}")
+    run.close()
+    busy_but_stalled = [(k / 10, 0, 3 if 20 < k <= 50 else 85) for k in range(100)]
+    write_gpu_csv(tmp_path / "gpu.csv", busy_but_stalled)
+    return tmp_path
+
+
+def test_idle_time_is_blamed_on_the_calls_in_flight_queue_and_exec_apart(stalled_run, capsys):
+    report = report_of(capsys, stalled_run / "traces.jsonl", "--gpu-log", stalled_run / "gpu.csv", "--tz", "UTC")
+
+    assert report["window"] == {"start": "2026-03-02T09:00:00.000000Z", "end": "2026-03-02T09:00:09.000000Z", "seconds": 9.0}
+    tools = {t["tool"]: t for t in report["tools"]}
+    assert [t["tool"] for t in report["tools"]] == ["embed", "search"]
+    assert tools["embed"]["gpu_idle_blocked_s"] == pytest.approx(1.5)
+    assert tools["embed"]["gpu_idle_blocked_exec_s"] == pytest.approx(1.5)
+    assert tools["embed"]["gpu_idle_blocked_queue_s"] == 0.0
+    assert tools["search"]["gpu_idle_blocked_queue_s"] == pytest.approx(0.25)
+    assert tools["search"]["gpu_idle_blocked_exec_s"] == pytest.approx(0.75)
+    assert tools["search"]["gpu_idle_blocked_s"] == pytest.approx(1.0)
+    assert report["gpus"] == [
+        {"gpu": "0", "busy_s": pytest.approx(6.0), "idle_s": pytest.approx(3.0), "idle_blocked_s": pytest.approx(2.5),
+         "idle_unattributed_s": pytest.approx(0.5), "uuid": None}
+    ]
+    assert report["inputs"]["gpu_source"] == "gpu-log"
+    assert report["inputs"]["gpu_logs"][0]["overlaps_traces"] is True
+    assert report["inputs"]["warnings"] == []
+
+
+def test_json_keys_are_the_contracts(stalled_run, capsys):
+    report = report_of(capsys, stalled_run / "traces.jsonl", "--gpu-log", stalled_run / "gpu.csv", "--tz", "UTC")
+    assert set(report) == set(CONTRACT_KEYS) | {"inputs"}
+    assert set(report["window"]) == CONTRACT_KEYS["window"]
+    for section in ("tools", "executors", "gpus"):
+        assert report[section], section
+        for row in report[section]:
+            assert set(row) == CONTRACT_KEYS[section] | ADDED_KEYS[section], section
+    for tool in report["tools"]:
+        assert isinstance(tool["calls"], int) and isinstance(tool["errors"], int)
+        assert all(isinstance(tool[key], float) for key in CONTRACT_KEYS["tools"] if key.endswith("_s"))
+    for executor in report["executors"]:
+        assert isinstance(executor["max_queue_depth"], int)
+        assert executor["max_workers"] is None  # not known from traces
+
+
+def test_calls_errors_and_percentiles_per_tool(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    # ten lookups, the k-th queued k*10 ms and executing k*100 ms (k = 1..10)
+    for k in range(1, 11):
+        submit = k * 2.0
+        outcome = {3: "error", 7: "timeout", 9: "cancelled"}.get(k, "ok")
+        run.tool_call("lookup", submit, submit + k * 0.01, submit + k * 0.01 + k * 0.1, outcome=outcome)
+    run.close()
+
+    (lookup,) = report_of(capsys, tmp_path / "traces.jsonl")["tools"]
+    assert lookup["calls"] == 10
+    assert lookup["errors"] == 2  # error and timeout; a cancelled call is not the tool's failure
+    # linear interpolation between closest ranks: h = (n - 1) p
+    assert lookup["exec_p50_s"] == pytest.approx(0.55)
+    assert lookup["exec_p95_s"] == pytest.approx(0.955)
+    assert lookup["exec_p99_s"] == pytest.approx(0.991)
+    assert lookup["queue_p50_s"] == pytest.approx(0.055)
+    assert lookup["queue_p99_s"] == pytest.approx(0.0991)
+    assert lookup["duration_p50_s"] == pytest.approx(0.605)
+    assert lookup["duration_p95_s"] == pytest.approx(1.0505)
+    assert lookup["gpu_idle_blocked_s"] == 0.0
+
+
+def test_exec_start_comes_from_the_event_or_else_the_queue_duration(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    run.tool_call("with_event", 0.0, 0.4, 1.0)
+    run.tool_call("without_event", 0.0, 0.3, 1.0, exec_event=False)
+    run.close()
+    tools = {t["tool"]: t for t in report_of(capsys, tmp_path / "traces.jsonl")["tools"]}
+    assert tools["with_event"]["queue_p50_s"] == pytest.approx(0.4)
+    assert tools["with_event"]["exec_p50_s"] == pytest.approx(0.6)
+    assert tools["without_event"]["queue_p50_s"] == pytest.approx(0.3)
+    assert tools["without_event"]["exec_p50_s"] == pytest.approx(0.7)
+
+
+def test_executor_queue_depth_is_rebuilt_from_the_queue_intervals(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    # queued [0, 1), [0.6, 1.5), [0.8, 1.0) -> three at once; [1.5, 2) starts
+    # as [0.6, 1.5) leaves, so it never makes a fourth
+    for submit, start in [(0.0, 1.0), (0.6, 1.5), (0.8, 1.0), (1.5, 2.0)]:
+        run.tool_call("fetch", submit, start, start + 0.2, executor="io")
+    run.tool_call("fetch", 0.0, 0.0, 3.0, executor="direct")
+    run.close()
+    executors = {e["executor"]: e for e in report_of(capsys, tmp_path / "traces.jsonl")["executors"]}
+    assert executors["io"]["submissions"] == 4
+    assert executors["io"]["max_queue_depth"] == 3
+    assert executors["io"]["wait_p95_s"] == pytest.approx(0.985)  # waits 0.2, 0.5, 0.9, 1.0
+    assert executors["io"]["max_concurrent_exec"] == 2  # [1.0, 1.2) twice
+    assert executors["direct"]["max_queue_depth"] == 0
+
+
+def test_gpu_idle_from_the_traces_own_gpu_idle_spans(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    run.agent_run(0.0, 10.0)
+    embed = run.tool_call("embed", 1.0, 1.0, 4.0, executor="direct")
+    run.idle_window(0, 2.0, 6.0)
+    run.idle_window(1, 3.0, 4.0)
+    # what the live path blamed: the report recomputes, and shows both
+    run.blamed_child(embed, 0, 2.0, 4.0, 2.0, "exec")
+    run.blamed_child(embed, 1, 3.0, 4.0, 1.0, "exec")
+    run.close()
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+    assert report["inputs"]["gpu_source"] == "traces"
+    (embed_row,) = report["tools"]
+    assert embed_row["gpu_idle_blocked_s"] == pytest.approx(3.0)  # 2 s on GPU 0 + 1 s on GPU 1
+    assert embed_row["gpu_idle_blocked_live_s"] == pytest.approx(3.0)
+    gpus = {g["gpu"]: g for g in report["gpus"]}
+    assert gpus["0"]["idle_s"] == pytest.approx(4.0)
+    assert gpus["0"]["idle_unattributed_s"] == pytest.approx(2.0)
+    assert gpus["0"]["busy_s"] == pytest.approx(6.0)  # the window minus idle
+    assert gpus["0"]["uuid"] == "GPU-00000000"
+    assert gpus["1"]["idle_blocked_s"] == pytest.approx(1.0)
+
+
+def test_a_gpu_log_that_misses_the_traces_says_so(stalled_run, capsys):
+    other_day = [(86400 * 3 + k / 10, 0, 2) for k in range(50)]
+    write_gpu_csv(stalled_run / "old.csv", other_day)
+    args = ["report", str(stalled_run / "traces.jsonl"), "--gpu-log", str(stalled_run / "old.csv"), "--tz", "UTC"]
+
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    warning = next(line for line in table.splitlines() if line.startswith("warning:"))
+    assert "old.csv (2026-03-05T09:00:00.000000Z to 2026-03-05T09:00:04.900000Z) does not overlap the traces" in warning
+    assert "--tz" in warning
+
+    report = report_of(capsys, *args[1:])
+    assert report["inputs"]["gpu_logs"][0]["overlaps_traces"] is False
+    assert any("does not overlap" in w for w in report["inputs"]["warnings"])
+    assert all(t["gpu_idle_blocked_s"] == 0.0 for t in report["tools"])
+
+
+def test_spans_in_two_overlapping_files_count_once(stalled_run, capsys):
+    traces = stalled_run / "traces.jsonl"
+    lines = traces.read_text().splitlines()
+    (stalled_run / "part.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    report = report_of(capsys, traces, stalled_run / "part.jsonl")
+    assert sum(t["calls"] for t in report["tools"]) == 6
+    assert report["inputs"]["spans"] == 7
+    assert report["inputs"]["duplicate_spans"] == 3
+
+
+def test_the_table_ranks_tools_and_fits_the_terminal(stalled_run):
+    analysis = analyse([str(stalled_run / "traces.jsonl")], [str(stalled_run / "gpu.csv")], tz="UTC",
+                       idle_threshold=0.1, min_idle_s=0.5)
+    plain = render(analysis)
+    assert "\x1b[" not in plain
+    rows = plain.split("Tools, by GPU idle time")[1].splitlines()
+    assert rows[2].split()[:4] == ["embed", "1.500", "0.000", "1.500"]
+    assert rows[3].split()[:4] == ["search", "1.000", "0.250", "0.750"]
+    assert "EXEC P95" in plain
+
+    narrow = render(analysis, width=60, colour=True)
+    assert "\x1b[1m" in narrow
+    visible = [line.replace("\x1b[0m", "") for line in narrow.splitlines()]
+    for code in ("\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[33m", "\x1b[36m"):
+        visible = [line.replace(code, "") for line in visible]
+    assert max(len(line) for line in visible) < 60
+    assert "EXEC P95" not in narrow and "BLOCKED" in narrow
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "77")
+    assert terminal_style(Terminal()) == (77, True)
+    assert terminal_style(io.StringIO()) == (None, False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert terminal_style(Terminal()) == (77, False)
+
+
+def test_malformed_traces_exit_2_with_one_line(tmp_path, capsys):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text('{"resourceSpans": []}\n{"resourceSpans": [}\n')
+    assert main(["report", str(traces)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"agent-otel report: error: {traces}:2: not JSON (Expecting value)\n"
+
+
+def test_malformed_traces_from_the_command_line_print_no_traceback(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text('{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"xyz","spanId":"eee19b7ec3c1b174",'
+                      '"startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]}\n')
+    result = subprocess.run([sys.executable, "-m", "agent_otel.cli", "report", str(traces)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"agent-otel report: error: {traces}:1: traceId is not 32 hex digits: 'xyz'"]
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_options_are_one_line_errors(stalled_run, capsys):
+    assert main(["report", str(stalled_run / "traces.jsonl"), "--idle-threshold", "1.5"]) == 2
+    assert "invalid value 1.5 for --idle-threshold" in capsys.readouterr().err
+    assert main(["report", str(stalled_run / "traces.jsonl"), "--html", str(stalled_run / "no" / "r.html")]) == 2
+    assert "for --html" in capsys.readouterr().err
+
+
+def test_progress_shows_on_a_terminal_and_stays_quiet_in_a_pipe(stalled_run, monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(progress_module, "SHOW_AFTER_S", 0.0)
+    monkeypatch.setattr(progress_module, "REDRAW_EVERY_S", 0.0)
+    traces = str(stalled_run / "traces.jsonl")
+    size = (stalled_run / "traces.jsonl").stat().st_size
+    for stream, shown in ((Terminal(), True), (io.StringIO(), False)):
+        progress = Progress([traces], stream=stream)
+        analyse([traces], idle_threshold=0.1, min_idle_s=0.5, progress=progress)
+        assert progress.done == size
+        assert (f"reading traces: {size / 1e6:.1f} MB of {size / 1e6:.1f} MB (100%)" in stream.getvalue()) is shown
+        progress.finish()
+        assert stream.getvalue().endswith("\r\x1b[K") is shown
+
+
+def test_statistics_helpers():
+    assert percentile([1.0], 99) == 1.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([], 50) == 0.0
+    assert max_overlap([(0, 10), (10, 20), (5, 6), (7, 7)]) == 2
+    rows = assign_rows([(0, 10), (2, 4), (4, 8), (10, 12), (3, 5)])
+    assert rows == [0, 1, 1, 0, 2]
+
+
+def test_report_json_of_an_empty_file(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    report = report_json(analyse([str(tmp_path / "empty.jsonl")], idle_threshold=0.1, min_idle_s=0.5))
+    assert report["window"] == {"start": None, "end": None, "seconds": 0.0}
+    assert report["tools"] == [] and report["gpus"] == [] and report["recommendations"] == []
+    assert report["inputs"]["warnings"] == [f"no spans found in {tmp_path / 'empty.jsonl'}"]
