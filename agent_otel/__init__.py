@@ -16,6 +16,7 @@ and the Prometheus metrics of docs/telemetry.md move.
 from agent_otel.errors import AgentOtelError, ConfigError, InputError
 from agent_otel.instrument import Instrumentation, instrument, uninstrument
 from agent_otel.tools import tool, tool_span
+from agent_otel.remedies import PoolFullError, ResultCache, batch, pool, pools
 
 __version__ = "0.1.0"
 
@@ -24,7 +25,12 @@ __all__ = [
     "ConfigError",
     "InputError",
     "Instrumentation",
+    "PoolFullError",
+    "ResultCache",
+    "batch",
     "instrument",
+    "pool",
+    "pools",
     "tool",
     "tool_span",
     "uninstrument",

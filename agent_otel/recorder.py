@@ -58,7 +58,11 @@ worker_local = _WorkerLocal()
 
 
 class ActiveCall:
-    """A call in progress: the record, its span and the context token."""
+    """A call in progress: the record, its span and the context token.
+
+    ``call`` is None for a nested begin of the tool whose span is already
+    current (see ``Recorder.begin``): that call is already being recorded.
+    """
 
     __slots__ = ("call", "span", "token")
 
@@ -66,6 +70,15 @@ class ActiveCall:
         self.call = call
         self.span = span
         self.token = token
+
+
+# The tracer name instrument() uses: it tells our tool spans from another
+# library's span of the same name.
+SCOPE_NAME = "agent_otel"
+
+
+def _scope_name(span) -> Optional[str]:
+    return getattr(getattr(span, "instrumentation_scope", None), "name", None)
 
 
 def outcome_of(exc: BaseException) -> str:
@@ -99,8 +112,23 @@ class Recorder:
         # popleft are atomic, so the hot path takes no lock.
         self.finished: deque[ToolCall] = deque()
 
+    def running(self, meta: ToolMeta):
+        """The current span when it is this tool's own span, else None.
+
+        A tool decorated with ``@tool`` and also run by a hooked framework
+        begins twice, once per layer; the inner begin finds the outer span
+        current and records nothing, so the call has one span.
+        """
+        span = trace_api.get_current_span()
+        if getattr(span, "name", None) == meta.span_name and _scope_name(span) == SCOPE_NAME:
+            return span
+        return None
+
     def begin(self, meta: ToolMeta, call_id: Optional[str] = None, attach: bool = True) -> ActiveCall:
         now = _perf_counter_ns() + OFFSET_NS
+        current = trace_api.get_current_span()  # self.running(meta), inlined: the hot path
+        if getattr(current, "name", None) == meta.span_name and _scope_name(current) == SCOPE_NAME:
+            return ActiveCall(None, current, None)
         call = worker_local.pending
         if call is not None and call.tool == meta.name:
             # This call was submitted to an executor: its span starts at
@@ -122,9 +150,45 @@ class Recorder:
         token = context_api.attach(trace_api.set_span_in_context(span)) if attach else None
         return ActiveCall(call, span, token)
 
+    def request(self, meta: ToolMeta, call_id: Optional[str] = None) -> ActiveCall:
+        """Begin a call that a framework is about to hand to a thread pool.
+
+        The span starts now and is current in this context, so the context
+        copy the framework makes for the worker carries it; the call stays in
+        its queue phase until ``started``. Used where the framework hides the
+        submitted callable from the executor hook (a closure of its own).
+        """
+        outer = self.running(meta)
+        if outer is not None:
+            return ActiveCall(None, outer, None)
+        now = _perf_counter_ns() + OFFSET_NS
+        call = ToolCall(meta.name, "direct", now, 0)
+        self.inflight[id(call)] = call
+        attributes = meta.start_attributes
+        if call_id is not None:
+            call.call_id = call_id
+            attributes = {**attributes, "gen_ai.tool.call.id": call_id}
+        span = self.tracer.start_span(meta.span_name, attributes=attributes, start_time=now)
+        span_context = span.get_span_context()
+        call.trace_id = span_context.trace_id
+        call.span_id = span_context.span_id
+        token = context_api.attach(trace_api.set_span_in_context(span))
+        return ActiveCall(call, span, token)
+
+    def started(self, active: ActiveCall, executor: str, at_ns: Optional[int] = None) -> None:
+        """A requested call began executing (on a worker thread, or at ``at_ns``)."""
+        call = active.call
+        if call is None or call.start_ns:
+            return
+        call.executor = executor
+        call.start_ns = at_ns if at_ns is not None else _perf_counter_ns() + OFFSET_NS
+        active.span.add_event("exec.start", timestamp=call.start_ns)
+
     def end(self, active: ActiveCall, exc: Optional[BaseException] = None) -> None:
         now = _perf_counter_ns() + OFFSET_NS
         call = active.call
+        if call is None:
+            return
         span = active.span
         call.end_ns = now
         if exc is not None:

@@ -52,23 +52,37 @@ def _is_coroutine(fn: Callable) -> bool:
 def tool(fn: F) -> F: ...
 @overload
 def tool(*, name: Optional[str] = None, description: Optional[str] = None,
-         tool_type: str = "function") -> Callable[[F], F]: ...
+         tool_type: str = "function", pool: Optional[str] = None, timeout: Optional[float] = None,
+         retries: int = 0, retry_interval: float = 0.1, fallback: Optional[Callable] = None,
+         cache: Any = None) -> Callable[[F], F]: ...
 
 
-def tool(fn=None, *, name=None, description=None, tool_type="function"):
+def tool(fn=None, *, name=None, description=None, tool_type="function",
+         pool=None, timeout=None, retries=0, retry_interval=0.1, fallback=None, cache=None):
     """Trace every call of ``fn`` as an ``execute_tool {name}`` span.
 
     Works on functions, coroutine functions, generators, async generators,
     methods, callable objects and ``functools.partial``. The name defaults to
     the function's ``__name__`` and the description to the first line of its
     docstring.
+
+    ``pool``, ``timeout``, ``retries``, ``retry_interval``, ``fallback`` and
+    ``cache`` add the remedies of ``agent_otel.remedies`` (docs/remedies.md);
+    without them the wrapper is the plain one below.
     """
+    options = dict(name=name, description=description, tool_type=tool_type, pool=pool, timeout=timeout,
+                   retries=retries, retry_interval=retry_interval, fallback=fallback, cache=cache)
     if fn is None:
-        return lambda f: tool(f, name=name, description=description, tool_type=tool_type)
+        return lambda f: tool(f, **options)
     if isinstance(fn, (staticmethod, classmethod)):
-        return type(fn)(tool(fn.__func__, name=name, description=description, tool_type=tool_type))
+        return type(fn)(tool(fn.__func__, **options))
     meta = ToolMeta(name or _name_of(fn), description or _first_doc_line(fn), tool_type)
-    if _is_async_gen(fn):
+    if pool is not None or timeout is not None or retries or fallback is not None or cache:
+        from agent_otel.remedies.policy import wrap  # imported here: remedies import this module
+
+        wrapper = wrap(fn, meta, pool=pool, timeout=timeout, retries=retries, retry_interval=retry_interval,
+                       fallback=fallback, cache=cache)
+    elif _is_async_gen(fn):
         wrapper = _wrap_async_generator(fn, meta)
     elif _is_gen(fn):
         wrapper = _wrap_generator(fn, meta)

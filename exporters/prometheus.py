@@ -49,8 +49,15 @@ class ToolNames:
 class _LiveGauges:
     """Collector for the gauges read at scrape time."""
 
+    NAMES = ("agent_tool_inflight", "agent_executor_queue_depth", "agent_executor_active_workers",
+             "agent_executor_max_workers")
+
     def __init__(self, metrics: "Metrics"):
         self._metrics = metrics
+
+    def describe(self):
+        # Names only, so registering does not run collect() before setup ends.
+        return [GaugeMetricFamily(name, "") for name in self.NAMES]
 
     def collect(self):
         metrics = self._metrics
@@ -96,6 +103,9 @@ class Metrics:
         self.tool_label = ToolNames(tool_name_limit)
         buckets = buckets_with(slo_threshold)
         r = self.registry
+        # Registered first: its collect() brings the counters up to date
+        # (before_collect) before the registry reads the others.
+        r.register(_LiveGauges(self))
         self.calls = Counter("agent_tool_calls", "Tool calls by outcome.", ["tool", "outcome"], registry=r)
         self.duration = Histogram("agent_tool_duration_seconds",
                                   "Tool call duration, request to result (gen_ai.execute_tool.duration).",
@@ -124,8 +134,8 @@ class Metrics:
         self.inflight_calls: Callable[[], Iterable[ToolCall]] = lambda: ()
         self.executor_stats: Callable[[], Iterable] = lambda: ()
         self.before_collect: Optional[Callable[[], None]] = None
-        self.registry.register(_LiveGauges(self))
         self._children: dict[tuple, tuple] = {}
+        self.remedies = RemedyMetrics(r, self.tool_label)
 
     def observe_call(self, call: ToolCall) -> None:
         """Count one finished tool call. Runs on the pipeline thread."""
@@ -145,6 +155,76 @@ class Metrics:
 
     def observe_wait(self, executor: str, seconds: float) -> None:
         self.executor_wait.labels(executor).observe(seconds)
+
+
+# ---------------------------------------------------------------- remedies
+# Metrics of agent_otel.remedies (pools, timeouts, retries, fallbacks, cache,
+# batching), beyond the contract's list. The remedies count them on the
+# caller's thread, only when a remedy acts, on cached label children.
+
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+BATCH_WAIT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+class RemedyMetrics:
+    def __init__(self, registry: CollectorRegistry, tool_label: ToolNames):
+        r = registry
+        self._tool_label = tool_label
+        self.fallbacks = Counter("agent_tool_fallbacks", "Tool calls answered by their fallback.", ["tool"],
+                                 registry=r)
+        self.retries = Counter("agent_tool_retries", "Tool call attempts retried after a failure or timeout.",
+                               ["tool"], registry=r)
+        self.rejections = Counter("agent_tool_rejections", "Submissions a full tool pool rejected.",
+                                  ["tool", "executor"], registry=r)
+        self.cache_hits = Counter("agent_tool_cache_hits", "Tool calls answered from the result cache.",
+                                  ["tool"], registry=r)
+        self.cache_misses = Counter("agent_tool_cache_misses", "Tool calls the result cache could not answer.",
+                                    ["tool"], registry=r)
+        self.cache_evicted = Counter("agent_tool_cache_evictions", "Cached results dropped to make room.",
+                                     ["tool"], registry=r)
+        self.batch_size = Histogram("agent_tool_batch_size", "Calls merged into one batch.", ["tool"],
+                                    buckets=BATCH_SIZE_BUCKETS, registry=r)
+        self.batch_wait = Histogram("agent_tool_batch_wait_seconds", "Time a call waited for its batch to start.",
+                                    ["tool"], buckets=BATCH_WAIT_BUCKETS, registry=r)
+        self.abandoned_workers = Gauge("agent_executor_abandoned_workers",
+                                       "Workers still running a call whose caller stopped waiting (timed out).",
+                                       ["executor"], registry=r)
+        self._children: dict[tuple, object] = {}
+
+    def _child(self, metric, *labels):
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def fallback(self, tool: str) -> None:
+        self._child(self.fallbacks, self._tool_label(tool)).inc()
+
+    def retry(self, tool: str) -> None:
+        self._child(self.retries, self._tool_label(tool)).inc()
+
+    def rejection(self, tool: str, executor: str) -> None:
+        self._child(self.rejections, self._tool_label(tool) if tool else "", executor).inc()
+
+    def cache_hit(self, tool: str) -> None:
+        self._child(self.cache_hits, self._tool_label(tool)).inc()
+
+    def cache_miss(self, tool: str) -> None:
+        self._child(self.cache_misses, self._tool_label(tool)).inc()
+
+    def cache_evictions(self, tool: str, count: int) -> None:
+        self._child(self.cache_evicted, self._tool_label(tool)).inc(count)
+
+    def batch(self, tool: str, size: int, waits: Iterable[float]) -> None:
+        tool = self._tool_label(tool)
+        self._child(self.batch_size, tool).observe(size)
+        wait = self._child(self.batch_wait, tool)
+        for seconds in waits:
+            wait.observe(seconds)
+
+    def abandoned(self, executor: str, change: int) -> None:
+        self._child(self.abandoned_workers, executor).inc(change)
 
 
 class MetricsServer:

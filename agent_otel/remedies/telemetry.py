@@ -1,0 +1,157 @@
+"""Spans and metrics for calls that a remedy runs.
+
+A remedy call is requested on the caller's thread, executes on a pool worker
+or a batch's flusher, and ends when the caller has its answer (a result, a
+timeout, a fallback). ``CallTelemetry`` carries the call across: the caller
+opens a queued ``ToolCall``; the thread that runs the first attempt begins
+the span through ``Recorder.begin``, so its ``exec.start`` event and the
+queue time are real; the caller ends it with ``Recorder.end``. The span and
+the contract's metrics are therefore exactly those of a plain ``@tool``
+call, plus the remedy's own attributes, events and counters.
+
+Without ``instrument()`` every method is a no-op and the remedies behave
+the same.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+from agent_otel import recorder as _recorder
+from agent_otel.clock import now_ns
+from agent_otel.instrument import current as _current_instrumentation
+from agent_otel.recorder import ActiveCall, ToolMeta, error_type_of, outcome_of, worker_local
+
+
+def metrics():
+    """The remedy metrics of the running instrumentation, or None."""
+    handle = _current_instrumentation()
+    return handle.metrics.remedies if handle is not None else None
+
+
+def count_rejection(tool: str, pool: str) -> None:
+    found = metrics()
+    if found is not None:
+        found.rejection(tool, pool)
+
+
+class _Notes:
+    """What a remedy did during one call, written onto the call's span when it ends."""
+
+    __slots__ = ("attributes", "_events", "metrics")
+
+    def __init__(self):
+        self.attributes: dict = {}
+        self._events: list[tuple[str, dict, int]] = []
+        self.metrics = metrics()
+
+    def attempt(self, number: int, exc: Optional[BaseException]) -> None:
+        """Note how one attempt ended (an event on the span when it ends)."""
+        attributes = {"agent.tool.attempt": number, "agent.tool.outcome": "ok" if exc is None else outcome_of(exc)}
+        if exc is not None:
+            attributes["error.type"] = error_type_of(exc)
+        self._events.append(("tool.attempt", attributes, now_ns()))
+
+    def event(self, name: str, attributes: dict) -> None:
+        self._events.append((name, attributes, now_ns()))
+
+    def _write(self, span) -> None:
+        for name, attributes, timestamp in self._events:
+            span.add_event(name, attributes, timestamp=timestamp)
+        if self.attributes:
+            span.set_attributes(self.attributes)
+
+
+class CallTelemetry(_Notes):
+    """One remedy call's span, from request to answer, whichever threads it crosses."""
+
+    __slots__ = ("_recorder", "_meta", "_call", "_active", "_lock")
+
+    def __init__(self, rec: _recorder.Recorder, meta: ToolMeta, executor: str):
+        super().__init__()
+        pending = worker_local.pending
+        if pending is not None and pending.tool == meta.name:
+            # The user submitted this tool to an executor of their own: the
+            # call was requested there, and runs on through the remedy.
+            worker_local.pending = None
+            pending.executor = executor
+            call = pending
+        else:
+            call = rec.queued(meta.name, executor, now_ns())
+        self._recorder = rec
+        self._meta = meta
+        self._call = call
+        self._active: Optional[ActiveCall] = None
+        self._lock = threading.Lock()
+
+    def started(self):
+        """On the thread that runs an attempt, as it starts: the span to make current."""
+        with self._lock:
+            if self._active is None:
+                self._begin()
+            return self._active.span
+
+    def _begin(self) -> None:
+        worker_local.pending = self._call  # Recorder.begin claims it: the span starts at request
+        self._active = self._recorder.begin(self._meta, attach=False)
+
+    def finish(self, exc: Optional[BaseException] = None, outcome: Optional[str] = None) -> None:
+        """End the span: with ``exc`` as the call's error, or with ``outcome`` (e.g. ``fallback``)."""
+        with self._lock:
+            if self._active is None:
+                self._begin()  # no attempt ever started: all of it was queue time
+            active = self._active
+        self._write(active.span)
+        if outcome is not None:
+            active.call.outcome = outcome
+        self._recorder.end(active, exc)
+
+
+class FrameworkSpanTelemetry(_Notes):
+    """A framework hook already records this call (its span is current): the
+    remedy adds its notes to that span and leaves beginning and ending it to
+    the hook, so the call still has one span."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span):
+        super().__init__()
+        self._span = span
+
+    def started(self):
+        return self._span
+
+    def finish(self, exc: Optional[BaseException] = None, outcome: Optional[str] = None) -> None:
+        self._write(self._span)
+
+
+class NoTelemetry:
+    """What a remedy call records when ``instrument()`` is off: nothing."""
+
+    __slots__ = ("attributes",)
+    metrics = None
+
+    def __init__(self):
+        self.attributes: dict = {}
+
+    def started(self):
+        return None
+
+    def attempt(self, number, exc) -> None:
+        pass
+
+    def event(self, name, attributes) -> None:
+        pass
+
+    def finish(self, exc=None, outcome=None) -> None:
+        pass
+
+
+def open_call(meta: ToolMeta, executor: str):
+    """Start recording one remedy call (its request time is now)."""
+    rec = _recorder.current
+    if rec is None:
+        return NoTelemetry()
+    outer = rec.running(meta)
+    return CallTelemetry(rec, meta, executor) if outer is None else FrameworkSpanTelemetry(outer)

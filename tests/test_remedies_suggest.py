@@ -1,0 +1,45 @@
+"""The remedy code a report recommendation suggests, from its evidence."""
+
+import pytest
+
+from agent_otel.remedies.suggest import (DOCS, snippet_for, suggest_batch, suggest_isolation,
+                                         suggest_pool_workers, suggest_timeout, suggested_timeout)
+
+
+@pytest.mark.parametrize("p99_s, timeout_s", [(1.4, 2.8), (0.123, 0.25), (7.0, 14.0), (64.0, 130.0)])
+def test_the_suggested_timeout_is_twice_p99_to_two_significant_digits(p99_s, timeout_s):
+    assert suggested_timeout(p99_s) == timeout_s
+
+
+def test_a_timeout_snippet_is_the_decorator_to_paste():
+    assert suggest_timeout(1.4) == "@agent_otel.tool(timeout=2.8, retries=1, fallback=...)"
+    assert suggest_timeout(0.3, retries=0) == "@agent_otel.tool(timeout=0.6, retries=0, fallback=...)"
+    with pytest.raises(ValueError, match="p99"):
+        suggest_timeout(0.0)
+
+
+def test_pool_snippets_declare_the_pool_and_put_the_tools_on_it():
+    assert suggest_pool_workers("io", 24) == 'agent_otel.pool("io", workers=24)\n@agent_otel.tool(pool="io")'
+    # An unnamed ThreadPoolExecutor gets a name; asyncio's default executor is resized where it lives.
+    assert suggest_pool_workers("ThreadPoolExecutor-3", 8).startswith('agent_otel.pool("io", workers=8)')
+    assert "max_workers=16" in suggest_pool_workers("asyncio-default", 16)
+    assert suggest_isolation("web_search", 3) == (
+        'agent_otel.pool("web_search", workers=3)\n@agent_otel.tool(pool="web_search")')
+
+
+def test_a_batch_snippet_sizes_batches_from_the_bursts():
+    assert suggest_batch(largest_burst=12, burst_gap_s=0.05) == "@agent_otel.batch(max_size=12, window_ms=50)"
+    assert suggest_batch(largest_burst=1, burst_gap_s=0.0004) == "@agent_otel.batch(max_size=2, window_ms=1)"
+
+
+def test_snippet_for_reads_the_evidence_the_report_writes():
+    assert snippet_for("set_timeout", {"tool": "finance_quote", "timeout_s": 30.0, "duration_p99_s": 1.4,
+                                       "suggested_timeout_s": 2.8}) == suggest_timeout(1.4)
+    assert snippet_for("raise_pool_workers", {"executor": "io", "suggested_workers": 24}) == \
+        suggest_pool_workers("io", 24)
+    assert snippet_for("isolate_tool", {"tool": "render_pdf", "executor": "io", "suggested_workers": 2}) == \
+        suggest_isolation("render_pdf", 2)
+    assert snippet_for("batch_calls", {"tool": "embed", "largest_burst": 9, "burst_gap_s": 0.05}) == \
+        suggest_batch(9, 0.05)
+    assert snippet_for("idle_not_tools", {"gpu": "0"}) is None
+    assert set(DOCS) == {"raise_pool_workers", "set_timeout", "isolate_tool", "batch_calls", "idle_not_tools"}
