@@ -130,26 +130,53 @@ _original_submit = ThreadPoolExecutor.submit
 _monitor: Optional[ExecutorMonitor] = None
 
 
-def _run(monitor, stats, submit_perf_ns, parent_context, call, fn, args, kwargs):
-    """Runs in the worker thread: the submission's real start."""
-    start = _perf_counter_ns()
-    stats.started()
-    monitor.waits.append((stats.name, (start - submit_perf_ns) / 1e9))
-    token = context_api.attach(parent_context)
-    if call is not None:
-        worker_local.pending = call
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        if call is not None and worker_local.pending is call:
-            # The tool never claimed its submission (instrumentation was
-            # removed meanwhile): forget it rather than leave it in flight.
-            worker_local.pending = None
+class _Submission:
+    """One submitted callable: runs it in the worker, notices a cancellation."""
+
+    __slots__ = ("monitor", "stats", "submit_perf_ns", "parent_context", "call", "started", "fn", "args",
+                 "kwargs")
+
+    def __init__(self, monitor, stats, submit_perf_ns, parent_context, call, fn, args, kwargs):
+        self.monitor = monitor
+        self.stats = stats
+        self.submit_perf_ns = submit_perf_ns
+        self.parent_context = parent_context
+        self.call = call
+        self.started = False
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+    def run(self):
+        """Runs in the worker thread: the submission's real start."""
+        start = _perf_counter_ns()
+        self.started = True
+        stats, call = self.stats, self.call
+        stats.started()
+        self.monitor.waits.append((stats.name, (start - self.submit_perf_ns) / 1e9))
+        token = context_api.attach(self.parent_context)
+        if call is not None:
+            worker_local.pending = call
+        try:
+            return self.fn(*self.args, **self.kwargs)
+        finally:
+            if call is not None and worker_local.pending is call:
+                # The tool never claimed its submission (instrumentation was
+                # removed meanwhile): forget it rather than leave it in flight.
+                worker_local.pending = None
+                rec = _recorder.current
+                if rec is not None:
+                    rec.inflight.pop(id(call), None)
+            context_api.detach(token)
+            stats.finished()
+
+    def done(self, future) -> None:
+        # Only a future cancelled before its worker started needs anything here.
+        if not self.started and future.cancelled():
+            self.stats.withdrawn()
             rec = _recorder.current
-            if rec is not None:
-                rec.inflight.pop(id(call), None)
-        context_api.detach(token)
-        stats.finished()
+            if self.call is not None and rec is not None:
+                rec.abandon(self.call, _perf_counter_ns() + OFFSET_NS, self.parent_context)
 
 
 @functools.wraps(_original_submit)
@@ -165,26 +192,17 @@ def _submit(self, fn, /, *args, **kwargs):
         tool = tool_name_of(submitted_target(fn))
         if tool is not None:
             call = rec.queued(tool, stats.name, submit_perf_ns + OFFSET_NS)
-    parent_context = context_api.get_current()
+    submission = _Submission(monitor, stats, submit_perf_ns, context_api.get_current(), call, fn, args, kwargs)
     stats.submitted()
     try:
-        future = _original_submit(self, _run, monitor, stats, submit_perf_ns, parent_context,
-                                  call, fn, args, kwargs)
+        future = _original_submit(self, submission.run)
     except BaseException:
         stats.withdrawn()
         if call is not None:
             rec.inflight.pop(id(call), None)
         raise
-    if call is not None:
-        future.add_done_callback(functools.partial(_on_done, rec, stats, call, parent_context))
+    future.add_done_callback(submission.done)
     return future
-
-
-def _on_done(rec, stats, call, parent_context, future) -> None:
-    # Only a future cancelled before its worker started needs anything here.
-    if call.start_ns == 0 and future.cancelled():
-        stats.withdrawn()
-        rec.abandon(call, _perf_counter_ns() + OFFSET_NS, parent_context)
 
 
 def install(monitor: ExecutorMonitor) -> None:

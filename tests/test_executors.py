@@ -167,3 +167,17 @@ def test_uninstrument_restores_submit_exactly(spans):
     with cf.ThreadPoolExecutor(1) as pool:
         assert pool.submit(lookup, 4).result() == 4
     assert spans.tools() == []
+
+
+def test_cancelled_plain_submissions_leave_the_queue(agent, metric):
+    release = threading.Event()
+    pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="plain")
+    running = pool.submit(release.wait)
+    waiting = [pool.submit(time.sleep, 0) for _ in range(3)]
+    assert metric("agent_executor_queue_depth", {"executor": "plain"}) == 3
+    assert all(f.cancel() for f in waiting)
+    assert metric("agent_executor_queue_depth", {"executor": "plain"}) == 0
+    release.set()
+    running.result()
+    pool.shutdown()
+    assert metric("agent_executor_active_workers", {"executor": "plain"}) == 0
