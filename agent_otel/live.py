@@ -25,8 +25,8 @@ from agent_otel.timeline import DEFAULT_MAX_GAP_S, IdleDetector
 logger = logging.getLogger("agent_otel.gpu")
 
 # Finished calls kept for attribution: enough for a long idle window on a
-# busy agent, small enough to bound memory (a ToolCall is ~200 bytes).
-MAX_HORIZON_CALLS = 100_000
+# busy agent, small enough to bound memory (~330 bytes a call: ~17 MB).
+MAX_HORIZON_CALLS = 50_000
 
 
 class LiveTimeline:

@@ -1,0 +1,240 @@
+"""Who left the GPU idle: idle windows x tool calls -> blame per tool and phase.
+
+This module is the only implementation of the contract's attribution rule,
+used by the live path and by the offline report alike:
+
+    At each instant of an idle window, the idle time is split equally among
+    the tool calls in flight at that instant, and within one call goes to
+    the phase it is in (queue or exec). Idle time with no tool call in
+    flight is unattributed.
+
+A call is in flight from ``submit_ns`` to ``end_ns`` (``end_ns == 0``: still
+in flight, open-ended); it is queued during ``[submit_ns, start_ns)`` and
+executing during ``[start_ns, end_ns)``. Every GPU's idle time is attributed
+to the same calls: an agent's tool call blocks every GPU the agent uses.
+
+How it stays fast (the report runs it on a million spans): the number of
+calls in flight, n(t), changes only at call boundaries, so one sweep over
+the sorted boundaries builds the running integral H(t) = integral of 1/n
+over the time some call is in flight. A call's share of an idle window is
+then H(b) - H(a) over the part [a, b) of its life inside the window, split
+at ``start_ns`` into queue and exec, and the window's unattributed time is
+the integral of "no call in flight" over the window, built the same way.
+Pairing windows with the calls they overlap is a sweep too (one pass over
+the sorted calls per GPU), so the whole thing costs O((W + C) log(W + C))
+plus one step per (window, call) overlap, which is the size of the answer.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import attrgetter, mul, not_, sub, truediv
+from typing import Iterable, Iterator, Optional
+
+from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
+
+# end_ns of a call still in flight: later than any real timestamp.
+_OPEN_END = 1 << 63
+_INF = float("inf")
+
+
+@dataclass(slots=True)
+class CallShare:
+    """One tool call's share of one idle window.
+
+    ``start_ns``/``end_ns`` are the overlap of the call's life with the
+    window (what the per-tool ``gpu.idle`` child span covers).
+    """
+
+    call: ToolCall
+    start_ns: int
+    end_ns: int
+    queue_s: float
+    exec_s: float
+
+    @property
+    def blocked_s(self) -> float:
+        return self.queue_s + self.exec_s
+
+    @property
+    def phase(self) -> str:
+        """``agent.tool.phase``: ``queue`` or ``exec`` when the overlap lies
+        in one phase, ``mixed`` when the call started executing inside it."""
+        call = self.call
+        exec_start = call.start_ns or call.end_ns or self.end_ns  # not started yet: queued
+        if exec_start <= self.start_ns:
+            return "exec"
+        if exec_start >= self.end_ns:
+            return "queue"
+        return "mixed"
+
+
+@dataclass(slots=True)
+class WindowAttribution:
+    """The blame for one idle window: every overlapping call's share (in
+    the order the calls were submitted) and the time no call was in flight.
+
+    The shares plus ``unattributed_s`` add up to the window's seconds.
+    """
+
+    window: IdleWindow
+    shares: list[CallShare]
+    unattributed_s: float
+
+    @property
+    def blocked_by(self) -> Optional[str]:
+        """``gpu.idle.blocked_by``: the tool whose calls hold the largest
+        summed share; on a tie (to the nanosecond) the first name in sort
+        order. None when no call overlaps the window."""
+        totals: dict[str, float] = {}
+        for share in self.shares:
+            totals[share.call.tool] = totals.get(share.call.tool, 0.0) + share.blocked_s
+        if not totals:
+            return None
+        return min(totals, key=lambda tool: (-round(totals[tool], 9), tool))
+
+
+@dataclass
+class BlameTotals:
+    """Sums over many windows: what the metrics and the report show.
+
+    ``blocked_s`` is keyed by ``(gpu, tool, phase)`` with phase ``queue`` or
+    ``exec`` (a mixed share contributes to both).
+    """
+
+    idle_s: dict[str, float] = field(default_factory=dict)
+    blocked_s: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    unattributed_s: dict[str, float] = field(default_factory=dict)
+
+    def add(self, attribution: WindowAttribution) -> None:
+        gpu = attribution.window.gpu
+        self.idle_s[gpu] = self.idle_s.get(gpu, 0.0) + attribution.window.seconds
+        self.unattributed_s[gpu] = self.unattributed_s.get(gpu, 0.0) + attribution.unattributed_s
+        for share in attribution.shares:
+            for phase, seconds in (("queue", share.queue_s), ("exec", share.exec_s)):
+                if seconds > 0.0:
+                    key = (gpu, share.call.tool, phase)
+                    self.blocked_s[key] = self.blocked_s.get(key, 0.0) + seconds
+
+
+class _Calls:
+    """The calls sorted by submit time, as parallel lists, with the running
+    integrals of the in-flight count.
+
+    Timestamps are made safe to compare: the end of a call in flight is far
+    in the future, a call in flight that has not started executing
+    (``start_ns == 0``) is queued until its end, and a start lies in
+    [submit, end] even when the input's clocks disagree.
+
+    ``h`` is H(t), the integral of 1/n(t) while n(t) > 0 calls are in
+    flight, and ``z`` is Z(t), the time with no call in flight (an exact
+    integer), both in nanoseconds at each boundary in ``times``; both are
+    linear in between, so any other instant is one binary search away
+    (``integrals_at``). Everything is built with C-level helpers (sort,
+    map, accumulate): the report runs this on millions of calls.
+    """
+
+    def __init__(self, calls: Iterable[ToolCall]):
+        self.calls = sorted(calls, key=attrgetter("submit_ns", "start_ns"))
+        self.submits = [call.submit_ns for call in self.calls]
+        self.ends = [max(call.end_ns or _OPEN_END, call.submit_ns) for call in self.calls]
+        self.starts = [
+            min(max(call.start_ns or end, submit), end)
+            for call, submit, end in zip(self.calls, self.submits, self.ends)
+        ]
+        # Every boundary once per call, its change of n in the low two bits
+        # (0: an end, -1; 1: a start, 0; 2: a submit, +1), so one sort of
+        # plain ints orders them. Submits are sorted already and starts and
+        # ends nearly so, which the sort exploits. Equal times may repeat:
+        # the gap between them is 0, so H and Z come out the same.
+        keys = [submit << 2 | 2 for submit in self.submits]
+        keys += [start << 2 | 1 for start in self.starts]
+        keys += [end << 2 for end in self.ends if end != _OPEN_END]
+        keys.sort()
+        self.times = [key >> 2 for key in keys]
+        self.in_flight = list(accumulate((key & 3) - 1 for key in keys))  # n on [times[i], times[i + 1])
+        gaps = list(map(sub, self.times[1:], self.times))
+        # gap / inf == 0.0: no call in flight adds nothing to H.
+        self.h = list(accumulate(map(truediv, gaps, [n or _INF for n in self.in_flight]), initial=0.0))
+        self.z = list(accumulate(map(mul, gaps, map(not_, self.in_flight)), initial=0))
+        self.h_at = dict(zip(self.times, self.h))
+
+    def integrals_at(self, time: int) -> tuple[float, int]:
+        """(H, Z) at any instant."""
+        i = bisect_right(self.times, time) - 1
+        if i < 0:  # before the first call: nothing in flight
+            return 0.0, time - self.times[0] if self.times else time
+        elapsed = time - self.times[i]
+        n = self.in_flight[i]
+        if n:
+            return self.h[i] + elapsed / n, self.z[i]
+        return self.h[i], self.z[i] + elapsed
+
+
+def attribute(windows: Iterable[IdleWindow], calls: Iterable[ToolCall]) -> list[WindowAttribution]:
+    """Blame each idle window on the tool calls in flight during it.
+
+    Returns one ``WindowAttribution`` per window, in the order given. A
+    window only needs the calls that overlap it: calls outside it do not
+    change who was in flight inside it.
+    """
+    windows = list(windows)
+    sorted_calls = _Calls(calls)
+    results: list[Optional[WindowAttribution]] = [None] * len(windows)
+    by_gpu: dict[str, list[int]] = {}
+    for index, window in enumerate(windows):
+        by_gpu.setdefault(window.gpu, []).append(index)
+    for indexes in by_gpu.values():
+        indexes.sort(key=lambda i: (windows[i].start_ns, windows[i].end_ns))
+        for index, overlapping in _pair_with_calls(windows, indexes, sorted_calls):
+            results[index] = _attribute_window(windows[index], overlapping, sorted_calls)
+    return results  # type: ignore[return-value]  # every slot was filled
+
+
+def _pair_with_calls(windows: list[IdleWindow], indexes: list[int], calls: _Calls) -> Iterator[tuple[int, list[int]]]:
+    """Yield (window index, positions of the calls overlapping it in submit
+    order) for one GPU's windows, ``indexes`` sorted by window start.
+
+    The active list holds the calls submitted before the current window's
+    end that had not ended at its start: a call joins it once, and leaves
+    at the first window that starts after its end, so each call costs a
+    constant plus one step per window it overlaps.
+    """
+    submits, ends = calls.submits, calls.ends
+    active: list[int] = []  # positions, in submit order
+    next_call = 0
+    for index in indexes:
+        start, end = windows[index].start_ns, windows[index].end_ns
+        active = [position for position in active if ends[position] > start]
+        while next_call < len(submits) and submits[next_call] < end:
+            # A call that ended before this window can overlap no later one.
+            if ends[next_call] > start and submits[next_call] < ends[next_call]:
+                active.append(next_call)
+            next_call += 1
+        # The submit check matters only if one GPU's windows overlap.
+        yield index, [position for position in active if submits[position] < end]
+
+
+def _attribute_window(window: IdleWindow, positions: list[int], calls: _Calls) -> WindowAttribution:
+    start, end = window.start_ns, window.end_ns
+    if end <= start:
+        return WindowAttribution(window, [], 0.0)
+    h_start, z_start = calls.integrals_at(start)
+    h_end, z_end = calls.integrals_at(end)
+    h_at = calls.h_at
+    shares = []
+    for position in positions:
+        submit, exec_start, finish = calls.submits[position], calls.starts[position], calls.ends[position]
+        a, h_a = (submit, h_at[submit]) if submit > start else (start, h_start)
+        b, h_b = (finish, h_at[finish]) if finish < end else (end, h_end)
+        if exec_start <= a:
+            queue, execute = 0.0, h_b - h_a
+        elif exec_start >= b:
+            queue, execute = h_b - h_a, 0.0
+        else:
+            h_m = h_at[exec_start]
+            queue, execute = h_m - h_a, h_b - h_m
+        shares.append(CallShare(calls.calls[position], a, b, queue / NS_PER_S, execute / NS_PER_S))
+    return WindowAttribution(window, shares, (z_end - z_start) / NS_PER_S)

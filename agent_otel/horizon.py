@@ -1,0 +1,84 @@
+"""The recent finished tool calls the live path attributes idle windows to.
+
+An idle window is only known once the GPU samples covering it have
+arrived, a little after the calls that caused it have finished, so the live
+loop keeps the finished calls of the last ``horizon_s`` seconds and asks for
+the ones that overlap each new window. Memory stays bounded twice over:
+calls that ended more than ``horizon_s`` before the newest end seen are
+pruned, and past ``max_calls`` the oldest are dropped (and counted in
+``dropped``). A window longer than the horizon, or a burst of more than
+``max_calls`` calls, loses its oldest calls: their idle time then shows as
+unattributed.
+
+Calls still in flight are not stored here; the live loop passes them to
+``attribute`` separately.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, bisect_right
+from typing import Iterable
+
+from agent_otel.errors import ConfigError
+from agent_otel.records import NS_PER_S, ToolCall
+
+
+class CallHorizon:
+    """A thread-safe, bounded store of finished tool calls, ordered by end."""
+
+    def __init__(self, horizon_s: float, max_calls: int):
+        if not horizon_s > 0:
+            raise ConfigError("horizon_s", horizon_s, "a number of seconds > 0")
+        if max_calls < 1:
+            raise ConfigError("max_calls", max_calls, "an integer >= 1")
+        self.horizon_ns = int(horizon_s * NS_PER_S)
+        self.max_calls = max_calls
+        self._lock = threading.Lock()
+        # Two parallel lists sorted by end, so a query is one binary search
+        # and pruning is one slice deletion. Calls arrive roughly in end
+        # order, so keeping them sorted costs little.
+        self._ends: list[int] = []
+        self._calls: list[ToolCall] = []
+        self._newest_ns = 0
+        self._dropped = 0
+
+    def add(self, call: ToolCall) -> None:
+        self.add_many((call,))
+
+    def add_many(self, calls: Iterable[ToolCall]) -> None:
+        """Store finished calls; a call still in flight is a ValueError."""
+        with self._lock:
+            for call in calls:
+                if not call.finished:
+                    raise ValueError(f"call {call.tool!r} is still in flight; pass it to attribute() directly")
+                position = bisect_right(self._ends, call.end_ns)
+                self._ends.insert(position, call.end_ns)
+                self._calls.insert(position, call)
+                self._newest_ns = max(self._newest_ns, call.end_ns)
+            self._prune()
+
+    def overlapping(self, start_ns: int, end_ns: int) -> list[ToolCall]:
+        """The stored calls in flight at some instant of [start_ns, end_ns)."""
+        with self._lock:
+            first = bisect_right(self._ends, start_ns)
+            return [call for call in self._calls[first:] if call.submit_ns < min(end_ns, call.end_ns)]
+
+    @property
+    def dropped(self) -> int:
+        """How many calls were dropped to stay within ``max_calls``."""
+        with self._lock:
+            return self._dropped
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._calls)
+
+    def _prune(self) -> None:
+        expired = bisect_left(self._ends, self._newest_ns - self.horizon_ns)
+        excess = len(self._calls) - expired - self.max_calls
+        if excess > 0:
+            self._dropped += excess
+            expired += excess
+        del self._ends[:expired]
+        del self._calls[:expired]

@@ -1,0 +1,236 @@
+"""Attribution: which tool calls an idle GPU was waiting on, and in which phase."""
+
+import math
+import random
+
+import pytest
+
+from agent_otel.attribution import BlameTotals, CallShare, attribute
+from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
+
+T0 = 1_700_000_000 * NS_PER_S  # an epoch-like origin, as real spans have
+
+
+def at(seconds: float) -> int:
+    return T0 + round(seconds * NS_PER_S)
+
+
+def call(tool: str, submit: float, start: float, end: float | None, executor: str = "pool") -> ToolCall:
+    return ToolCall(tool, executor, at(submit), at(start), at(end) if end is not None else 0)
+
+
+def window(start: float, end: float, gpu: str = "0") -> IdleWindow:
+    return IdleWindow(gpu, at(start), at(end), utilization_avg=0.0)
+
+
+def by_tool(attribution) -> dict[str, CallShare]:
+    return {share.call.tool: share for share in attribution.shares}
+
+
+def test_window_exactly_covering_one_exec_phase_is_blamed_on_that_exec():
+    search = call("web_search", submit=10.0, start=10.0, end=12.5)
+    [result] = attribute([window(10.0, 12.5)], [search])
+
+    [share] = result.shares
+    assert share.call is search
+    assert share.exec_s == pytest.approx(2.5)
+    assert share.queue_s == 0.0
+    assert share.phase == "exec"
+    assert (share.start_ns, share.end_ns) == (at(10.0), at(12.5))
+    assert result.unattributed_s == pytest.approx(0.0, abs=1e-12)
+    assert result.blocked_by == "web_search"
+
+
+def test_two_tools_in_flight_together_split_the_overlap_equally():
+    # search runs 0-4 s, fetch 2-6 s; the GPU idles 1-5 s.
+    search = call("web_search", 0.0, 0.0, 4.0)
+    fetch = call("fetch_url", 2.0, 2.0, 6.0)
+    [result] = attribute([window(1.0, 5.0)], [fetch, search])
+
+    shares = by_tool(result)
+    # 1-2 s: search alone (1 s); 2-4 s: both (1 s each); 4-5 s: fetch alone (1 s).
+    assert shares["web_search"].exec_s == pytest.approx(2.0)
+    assert shares["fetch_url"].exec_s == pytest.approx(2.0)
+    assert [s.call.tool for s in result.shares] == ["web_search", "fetch_url"]  # submit order
+    assert result.unattributed_s == pytest.approx(0.0, abs=1e-12)
+    # An exact tie goes to the first name in sort order.
+    assert result.blocked_by == "fetch_url"
+
+
+def test_a_call_waiting_for_a_worker_is_blamed_on_queue():
+    stuck = call("run_sql", submit=3.0, start=8.0, end=9.0)
+    [result] = attribute([window(4.0, 7.0)], [stuck])
+
+    [share] = result.shares
+    assert share.queue_s == pytest.approx(3.0)
+    assert share.exec_s == 0.0
+    assert share.phase == "queue"
+
+
+def test_a_call_that_starts_executing_inside_the_window_is_mixed():
+    # Queued 0-2 s, executing 2-5 s; the GPU idles 1-4 s.
+    slow = call("run_sql", submit=0.0, start=2.0, end=5.0)
+    [result] = attribute([window(1.0, 4.0)], [slow])
+
+    [share] = result.shares
+    assert share.phase == "mixed"
+    assert share.queue_s == pytest.approx(1.0)
+    assert share.exec_s == pytest.approx(2.0)
+    assert share.blocked_s == pytest.approx(3.0)
+
+
+def test_idle_time_with_no_call_in_flight_is_unattributed():
+    # Calls at 0-1 s and 3-4 s; the GPU idles 0.5-5 s.
+    calls = [call("a", 0.0, 0.0, 1.0), call("b", 3.0, 3.0, 4.0)]
+    [result] = attribute([window(0.5, 5.0)], calls)
+
+    assert by_tool(result)["a"].exec_s == pytest.approx(0.5)
+    assert by_tool(result)["b"].exec_s == pytest.approx(1.0)
+    assert result.unattributed_s == pytest.approx(3.0)
+
+
+def test_a_window_with_no_calls_at_all_is_wholly_unattributed():
+    [result] = attribute([window(1.0, 3.5)], [])
+    assert result.shares == []
+    assert result.unattributed_s == pytest.approx(2.5)
+    assert result.blocked_by is None
+
+
+def test_calls_that_only_touch_the_window_are_not_in_it():
+    before = call("before", 0.0, 0.0, 2.0)  # ends exactly when the window starts
+    after = call("after", 5.0, 5.0, 6.0)  # starts exactly when it ends
+    earlier, result = attribute([window(1.0, 1.5), window(2.0, 5.0)], [before, after])
+    assert [s.call.tool for s in earlier.shares] == ["before"]
+    assert result.shares == []
+    assert result.unattributed_s == pytest.approx(3.0)
+
+
+def test_calls_still_in_flight_are_open_ended():
+    running = call("train_step", submit=1.0, start=1.5, end=None)
+    queued = ToolCall("embed", "pool", at(2.0), 0)  # in flight, not started yet
+    [result] = attribute([window(1.0, 4.0)], [running, queued])
+
+    shares = by_tool(result)
+    # 1-1.5 s: running alone, queued; 1.5-2 s: running alone, executing;
+    # 2-4 s: both, running executing and embed queued.
+    assert shares["train_step"].queue_s == pytest.approx(0.5)
+    assert shares["train_step"].exec_s == pytest.approx(0.5 + 1.0)
+    assert shares["train_step"].phase == "mixed"
+    assert shares["train_step"].end_ns == at(4.0)
+    assert shares["embed"].queue_s == pytest.approx(1.0)
+    assert shares["embed"].exec_s == 0.0
+    assert shares["embed"].phase == "queue"
+    assert result.blocked_by == "train_step"
+
+
+def test_every_gpu_is_blamed_on_the_same_calls():
+    search = call("web_search", 0.0, 0.5, 3.0)
+    windows = [window(1.0, 2.0, gpu="0"), window(0.0, 3.0, gpu="1"), window(2.5, 4.0, gpu="0")]
+    results = attribute(windows, [search])
+
+    assert [r.window for r in results] == windows  # input order is kept
+    assert by_tool(results[0])["web_search"].exec_s == pytest.approx(1.0)
+    gpu1 = by_tool(results[1])["web_search"]
+    assert (gpu1.queue_s, gpu1.exec_s) == (pytest.approx(0.5), pytest.approx(2.5))
+    assert by_tool(results[2])["web_search"].exec_s == pytest.approx(0.5)
+    assert results[2].unattributed_s == pytest.approx(1.0)
+
+
+def test_blocked_by_is_the_tool_with_the_largest_summed_share():
+    # Two short "lookup" calls add up to more than one longer "fetch".
+    calls = [
+        call("fetch", 0.0, 0.0, 1.5),
+        call("lookup", 2.0, 2.0, 3.0),
+        call("lookup", 3.0, 3.0, 4.0),
+    ]
+    [result] = attribute([window(0.0, 4.0)], calls)
+    assert [s.call.tool for s in result.shares] == ["fetch", "lookup", "lookup"]
+    assert result.blocked_by == "lookup"
+
+
+def test_blame_totals_sum_per_gpu_tool_and_phase():
+    slow = call("run_sql", submit=0.0, start=2.0, end=5.0)
+    results = attribute([window(1.0, 4.0, gpu="0"), window(4.0, 6.0, gpu="0"), window(0.0, 1.0, gpu="1")], [slow])
+    totals = BlameTotals()
+    for result in results:
+        totals.add(result)
+
+    assert totals.idle_s == {"0": pytest.approx(5.0), "1": pytest.approx(1.0)}
+    assert totals.blocked_s == {
+        ("0", "run_sql", "queue"): pytest.approx(1.0),
+        ("0", "run_sql", "exec"): pytest.approx(2.0 + 1.0),
+        ("1", "run_sql", "queue"): pytest.approx(1.0),
+    }
+    assert totals.unattributed_s == {"0": pytest.approx(1.0), "1": pytest.approx(0.0, abs=1e-12)}
+
+
+def brute_force(window: IdleWindow, calls: list[ToolCall]) -> tuple[dict[int, tuple[float, float]], float]:
+    """The rule applied literally, instant by instant between boundaries."""
+    cuts = {window.start_ns, window.end_ns}
+    for c in calls:
+        for t in (c.submit_ns, c.start_ns, c.end_ns):
+            if window.start_ns < t < window.end_ns:
+                cuts.add(t)
+    cuts = sorted(cuts)
+    shares: dict[int, list[float]] = {}
+    unattributed = 0.0
+    for a, b in zip(cuts, cuts[1:]):
+        in_flight = [i for i, c in enumerate(calls) if c.submit_ns <= a and (c.end_ns == 0 or c.end_ns >= b)]
+        seconds = (b - a) / NS_PER_S
+        if not in_flight:
+            unattributed += seconds
+        for i in in_flight:
+            phase = 1 if calls[i].start_ns <= a else 0
+            shares.setdefault(i, [0.0, 0.0])[phase] += seconds / len(in_flight)
+    return {i: (q, e) for i, (q, e) in shares.items()}, unattributed
+
+
+def random_scenario(rng: random.Random) -> tuple[list[IdleWindow], list[ToolCall]]:
+    calls = []
+    for _ in range(rng.randint(0, 12)):
+        submit = rng.uniform(0, 20)
+        start = submit + rng.choice([0.0, rng.uniform(0, 3)])
+        end = start + rng.uniform(0.001, 4)
+        calls.append(call(rng.choice("abcd"), submit, start, None if rng.random() < 0.1 else end))
+    windows = []
+    for gpu in ("0", "1"):
+        t = rng.uniform(0, 3)
+        while t < 25:
+            length = rng.uniform(0.01, 5)
+            windows.append(window(t, t + length, gpu))
+            t += length + rng.uniform(0.01, 3)
+    # Windows that overlap on one GPU are not what the timeline produces,
+    # but the rule still applies to each of them.
+    for _ in range(rng.randint(0, 3)):
+        start = rng.uniform(0, 20)
+        windows.append(window(start, start + rng.uniform(0.01, 8), "2"))
+    return windows, calls
+
+
+def test_matches_the_rule_applied_instant_by_instant_and_adds_up_to_the_window():
+    rng = random.Random(20240611)
+    for _ in range(300):
+        windows, calls = random_scenario(rng)
+        for result in attribute(windows, calls):
+            expected, unattributed = brute_force(result.window, calls)
+            got = {calls.index(s.call): (s.queue_s, s.exec_s) for s in result.shares}
+            assert got.keys() == expected.keys()
+            for i, (queue, execute) in expected.items():
+                assert got[i] == (pytest.approx(queue, abs=1e-9), pytest.approx(execute, abs=1e-9))
+            assert result.unattributed_s == pytest.approx(unattributed, abs=1e-9)
+            total = sum(s.blocked_s for s in result.shares) + result.unattributed_s
+            assert math.isclose(total, result.window.seconds, rel_tol=1e-12, abs_tol=1e-9)
+
+
+def test_a_window_only_needs_the_calls_that_overlap_it():
+    """What the live path relies on: attributing against just the calls
+    overlapping a window gives the same numbers as against all calls."""
+    rng = random.Random(7)
+    for _ in range(100):
+        windows, calls = random_scenario(rng)
+        for full in attribute(windows, calls):
+            overlapping = [s.call for s in full.shares]
+            [alone] = attribute([full.window], overlapping)
+            assert [s.call for s in alone.shares] == overlapping
+            for a, b in zip(alone.shares, full.shares):
+                assert (a.queue_s, a.exec_s) == (pytest.approx(b.queue_s, abs=1e-9), pytest.approx(b.exec_s, abs=1e-9))
