@@ -17,7 +17,7 @@ from typing import NamedTuple, Optional
 
 NS_PER_S = 1_000_000_000
 
-OUTCOMES = ("ok", "error", "timeout", "cancelled")
+OUTCOMES = ("ok", "error", "timeout", "cancelled", "fallback")  # fallback: remedies only
 PHASES = ("queue", "exec")
 
 
