@@ -38,7 +38,6 @@ class Settings:
     export_batch_size: int = 512  # [OTEL_BSP_MAX_EXPORT_BATCH_SIZE]
     export_interval: float = 5.0  # [OTEL_BSP_SCHEDULE_DELAY] (milliseconds in the variable)
     tool_name_limit: int = 200  # [AGENT_OTEL_TOOL_NAME_LIMIT] distinct tool label values
-    slo_threshold: float = 0.8  # [AGENT_OTEL_SLO_THRESHOLD] seconds: a histogram bucket
     instrument_executors: bool = True  # [AGENT_OTEL_EXECUTORS]
     frameworks: Optional[tuple[str, ...]] = None  # [AGENT_OTEL_FRAMEWORKS] None: all importable
     record_arguments: bool = False  # [AGENT_OTEL_RECORD_ARGUMENTS]
@@ -67,7 +66,6 @@ ENVIRONMENT = {
     "export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE",),
     "export_interval": ("OTEL_BSP_SCHEDULE_DELAY",),
     "tool_name_limit": ("AGENT_OTEL_TOOL_NAME_LIMIT",),
-    "slo_threshold": ("AGENT_OTEL_SLO_THRESHOLD",),
     "instrument_executors": ("AGENT_OTEL_EXECUTORS",),
     "frameworks": ("AGENT_OTEL_FRAMEWORKS",),
     "record_arguments": ("AGENT_OTEL_RECORD_ARGUMENTS",),
@@ -147,7 +145,7 @@ def _validate(name: str, value: object, where: str) -> object:
         return _parse_number(where, value, float, 0.0, 3600.0)
     if name == "gpu_idle_threshold":
         return _parse_number(where, value, float, 0.0, 1.0)
-    if name in ("gpu_poll_interval", "gpu_min_idle", "slo_threshold"):
+    if name in ("gpu_poll_interval", "gpu_min_idle"):
         return _parse_number(where, value, float, 0.001, 3600.0)
     if name == "attribution_horizon":
         return _parse_number(where, value, float, 1.0, 86400.0)

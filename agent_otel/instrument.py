@@ -20,7 +20,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from agent_otel import executors, recorder as _recorder
+from agent_otel import executors, frameworks, recorder as _recorder
 from agent_otel.config import Settings, load_settings
 from agent_otel.pipeline import Pipeline
 from agent_otel.recorder import Recorder
@@ -42,7 +42,7 @@ class Instrumentation:
         self.tracer_provider: Optional[TracerProvider] = None
         self.owns_provider = False
         self.span_processors: list[BatchSpanProcessor] = []
-        self.metrics = Metrics(tool_name_limit=settings.tool_name_limit, slo_threshold=settings.slo_threshold)
+        self.metrics = Metrics(tool_name_limit=settings.tool_name_limit)
         self.metrics_server: Optional[MetricsServer] = None
         self.recorder: Optional[Recorder] = None
         self.monitor: Optional[executors.ExecutorMonitor] = None
@@ -194,6 +194,7 @@ def instrument(service_name: Optional[str] = None, *, traces_file: Optional[str]
             return _handle
         settings = load_settings({"service_name": service_name, "traces_file": traces_file,
                                   "prometheus_port": prometheus_port, **options})
+        frameworks.check_names(settings.frameworks)
         handle = Instrumentation(settings)
         try:
             _setup(handle)
@@ -227,6 +228,8 @@ def _setup(handle: Instrumentation) -> None:
     _recorder.current = handle.recorder
     if handle.monitor is not None:
         executors.install(handle.monitor)
+    frameworks.instrument_frameworks(settings.frameworks)
+    handle.background.append(frameworks.FrameworkHooks())
     handle.pipeline.start()
     if settings.gpu != "off":
         from agent_otel.live import start_live_timeline

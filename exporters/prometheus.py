@@ -17,15 +17,10 @@ from prometheus_client.exposition import start_http_server
 
 from agent_otel.records import ToolCall
 
-# Seconds. 0.8 is the default latency SLO threshold: alert rules need it as
-# an exact bucket boundary (see dashboards/rules.py).
+# Seconds. An SLO threshold must be one of these boundaries: 0.8 is the
+# default (dashboards/slo.py refuses any other value that is not a bucket).
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.8, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 OTHER_TOOL = "_other"
-
-
-def buckets_with(threshold: float) -> tuple[float, ...]:
-    """The standard buckets, plus the SLO threshold if it is not one already."""
-    return tuple(sorted(set(BUCKETS) | {float(threshold)}))
 
 
 class ToolNames:
@@ -97,11 +92,11 @@ class _LiveGauges:
 class Metrics:
     """Every metric of the telemetry contract, in its own registry."""
 
-    def __init__(self, *, tool_name_limit: int = 200, slo_threshold: float = 0.8,
+    def __init__(self, *, tool_name_limit: int = 200,
                  registry: Optional[CollectorRegistry] = None):
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.tool_label = ToolNames(tool_name_limit)
-        buckets = buckets_with(slo_threshold)
+        buckets = BUCKETS
         r = self.registry
         # Registered first: its collect() brings the counters up to date
         # (before_collect) before the registry reads the others.

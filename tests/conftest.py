@@ -29,7 +29,7 @@ _PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
 trace.set_tracer_provider(_PROVIDER)
 
 
-def require_tool(name: str) -> str:
+def require_tool(name: str, package: str | None = None) -> str:
     """The path of an external program a test needs.
 
     Skips with the reason on a user's machine; fails under CI, where a skip
@@ -37,7 +37,7 @@ def require_tool(name: str) -> str:
     """
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (on Debian: apt-get install {name}); .ci/run installs it"
+        message = f"{name} is not installed (on Debian: apt-get install {package or name}); .ci/run installs it"
         if IN_CI:
             pytest.fail(message)
         pytest.skip(message)

@@ -1,0 +1,7 @@
+"""``python -m dashboards``: regenerate (or ``--check``) every artefact."""
+
+import sys
+
+from dashboards.build import main
+
+sys.exit(main())

@@ -1,0 +1,74 @@
+"""Generate the dashboards' JSON and the rules file from code.
+
+    python -m dashboards                      # regenerate everything
+    python -m dashboards --check              # fail if the committed files are stale
+    python -m dashboards --slo-threshold 1 --slo-objective 0.99 \\
+        --runbook-base https://example.com/agent-otel/docs/runbook.md
+
+The SLO options change both the alert rules and the SLO panels, so the
+two always measure the same thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+
+from agent_otel.errors import AgentOtelError
+from dashboards import executors, latency, rules, tools_gpu
+from dashboards.slo import DEFAULT_OBJECTIVE, DEFAULT_THRESHOLD_S, LatencySLO
+
+HERE = Path(__file__).resolve().parent
+JSON_DIR = HERE / "json"
+RULES_FILE = HERE / "rules" / "agent-otel-rules.yml"
+
+
+def dashboard_json(dashboard) -> str:
+    return JSONEncoder(sort_keys=True, indent=2).encode(dashboard.build()) + "\n"
+
+
+def artefacts(slo: LatencySLO, runbook_base: str = rules.DEFAULT_RUNBOOK_BASE) -> dict[Path, str]:
+    """Every generated file, by path, with its exact text."""
+    return {
+        JSON_DIR / "agent-tools-vs-gpu.json": dashboard_json(tools_gpu.build()),
+        JSON_DIR / "tool-latency-and-slos.json": dashboard_json(latency.build(slo)),
+        JSON_DIR / "executors.json": dashboard_json(executors.build()),
+        RULES_FILE: rules.render(slo, runbook_base),
+    }
+
+
+def stale_files(files: dict[Path, str]) -> list[Path]:
+    """The paths whose committed text differs from ``files`` (or is missing)."""
+    return [path for path, text in files.items() if not path.is_file() or path.read_text() != text]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dashboards", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--slo-threshold", type=float, default=DEFAULT_THRESHOLD_S, metavar="SECONDS",
+                        help="latency SLO threshold; must be a histogram bucket boundary (default %(default)s)")
+    parser.add_argument("--slo-objective", type=float, default=DEFAULT_OBJECTIVE, metavar="RATIO",
+                        help="share of calls that must finish within the threshold (default %(default)s)")
+    parser.add_argument("--runbook-base", default=rules.DEFAULT_RUNBOOK_BASE, metavar="URL",
+                        help="where docs/runbook.md is published, for the alerts' runbook_url (default %(default)s)")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if a committed file differs from what the code generates")
+    args = parser.parse_args(argv)
+    try:
+        slo = LatencySLO(args.slo_threshold, args.slo_objective)
+    except AgentOtelError as exc:
+        print(f"python -m dashboards: error: {exc}", file=sys.stderr)
+        return 2
+    files = artefacts(slo, args.runbook_base)
+    stale = stale_files(files)
+    if args.check:
+        for path in stale:
+            print(f"stale: {path.relative_to(HERE.parent)} (run python -m dashboards)", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(files[path])
+        print(f"wrote {path.relative_to(HERE.parent)}")
+    return 0

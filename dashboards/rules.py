@@ -1,0 +1,193 @@
+"""Prometheus recording and alert rules for the toolkit's metrics.
+
+The latency SLO ("``objective`` of each tool's calls finish within
+``threshold`` seconds") is a parameter; everything else follows the
+multi-window burn-rate alerts of the SRE workbook: an alert fires only
+when both a long window (the budget is really being spent) and a short
+window (it is still being spent now) burn faster than the factor.
+
+Recording rules keep each tool's SLI (share of calls within the
+threshold) per burn-rate window, so alerts and ad-hoc queries read one
+cheap series instead of re-aggregating histogram buckets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+from dashboards.slo import LatencySLO, format_bound, format_percent
+
+DEFAULT_RUNBOOK_BASE = "docs/runbook.md"
+
+# Executor saturation must last this long before anyone is told.
+EXECUTOR_SATURATED_FOR = "5m"
+# GPU idle-while-blocked share over this window, above this ratio, alerts.
+GPU_BLOCKED_WINDOW = "10m"
+GPU_BLOCKED_RATIO = 0.3
+
+
+@dataclass(frozen=True)
+class BurnRateAlert:
+    name: str
+    factor: float
+    long_window: str
+    short_window: str
+    severity: str
+    for_duration: str
+    speed: str
+
+
+FAST_BURN = BurnRateAlert("AgentToolLatencySLOFastBurn", 14.4, "1h", "5m", "page", "2m", "fast")
+SLOW_BURN = BurnRateAlert("AgentToolLatencySLOSlowBurn", 6, "6h", "30m", "ticket", "15m", "slowly but steadily")
+BURN_RATE_ALERTS = (FAST_BURN, SLOW_BURN)
+
+
+def sli_windows() -> list[str]:
+    """Every window a burn-rate alert reads, shortest first."""
+    windows = {w for alert in BURN_RATE_ALERTS for w in (alert.long_window, alert.short_window)}
+    return sorted(windows, key=_window_seconds)
+
+
+def sli_record_name(window: str) -> str:
+    return f"agent_tool:latency_sli:ratio_rate{window}"
+
+
+def runbook_url(base: str, alert: str) -> str:
+    """``base`` plus the anchor GitHub gives the alert's heading in docs/runbook.md."""
+    return f"{base}#{alert.lower()}"
+
+
+def recording_rules(slo: LatencySLO) -> list[dict]:
+    rules = []
+    for window in sli_windows():
+        rules.append({
+            "record": sli_record_name(window),
+            "expr": (
+                f"sum by (job, tool) (rate(agent_tool_duration_seconds_bucket{{{slo.le_matcher()}}}[{window}]))\n"
+                f"/\n"
+                f"sum by (job, tool) (rate(agent_tool_duration_seconds_count[{window}]))"
+            ),
+            "labels": {"slo": "latency"},
+        })
+    return rules
+
+
+def burn_rate_rule(slo: LatencySLO, alert: BurnRateAlert, runbook_base: str) -> dict:
+    threshold = format_bound(slo.threshold_s)
+    limit = f"({alert.factor:g} * {slo.error_budget:g})"
+    return {
+        "alert": alert.name,
+        "expr": (
+            f"(1 - {sli_record_name(alert.long_window)}) > {limit}\n"
+            f"and\n"
+            f"(1 - {sli_record_name(alert.short_window)}) > {limit}"
+        ),
+        "for": alert.for_duration,
+        "labels": {"severity": alert.severity, "slo": "latency"},
+        "annotations": {
+            "summary": f"Tool {{{{ $labels.tool }}}} is burning its latency error budget {alert.speed}",
+            "description": (
+                f"{{{{ $value | humanizePercentage }}}} of {{{{ $labels.tool }}}} calls in {{{{ $labels.job }}}} "
+                f"took longer than {threshold} s over the last {alert.long_window} (and still over the last "
+                f"{alert.short_window}): more than {alert.factor:g}x the {format_percent(slo.error_budget)} the SLO "
+                f"({format_percent(slo.objective)} within {threshold} s) allows."
+            ),
+            "runbook_url": runbook_url(runbook_base, alert.name),
+        },
+    }
+
+
+def executor_saturated_rule(runbook_base: str) -> dict:
+    name = "AgentExecutorSaturated"
+    return {
+        "alert": name,
+        "expr": (
+            "agent_executor_active_workers >= agent_executor_max_workers\n"
+            "and\n"
+            "agent_executor_queue_depth > 0"
+        ),
+        "for": EXECUTOR_SATURATED_FOR,
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "Executor {{ $labels.executor }} has every worker busy and calls waiting",
+            "description": (
+                "All {{ $value }} workers of executor {{ $labels.executor }} on {{ $labels.instance }} "
+                f"have been busy with calls queued behind them for {EXECUTOR_SATURATED_FOR}: "
+                "tool calls now wait for a worker before they start."
+            ),
+            "runbook_url": runbook_url(runbook_base, name),
+        },
+    }
+
+
+def gpu_blocked_rule(runbook_base: str) -> dict:
+    name = "AgentGPUIdleBlockedByTools"
+    window = GPU_BLOCKED_WINDOW
+    # Alertmanager shows the tool to look at first: the top of the ranking.
+    top_tool = (
+        '{{ with printf "topk(1, sum by (tool) (rate(agent_gpu_idle_blocked_seconds_total'
+        '{instance=%q,gpu=%q}[' + window + '])))" $labels.instance $labels.gpu | query }}'
+        '{{ . | first | label "tool" }}{{ end }}'
+    )
+    return {
+        "alert": name,
+        "expr": (
+            f"sum by (job, instance, gpu) (rate(agent_gpu_idle_blocked_seconds_total[{window}]))\n"
+            f"> {GPU_BLOCKED_RATIO:g}"
+        ),
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "GPU {{ $labels.gpu }} on {{ $labels.instance }} sits idle waiting for tool calls",
+            "description": (
+                f"GPU {{{{ $labels.gpu }}}} was idle {{{{ $value | humanizePercentage }}}} of the last {window} "
+                f"while tool calls were in flight (alert above {format_percent(GPU_BLOCKED_RATIO)}). "
+                f"The tool blamed most: {top_tool}."
+            ),
+            "runbook_url": runbook_url(runbook_base, name),
+        },
+    }
+
+
+def rule_groups(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE) -> dict:
+    """The whole rules file as a Python structure."""
+    return {
+        "groups": [
+            {"name": "agent-otel-slo-recording", "rules": recording_rules(slo)},
+            {
+                "name": "agent-otel-alerts",
+                "rules": [
+                    *(burn_rate_rule(slo, alert, runbook_base) for alert in BURN_RATE_ALERTS),
+                    executor_saturated_rule(runbook_base),
+                    gpu_blocked_rule(runbook_base),
+                ],
+            },
+        ]
+    }
+
+
+def render(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE) -> str:
+    """The rules file's text, with a header naming its source and SLO."""
+    header = (
+        "# Generated by `python -m dashboards` from dashboards/rules.py: do not edit by hand.\n"
+        f"# Latency SLO: {format_percent(slo.objective)} of each tool's calls within {format_bound(slo.threshold_s)} s.\n"
+    )
+    return header + yaml.dump(rule_groups(slo, runbook_base), Dumper=_RulesDumper, sort_keys=False, width=1000)
+
+
+class _RulesDumper(yaml.SafeDumper):
+    """Writes multi-line PromQL as literal blocks, so the file reads like PromQL."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str):
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_RulesDumper.add_representer(str, _represent_str)
+
+
+def _window_seconds(window: str) -> int:
+    units = {"m": 60, "h": 3600, "d": 86400}
+    return int(window[:-1]) * units[window[-1]]

@@ -1,0 +1,169 @@
+"""Dashboard "Agent tools vs GPU": which tool calls leave the GPU idle.
+
+Utilization and idle windows per GPU on top, then the idle time each
+tool (and phase: queued for a worker, or executing) is blamed for, the
+idle time nobody is blamed for, the calls in flight, and a ranking.
+"""
+
+from __future__ import annotations
+
+from dashboards.panels import (
+    BAD, GOOD, RANGE, RATE, WARN, common,
+    datasource_variables, jaeger_search_link, label_variable, new_dashboard, query,
+    selector, stat_panel, state_timeline_panel, table_panel, target_variables,
+    thresholds, timeseries_panel,
+)
+from dashboards.slo import format_percent
+
+UID = "agent-otel-tools-gpu"
+# Utilization at or below this shades the utilization panel (the toolkit's
+# default idle threshold).
+IDLE_SHADE = 0.1
+
+GPU = selector('gpu=~"$gpu"')
+TOOL = selector('tool=~"$tool"')
+GPU_TOOL = selector('gpu=~"$gpu"', 'tool=~"$tool"')
+# Idle seconds over the range; "> 0" leaves the shares empty, not 0/0,
+# when no GPU idled at all.
+IDLE_TOTAL = f"(sum(increase(agent_gpu_idle_seconds_total{GPU}[{RANGE}])) > 0)"
+
+
+def blamed(phase: str | None = None) -> str:
+    matchers = GPU_TOOL if phase is None else selector('gpu=~"$gpu"', 'tool=~"$tool"', f'phase="{phase}"')
+    return f"sum by (tool) (increase(agent_gpu_idle_blocked_seconds_total{matchers}[{RANGE}]))"
+
+
+def build():
+    overview = [
+        stat_panel(
+            "GPU utilization",
+            "Mean utilization of the selected GPUs right now (share of time a kernel ran).",
+            "percentunit",
+            query(f"avg(agent_gpu_utilization_ratio{GPU})", "utilization", "A"),
+            thresholds(BAD, (0.3, WARN), (0.6, GOOD)),
+        ),
+        stat_panel(
+            "Idle time blocked by tools",
+            "Share of the GPUs' idle time over the dashboard range during which at least one tool call was in flight.",
+            "percentunit",
+            query(
+                f"sum(increase(agent_gpu_idle_blocked_seconds_total{GPU}[{RANGE}])) / {IDLE_TOTAL}",
+                "blocked", "A",
+            ),
+            thresholds(GOOD, (0.2, WARN), (0.5, BAD)),
+        ),
+        stat_panel(
+            "Idle time with no tool in flight",
+            "Share of the GPUs' idle time over the dashboard range with no tool call in flight (the model, the network or the agent itself).",
+            "percentunit",
+            query(
+                f"sum(increase(agent_gpu_idle_unattributed_seconds_total{GPU}[{RANGE}])) / {IDLE_TOTAL}",
+                "unattributed", "A",
+            ),
+            thresholds(GOOD, (0.2, WARN), (0.5, BAD)),
+        ),
+        stat_panel(
+            "Tool calls in flight",
+            "Tool calls queued or executing right now.",
+            "short",
+            # The gauge has no series while nothing is in flight: show 0, not "No data".
+            query(f"sum(agent_tool_inflight{TOOL}) or vector(0)", "in flight", "A"),
+            thresholds(GOOD),
+        ),
+    ]
+    panels = [
+        *overview,
+        timeseries_panel(
+            "GPU utilization per GPU",
+            f"Utilization per GPU (0-100%). The red band marks utilization at or below {format_percent(IDLE_SHADE)}: the idle windows.",
+            "percentunit",
+            [query(f"avg by (gpu) (agent_gpu_utilization_ratio{GPU})", "GPU {{gpu}}", "A")],
+            steps=thresholds("red", (IDLE_SHADE, "transparent")),
+            threshold_style=common.GraphThresholdsStyleMode.AREA,
+            min_value=0,
+            max_value=1,
+        ),
+        state_timeline_panel(
+            "GPU idle windows",
+            "Per GPU: red while most of the time was idle (from agent_gpu_idle_seconds_total).",
+            query(f"sum by (gpu) (rate(agent_gpu_idle_seconds_total{GPU}[{RATE}]))", "GPU {{gpu}}", "A"),
+            thresholds(GOOD, (0.5, BAD)),
+            width=12,
+            height=8,
+        ),
+        timeseries_panel(
+            "GPU idle blamed per tool and phase",
+            "Idle GPU time attributed to each tool call in flight, split by phase: queue (waiting for an executor worker) "
+            "or exec (running). 100% = one GPU fully idle because of that tool.",
+            "percentunit",
+            [query(
+                f"sum by (tool, phase) (rate(agent_gpu_idle_blocked_seconds_total{GPU_TOOL}[{RATE}]))",
+                "{{tool}} ({{phase}})", "A",
+            )],
+            stacked=True,
+        ),
+        timeseries_panel(
+            "Unattributed GPU idle",
+            "Idle GPU time with no tool call in flight, per GPU.",
+            "percentunit",
+            [query(
+                f"sum by (gpu) (rate(agent_gpu_idle_unattributed_seconds_total{GPU}[{RATE}]))",
+                "GPU {{gpu}}", "A",
+            )],
+        ),
+        timeseries_panel(
+            "Tool calls in flight",
+            "Tool calls waiting for a worker (queue) or running (exec), per tool.",
+            "short",
+            [query(f"sum by (tool, phase) (agent_tool_inflight{TOOL})", "{{tool}} ({{phase}})", "A")],
+            stacked=True,
+            width=24,
+        ),
+        table_panel(
+            "Tools ranked by blamed GPU idle time",
+            "Over the dashboard range: GPU idle seconds blamed on each tool, split by phase, next to its call count. "
+            "The top rows are where a faster tool, a bigger pool or overlapping work pays off most.",
+            [
+                query(blamed(), "", "A", table_format=True),
+                query(blamed("queue"), "", "B", table_format=True),
+                query(blamed("exec"), "", "C", table_format=True),
+                query(f"sum by (tool) (increase(agent_tool_calls_total{TOOL}[{RANGE}]))", "", "D", table_format=True),
+            ],
+            columns={
+                "tool": "Tool",
+                "Value #A": "GPU idle blamed",
+                "Value #B": "while queued",
+                "Value #C": "while executing",
+                "Value #D": "Calls",
+            },
+            sort_by="GPU idle blamed",
+            units={"GPU idle blamed": "s", "while queued": "s", "while executing": "s", "Calls": "short"},
+            # Seconds of idle GPU over the range: a minute is worth a look, five minutes a fix.
+            steps=thresholds(GOOD, (60, WARN), (300, BAD)),
+        ),
+        stat_panel(
+            "Spans dropped by the toolkit",
+            "Spans the toolkit could not export over the dashboard range (queue full or exporter down).",
+            "short",
+            query(f"sum(increase(agent_otel_spans_dropped_total{selector()}[{RANGE}]))", "dropped", "A"),
+            thresholds(GOOD, (1, BAD)),
+            width=24,
+            height=3,
+        ),
+    ]
+    dashboard = new_dashboard(
+        "Agent tools vs GPU",
+        UID,
+        "Which tool calls leave the GPU idle: utilization, idle windows and the idle time blamed on each tool.",
+        ["gpu", "tools"],
+    )
+    for variable in [
+        *datasource_variables(with_traces=True),
+        *target_variables("agent_gpu_utilization_ratio"),
+        label_variable("gpu", "GPU", "agent_gpu_utilization_ratio", '{job=~"$job",instance=~"$instance"}'),
+        label_variable("tool", "Tool", "agent_tool_calls_total", '{job=~"$job",instance=~"$instance"}'),
+    ]:
+        dashboard = dashboard.with_variable(variable)
+    for panel in panels:
+        dashboard = dashboard.with_panel(panel)
+    return dashboard.link(jaeger_search_link())

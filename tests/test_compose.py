@@ -1,0 +1,222 @@
+"""The compose stack holds together, checked without Docker.
+
+Docker does not run here, so these tests read docker-compose.yml and the
+configs it mounts the way the containers would, and check that the names
+and ports each config uses for another service are that service's real
+name and port: a typo there is a stack that starts and shows nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from agent_otel.cli import build_parser
+from conftest import require_tool
+
+REPO = Path(__file__).resolve().parents[1]
+COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+GPU_OVERRIDE = yaml.safe_load((REPO / "docker-compose.gpu.yml").read_text())
+SERVICES = COMPOSE["services"]
+
+
+def mounts(service: dict) -> dict[str, Path]:
+    """Container path -> host path, for the bind mounts of a service."""
+    found = {}
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("."):
+            found[target] = REPO / source
+    return found
+
+
+def mounted_yaml(service: str, container_path: str, compose: dict = COMPOSE) -> dict:
+    return yaml.safe_load(mounts(compose["services"][service])[container_path].read_text())
+
+
+def host_port(address: str) -> tuple[str, int]:
+    """("collector", 4317) from "collector:4317" or "http://collector:4317"."""
+    parts = urlsplit(address if "//" in address else f"//{address}")
+    return parts.hostname, parts.port
+
+
+def listen_port(endpoint: str) -> int:
+    return int(endpoint.rsplit(":", 1)[1])
+
+
+COLLECTOR = mounted_yaml("collector", "/etc/otelcol-contrib/config.yaml")
+JAEGER = mounted_yaml("jaeger", "/etc/jaeger/config.yaml")
+PROMETHEUS = mounted_yaml("prometheus", "/etc/prometheus/prometheus.yml")
+DATASOURCES = yaml.safe_load((REPO / "deploy/grafana/provisioning/datasources/datasources.yml").read_text())["datasources"]
+
+# What each service listens on inside the compose network, from its own config.
+LISTENS = {
+    "collector": {
+        listen_port(COLLECTOR["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]),
+        listen_port(COLLECTOR["receivers"]["otlp"]["protocols"]["http"]["endpoint"]),
+        listen_port(COLLECTOR["exporters"]["prometheus"]["endpoint"]),
+        COLLECTOR["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]["port"],
+    },
+    "jaeger": {
+        listen_port(JAEGER["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]),
+        listen_port(JAEGER["extensions"]["jaeger_query"]["http"]["endpoint"]),
+        JAEGER["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]["port"],
+    },
+    "prometheus": {9090},  # its default --web.listen-address
+    "grafana": {3000},
+    "demo": {int(SERVICES["demo"]["environment"]["AGENT_OTEL_PROMETHEUS_PORT"])},
+    "gpu-exporter": {int(GPU_OVERRIDE["services"]["gpu-exporter"]["environment"]["AGENT_OTEL_PROMETHEUS_PORT"])},
+}
+
+
+def assert_reaches(address: str, service: str, port: int | None = None):
+    host, found_port = host_port(address)
+    assert host == service, f"{address}: expected the compose service {service!r}"
+    assert found_port in LISTENS[service], f"{address}: {service} listens on {sorted(LISTENS[service])}"
+    if port is not None:
+        assert found_port == port, f"{address}: expected port {port}"
+
+
+@pytest.mark.parametrize("compose", [COMPOSE, GPU_OVERRIDE], ids=["docker-compose.yml", "docker-compose.gpu.yml"])
+def test_every_mounted_file_exists(compose):
+    for name, service in compose["services"].items():
+        for target, source in mounts(service).items():
+            assert source.exists(), f"{name}: {source} (mounted at {target}) does not exist"
+        build = service.get("build")
+        if build:
+            assert (REPO / build["context"] / build["dockerfile"]).is_file(), name
+
+
+def test_images_are_pinned_to_a_version():
+    for name, service in {**SERVICES, **GPU_OVERRIDE["services"]}.items():
+        image = service.get("image")
+        if image and "build" not in service:
+            tag = image.rsplit(":", 1)[1] if ":" in image else ""
+            assert re.fullmatch(r"v?\d+\.\d+\.\d+", tag), f"{name}: image {image} is not pinned to a version"
+
+
+def test_the_dockerfile_starts_from_a_pinned_python_and_runs_as_a_user():
+    dockerfile = (REPO / "deploy" / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:\d+\.\d+\.\d+-slim", dockerfile, flags=re.M)
+    assert re.search(r"^USER \w+", dockerfile, flags=re.M)
+    assert 'ENTRYPOINT ["agent-otel"]' in dockerfile
+
+
+@pytest.mark.parametrize("service", [SERVICES["demo"], GPU_OVERRIDE["services"]["gpu-exporter"]], ids=["demo", "gpu-exporter"])
+def test_agent_otel_services_send_otlp_to_the_collector_and_serve_metrics(service):
+    # The image's entrypoint is agent-otel: the command must parse as its arguments.
+    args = build_parser().parse_args(service["command"])
+    assert args.command in {"demo", "gpu-exporter"}
+    assert_reaches(service["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"], "collector",
+                   listen_port(COLLECTOR["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]))
+    assert service["environment"]["AGENT_OTEL_PROMETHEUS_ADDRESS"] == "0.0.0.0"
+
+
+def test_the_gpu_exporter_gets_the_gpus():
+    gpu = GPU_OVERRIDE["services"]["gpu-exporter"]
+    assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+
+
+def test_the_collector_uses_current_component_names_and_sends_traces_to_jaeger():
+    exporters = COLLECTOR["exporters"]
+    assert "otlp" not in exporters and "otlphttp" not in exporters and "spanmetrics" not in COLLECTOR["connectors"]
+    assert_reaches(exporters["otlp_grpc/jaeger"]["endpoint"], "jaeger",
+                   listen_port(JAEGER["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]))
+    pipelines = COLLECTOR["service"]["pipelines"]
+    defined = {name for section in ("receivers", "processors", "exporters", "connectors") for name in COLLECTOR[section]}
+    for pipeline in pipelines.values():
+        assert pipeline["processors"][0] == "memory_limiter"
+        for component in pipeline["receivers"] + pipeline["processors"] + pipeline["exporters"]:
+            assert component in defined, f"pipeline uses {component!r}, which is not configured"
+    assert "span_metrics" in pipelines["traces/tool_spans"]["exporters"]
+    assert "span_metrics" in pipelines["metrics"]["receivers"]
+    assert "prometheus" in pipelines["metrics"]["exporters"]
+
+
+def test_span_metrics_have_the_slo_bucket_and_match_jaegers_monitor_tab():
+    span_metrics = COLLECTOR["connectors"]["span_metrics"]
+    assert "800ms" in span_metrics["histogram"]["explicit"]["buckets"]
+    backend = JAEGER["extensions"]["jaeger_storage"]["metric_backends"]["prometheus_store"]["prometheus"]
+    assert backend["metric_namespace"] == span_metrics["namespace"].replace(".", "_")
+    assert backend["latency_unit"] == span_metrics["histogram"]["unit"]
+    assert_reaches(backend["endpoint"], "prometheus", 9090)
+
+
+def test_the_gateway_config_matches_the_single_host_one():
+    gateway = yaml.safe_load((REPO / "collector" / "gateway.yaml").read_text())
+    assert gateway["service"]["pipelines"].keys() == COLLECTOR["service"]["pipelines"].keys()
+    assert gateway["connectors"]["span_metrics"]["histogram"] == COLLECTOR["connectors"]["span_metrics"]["histogram"]
+    assert gateway["exporters"]["otlp_grpc/jaeger"]["endpoint"] == "${env:JAEGER_OTLP_ENDPOINT}"
+
+
+def test_prometheus_scrapes_real_services_with_exemplars_and_the_rules():
+    command = SERVICES["prometheus"]["command"]
+    assert "--enable-feature=exemplar-storage" in command
+    for job in PROMETHEUS["scrape_configs"]:
+        for static in job.get("static_configs", []):
+            for target in static["targets"]:
+                host, _ = host_port(target)
+                if host != "localhost":
+                    assert_reaches(target, host)
+    gpu_targets = mounted_yaml("prometheus", "/etc/prometheus/gpu-targets/gpu-exporter.yml", GPU_OVERRIDE)
+    assert_reaches(gpu_targets[0]["targets"][0], "gpu-exporter")
+    rules_mount = mounts(SERVICES["prometheus"])["/etc/prometheus/rules"]
+    for rule_file in PROMETHEUS["rule_files"]:
+        assert (rules_mount / Path(rule_file).relative_to("/etc/prometheus/rules")).is_file(), rule_file
+
+
+def test_promtool_accepts_the_prometheus_config_as_mounted(tmp_path):
+    # promtool reads the rule files too: point it at them where the
+    # container would see them, through the compose mounts.
+    text = (REPO / "deploy" / "prometheus" / "prometheus.yml").read_text()
+    for target, source in sorted(mounts(SERVICES["prometheus"]).items(), key=lambda m: -len(m[0])):
+        if source.is_dir():
+            text = text.replace(target + "/", f"{source}/")
+    # And the GPU targets where docker-compose.gpu.yml mounts them.
+    (tmp_path / "gpu-targets").mkdir()
+    text = text.replace("/etc/prometheus/gpu-targets/", f"{tmp_path}/gpu-targets/")
+    shutil.copy(REPO / "deploy" / "prometheus" / "gpu-targets.yml", tmp_path / "gpu-targets" / "gpu-exporter.yml")
+    (tmp_path / "prometheus.yml").write_text(text)
+    result = subprocess.run([require_tool("promtool", "prometheus"), "check", "config", str(tmp_path / "prometheus.yml")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 1 rule files found" in result.stdout
+
+
+def test_grafana_links_prometheus_exemplars_to_jaeger_and_back():
+    by_type = {ds["type"]: ds for ds in DATASOURCES}
+    prometheus, jaeger = by_type["prometheus"], by_type["jaeger"]
+    assert_reaches(prometheus["url"], "prometheus", 9090)
+    assert_reaches(jaeger["url"], "jaeger", listen_port(JAEGER["extensions"]["jaeger_query"]["http"]["endpoint"]))
+    destination = prometheus["jsonData"]["exemplarTraceIdDestinations"][0]
+    assert destination == {"name": "trace_id", "datasourceUid": jaeger["uid"]}
+    assert jaeger["jsonData"]["tracesToMetrics"]["datasourceUid"] == prometheus["uid"]
+    for query in jaeger["jsonData"]["tracesToMetrics"]["queries"]:
+        assert "$$__tags" in query["query"], "provisioning files need $$ for a literal $"
+
+
+def test_grafana_provisions_the_dashboards_without_anonymous_admin():
+    grafana = SERVICES["grafana"]
+    environment = grafana["environment"]
+    assert environment["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    assert environment["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
+    provisioning = mounts(grafana)["/etc/grafana/provisioning"]
+    provider = yaml.safe_load((provisioning / "dashboards" / "dashboards.yml").read_text())["providers"][0]
+    dashboards_dir = mounts(grafana)[provider["options"]["path"]]
+    assert sorted(p.name for p in dashboards_dir.glob("*.json")) == [
+        "agent-tools-vs-gpu.json", "executors.json", "tool-latency-and-slos.json"]
+    assert provider["folder"] == "Agent OTel"
+    home = Path(environment["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"])
+    assert (dashboards_dir / home.relative_to(provider["options"]["path"])).is_file()
+
+
+def test_published_ports_bind_to_loopback_only():
+    for name, service in SERVICES.items():
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"

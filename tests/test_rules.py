@@ -1,0 +1,120 @@
+"""The generated Prometheus rules: valid, tested with promtool, parameterized.
+
+promtool's unit tests (dashboards/rules/tests.yml) show each alert firing
+when it should and staying silent when it should not; these tests run
+them, and check what promtool cannot: the generator's parameters, its
+refusal of a threshold Prometheus cannot measure, and the runbook links.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent_otel.errors import ConfigError
+from conftest import require_tool
+from dashboards import rules
+from dashboards.slo import LatencySLO
+
+REPO = Path(__file__).resolve().parents[1]
+RULES_DIR = REPO / "dashboards" / "rules"
+RULES_FILE = RULES_DIR / "agent-otel-rules.yml"
+RUNBOOK = REPO / "docs" / "runbook.md"
+CONTRACT_ALERTS = {
+    "AgentToolLatencySLOFastBurn", "AgentToolLatencySLOSlowBurn",
+    "AgentExecutorSaturated", "AgentGPUIdleBlockedByTools",
+}
+
+
+def committed_rules() -> list[dict]:
+    return [rule for group in yaml.safe_load(RULES_FILE.read_text())["groups"] for rule in group["rules"]]
+
+
+def promtool(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([require_tool("promtool", "prometheus"), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_promtool_accepts_the_rules():
+    result = promtool("check", "rules", str(RULES_FILE))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 8 rules found" in result.stdout
+
+
+def test_alerts_fire_when_they_should_and_stay_silent_otherwise():
+    result = promtool("test", "rules", str(RULES_DIR / "tests.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_every_contract_alert_has_severity_summary_description_and_runbook():
+    alerts = {rule["alert"]: rule for rule in committed_rules() if "alert" in rule}
+    assert set(alerts) == CONTRACT_ALERTS
+    headings = {m.lower() for m in re.findall(r"^## (\w+)\s*$", RUNBOOK.read_text(), flags=re.M)}
+    for name, rule in alerts.items():
+        assert rule["labels"]["severity"] in {"page", "ticket", "warning"}, name
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"], name
+        anchor = rule["annotations"]["runbook_url"].split("#")[1]
+        assert anchor in headings, f"{name}: docs/runbook.md has no '## ' heading for #{anchor}"
+    assert alerts["AgentToolLatencySLOFastBurn"]["labels"]["severity"] == "page"
+    assert alerts["AgentToolLatencySLOSlowBurn"]["labels"]["severity"] == "ticket"
+
+
+def test_an_sli_is_recorded_for_every_burn_rate_window():
+    recorded = {rule["record"] for rule in committed_rules() if "record" in rule}
+    windows = {"5m", "30m", "1h", "6h"}  # fast burn: 1h and 5m; slow burn: 6h and 30m
+    assert recorded == {f"agent_tool:latency_sli:ratio_rate{w}" for w in windows}
+
+
+def test_the_generator_refuses_a_threshold_that_is_not_a_bucket():
+    with pytest.raises(ConfigError) as error:
+        rules.render(LatencySLO(threshold_s=0.75))
+    message = str(error.value)
+    assert "0.75" in message and "0.5, 0.8, 1, 2.5" in message
+
+
+@pytest.mark.parametrize("objective", [0, 1, 1.5, -0.1])
+def test_the_generator_refuses_an_objective_outside_zero_to_one(objective):
+    with pytest.raises(ConfigError, match="objective"):
+        LatencySLO(objective=objective)
+
+
+def test_slo_parameters_reach_the_alert_expressions_and_text():
+    text = rules.render(LatencySLO(threshold_s=2.5, objective=0.99), runbook_base="https://docs.example/runbook")
+    assert 'le=~"2\\\\.5"' in text
+    assert "(14.4 * 0.01)" in text and "(6 * 0.01)" in text
+    assert "99% within 2.5 s" in text
+    assert "runbook_url: https://docs.example/runbook#agenttoollatencyslofastburn" in text
+
+
+def test_a_whole_number_threshold_matches_buckets_written_by_prometheus_2_and_3(tmp_path):
+    # Prometheus 3 and prometheus_client write le="1.0"; older exporters le="1".
+    (tmp_path / "rules.yml").write_text(rules.render(LatencySLO(threshold_s=1)))
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": 'agent_tool_duration_seconds_count{job="a",tool="new"}', "values": "0+10x10"},
+                {"series": 'agent_tool_duration_seconds_bucket{job="a",tool="new",le="1.0"}', "values": "0+5x10"},
+                {"series": 'agent_tool_duration_seconds_count{job="a",tool="old"}', "values": "0+10x10"},
+                {"series": 'agent_tool_duration_seconds_bucket{job="a",tool="old",le="1"}', "values": "0+10x10"},
+                # Never the SLO bucket: 10 must not match the regex for 1.
+                {"series": 'agent_tool_duration_seconds_bucket{job="a",tool="old",le="10.0"}', "values": "0+10x10"},
+            ],
+            "promql_expr_test": [{
+                "expr": "agent_tool:latency_sli:ratio_rate5m",
+                "eval_time": "10m",
+                "exp_samples": [
+                    {"labels": 'agent_tool:latency_sli:ratio_rate5m{job="a",slo="latency",tool="new"}', "value": 0.5},
+                    {"labels": 'agent_tool:latency_sli:ratio_rate5m{job="a",slo="latency",tool="old"}', "value": 1},
+                ],
+            }],
+        }],
+    }))
+    result = promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
