@@ -134,13 +134,19 @@ def _span_exporters(settings: Settings) -> list:
 
 
 def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
+    global _global_provider
     settings = handle.settings
     if settings.sdk_disabled:
         return trace_api.NoOpTracer()
     from agent_otel.exporters.otlp_json import OtlpJsonFileExporter
 
     existing = trace_api.get_tracer_provider()
-    if isinstance(existing, TracerProvider):
+    if existing is _global_provider:
+        # An earlier instrument() in this process set it (OpenTelemetry
+        # allows that once); its processors were shut down, so add ours again.
+        provider, exporters = existing, _span_exporters(settings)
+        handle.owns_provider = True
+    elif isinstance(existing, TracerProvider):
         # The application configured OpenTelemetry itself: keep its provider
         # and exporters, and add only what agent-otel was asked for.
         provider, exporters = existing, []
@@ -160,22 +166,16 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
         handle.span_processors.append(processor)
     handle.tracer_provider = provider
     if handle.owns_provider and not isinstance(existing, TracerProvider):
-        _set_global_provider(provider)
+        # Global, so other instrumentations' spans join the same traces.
+        _global_provider = provider
+        trace_api.set_tracer_provider(provider)
     return provider.get_tracer(TRACER_NAME)
 
 
-_global_set = False
-
-
-def _set_global_provider(provider: TracerProvider) -> None:
-    # OpenTelemetry lets a process set its global provider once. The first
-    # instrument() sets it so other instrumentations' spans join the same
-    # traces; after uninstrument(), a new instrument() keeps tool spans on
-    # its own provider.
-    global _global_set
-    if not _global_set:
-        _global_set = True
-        trace_api.set_tracer_provider(provider)
+# The provider the first instrument() made and set as OpenTelemetry's global
+# one. shutdown() stops only its processors, so a later instrument() in the
+# same process can add new ones (its resource, e.g. service.name, stays).
+_global_provider: Optional[TracerProvider] = None
 
 
 def instrument(service_name: Optional[str] = None, *, traces_file: Optional[str] = None,

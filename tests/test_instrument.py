@@ -251,3 +251,21 @@ def test_unreachable_or_silent_endpoint_slows_nothing(kind, protocol):
     assert report["shutdown_s"] < 5.0 + 1.0  # the default bound, plus slack for a busy machine
     assert report["p50_s"] < 0.002  # a tool call never waits for the network
     assert elapsed < 30
+
+
+def test_instrument_again_after_uninstrument_exports_again(tmp_path):
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    result = run_agent(f"""
+        import agent_otel
+        @agent_otel.tool
+        def search(q):
+            return q
+        for path in ({str(first)!r}, {str(second)!r}):
+            handle = agent_otel.instrument(traces_exporters="console", traces_file=path, gpu="off")
+            search(path)
+            handle.shutdown()
+    """)
+    assert result.returncode == 0, result.stderr
+    assert first.read_text().count("execute_tool search") == 1
+    assert second.read_text().count("execute_tool search") == 1
+    assert result.stdout.count('"name": "execute_tool search"') == 2  # the console exporter came back too

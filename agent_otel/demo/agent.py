@@ -1,0 +1,137 @@
+"""The demo agent: several conversations sharing one GPU, served two ways.
+
+Each conversation alternates model steps and tool calls: the model (on the
+GPU) asks for a tool, the tool answers, the model reads the answer and asks
+for the next one. What differs is how the serving code waits. Both end on
+a model step, so neither run ends with the GPU waiting for a tool.
+
+``serve_baseline`` is the loop as commonly written: one batched model step
+for every conversation, then the tool calls of all of them on one shared
+two-worker pool, and the next step only when the slowest call is back. The
+GPU idles while calls queue for the two workers or wait on the slow API.
+
+``serve_fixed`` gives each conversation its own coroutine and batches the
+model continuously: whichever conversations are waiting for the model ride
+the next step, so the GPU serves the others while one waits for a tool.
+Tools run on a pool of their own class, and the slow API is bounded by a
+timeout, one retry and a fallback (``tools.fixed_tools``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Callable
+
+from opentelemetry import trace as trace_api
+
+from agent_otel.demo.tools import BASELINE_POOL_WORKERS, Services, Toolset
+
+MODEL_STEP_BASE_S = 0.15
+MODEL_STEP_PER_CONVERSATION_S = 0.03
+
+
+class Model:
+    """A stand-in LLM: one decode step for a batch keeps the GPU busy for a
+    fixed cost plus a little per conversation in the batch.
+
+    Each step is a ``model.step`` span, so the traces (and the report's
+    time window) cover the GPU's work as well as the tools'.
+    """
+
+    def __init__(self, run_kernel: Callable[[float], None], tracer: trace_api.Tracer):
+        self.run_kernel = run_kernel
+        self.tracer = tracer
+
+    def step(self, batch: int) -> None:
+        with self.tracer.start_as_current_span("model.step", attributes={"model.batch.size": batch}):
+            self.run_kernel(MODEL_STEP_BASE_S + MODEL_STEP_PER_CONVERSATION_S * batch)
+
+
+def serve_baseline(model: Model, tools: Toolset, services: Services, conversations: int,
+                   done: Callable[[], bool]) -> None:
+    """Serve every conversation in lock step until ``done()``."""
+    with ThreadPoolExecutor(max_workers=BASELINE_POOL_WORKERS, thread_name_prefix="agent-tools") as pool:
+        number = 0
+        while True:
+            model.step(conversations)
+            if done():
+                break
+            turns = [services.turn(conversation, number) for conversation in range(conversations)]
+            calls = [pool.submit(tools[turn.tool], turn.argument, turn.request_id) for turn in turns]
+            # The GPU idles until the slowest call is back. (A real agent would
+            # hand each answer, or error, to the model; the demo moves on.)
+            wait(calls)
+            number += 1
+
+
+def serve_fixed(model: Model, tools: Toolset, services: Services, conversations: int,
+                done: Callable[[], bool]) -> None:
+    """Serve every conversation on its own until ``done()``."""
+    asyncio.run(_serve_fixed(model, tools, services, conversations, done))
+
+
+async def _serve_fixed(model: Model, tools: Toolset, services: Services, conversations: int,
+                       done: Callable[[], bool]) -> None:
+    batcher = ContinuousBatcher(model)
+    serving = asyncio.create_task(batcher.serve())
+    try:
+        await asyncio.gather(*(_converse(c, batcher, tools, services, done) for c in range(conversations)))
+    finally:
+        batcher.close()
+        await serving
+
+
+async def _converse(conversation: int, batcher: "ContinuousBatcher", tools: Toolset, services: Services,
+                    done: Callable[[], bool]) -> None:
+    number = 0
+    while True:
+        await batcher.generate()
+        if done():
+            break
+        turn = services.turn(conversation, number)
+        try:
+            if turn.tool == "calculator":
+                tools.calculator(turn.argument, turn.request_id)  # milliseconds: inline is fine
+            else:
+                await tools[turn.tool].aio(turn.argument, turn.request_id)
+        except Exception:
+            pass  # a real agent hands the error to the model as the tool's answer; the demo moves on
+        number += 1
+
+
+class ContinuousBatcher:
+    """Continuous batching: every conversation waiting for the model rides the next step."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self.waiting: list[asyncio.Future] = []
+        self.wake = asyncio.Event()
+        self.closed = False
+        self.gpu_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+
+    async def generate(self) -> None:
+        """Wait for one model step that includes this conversation."""
+        answer = asyncio.get_running_loop().create_future()
+        self.waiting.append(answer)
+        self.wake.set()
+        await answer
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while not self.closed:
+                await self.wake.wait()
+                self.wake.clear()
+                batch, self.waiting = self.waiting, []
+                if batch:
+                    await loop.run_in_executor(self.gpu_thread, self.model.step, len(batch))
+                for answer in batch:
+                    if not answer.done():  # a conversation cancelled meanwhile
+                        answer.set_result(None)
+        finally:
+            self.gpu_thread.shutdown()
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake.set()

@@ -1,0 +1,146 @@
+"""`agent-otel demo`, run the way a new user runs it: as a command.
+
+The demo runs in a subprocess (it sets up its own instrument(), which this
+test session's shared tracer provider would otherwise catch), on the
+simulated GPU, with short runs. Each run's report is read back with
+`agent-otel report --format json`, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+TOOLS_THAT_STALL = {"search_docs", "fetch_quote"}
+
+
+def agent_otel(*args: str, **popen) -> subprocess.Popen:
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "none", "PYTHONUNBUFFERED": "1"}
+    env.pop("AGENT_OTEL_PROMETHEUS_PORT", None)
+    return subprocess.Popen([sys.executable, "-m", "agent_otel.cli", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen)
+
+
+def report(path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "agent_otel.cli", "report", str(path), "--format", "json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def blocked(report_json: dict) -> dict[str, dict]:
+    return {tool["tool"]: tool for tool in report_json["tools"]}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    process = agent_otel("demo", "--out", str(out), "--seconds", "4", "--gpu", "simulated")
+    output, _ = process.communicate(timeout=90)
+    assert process.returncode == 0, output
+    return out, output
+
+
+def test_the_demo_writes_both_runs_traces_and_timelines(demo):
+    out, output = demo
+    for run in ("baseline", "fixed"):
+        assert (out / f"{run}.jsonl").stat().st_size > 0
+        page = (out / f"{run}.html").read_text()
+        assert page.startswith("<!DOCTYPE html>")
+        assert "search_docs" in page and "fetch_quote" in page
+        assert f"{out / run}.html" in output
+    assert "GPU: Simulated GPU (--gpu simulated)" in output
+
+
+def test_the_baseline_blames_the_stalling_tools_not_the_fast_one(demo):
+    out, _ = demo
+    baseline = report(out / "baseline.jsonl")
+    tools = blocked(baseline)
+    assert set(tools) == {"search_docs", "fetch_quote", "calculator"}
+    top = baseline["tools"][0]
+    assert top["tool"] in TOOLS_THAT_STALL, baseline["tools"]
+    assert top["gpu_idle_blocked_s"] > 1.0
+    calculator = tools["calculator"]
+    # A 5 ms tool: the GPU never waits on it executing, only on its place in the shared queue.
+    assert calculator["gpu_idle_blocked_exec_s"] < 0.1
+    assert calculator["gpu_idle_blocked_s"] < top["gpu_idle_blocked_s"] / 2
+    # Calls queue for the shared two-worker pool: the report sees it.
+    assert tools["search_docs"]["queue_p95_s"] > 0.3
+    assert baseline["gpus"][0]["idle_blocked_s"] > 0.5 * baseline["window"]["seconds"]
+
+
+def test_the_fix_removes_most_of_the_gpu_idle_time_blocked_by_tools(demo):
+    out, output = demo
+    baseline, fixed = report(out / "baseline.jsonl"), report(out / "fixed.jsonl")
+    baseline_blocked = sum(g["idle_blocked_s"] for g in baseline["gpus"])
+    fixed_blocked = sum(g["idle_blocked_s"] for g in fixed["gpus"])
+    assert baseline_blocked > 1.0
+    assert fixed_blocked < 0.5 * baseline_blocked
+    # The fixed run serves more tool calls per second, on the same scripted latencies.
+    calls = {name: sum(t["calls"] for t in r["tools"]) / r["window"]["seconds"]
+             for name, r in (("baseline", baseline), ("fixed", fixed))}
+    assert calls["fixed"] > 1.5 * calls["baseline"]
+    # The fixed quote tool answered within its bound: no call waited for the hung API.
+    assert blocked(fixed)["fetch_quote"]["duration_p99_s"] < 2.0
+    # The comparison the demo printed is the reports' numbers.
+    row = re.search(r"^  blocked by tool calls \(s\)\s+(\S+)\s+(\S+)$", output, re.M)
+    assert row, output
+    assert row.groups() == (f"{baseline_blocked:.1f}", f"{fixed_blocked:.1f}")
+
+
+def metrics_url(process: subprocess.Popen) -> str:
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        found = re.match(r"metrics: (http://\S+)", line)
+        if found:
+            return found.group(1)
+    pytest.fail("the demo never printed its /metrics address:\n" + "".join(seen))
+
+
+def test_serve_mode_exposes_metrics_and_stops_after_its_duration():
+    started = time.monotonic()
+    process = agent_otel("demo", "--serve", "--duration", "3", "--seconds", "1", "--scenario", "alternate",
+                         "--prometheus-port", "0", "--gpu", "simulated")
+    try:
+        url = metrics_url(process)
+        text = ""
+        while "agent_tool_calls_total{" not in text and time.monotonic() - started < 20:
+            time.sleep(0.3)
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+        assert re.search(r'^agent_tool_calls_total\{outcome="ok",tool="(search_docs|fetch_quote|calculator)"\} ',
+                         text, re.M), text
+        rest, _ = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, rest
+    assert "stopped" in rest
+    assert time.monotonic() - started < 30
+
+
+def test_serve_mode_stops_cleanly_on_sigterm():
+    process = agent_otel("demo", "--serve", "--prometheus-port", "0", "--gpu", "simulated")
+    try:
+        metrics_url(process)
+        time.sleep(1.0)
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=20)
+    finally:
+        process.kill()
+    assert process.returncode == 0, rest
+    assert "agent-otel demo --serve: stopped" in rest
+
+
+def test_options_of_serve_mode_alone_are_refused():
+    process = agent_otel("demo", "--duration", "3")
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 2
+    assert "--duration" in output and "--serve" in output
