@@ -49,6 +49,7 @@ class Settings:
     gpu_poll_interval: float = 0.5  # [AGENT_OTEL_GPU_POLL_INTERVAL] seconds
     gpu_idle_threshold: float = 0.10  # [AGENT_OTEL_GPU_IDLE_THRESHOLD] ratio 0..1
     gpu_min_idle: float = 0.5  # [AGENT_OTEL_GPU_MIN_IDLE] seconds
+    gpu_log_file: Optional[str] = None  # [AGENT_OTEL_GPU_LOG] write the samples as nvidia-smi csv
     attribution_horizon: float = 120.0  # [AGENT_OTEL_ATTRIBUTION_HORIZON] seconds
 
 
@@ -76,6 +77,7 @@ ENVIRONMENT = {
     "gpu_poll_interval": ("AGENT_OTEL_GPU_POLL_INTERVAL",),
     "gpu_idle_threshold": ("AGENT_OTEL_GPU_IDLE_THRESHOLD",),
     "gpu_min_idle": ("AGENT_OTEL_GPU_MIN_IDLE",),
+    "gpu_log_file": ("AGENT_OTEL_GPU_LOG",),
     "attribution_horizon": ("AGENT_OTEL_ATTRIBUTION_HORIZON",),
 }
 
@@ -115,7 +117,7 @@ def _parse_list(value: object) -> tuple[str, ...]:
 
 def _validate(name: str, value: object, where: str) -> object:
     """Turn a raw value (argument or environment text) into the setting's type."""
-    if name in ("service_name", "traces_file", "prometheus_address"):
+    if name in ("service_name", "traces_file", "prometheus_address", "gpu_log_file"):
         text = str(value).strip()
         if not text:
             raise ConfigError(where, value, "a non-empty string")

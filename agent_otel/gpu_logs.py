@@ -219,3 +219,33 @@ def _parse(text: str, fmt: str) -> Optional[datetime]:
         return datetime.strptime(text.strip(), fmt)
     except ValueError:
         return None
+
+
+class GpuLogWriter:
+    """Writes samples as ``nvidia-smi --query-gpu=timestamp,index,utilization.gpu
+    --format=csv``, so ``read_gpu_log`` and ``agent-otel report --gpu-log``
+    read them back. Times are local, like nvidia-smi's, to the millisecond.
+
+    ``instrument(gpu_log_file=...)`` uses it to keep the samples the live
+    timeline saw: the report then draws the utilization curve too.
+    """
+
+    HEADER = "timestamp, index, utilization.gpu [%]\n"
+
+    def __init__(self, path: str):
+        try:
+            self._file = open(path, "w", encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("gpu_log_file", path, f"a writable file ({exc.strerror or exc})") from None
+        self._file.write(self.HEADER)
+
+    def write(self, samples) -> None:
+        lines = []
+        for sample in samples:
+            moment = datetime.fromtimestamp(sample.timestamp_ns / 1e9)
+            stamp = moment.strftime("%Y/%m/%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+            lines.append(f"{stamp}, {sample.gpu}, {round(sample.utilization * 100)} %\n")
+        self._file.writelines(lines)
+
+    def close(self) -> None:
+        self._file.close()

@@ -17,6 +17,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from agent_otel.attribution import WindowAttribution, attribute
+from agent_otel.gpu_logs import GpuLogWriter
 from agent_otel.horizon import CallHorizon
 from agent_otel.records import IdleWindow, ToolCall
 from agent_otel.sampler import GpuSampler
@@ -34,7 +35,7 @@ class LiveTimeline:
 
     def __init__(self, source, *, tracer: trace_api.Tracer, metrics, recorder=None, pipeline=None,
                  poll_interval_s: float = 0.5, idle_threshold: float = 0.10, min_idle_s: float = 0.5,
-                 horizon_s: float = 120.0):
+                 horizon_s: float = 120.0, log_path: Optional[str] = None):
         self.source = source
         self.tracer = tracer
         self.metrics = metrics
@@ -46,6 +47,7 @@ class LiveTimeline:
         self.detector = IdleDetector(idle_threshold, min_idle_s, uuids=uuids,
                                      max_gap_s=max(DEFAULT_MAX_GAP_S, 3 * poll_interval_s))
         self.horizon = CallHorizon(horizon_s, MAX_HORIZON_CALLS)
+        self.log = GpuLogWriter(log_path) if log_path else None
         self.sampler = GpuSampler(source, poll_interval_s, self.on_samples)
         self._reported_errors: dict[str, int] = {}
         if pipeline is not None:
@@ -60,6 +62,8 @@ class LiveTimeline:
         for window in self.detector.flush():
             self.on_window(window)
         self._count_source_errors()
+        if self.log is not None:
+            self.log.close()
 
     def on_samples(self, samples) -> None:
         latest = {}
@@ -67,6 +71,8 @@ class LiveTimeline:
             latest[sample.gpu] = sample.utilization
         for gpu, utilization in latest.items():
             self.metrics.gpu_utilization.labels(gpu).set(utilization)
+        if self.log is not None:
+            self.log.write(samples)
         for window in self.detector.feed(samples):
             self.on_window(window)
         self._count_source_errors()
@@ -168,6 +174,6 @@ def start_live_timeline(handle) -> Optional[LiveTimeline]:
     timeline = LiveTimeline(source, tracer=handle.tracer, metrics=handle.metrics, recorder=handle.recorder,
                             pipeline=handle.pipeline, poll_interval_s=settings.gpu_poll_interval,
                             idle_threshold=settings.gpu_idle_threshold, min_idle_s=settings.gpu_min_idle,
-                            horizon_s=settings.attribution_horizon)
+                            horizon_s=settings.attribution_horizon, log_path=settings.gpu_log_file)
     timeline.start()
     return timeline

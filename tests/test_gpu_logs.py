@@ -219,3 +219,16 @@ def test_replay_in_real_time_starts_now_and_releases_samples_as_time_passes(tmp_
     now[0] += 1_000_000
     assert [(s.gpu, s.utilization) for s in source.poll()] == [("0", 0.0), ("1", 0.8)]
     assert source.finished
+
+
+def test_written_log_reads_back_as_the_same_samples(tmp_path):
+    from agent_otel.gpu_logs import GpuLogWriter
+
+    path = tmp_path / "gpu.csv"
+    start = 1_795_000_000_123_000_000
+    samples = [GpuSample(str(gpu), start + i * 166_000_000, (i % 3) / 2) for i in range(6) for gpu in (0, 1)]
+    writer = GpuLogWriter(str(path))
+    writer.write(samples)
+    writer.close()
+    back = read_gpu_log(str(path))
+    assert sorted(back, key=lambda s: (s.timestamp_ns, s.gpu)) == sorted(samples, key=lambda s: (s.timestamp_ns, s.gpu))

@@ -138,7 +138,8 @@ def _record(scenario, traces: Path, gpu: demo_gpu.GpuChoice, args: argparse.Name
         raise ConfigError("--out", args.out, f"a directory whose files it can replace ({exc.strerror})") from None
     # Spans go to the file; to an OTLP endpoint too only when OTEL_TRACES_EXPORTER asks for it.
     exporters = None if os.environ.get("OTEL_TRACES_EXPORTER") else "none"
-    handle = _instrument(gpu, traces_file=str(traces), traces_exporters=exporters)
+    gpu_log = traces.with_name(traces.stem + "-gpu.csv")
+    handle = _instrument(gpu, traces_file=str(traces), traces_exporters=exporters, gpu_log_file=str(gpu_log))
     try:
         _say(f"   GPU: {gpu.describe(gpu_name(handle))}; running...", flush=True)
         run_scenario(scenario, handle, gpu, seconds=args.seconds, conversations=args.conversations,
@@ -147,8 +148,10 @@ def _record(scenario, traces: Path, gpu: demo_gpu.GpuChoice, args: argparse.Name
         handle.shutdown()
     if not traces.exists():
         raise AgentOtelError(f"no spans were written to {traces} (is OTEL_SDK_DISABLED set?)")
-    return analyse([str(traces)], idle_threshold=handle.settings.gpu_idle_threshold,
-                   min_idle_s=handle.settings.gpu_min_idle)
+    # The samples the run saw give the report the utilization curve; the
+    # idle windows found in them are the ones the live gpu.idle spans show.
+    return analyse([str(traces)], [str(gpu_log)] if gpu_log.exists() else [],
+                   idle_threshold=handle.settings.gpu_idle_threshold, min_idle_s=handle.settings.gpu_min_idle)
 
 
 def _write(path: Path, text: str) -> None:
