@@ -46,10 +46,11 @@ class Pipeline:
                 batch.append(finished.popleft())
             waits = self._monitor.waits if self._monitor is not None else ()
             try:
-                for call in batch:
-                    self._metrics.observe_call(call)
-                while waits:
-                    self._metrics.observe_wait(*waits.popleft())
+                with self._metrics.lock:
+                    for call in batch:
+                        self._metrics.observe_call(call)
+                    while waits:
+                        self._metrics.observe_wait(*waits.popleft())
             except Exception as exc:
                 self._log_once("metrics", exc)
             for consumer in self.consumers:

@@ -9,10 +9,13 @@ scrapes, from the live tables, so they cost nothing between scrapes.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterable, Optional
+import time
+from bisect import bisect_left
+from typing import Callable, Iterable, Optional, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import Exemplar, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 from prometheus_client.exposition import start_http_server
 
 from agent_otel.records import ToolCall
@@ -39,6 +42,74 @@ class ToolNames:
                 self._seen.add(name)
                 return name
         return OTHER_TOOL
+
+
+class PipelineHistogram:
+    """A labelled histogram observed by one writer, the pipeline thread.
+
+    ``prometheus_client.Histogram`` takes a lock per bucket and builds an
+    exemplar object on every observation: several microseconds per tool
+    call, paid under the GIL while the agent runs. This one keeps plain
+    per-bucket counts and the latest exemplar per bucket, behind one lock
+    that the writer holds for a whole batch (``Metrics.lock``), and builds
+    the exposition only when Prometheus scrapes. Same names, same buckets,
+    same exemplars in the OpenMetrics output.
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]):
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.bounds = tuple(float(b) for b in buckets)
+        self._les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
+        # labels -> [per-bucket counts (last one +Inf), sum, per-bucket exemplars]
+        self.children: dict[tuple[str, ...], list] = {}
+
+    def child(self, *labels: str) -> list:
+        child = self.children.get(labels)
+        if child is None:
+            child = self.children[labels] = [[0] * (len(self.bounds) + 1), 0.0, [None] * (len(self.bounds) + 1)]
+        return child
+
+    def observe(self, child: list, value: float, trace_id: int = 0) -> None:
+        index = bisect_left(self.bounds, value)
+        child[0][index] += 1
+        child[1] += value
+        if trace_id:
+            child[2][index] = (trace_id, value, time.time())
+
+    def describe(self):
+        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self):
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, (counts, total, exemplars) in sorted(self.children.items()):
+            cumulative, buckets = 0, []
+            for le, count, exemplar in zip(self._les, counts, exemplars):
+                cumulative += count
+                if exemplar is None:
+                    buckets.append((le, cumulative))
+                else:
+                    trace_id, value, timestamp = exemplar
+                    buckets.append((le, cumulative, Exemplar({"trace_id": format(trace_id, "032x")}, value,
+                                                             timestamp)))
+            family.add_metric(list(labels), buckets, total)
+        return [family]
+
+
+class _Locked:
+    """Collects a collector under the lock its writer holds while writing."""
+
+    def __init__(self, collector, lock):
+        self._collector = collector
+        self._lock = lock
+
+    def describe(self):
+        return self._collector.describe()
+
+    def collect(self):
+        with self._lock:
+            return self._collector.collect()
 
 
 class _LiveGauges:
@@ -102,16 +173,19 @@ class Metrics:
         # (before_collect) before the registry reads the others.
         r.register(_LiveGauges(self))
         self.calls = Counter("agent_tool_calls", "Tool calls by outcome.", ["tool", "outcome"], registry=r)
-        self.duration = Histogram("agent_tool_duration_seconds",
-                                  "Tool call duration, request to result (gen_ai.execute_tool.duration).",
-                                  ["tool"], buckets=buckets, registry=r)
-        self.queue = Histogram("agent_tool_queue_seconds", "Time a tool call waited for an executor worker.",
-                               ["tool", "executor"], buckets=buckets, registry=r)
-        self.exec = Histogram("agent_tool_exec_seconds", "Time a tool call ran.",
-                              ["tool"], buckets=buckets, registry=r)
-        self.executor_wait = Histogram("agent_executor_wait_seconds",
-                                       "Time any submission waited for a worker.",
-                                       ["executor"], buckets=buckets, registry=r)
+        # Held by the pipeline thread while it observes a batch, and by a
+        # scrape while it reads the histograms: a scrape never sees half a batch.
+        self.lock = threading.RLock()
+        self.duration = PipelineHistogram("agent_tool_duration_seconds",
+                                          "Tool call duration, request to result (gen_ai.execute_tool.duration).",
+                                          ["tool"], buckets)
+        self.queue = PipelineHistogram("agent_tool_queue_seconds", "Time a tool call waited for an executor worker.",
+                                       ["tool", "executor"], buckets)
+        self.exec = PipelineHistogram("agent_tool_exec_seconds", "Time a tool call ran.", ["tool"], buckets)
+        self.executor_wait = PipelineHistogram("agent_executor_wait_seconds",
+                                               "Time any submission waited for a worker.", ["executor"], buckets)
+        for histogram in (self.duration, self.queue, self.exec, self.executor_wait):
+            r.register(_Locked(histogram, self.lock))
         self.gpu_utilization = Gauge("agent_gpu_utilization_ratio", "GPU utilization, last sample (0..1).",
                                      ["gpu"], registry=r)
         self.gpu_idle = Counter("agent_gpu_idle_seconds", "GPU idle time in idle windows.", ["gpu"], registry=r)
@@ -133,23 +207,23 @@ class Metrics:
         self.remedies = RemedyMetrics(r, self.tool_label)
 
     def observe_call(self, call: ToolCall) -> None:
-        """Count one finished tool call. Runs on the pipeline thread."""
+        """Count one finished tool call. Runs on the pipeline thread, holding ``lock``."""
         tool = self.tool_label(call.tool)
         key = (tool, call.executor, call.outcome)
         children = self._children.get(key)
         if children is None:
-            children = (self.calls.labels(tool, call.outcome), self.duration.labels(tool),
-                        self.queue.labels(tool, call.executor), self.exec.labels(tool))
+            children = (self.calls.labels(tool, call.outcome), self.duration.child(tool),
+                        self.queue.child(tool, call.executor), self.exec.child(tool))
             self._children[key] = children
         calls, duration, queue, exec_ = children
-        exemplar = {"trace_id": format(call.trace_id, "032x")} if call.trace_id else None
         calls.inc()
-        duration.observe(call.duration_seconds, exemplar)
-        queue.observe(call.queue_seconds)
-        exec_.observe(call.exec_seconds, exemplar)
+        self.duration.observe(duration, (call.end_ns - call.submit_ns) / 1e9, call.trace_id)
+        self.queue.observe(queue, (call.start_ns - call.submit_ns) / 1e9)
+        self.exec.observe(exec_, (call.end_ns - call.start_ns) / 1e9, call.trace_id)
 
     def observe_wait(self, executor: str, seconds: float) -> None:
-        self.executor_wait.labels(executor).observe(seconds)
+        """One submission's wait for a worker. Pipeline thread, holding ``lock``."""
+        self.executor_wait.observe(self.executor_wait.child(executor), seconds)
 
 
 # ---------------------------------------------------------------- remedies
