@@ -154,7 +154,9 @@ class _Submission:
         stats, call = self.stats, self.call
         stats.started()
         self.monitor.waits.append((stats.name, (start - self.submit_perf_ns) / 1e9))
-        token = context_api.attach(self.parent_context)
+        # A worker's context is empty between submissions; carrying an empty
+        # one over would change nothing, so only a non-empty one is attached.
+        token = context_api.attach(self.parent_context) if self.parent_context else None
         if call is not None:
             worker_local.pending = call
         try:
@@ -167,7 +169,8 @@ class _Submission:
                 rec = _recorder.current
                 if rec is not None:
                     rec.inflight.pop(id(call), None)
-            context_api.detach(token)
+            if token is not None:
+                context_api.detach(token)
             stats.finished()
 
     def done(self, future) -> None:
