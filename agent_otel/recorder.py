@@ -177,7 +177,7 @@ class Recorder:
         now = _perf_counter_ns() + OFFSET_NS
         call = ToolCall(meta.name, "direct", now, 0)
         self.inflight[id(call)] = call
-        attributes = meta.start_attributes
+        attributes = {**meta.start_attributes, "agent.tool.outcome": "ok"}  # end() writes only other outcomes
         if call_id is not None:
             call.call_id = call_id
             attributes = {**attributes, "gen_ai.tool.call.id": call_id}
@@ -195,7 +195,8 @@ class Recorder:
             return
         call.executor = executor
         call.start_ns = at_ns if at_ns is not None else _perf_counter_ns() + OFFSET_NS
-        active.span.add_event("exec.start", timestamp=call.start_ns)
+        if call.start_ns != call.submit_ns:  # as in begin(): only when execution began later
+            active.span.add_event("exec.start", timestamp=call.start_ns)
 
     def end(self, active: ActiveCall, exc: Optional[BaseException] = None) -> None:
         now = _perf_counter_ns() + OFFSET_NS

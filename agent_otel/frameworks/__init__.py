@@ -1,0 +1,114 @@
+"""Framework hooks: each framework's tool calls become ``execute_tool`` spans.
+
+Usage::
+
+    import agent_otel
+    agent_otel.instrument()                              # every installed framework
+    agent_otel.instrument(frameworks=["langchain"])      # only these
+
+``instrument()`` calls ``instrument_frameworks``; each name maps to one
+module here with the same shape: ``instrument()`` and ``uninstrument()``
+side by side, hooking the point where that framework runs a tool. A
+framework that is not installed is skipped; one whose version the hook does
+not understand is skipped with one warning. With no explicit list, a
+framework whose entry point is named in ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``
+(``agent_otel_langchain``, ...) is skipped too, so the variable turns a hook
+off however it was loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from typing import Optional
+
+from agent_otel.errors import ConfigError
+from agent_otel.frameworks._patch import VersionNotUnderstood, importable, logger, warn_once
+
+# name -> (hook module, the framework's import name)
+FRAMEWORKS = {
+    "langchain": ("agent_otel.frameworks.langchain", "langchain_core"),
+    "openai_agents": ("agent_otel.frameworks.openai_agents", "agents"),
+    "llamaindex": ("agent_otel.frameworks.llamaindex", "llama_index.core"),
+    "mcp": ("agent_otel.frameworks.mcp", "mcp"),
+    "smolagents": ("agent_otel.frameworks.smolagents", "smolagents"),
+    "crewai": ("agent_otel.frameworks.crewai", "crewai"),
+}
+ENTRY_POINT_PREFIX = "agent_otel_"
+
+_lock = threading.Lock()
+_hooked: dict[str, object] = {}  # name -> its hook module, while hooked
+
+
+def _disabled_by_environment() -> set[str]:
+    names = os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "")
+    return {name.strip() for name in names.split(",") if name.strip()}
+
+
+def check_names(names: Optional[tuple[str, ...]]) -> None:
+    """Raise ``ConfigError`` naming the first value that is not a known framework."""
+    for name in names or ():
+        if name not in FRAMEWORKS:
+            raise ConfigError("frameworks", name, "one of " + ", ".join(FRAMEWORKS))
+
+
+def instrument_frameworks(names: Optional[tuple[str, ...]] = None) -> list[str]:
+    """Hook the named frameworks (None: every importable one); returns the hooked names.
+
+    Raises ``ConfigError`` for a name that is not a known framework. Hooking
+    a framework that is already hooked does nothing.
+    """
+    check_names(names)
+    if names is not None:
+        wanted = list(dict.fromkeys(names))
+    else:
+        disabled = _disabled_by_environment()
+        wanted = [name for name in FRAMEWORKS
+                  if ENTRY_POINT_PREFIX + name not in disabled and "*" not in disabled]
+    with _lock:
+        for name in wanted:
+            if name in _hooked:
+                continue
+            module_name, framework_module = FRAMEWORKS[name]
+            if not importable(framework_module):
+                if names is not None:
+                    logger.warning("agent-otel: framework %r is not installed; not hooked", name)
+                continue
+            module = None
+            try:
+                module = importlib.import_module(module_name)
+                module.instrument()
+            except Exception as exc:  # an unknown version or a broken install must not stop the agent
+                if module is not None:
+                    module.uninstrument()  # undo what was hooked before the failure
+                if isinstance(exc, VersionNotUnderstood):
+                    warn_once(f"{name}:version", "agent-otel: the installed %s is a version this hook "
+                              "does not understand (%s); its tool calls are not traced", name, exc)
+                else:
+                    warn_once(f"{name}:import", "agent-otel: cannot hook %s (%s: %s); its tool calls "
+                              "are not traced", name, type(exc).__name__, exc)
+                continue
+            _hooked[name] = module
+        return [name for name in FRAMEWORKS if name in _hooked]
+
+
+def uninstrument_frameworks(names: Optional[tuple[str, ...]] = None) -> None:
+    """Restore the named hooked frameworks (None: all) exactly as they were."""
+    with _lock:
+        for name in reversed(list(_hooked)):
+            if names is None or name in names:
+                _hooked.pop(name).uninstrument()
+
+
+def hooked() -> list[str]:
+    """The frameworks hooked now."""
+    return list(_hooked)
+
+
+class FrameworkHooks:
+    """The ``Instrumentation.background`` part that removes the hooks at shutdown."""
+
+    def shutdown(self, timeout_s: float) -> bool:
+        uninstrument_frameworks()
+        return True

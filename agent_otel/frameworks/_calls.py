@@ -1,0 +1,288 @@
+"""One tool call of a framework as one span, with real queue time.
+
+Three shapes cover every hook:
+
+- ``sync_call`` / ``async_call``: the framework runs the tool right here;
+  the span is the call (queue time 0, or the queue time the executor hook
+  measured when this runs inside a marked submission).
+- ``async_call(..., thread_owner=...)``: the framework is about to hand a
+  sync tool to a thread pool from async code (``run_in_executor``,
+  ``asyncio.to_thread``) inside a closure of its own that the executor hook
+  cannot recognize. The span starts now and is current before the framework
+  copies the context for the worker; the event-loop hook below notices the
+  submission that runs the tool and marks exec start when a worker picks it
+  up, so queue time = worker start - submission.
+- ``MarkedWork``: a framework submits tool calls to a thread pool from sync
+  code and lets us choose the submitted callable; marking it lets the
+  executor hook queue the call, and the first tool span begun in the worker
+  claims it.
+
+A hook's own failure (a missing attribute in an unknown version) never
+reaches the agent: the framework's original code runs untraced, and the
+failure is logged once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+from typing import Any, Callable, Optional
+
+from opentelemetry.trace import Status, StatusCode
+
+from agent_otel import recorder as _recorder
+from agent_otel.executors import ASYNCIO_DEFAULT, executor_name
+from agent_otel.frameworks._patch import warn_once
+from agent_otel.recorder import ActiveCall, Recorder, ToolMeta
+from agent_otel.tools import TOOL_MARK, _meta_for
+
+# error.type for a call the framework reports as failed without an exception
+# object (an MCP result with isError, a LangChain ToolMessage with status
+# "error"): the OpenTelemetry MCP conventions' value.
+TOOL_ERROR = "tool_error"
+
+
+def meta(name: str, description: Optional[str] = None, tool_type: str = "function") -> ToolMeta:
+    """The cached span metadata of a framework tool."""
+    return _meta_for(str(name), description or None, tool_type)
+
+
+def end_with_error_result(rec: Recorder, active: ActiveCall, message: str) -> None:
+    """End a call whose result says it failed, though nothing was raised."""
+    call = active.call
+    if call is not None:
+        call.outcome = "error"
+        call.error_type = TOOL_ERROR
+        active.span.set_attribute("error.type", TOOL_ERROR)
+        active.span.set_status(Status(StatusCode.ERROR, message))
+    rec.end(active)
+
+
+def _begin(rec: Recorder, framework: str, describe: Callable[[], tuple], handed_off: bool = False
+           ) -> Optional[ActiveCall]:
+    """Begin the call's span (``request`` it when it will be handed to a thread); None if the hook fails."""
+    try:
+        tool_meta, call_id = describe()
+        return rec.request(tool_meta, call_id) if handed_off else rec.begin(tool_meta, call_id)
+    except Exception as exc:  # the hook's own failure: run the tool untraced
+        warn_once(f"{framework}:describe", "agent-otel: cannot trace a %s tool call (%s: %s); "
+                  "running it untraced", framework, type(exc).__name__, exc)
+        return None
+
+
+def _finish(rec: Recorder, active: ActiveCall, result: Any, failed: Optional[Callable[[Any], Any]]) -> None:
+    """End a call that returned: as an error when ``failed(result)`` says so."""
+    error = None
+    if failed is not None:
+        try:
+            error = failed(result)
+        except Exception:
+            error = None
+    if error is None:
+        rec.end(active)
+    elif isinstance(error, BaseException):
+        rec.end(active, error)
+    else:
+        end_with_error_result(rec, active, str(error))
+
+
+def sync_call(framework: str, original: Callable, args: tuple, kwargs: dict,
+              describe: Callable[[], tuple], failed: Optional[Callable[[Any], Any]] = None) -> Any:
+    """Run ``original(*args, **kwargs)`` as one tool span.
+
+    ``describe()`` returns ``(ToolMeta, call_id)``. ``failed(result)`` tells
+    a failure the framework turned into a result: the exception it caught, or
+    an error message (``error.type`` ``tool_error``), or None for success.
+    """
+    rec = _recorder.current
+    if rec is None:
+        return original(*args, **kwargs)
+    active = _begin(rec, framework, describe)
+    if active is None:
+        return original(*args, **kwargs)
+    try:
+        result = original(*args, **kwargs)
+    except BaseException as exc:
+        rec.end(active, exc)
+        raise
+    _finish(rec, active, result, failed)
+    return result
+
+
+class _Handoff:
+    """A requested call waiting for the framework to submit it to a thread."""
+
+    __slots__ = ("rec", "active", "owner", "executor", "submitted")
+
+    def __init__(self, rec: Recorder, active: ActiveCall, owner: Any):
+        self.rec = rec
+        self.active = active
+        self.owner = owner
+        self.executor = "direct"
+        self.submitted = False
+
+
+_handoff: contextvars.ContextVar[Optional[_Handoff]] = contextvars.ContextVar("agent_otel_handoff", default=None)
+_NOT_IN_THREAD = object()
+
+
+async def async_call(framework: str, original: Callable, args: tuple, kwargs: dict,
+                     describe: Callable[[], tuple], failed: Optional[Callable[[Any], Any]] = None,
+                     thread_owner: Any = _NOT_IN_THREAD) -> Any:
+    """Await ``original(*args, **kwargs)`` as one tool span.
+
+    With ``thread_owner``, the framework will run the tool on a thread pool:
+    the submission whose callable refers to ``thread_owner`` (the tool
+    object, or its function) ends the queue phase when a worker starts it.
+    ``thread_owner=None`` takes the first submission made in this call.
+    """
+    rec = _recorder.current
+    if rec is None:
+        return await original(*args, **kwargs)
+    handed_off = thread_owner is not _NOT_IN_THREAD and _loop_hooked()
+    active = _begin(rec, framework, describe, handed_off)
+    if active is None:
+        return await original(*args, **kwargs)
+    handoff = _Handoff(rec, active, thread_owner) if handed_off and active.call is not None else None
+    token = _handoff.set(handoff)
+    try:
+        result = await original(*args, **kwargs)
+    except BaseException as exc:
+        _handoff.reset(token)
+        if handoff is not None:
+            _settle(handoff, framework, raised=True)
+        rec.end(active, exc)
+        raise
+    _handoff.reset(token)
+    if handoff is not None:
+        _settle(handoff, framework, raised=False)
+    _finish(rec, active, result, failed)
+    return result
+
+
+def _settle(handoff: _Handoff, framework: str, raised: bool) -> None:
+    """Give a requested call that never reached a worker its exec start."""
+    call = handoff.active.call
+    if call.start_ns:
+        return
+    if handoff.submitted:
+        # Submitted, never started (cancelled while queued): all queue.
+        handoff.rec.started(handoff.active, handoff.executor)
+        return
+    # Never seen going to a thread: an event loop we do not hook (uvloop), a
+    # framework version that runs it otherwise, or a failure before the
+    # hand-off. Count it as a direct call, as a plain span would.
+    handoff.rec.started(handoff.active, "direct", at_ns=call.submit_ns)
+    if not raised:
+        warn_once(f"{framework}:handoff", "agent-otel: %s did not hand tool %r to a thread pool where "
+                  "expected (event loop %s); its queue time is counted as exec time",
+                  framework, call.tool, type(_running_loop()).__name__)
+
+
+def _running_loop():
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _refers_to(fn: Any, owner: Any, depth: int = 4) -> bool:
+    """Whether the submitted callable ``fn`` runs ``owner`` (or a method of it).
+
+    Looks through partials, bound methods and closure cells, the wrappers
+    frameworks put around a tool before submitting it.
+    """
+    if fn is owner:
+        return True
+    if depth == 0:
+        return False
+    if isinstance(fn, functools.partial):
+        return _refers_to(fn.func, owner, depth - 1) or any(_refers_to(a, owner, depth - 1) for a in fn.args)
+    if getattr(fn, "__self__", None) is owner:
+        return True
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if _refers_to(contents, owner, depth - 1):
+            return True
+    return False
+
+
+class _Started:
+    """The submitted callable of a requested call: exec starts when a worker runs it."""
+
+    __slots__ = ("fn", "handoff")
+
+    def __init__(self, fn: Callable, handoff: _Handoff):
+        self.fn = fn
+        self.handoff = handoff
+
+    def __call__(self, *args: Any) -> Any:
+        handoff = self.handoff
+        try:
+            handoff.rec.started(handoff.active, handoff.executor)
+        except Exception:
+            pass  # timing only; the tool itself must run
+        return self.fn(*args)
+
+
+_original_run_in_executor = asyncio.BaseEventLoop.run_in_executor
+_loop_users = 0
+
+
+@functools.wraps(_original_run_in_executor)
+def _run_in_executor(self, executor, func, *args):
+    handoff = _handoff.get()
+    if handoff is not None and not handoff.submitted:
+        try:
+            if handoff.owner is None or _refers_to(func, handoff.owner):
+                handoff.submitted = True
+                pool = executor if executor is not None else getattr(self, "_default_executor", None)
+                handoff.executor = executor_name(pool) if pool is not None else ASYNCIO_DEFAULT
+                func = _Started(func, handoff)
+        except Exception:
+            pass  # never let timing stop the submission
+    return _original_run_in_executor(self, executor, func, *args)
+
+
+def _loop_hooked() -> bool:
+    return _loop_users > 0 and isinstance(_running_loop(), asyncio.BaseEventLoop)
+
+
+def hook_event_loop() -> None:
+    """Let ``async_call`` see hand-offs; counted, one per framework hook."""
+    global _loop_users
+    if _loop_users == 0:
+        asyncio.BaseEventLoop.run_in_executor = _run_in_executor
+    _loop_users += 1
+
+
+def unhook_event_loop() -> None:
+    global _loop_users
+    _loop_users -= 1
+    if _loop_users == 0:
+        asyncio.BaseEventLoop.run_in_executor = _original_run_in_executor
+
+
+class MarkedWork:
+    """A tool call submitted to a thread pool, recognizable by the executor hook.
+
+    The executor hook queues a call named ``tool`` at submission; the first
+    tool span of that name begun while this runs claims it, so its span
+    starts at submission.
+    """
+
+    __slots__ = ("fn", "tool")
+
+    def __init__(self, fn: Callable, tool: str):
+        self.fn = fn
+        self.tool = tool
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+setattr(MarkedWork, TOOL_MARK, staticmethod(lambda work: work.tool))

@@ -1,0 +1,98 @@
+"""CrewAI: tool runs as ``execute_tool`` spans.
+
+Usage::
+
+    agent_otel.instrument()   # or instrument(frameworks=["crewai"])
+
+Hooked:
+
+- ``crewai.tools.base_tool.BaseTool.run`` / ``arun`` and the same methods of
+  ``Tool`` (what ``@tool`` makes, which overrides them): a tool run directly.
+- ``crewai.tools.structured_tool.CrewStructuredTool.invoke`` / ``ainvoke``:
+  how a crew's agents run tools (each tool is converted to a
+  ``CrewStructuredTool`` around its ``_run``). ``ainvoke`` of a sync tool
+  runs it on the event loop's default executor: the span starts at
+  ``ainvoke`` and exec starts when a worker picks it up.
+
+Name and description come from the tool. CrewAI does not pass the model's
+tool call id down to the tool, so spans carry none.
+
+CrewAI is not in the ``frameworks`` extra: it requires ``openai < 3`` while
+``openai-agents`` requires ``openai >= 3``, so the two cannot share one
+environment (see docs/frameworks.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from agent_otel import recorder as _recorder
+from agent_otel.frameworks._calls import async_call, hook_event_loop, meta, sync_call, unhook_event_loop
+from agent_otel.frameworks._instrumentor import FrameworkInstrumentor
+from agent_otel.frameworks._patch import Patches
+
+FRAMEWORK = "crewai"
+_patches = Patches()
+_loop_hooked = False
+
+
+def instrument() -> None:
+    global _loop_hooked
+    from crewai.tools.base_tool import BaseTool, Tool
+    from crewai.tools.structured_tool import CrewStructuredTool
+
+    for tool_class in (BaseTool, Tool):
+        _patches.wrap(tool_class, "run", _wrap_run)
+        _patches.wrap(tool_class, "arun", _wrap_arun)
+    _patches.wrap(CrewStructuredTool, "invoke", _wrap_run)
+    _patches.wrap(CrewStructuredTool, "ainvoke", _wrap_ainvoke)
+    hook_event_loop()
+    _loop_hooked = True
+
+
+def uninstrument() -> None:
+    global _loop_hooked
+    _patches.restore()
+    if _loop_hooked:
+        unhook_event_loop()
+        _loop_hooked = False
+
+
+def _describe(tool):
+    return lambda: (meta(tool.name, tool.description), None)
+
+
+def _wrap_run(original):
+    @functools.wraps(original)
+    def run(self, *args, **kwargs):
+        return sync_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self))
+
+    return run
+
+
+def _wrap_arun(original):
+    @functools.wraps(original)
+    async def arun(self, *args, **kwargs):
+        return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self))
+
+    return arun
+
+
+def _wrap_ainvoke(original):
+    @functools.wraps(original)
+    async def ainvoke(self, *args, **kwargs):
+        if _recorder.current is not None and not inspect.iscoroutinefunction(self.func):
+            return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
+                                    thread_owner=self)
+        return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self))
+
+    return ainvoke
+
+
+class CrewAIInstrumentor(FrameworkInstrumentor):
+    """``opentelemetry-instrument`` entry point ``agent_otel_crewai``."""
+
+    framework = FRAMEWORK
+    requirement = "crewai >= 1.15, < 2"
+    module = "crewai"

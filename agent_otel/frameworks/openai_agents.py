@@ -1,0 +1,114 @@
+"""OpenAI Agents SDK (``openai-agents``, module ``agents``): function tools as spans.
+
+Usage::
+
+    agent_otel.instrument()   # or instrument(frameworks=["openai_agents"])
+
+Hooked, in ``agents.tool`` and ``agents.run_internal.tool_execution``:
+
+- ``_invoke_function_tool_with_metadata``: where the runner (and the
+  realtime session, through ``invoke_function_tool``) runs a
+  ``FunctionTool``'s ``on_invoke_tool`` with its ``ToolContext``. Name and
+  description come from the ``FunctionTool``, the call id from
+  ``ToolContext.tool_call_id``. The SDK runs a sync ``@function_tool`` with
+  ``asyncio.to_thread``: the span starts when the runner invokes the tool,
+  and exec starts when a worker of the default executor picks it up.
+- ``maybe_invoke_function_tool_failure_error_function``: by default the SDK
+  turns a tool's exception into an error message for the model; the hook
+  notes the exception so the span still records it (outcome ``error``,
+  ``error.type`` the exception's class). The model sees the same message.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from typing import Optional
+
+from agent_otel import recorder as _recorder
+from agent_otel.frameworks._calls import async_call, hook_event_loop, meta, unhook_event_loop
+from agent_otel.frameworks._instrumentor import FrameworkInstrumentor
+from agent_otel.frameworks._patch import Patches
+
+FRAMEWORK = "openai_agents"
+# The SDK's attribute on the on_invoke_tool of a sync @function_tool.
+SYNC_TOOL_MARKER = "__agents_sync_function_tool__"
+_patches = Patches()
+_loop_hooked = False
+
+
+class _HandledError:
+    """The exception the SDK turned into a message during one tool call."""
+
+    __slots__ = ("error",)
+
+    def __init__(self):
+        self.error: Optional[BaseException] = None
+
+
+_handled: contextvars.ContextVar[Optional[_HandledError]] = contextvars.ContextVar(
+    "agent_otel_openai_handled_error", default=None)
+
+
+def instrument() -> None:
+    global _loop_hooked
+    from agents import tool as tool_module
+    from agents.run_internal import tool_execution
+
+    _patches.wrap(tool_module, "_invoke_function_tool_with_metadata", _wrap_invoke)
+    _patches.wrap(tool_execution, "_invoke_function_tool_with_metadata", _wrap_invoke)
+    _patches.wrap(tool_module, "maybe_invoke_function_tool_failure_error_function", _wrap_failure_function)
+    hook_event_loop()
+    _loop_hooked = True
+
+
+def uninstrument() -> None:
+    global _loop_hooked
+    _patches.restore()
+    if _loop_hooked:
+        unhook_event_loop()
+        _loop_hooked = False
+
+
+def _wrap_invoke(original):
+    @functools.wraps(original)
+    async def _invoke_function_tool_with_metadata(*args, **kwargs):
+        function_tool = kwargs.get("function_tool")
+        if _recorder.current is None or function_tool is None:
+            return await original(*args, **kwargs)
+        context = kwargs.get("context")
+
+        def describe():
+            return meta(function_tool.name, function_tool.description), getattr(context, "tool_call_id", None)
+
+        handled = _HandledError()
+        token = _handled.set(handled)
+        try:
+            if getattr(function_tool.on_invoke_tool, SYNC_TOOL_MARKER, False):
+                return await async_call(FRAMEWORK, original, args, kwargs, describe, lambda _: handled.error,
+                                        thread_owner=getattr(function_tool, "__wrapped__", None))
+            return await async_call(FRAMEWORK, original, args, kwargs, describe, lambda _: handled.error)
+        finally:
+            _handled.reset(token)
+
+    return _invoke_function_tool_with_metadata
+
+
+def _wrap_failure_function(original):
+    @functools.wraps(original)
+    async def maybe_invoke_function_tool_failure_error_function(*args, **kwargs):
+        handled = _handled.get()
+        error = kwargs.get("error")
+        if handled is not None and handled.error is None and isinstance(error, BaseException):
+            handled.error = error
+        return await original(*args, **kwargs)
+
+    return maybe_invoke_function_tool_failure_error_function
+
+
+class OpenAIAgentsInstrumentor(FrameworkInstrumentor):
+    """``opentelemetry-instrument`` entry point ``agent_otel_openai_agents``."""
+
+    framework = FRAMEWORK
+    requirement = "openai-agents >= 0.24, < 0.25"
+    module = "agents"

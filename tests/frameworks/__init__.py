@@ -1,0 +1,1 @@
+"""Framework hook tests (a package, so its conftest does not shadow tests/conftest.py)."""

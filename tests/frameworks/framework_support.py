@@ -1,0 +1,78 @@
+"""Helpers for the framework hook tests: the real frameworks, no network.
+
+A framework in the ``frameworks`` extra that is not installed skips its
+tests with the reason on a user's machine and fails them under CI=true,
+where ``.ci/run`` installs the extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import importlib
+import os
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# framework -> whether the `frameworks` extra installs it (CI must then have it).
+INSTALLED_BY_EXTRA = {"langchain": True, "openai_agents": True, "llamaindex": True, "mcp": True,
+                      "smolagents": True, "crewai": False}
+
+
+def require_framework(name: str, module: str):
+    """Import ``module`` or skip (fail under CI for frameworks in the extra)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        how = ("pip install -e '.[frameworks]'" if INSTALLED_BY_EXTRA[name]
+               else f"not in the frameworks extra: pip install {name}")
+        message = f"{module} is not installed ({exc}); {how}"
+        if IN_CI and INSTALLED_BY_EXTRA[name]:
+            pytest.fail(message)
+        pytest.skip(message, allow_module_level=True)
+
+
+def run_with_one_worker(coroutine_function):
+    """Run an async agent on a loop whose default executor has one worker named ``tools``.
+
+    One worker makes queueing certain: sync tools handed to the executor
+    wait for each other, so their queue times are known lower bounds.
+    """
+
+    async def main():
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tools")
+        asyncio.get_running_loop().set_default_executor(pool)
+        return await coroutine_function()
+
+    return asyncio.run(main())
+
+
+def timing(span) -> tuple[float, float]:
+    """(queue seconds, exec seconds) of a tool span."""
+    return span.attributes["agent.tool.queue.duration"], span.attributes["agent.tool.exec.duration"]
+
+
+def assert_queued_one_after_another(spans, sleep_s: float) -> None:
+    """Spans of calls that shared one worker: each waited for all before it."""
+    ordered = sorted(spans, key=lambda s: timing(s)[0])
+    for position, span in enumerate(ordered):
+        queue_s, exec_s = timing(span)
+        assert exec_s >= sleep_s * 0.95, (span.name, exec_s)
+        assert queue_s >= position * sleep_s * 0.95, (position, queue_s)
+        assert queue_s < position * sleep_s + 3.0
+        assert span.attributes["agent.tool.executor"] == "tools"
+        assert span.attributes["agent.tool.outcome"] == "ok"
+        # The span starts at submission: its duration is queue plus exec.
+        duration_s = (span.end_time - span.start_time) / 1e9
+        assert abs(duration_s - (queue_s + exec_s)) < 0.005
+        exec_start = [e for e in span.events if e.name == "exec.start"]
+        assert len(exec_start) == 1
+        assert abs((exec_start[0].timestamp - span.start_time) / 1e9 - queue_s) < 0.005
+
+
+def agent_otel_spans(spans, name: str):
+    """The tool spans agent-otel made for ``name`` (the MCP SDK makes its own
+    server-side span with the same GenAI attributes)."""
+    return [s for s in spans.tools(name) if s.instrumentation_scope.name == "agent_otel"]

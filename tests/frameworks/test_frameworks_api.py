@@ -1,0 +1,129 @@
+"""Choosing frameworks, turning hooks off, and loading them with ``opentelemetry-instrument``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from frameworks.framework_support import require_framework
+
+import agent_otel
+from agent_otel import frameworks
+from agent_otel.instrument import current
+
+EXTRA = ["langchain", "openai_agents", "llamaindex", "mcp", "smolagents"]
+IMPORTS = {"langchain": "langchain_core", "openai_agents": "agents", "llamaindex": "llama_index.core",
+           "mcp": "mcp", "smolagents": "smolagents"}
+
+
+@pytest.fixture
+def every_framework_of_the_extra():
+    for name in EXTRA:
+        require_framework(name, IMPORTS[name])
+
+
+def test_instrument_hooks_every_installed_framework(every_framework_of_the_extra, spans):
+    agent_otel.instrument(traces_exporters="none", gpu="off")
+    try:
+        assert set(EXTRA) <= set(frameworks.hooked())
+    finally:
+        agent_otel.uninstrument()
+    assert frameworks.hooked() == []
+
+
+def test_an_explicit_list_narrows_the_hooks(every_framework_of_the_extra, spans):
+    agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=["mcp", "smolagents"])
+    try:
+        assert frameworks.hooked() == ["mcp", "smolagents"]
+    finally:
+        agent_otel.uninstrument()
+
+
+def test_an_unknown_framework_name_is_a_config_error_before_anything_changes(every_framework_of_the_extra):
+    from langchain_core.tools import BaseTool
+
+    run_before = vars(BaseTool)["run"]
+    with pytest.raises(agent_otel.ConfigError, match="'langchian'.*frameworks.*langchain, openai_agents"):
+        agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=["langchain", "langchian"])
+
+    assert current() is None
+    assert vars(BaseTool)["run"] is run_before
+    with pytest.raises(agent_otel.ConfigError, match="'crew'"):
+        frameworks.instrument_frameworks(("crew",))
+
+
+def test_disabled_instrumentations_variable_turns_a_hook_off(every_framework_of_the_extra, spans, monkeypatch):
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "requests, agent_otel_mcp")
+    agent_otel.instrument(traces_exporters="none", gpu="off")
+    try:
+        assert "mcp" not in frameworks.hooked()
+        assert "langchain" in frameworks.hooked()
+    finally:
+        agent_otel.uninstrument()
+
+
+def test_an_instrumentor_starts_agent_otel_once_and_removes_only_its_hook(every_framework_of_the_extra, spans,
+                                                                          monkeypatch):
+    from agent_otel.frameworks.langchain import LangChainInstrumentor
+    from agent_otel.frameworks.mcp import McpInstrumentor
+
+    monkeypatch.setenv("AGENT_OTEL_GPU", "off")
+    monkeypatch.setenv("AGENT_OTEL_FRAMEWORKS", "langchain,mcp")
+    LangChainInstrumentor().instrument()
+    McpInstrumentor().instrument()
+    try:
+        handle = current()
+        assert handle is not None
+        assert frameworks.hooked() == ["langchain", "mcp"]
+        LangChainInstrumentor().instrument()  # already instrumented: nothing changes
+        assert current() is handle
+
+        LangChainInstrumentor().uninstrument()
+        assert frameworks.hooked() == ["mcp"]
+        assert current() is handle
+    finally:
+        McpInstrumentor().uninstrument()
+        agent_otel.uninstrument()
+    assert frameworks.hooked() == []
+
+
+def test_opentelemetry_instrument_loads_the_hooks_with_no_code_change(every_framework_of_the_extra, tmp_path):
+    instrument_command = Path(sys.executable).with_name("opentelemetry-instrument")
+    agent = tmp_path / "agent.py"
+    agent.write_text(textwrap.dedent('''
+        from langchain_core.tools import tool as langchain_tool
+        from smolagents import tool as smolagents_tool
+
+        @langchain_tool
+        def lookup(key: str) -> str:
+            """Look a key up."""
+            return key.upper()
+
+        @smolagents_tool
+        def shout(text: str) -> str:
+            """Shout.
+
+            Args:
+                text: what to shout
+            """
+            return text + "!"
+
+        print(lookup.invoke({"key": "a"}), shout(text="b"))
+    '''))
+    traces = tmp_path / "traces.jsonl"
+    environment = {**os.environ, "OTEL_TRACES_EXPORTER": "none", "AGENT_OTEL_TRACES_FILE": str(traces),
+                   "AGENT_OTEL_GPU": "off", "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "agent_otel_smolagents"}
+    done = subprocess.run([str(instrument_command), sys.executable, str(agent)], env=environment,
+                          capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["A", "b!"]
+    names = [span["name"] for line in traces.read_text().splitlines()
+             for resource in json.loads(line)["resourceSpans"]
+             for scope in resource["scopeSpans"] for span in scope["spans"]]
+    assert names == ["execute_tool lookup"]  # smolagents' hook was turned off

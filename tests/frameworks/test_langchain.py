@@ -1,0 +1,229 @@
+"""LangChain and LangGraph tools traced with no change beyond ``instrument()``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from frameworks.framework_support import (assert_queued_one_after_another, require_framework, run_with_one_worker,
+                                          timing)
+
+require_framework("langchain", "langchain_core")
+
+from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool  # noqa: E402
+
+import agent_otel  # noqa: E402
+
+SLEEP_S = 0.15
+
+
+@tool
+def fetch_page(url: str) -> str:
+    """Download a page (slowly)."""
+    time.sleep(SLEEP_S)
+    return f"<html>{url}</html>"
+
+
+@tool
+async def ask_database(query: str) -> str:
+    """Query the database."""
+    await asyncio.sleep(SLEEP_S)
+    return f"rows for {query}"
+
+
+class Resize(BaseTool):
+    """A classic tool subclass with only a sync ``_run``."""
+
+    name: str = "resize"
+    description: str = "Resize an image."
+
+    def _run(self, size: int) -> str:
+        time.sleep(SLEEP_S)
+        return f"resized to {size}"
+
+
+def tool_call(name: str, args: dict, call_id: str) -> dict:
+    return {"type": "tool_call", "name": name, "args": args, "id": call_id}
+
+
+def test_sync_tool_call_is_one_span_with_the_model_call_id(hooked, spans):
+    hooked("langchain")
+
+    message = fetch_page.invoke(tool_call("fetch_page", {"url": "a.example"}, "call_7"))
+
+    assert message.content == "<html>a.example</html>"
+    (span,) = spans.tools()
+    assert span.name == "execute_tool fetch_page"
+    assert span.attributes["gen_ai.tool.call.id"] == "call_7"
+    assert span.attributes["gen_ai.tool.description"] == "Download a page (slowly)."
+    assert span.attributes["agent.tool.executor"] == "direct"
+    assert span.attributes["agent.tool.outcome"] == "ok"
+    queue_s, exec_s = timing(span)
+    assert queue_s == 0.0
+    assert SLEEP_S * 0.95 <= exec_s < SLEEP_S + 2.0
+
+
+def test_sync_tools_invoked_from_async_code_wait_for_the_executor(hooked, spans):
+    hooked("langchain")
+
+    async def agent_turn():
+        return await asyncio.gather(*[fetch_page.ainvoke(tool_call("fetch_page", {"url": f"{i}.example"}, f"c{i}"))
+                                      for i in range(3)])
+
+    messages = run_with_one_worker(agent_turn)
+
+    assert [m.content for m in messages] == [f"<html>{i}.example</html>" for i in range(3)]
+    found = spans.tools("fetch_page")
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in found) == ["c0", "c1", "c2"]
+    assert_queued_one_after_another(found, SLEEP_S)
+
+
+def test_tool_subclass_run_async_is_queued_on_the_default_executor(hooked, spans):
+    hooked("langchain")
+    resize = Resize()
+
+    async def agent_turn():
+        return await asyncio.gather(resize.arun({"size": 1}, tool_call_id="r1"), resize.ainvoke({"size": 2}))
+
+    message, text = run_with_one_worker(agent_turn)
+    assert (message.content, text) == ("resized to 1", "resized to 2")
+    found = spans.tools("resize")
+    assert len(found) == 2
+    assert {s.attributes.get("gen_ai.tool.call.id") for s in found} == {"r1", None}
+    assert_queued_one_after_another(found, SLEEP_S)
+
+
+def test_async_tool_runs_on_the_loop_with_no_queue(hooked, spans):
+    hooked("langchain")
+
+    result = asyncio.run(ask_database.ainvoke({"query": "orders"}))
+
+    assert result == "rows for orders"
+    (span,) = spans.tools("ask_database")
+    queue_s, exec_s = timing(span)
+    assert queue_s == 0.0 and exec_s >= SLEEP_S * 0.95
+    assert span.attributes["agent.tool.executor"] == "direct"
+
+
+def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans):
+    hooked("langchain")
+    failure = ConnectionError("upstream down")
+
+    def flaky(url: str) -> str:
+        raise failure
+
+    flaky_tool = StructuredTool.from_function(flaky, name="flaky", description="Fails.")
+    with pytest.raises(ConnectionError) as raised:
+        flaky_tool.invoke({"url": "x"})
+
+    assert raised.value is failure
+    (span,) = spans.tools("flaky")
+    assert span.attributes["agent.tool.outcome"] == "error"
+    assert span.attributes["error.type"] == "ConnectionError"
+    assert not span.status.is_ok
+    assert [e.name for e in span.events] == ["exception"]  # a direct call: no exec.start
+
+
+def test_an_error_the_tool_handles_itself_is_still_an_error(hooked, spans):
+    hooked("langchain")
+
+    def lookup(key: str) -> str:
+        raise ToolException(f"no such key {key}")
+
+    lookup_tool = StructuredTool.from_function(lookup, name="lookup", description="Look up.",
+                                               handle_tool_error=True)
+    message = lookup_tool.invoke(tool_call("lookup", {"key": "k"}, "c9"))
+
+    assert message.status == "error" and message.content == "no such key k"
+    (span,) = spans.tools("lookup")
+    assert span.attributes["agent.tool.outcome"] == "error"
+    assert span.attributes["error.type"] == "tool_error"
+    assert span.status.description == "no such key k"
+
+
+def test_a_tool_also_decorated_with_agent_otel_tool_has_one_span(hooked, spans):
+    hooked("langchain")
+
+    @tool
+    @agent_otel.tool
+    def convert(amount: int) -> int:
+        """Convert a currency."""
+        return amount * 2
+
+    assert convert.invoke(tool_call("convert", {"amount": 21}, "c1")).content == "42"
+    (span,) = spans.tools("convert")
+    assert span.attributes["gen_ai.tool.call.id"] == "c1"
+
+
+def _react_graph(tools, turns, asynchronous=False):
+    """A LangGraph agent as its docs build one: a model node, a ToolNode, tools_condition."""
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    model = FakeMessagesListChatModel(responses=turns)
+
+    def call_model(state: MessagesState):
+        return {"messages": [model.invoke(state["messages"])]}
+
+    async def acall_model(state: MessagesState):
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", acall_model if asynchronous else call_model)
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile()
+
+
+def _three_page_turns():
+    calls = [tool_call("fetch_page", {"url": f"{i}.example"}, f"t{i}") for i in range(3)]
+    return [AIMessage("", tool_calls=calls), AIMessage("all fetched")]
+
+
+def test_langgraph_tool_node_queues_tool_calls_beyond_max_concurrency(hooked, spans):
+    require_framework("langchain", "langgraph")
+    hooked("langchain")
+    graph = _react_graph([fetch_page], _three_page_turns())
+
+    state = graph.invoke({"messages": [HumanMessage("fetch three pages")]}, config={"max_concurrency": 1})
+
+    assert state["messages"][-1].content == "all fetched"
+    found = spans.tools("fetch_page")
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in found) == ["t0", "t1", "t2"]
+    ordered = sorted(found, key=lambda s: timing(s)[0])
+    for position, span in enumerate(ordered):
+        queue_s, exec_s = timing(span)
+        assert exec_s >= SLEEP_S * 0.95
+        assert queue_s >= position * SLEEP_S * 0.95
+        assert span.attributes["agent.tool.executor"].startswith("ThreadPoolExecutor")
+
+
+def test_langgraph_async_graph_runs_sync_tools_on_the_default_executor(hooked, spans):
+    require_framework("langchain", "langgraph")
+    hooked("langchain")
+    graph = _react_graph([fetch_page], _three_page_turns(), asynchronous=True)
+
+    state = run_with_one_worker(lambda: graph.ainvoke({"messages": [HumanMessage("fetch")]}))
+
+    assert state["messages"][-1].content == "all fetched"
+    assert_queued_one_after_another(spans.tools("fetch_page"), SLEEP_S)
+
+
+def test_uninstrument_restores_langchain_exactly(spans):
+    from langchain_core.tools import Tool
+
+    hooked_points = [(BaseTool, "run"), (BaseTool, "arun"), (StructuredTool, "ainvoke"), (Tool, "ainvoke")]
+    before = [vars(owner)[name] for owner, name in hooked_points]
+    agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=["langchain"])
+    assert vars(BaseTool)["run"] is not before[0]
+    agent_otel.uninstrument()
+
+    assert all(vars(owner)[name] is original for (owner, name), original in zip(hooked_points, before))
+    assert asyncio.BaseEventLoop.run_in_executor.__module__ == "asyncio.base_events"
+    fetch_page.invoke({"url": "z"})
+    assert spans.tools() == []

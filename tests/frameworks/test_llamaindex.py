@@ -1,0 +1,126 @@
+"""LlamaIndex FunctionTools traced with no change beyond ``instrument()``.
+
+LlamaIndex's workflow agents run every tool with ``await tool.acall(...)``;
+these tests call the tools the same way, without an LLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+from frameworks.framework_support import (assert_queued_one_after_another, require_framework, run_with_one_worker,
+                                          timing)
+
+require_framework("llamaindex", "llama_index.core")
+
+from llama_index.core.tools import FunctionTool  # noqa: E402
+
+import agent_otel  # noqa: E402
+
+SLEEP_S = 0.15
+
+
+def fetch_page(url: str) -> str:
+    """Download a page (slowly)."""
+    time.sleep(SLEEP_S)
+    return f"<html>{url}</html>"
+
+
+async def ask_database(query: str) -> str:
+    """Query the database."""
+    await asyncio.sleep(SLEEP_S)
+    return f"rows for {query}"
+
+
+def test_sync_call_is_one_direct_span(hooked, spans):
+    hooked("llamaindex")
+    page_tool = FunctionTool.from_defaults(fn=fetch_page)
+
+    output = page_tool.call(url="a")
+
+    assert output.raw_output == "<html>a</html>"
+    (span,) = spans.tools("fetch_page")
+    assert span.attributes["gen_ai.tool.description"].endswith("Download a page (slowly).")
+    assert span.attributes["agent.tool.executor"] == "direct"
+    queue_s, exec_s = timing(span)
+    assert queue_s == 0.0 and exec_s >= SLEEP_S * 0.95
+
+
+def test_agent_style_async_calls_of_a_sync_tool_wait_for_the_executor(hooked, spans):
+    hooked("llamaindex")
+    page_tool = FunctionTool.from_defaults(fn=fetch_page)
+
+    async def agent_turn():
+        return await asyncio.gather(*[page_tool.acall(url=str(i)) for i in range(3)])
+
+    outputs = run_with_one_worker(agent_turn)
+
+    assert [o.raw_output for o in outputs] == ["<html>0</html>", "<html>1</html>", "<html>2</html>"]
+    assert_queued_one_after_another(spans.tools("fetch_page"), SLEEP_S)
+
+
+def test_async_tool_has_no_queue(hooked, spans):
+    hooked("llamaindex")
+    database_tool = FunctionTool.from_defaults(async_fn=ask_database)
+
+    output = asyncio.run(database_tool.acall(query="orders"))
+
+    assert output.raw_output == "rows for orders"
+    (span,) = spans.tools("ask_database")
+    queue_s, exec_s = timing(span)
+    assert queue_s == 0.0 and exec_s >= SLEEP_S * 0.95
+
+
+def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans):
+    hooked("llamaindex")
+    failure = LookupError("no such page")
+
+    def flaky(url: str) -> str:
+        raise failure
+
+    with pytest.raises(LookupError) as raised:
+        asyncio.run(FunctionTool.from_defaults(fn=flaky).acall(url="x"))
+
+    assert raised.value is failure
+    (span,) = spans.tools("flaky")
+    assert span.attributes["agent.tool.outcome"] == "error"
+    assert span.attributes["error.type"] == "LookupError"
+
+
+def test_a_hook_failure_runs_the_tool_untraced_with_one_warning(hooked, spans, caplog):
+    hooked("llamaindex")
+    page_tool = FunctionTool.from_defaults(fn=fetch_page, name="fetch")
+
+    class UnexpectedMetadata:
+        """Metadata the tool itself still reads, but the hook cannot."""
+
+        def get_name(self):
+            return "fetch"
+
+        @property
+        def description(self):
+            raise RuntimeError("metadata from a version the hook does not know")
+
+    page_tool._metadata = UnexpectedMetadata()
+    with caplog.at_level(logging.WARNING, logger="agent_otel.frameworks"):
+        assert page_tool.call(url="a").raw_output == "<html>a</html>"
+        assert page_tool.call(url="b").raw_output == "<html>b</html>"
+
+    assert spans.tools() == []
+    warnings = [r for r in caplog.records if "llamaindex" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "RuntimeError" in warnings[0].getMessage()
+
+
+def test_uninstrument_restores_llamaindex_exactly(spans):
+    before = (vars(FunctionTool)["call"], vars(FunctionTool)["acall"])
+    agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=["llamaindex"])
+    assert vars(FunctionTool)["call"] is not before[0]
+    agent_otel.uninstrument()
+
+    assert (vars(FunctionTool)["call"], vars(FunctionTool)["acall"]) == before
+    FunctionTool.from_defaults(fn=fetch_page).call(url="z")
+    assert spans.tools() == []

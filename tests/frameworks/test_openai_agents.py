@@ -1,0 +1,128 @@
+"""OpenAI Agents SDK function tools traced with no change beyond ``instrument()``.
+
+The agent runs against a scripted ``Model`` (no network): its first turn
+asks for four tool calls at once, its second answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from frameworks.framework_support import (assert_queued_one_after_another, require_framework, run_with_one_worker,
+                                          timing)
+
+require_framework("openai_agents", "agents")
+
+from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E402
+from agents.items import ModelResponse  # noqa: E402
+from agents.models.interface import Model  # noqa: E402
+from agents.usage import Usage  # noqa: E402
+from openai.types.responses import (ResponseFunctionToolCall, ResponseOutputMessage,  # noqa: E402
+                                    ResponseOutputText)
+
+import agent_otel  # noqa: E402
+
+SLEEP_S = 0.15
+set_tracing_disabled(True)  # the SDK's own tracing would try to reach its backend
+
+
+@function_tool
+def fetch_page(url: str) -> str:
+    """Download a page (slowly)."""
+    time.sleep(SLEEP_S)
+    return f"<html>{url}</html>"
+
+
+@function_tool
+async def ask_database(query: str) -> str:
+    """Query the database."""
+    await asyncio.sleep(SLEEP_S)
+    return f"rows for {query}"
+
+
+@function_tool
+def charge_card(amount: int) -> str:
+    """Charge the customer's card."""
+    raise PermissionError("card declined")
+
+
+class ScriptedModel(Model):
+    """Plays back model turns; the SDK's tool loop runs for real."""
+
+    def __init__(self, turns):
+        self.turns = list(turns)
+
+    async def get_response(self, *args, **kwargs):
+        return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
+
+    def stream_response(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+def call(name: str, arguments: dict, call_id: str) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(type="function_call", name=name, arguments=json.dumps(arguments),
+                                    call_id=call_id, id=f"fc_{call_id}", status="completed")
+
+
+def answer(text: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(id="msg", type="message", role="assistant", status="completed",
+                                 content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
+
+
+def run_agent(turns):
+    agent = Agent(name="support", tools=[fetch_page, ask_database, charge_card], model=ScriptedModel(turns))
+    return run_with_one_worker(lambda: Runner.run(agent, "help me"))
+
+
+def test_agent_tool_calls_become_spans_with_call_ids_and_queue_time(hooked, spans):
+    hooked("openai_agents")
+
+    result = run_agent([[call("fetch_page", {"url": "a"}, "call_a"), call("fetch_page", {"url": "b"}, "call_b"),
+                         call("ask_database", {"query": "orders"}, "call_q")],
+                        [answer("done")]])
+
+    assert result.final_output == "done"
+    pages = spans.tools("fetch_page")
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in pages) == ["call_a", "call_b"]
+    assert pages[0].attributes["gen_ai.tool.description"] == "Download a page (slowly)."
+    # The SDK runs sync function tools with asyncio.to_thread: one worker, so one waits.
+    assert_queued_one_after_another(pages, SLEEP_S)
+    (query,) = spans.tools("ask_database")
+    queue_s, exec_s = timing(query)
+    assert query.attributes["gen_ai.tool.call.id"] == "call_q"
+    assert query.attributes["agent.tool.executor"] == "direct"
+    assert queue_s == 0.0 and exec_s >= SLEEP_S * 0.95
+
+
+def test_an_error_the_sdk_reports_to_the_model_is_recorded_on_the_span(hooked, spans):
+    hooked("openai_agents")
+
+    result = run_agent([[call("charge_card", {"amount": 5}, "call_c")], [answer("sorry")]])
+
+    assert result.final_output == "sorry"
+    tool_output = [item for item in result.new_items if item.type == "tool_call_output_item"]
+    assert "error occurred" in str(tool_output[0].output)  # the model saw the SDK's message
+    (span,) = spans.tools("charge_card")
+    assert span.attributes["gen_ai.tool.call.id"] == "call_c"
+    assert span.attributes["agent.tool.outcome"] == "error"
+    assert span.attributes["error.type"] == "PermissionError"
+    assert span.events[-1].name == "exception"
+
+
+def test_a_function_tool_also_decorated_with_agent_otel_tool_has_one_span(hooked, spans):
+    hooked("openai_agents")
+
+    @function_tool
+    @agent_otel.tool
+    def convert(amount: int) -> int:
+        """Convert a currency."""
+        return amount * 2
+
+    agent = Agent(name="fx", tools=[convert],
+                  model=ScriptedModel([[call("convert", {"amount": 21}, "call_x")], [answer("42")]]))
+    assert asyncio.run(Runner.run(agent, "convert")).final_output == "42"
+    (span,) = spans.tools("convert")
+    assert span.attributes["gen_ai.tool.call.id"] == "call_x"
+    assert span.attributes["agent.tool.executor"] == "asyncio-default"

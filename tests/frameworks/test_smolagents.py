@@ -1,0 +1,113 @@
+"""smolagents tools traced with no change beyond ``instrument()``.
+
+The ``ToolCallingAgent`` runs against a scripted model (no network): its
+first step asks for three page fetches at once, its second for the final
+answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+from frameworks.framework_support import require_framework, timing
+
+require_framework("smolagents", "smolagents")
+
+from smolagents import ToolCallingAgent, tool  # noqa: E402
+from smolagents import agents as smolagents_agents  # noqa: E402
+from smolagents.models import (ChatMessage, ChatMessageToolCall, ChatMessageToolCallFunction,  # noqa: E402
+                               MessageRole, Model)
+from smolagents.tools import Tool  # noqa: E402
+
+import agent_otel  # noqa: E402
+
+SLEEP_S = 0.15
+
+
+@tool
+def fetch_page(url: str) -> str:
+    """Download a page (slowly).
+
+    Args:
+        url: the page's address
+    """
+    time.sleep(SLEEP_S)
+    return f"<html>{url}</html>"
+
+
+class ScriptedModel(Model):
+    """Plays back the model's tool calls; the agent's loop runs for real."""
+
+    def __init__(self, steps):
+        super().__init__(model_id="scripted")
+        self.steps = list(steps)
+
+    def generate(self, messages, stop_sequences=None, response_format=None, tools_to_call_from=None, **kwargs):
+        return ChatMessage(role=MessageRole.ASSISTANT, content="", tool_calls=self.steps.pop(0))
+
+
+def call(name: str, arguments: dict, call_id: str) -> ChatMessageToolCall:
+    return ChatMessageToolCall(id=call_id, type="function",
+                               function=ChatMessageToolCallFunction(name=name, arguments=arguments))
+
+
+def test_parallel_tool_calls_queue_for_the_agents_tool_threads(hooked, spans):
+    hooked("smolagents")
+    model = ScriptedModel([[call("fetch_page", {"url": str(i)}, f"c{i}") for i in range(3)],
+                           [call("final_answer", {"answer": "fetched"}, "c3")]])
+    agent = ToolCallingAgent(tools=[fetch_page], model=model, max_tool_threads=1, verbosity_level=0)
+
+    assert agent.run("fetch three pages") == "fetched"
+
+    pages = sorted(spans.tools("fetch_page"), key=lambda s: timing(s)[0])
+    assert len(pages) == 3
+    for position, span in enumerate(pages):
+        queue_s, exec_s = timing(span)
+        assert exec_s >= SLEEP_S * 0.95
+        assert queue_s >= position * SLEEP_S * 0.95
+        assert span.attributes["agent.tool.executor"].startswith("ThreadPoolExecutor")
+        assert span.attributes["gen_ai.tool.description"].startswith("Download a page (slowly).")
+    (final,) = spans.tools("final_answer")
+    assert final.attributes["agent.tool.executor"] == "direct"
+
+
+def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans):
+    hooked("smolagents")
+    failure = PermissionError("robots.txt forbids it")
+
+    class Crawl(Tool):
+        name = "crawl"
+        description = "Crawl a site."
+        inputs = {"url": {"type": "string", "description": "the site"}}
+        output_type = "string"
+
+        def forward(self, url: str) -> str:
+            raise failure
+
+    with pytest.raises(PermissionError) as raised:
+        Crawl()(url="x")
+
+    assert raised.value is failure
+    (span,) = spans.tools("crawl")
+    assert span.attributes["agent.tool.outcome"] == "error"
+    assert span.attributes["error.type"] == "PermissionError"
+
+
+def test_a_version_the_hook_does_not_understand_is_skipped_with_one_warning(spans, monkeypatch, caplog):
+    original_call = vars(Tool)["__call__"]
+    monkeypatch.delattr(smolagents_agents, "ThreadPoolExecutor")  # as if a release had renamed it
+
+    with caplog.at_level(logging.WARNING, logger="agent_otel.frameworks"):
+        agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=["smolagents"])
+        try:
+            hooked_now = agent_otel.frameworks.hooked()
+            assert fetch_page(url="a") == "<html>a</html>"
+        finally:
+            agent_otel.uninstrument()
+
+    assert hooked_now == []
+    assert vars(Tool)["__call__"] is original_call  # the part hooked before the failure was undone
+    assert spans.tools() == []
+    assert len([r for r in caplog.records if "smolagents" in r.getMessage()]) == 1
