@@ -296,3 +296,24 @@ def test_report_json_of_an_empty_file(tmp_path):
     assert report["window"] == {"start": None, "end": None, "seconds": 0.0}
     assert report["tools"] == [] and report["gpus"] == [] and report["recommendations"] == []
     assert report["inputs"]["warnings"] == [f"no spans found in {tmp_path / 'empty.jsonl'}"]
+
+
+def test_a_call_seen_by_client_and_server_counts_once(tmp_path):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from agent_otel.exporters.otlp_json import OtlpJsonFileExporter
+
+    path = tmp_path / "mcp.jsonl"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileExporter(str(path))))
+    tracer = provider.get_tracer("test")
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
+    with tracer.start_as_current_span("execute_tool lookup", attributes=tool):  # the client's view
+        with tracer.start_as_current_span("execute_tool lookup", attributes=tool):  # the server's own span
+            pass
+        with tracer.start_as_current_span("execute_tool other", attributes={**tool, "gen_ai.tool.name": "other"}):
+            pass  # a different tool called inside it is a call of its own
+    provider.shutdown()
+    analysis = analyse([str(path)], idle_threshold=0.1, min_idle_s=0.5)
+    assert sorted((t.tool, t.calls) for t in analysis.tools) == [("lookup", 1), ("other", 1)]

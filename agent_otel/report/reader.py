@@ -58,13 +58,16 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
     """Read OTLP/JSON trace files into records.
 
     A span seen twice (the same trace and span id, e.g. files that overlap)
-    counts once. Raises ``InputError`` naming the file and line for a
+    counts once, and so does a call seen from two sides: a tool span whose
+    parent is a tool span of the same tool (an MCP client's span and the
+    server's own span under it) is the same call. Raises ``InputError`` naming the file and line for a
     malformed line or a tool span whose attributes cannot be read.
     """
     data = TraceData()
     seen: set[tuple[int, int]] = set()
     tool_by_span: dict[tuple[int, int], str] = {}
     children: list[tuple[str, int, SpanRecord]] = []
+    tool_parents: list[tuple[tuple[int, int], ToolCall]] = []
     for path in paths:
         for span in iter_spans(path, progress):
             key = (span.trace_id, span.span_id)
@@ -78,7 +81,7 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
             attributes = span.attributes
             if attributes.get("gen_ai.operation.name") == TOOL_OPERATION:
                 call = _tool_call(path, span)
-                data.calls.append(call)
+                tool_parents.append(((span.trace_id, span.parent_span_id), call))
                 tool_by_span[key] = call.tool
                 timeout = _seconds(path, span, "agent.tool.timeout")
                 if timeout is not None and timeout > 0:
@@ -88,6 +91,11 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
                     children.append((path, span.parent_span_id, span))
                 else:
                     data.idle_windows.append(_idle_window(path, span))
+    for parent, call in tool_parents:
+        if tool_by_span.get(parent) == call.tool:
+            data.duplicate_count += 1
+        else:
+            data.calls.append(call)
     for path, parent_id, span in children:
         tool = tool_by_span.get((span.trace_id, parent_id))
         if tool is not None:
