@@ -31,7 +31,7 @@ class Patches:
     """Attribute replacements of one framework hook, undone in reverse order."""
 
     def __init__(self):
-        self._applied: list[tuple[Any, str, Any]] = []
+        self._undo: list[Callable[[], None]] = []
 
     def wrap(self, owner: Any, name: str, make_wrapper: Callable[[Any], Any]) -> None:
         """Replace ``owner.name`` (defined on owner itself) by ``make_wrapper(original)``."""
@@ -41,15 +41,19 @@ class Patches:
             raise VersionNotUnderstood(f"{getattr(owner, '__name__', owner)}.{name} not found") from None
         wrapper = make_wrapper(original)
         setattr(owner, name, wrapper)
-        self._applied.append((owner, name, original))
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def apply(self, do: Callable[[], None], undo: Callable[[], None]) -> None:
+        """Any other change (a shared hook): ``do`` it now, ``undo`` it on restore."""
+        do()
+        self._undo.append(undo)
 
     def restore(self) -> None:
-        while self._applied:
-            owner, name, original = self._applied.pop()
-            setattr(owner, name, original)
+        while self._undo:
+            self._undo.pop()()
 
     def __bool__(self) -> bool:
-        return bool(self._applied)
+        return bool(self._undo)
 
 
 def importable(module: str) -> bool:

@@ -34,11 +34,9 @@ from agent_otel.frameworks._patch import Patches
 
 FRAMEWORK = "crewai"
 _patches = Patches()
-_loop_hooked = False
 
 
 def instrument() -> None:
-    global _loop_hooked
     from crewai.tools.base_tool import BaseTool, Tool
     from crewai.tools.structured_tool import CrewStructuredTool
 
@@ -47,16 +45,11 @@ def instrument() -> None:
         _patches.wrap(tool_class, "arun", _wrap_arun)
     _patches.wrap(CrewStructuredTool, "invoke", _wrap_run)
     _patches.wrap(CrewStructuredTool, "ainvoke", _wrap_ainvoke)
-    hook_event_loop()
-    _loop_hooked = True
+    _patches.apply(hook_event_loop, unhook_event_loop)
 
 
 def uninstrument() -> None:
-    global _loop_hooked
     _patches.restore()
-    if _loop_hooked:
-        unhook_event_loop()
-        _loop_hooked = False
 
 
 def _describe(tool):

@@ -39,11 +39,9 @@ from agent_otel.frameworks._patch import Patches, importable
 
 FRAMEWORK = "langchain"
 _patches = Patches()
-_loop_hooked = False
 
 
 def instrument() -> None:
-    global _loop_hooked
     from langchain_core.tools import BaseTool, StructuredTool, Tool
 
     _patches.wrap(BaseTool, "run", _wrap_run)
@@ -54,16 +52,11 @@ def instrument() -> None:
         from langgraph.prebuilt import tool_node
 
         _patches.wrap(tool_node, "get_executor_for_config", _wrap_get_executor_for_config)
-    hook_event_loop()
-    _loop_hooked = True
+    _patches.apply(hook_event_loop, unhook_event_loop)
 
 
 def uninstrument() -> None:
-    global _loop_hooked
     _patches.restore()
-    if _loop_hooked:
-        unhook_event_loop()
-        _loop_hooked = False
 
 
 def _describe(tool, call_id: Optional[str]):

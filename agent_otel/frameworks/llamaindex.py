@@ -27,25 +27,18 @@ from agent_otel.frameworks._patch import Patches
 
 FRAMEWORK = "llamaindex"
 _patches = Patches()
-_loop_hooked = False
 
 
 def instrument() -> None:
-    global _loop_hooked
     from llama_index.core.tools.function_tool import FunctionTool
 
     _patches.wrap(FunctionTool, "call", _wrap_call)
     _patches.wrap(FunctionTool, "acall", _wrap_acall)
-    hook_event_loop()
-    _loop_hooked = True
+    _patches.apply(hook_event_loop, unhook_event_loop)
 
 
 def uninstrument() -> None:
-    global _loop_hooked
     _patches.restore()
-    if _loop_hooked:
-        unhook_event_loop()
-        _loop_hooked = False
 
 
 def _describe(tool):

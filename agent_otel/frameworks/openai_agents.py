@@ -34,7 +34,6 @@ FRAMEWORK = "openai_agents"
 # The SDK's attribute on the on_invoke_tool of a sync @function_tool.
 SYNC_TOOL_MARKER = "__agents_sync_function_tool__"
 _patches = Patches()
-_loop_hooked = False
 
 
 class _HandledError:
@@ -51,23 +50,17 @@ _handled: contextvars.ContextVar[Optional[_HandledError]] = contextvars.ContextV
 
 
 def instrument() -> None:
-    global _loop_hooked
     from agents import tool as tool_module
     from agents.run_internal import tool_execution
 
     _patches.wrap(tool_module, "_invoke_function_tool_with_metadata", _wrap_invoke)
     _patches.wrap(tool_execution, "_invoke_function_tool_with_metadata", _wrap_invoke)
     _patches.wrap(tool_module, "maybe_invoke_function_tool_failure_error_function", _wrap_failure_function)
-    hook_event_loop()
-    _loop_hooked = True
+    _patches.apply(hook_event_loop, unhook_event_loop)
 
 
 def uninstrument() -> None:
-    global _loop_hooked
     _patches.restore()
-    if _loop_hooked:
-        unhook_event_loop()
-        _loop_hooked = False
 
 
 def _wrap_invoke(original):
