@@ -79,6 +79,12 @@ def test_queue_stall_is_blamed_on_queue(gpu_agent, spans):
 
 
 def test_no_gpu_means_no_timeline_and_tools_still_traced(spans):
+    from agent_otel.exporters.gpu_source import open_gpu_source
+
+    source = open_gpu_source("auto")
+    if source is not None:
+        source.close()
+        pytest.skip("this machine has a working NVIDIA GPU; tests/gpu covers it")
     handle = agent_otel.instrument(traces_exporters="none", frameworks=(), gpu="nvml")
     try:
         @agent_otel.tool
@@ -88,8 +94,11 @@ def test_no_gpu_means_no_timeline_and_tools_still_traced(spans):
         assert ping() == "pong"
         assert len(spans.tools("ping")) == 1
         assert handle.gpu_timeline is None
-        errors = handle.metrics.registry.get_sample_value("agent_otel_gpu_errors_total",
-                                                          {"reason": "library_not_found"})
-        assert errors == 1
+        reasons = {sample.labels["reason"]: sample.value for metric in handle.metrics.registry.collect()
+                   if metric.name == "agent_otel_gpu_errors" for sample in metric.samples
+                   if sample.name.endswith("_total")}
+        # Why there is no GPU depends on the machine: no NVML library, no driver, no device.
+        assert len(reasons) == 1 and sum(reasons.values()) == 1
+        assert set(reasons) <= {"library_not_found", "driver_not_loaded", "no_gpu", "bindings_missing"}
     finally:
         agent_otel.uninstrument()
