@@ -23,13 +23,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from agent_otel import executors, frameworks, recorder as _recorder
 from agent_otel.config import Settings, load_settings
 from agent_otel.pipeline import Pipeline
-from agent_otel.recorder import Recorder
+from agent_otel.recorder import SCOPE_NAME, Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor
 from agent_otel.exporters.prometheus import Metrics, MetricsServer
 
 logger = logging.getLogger("agent_otel")
 
-TRACER_NAME = "agent_otel"
 _lock = threading.RLock()
 _handle: Optional["Instrumentation"] = None
 
@@ -169,7 +168,7 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
         # Global, so other instrumentations' spans join the same traces.
         _global_provider = provider
         trace_api.set_tracer_provider(provider)
-    return provider.get_tracer(TRACER_NAME)
+    return provider.get_tracer(SCOPE_NAME)
 
 
 # The provider the first instrument() made and set as OpenTelemetry's global

@@ -80,8 +80,8 @@ class ActiveCall:
         self.started_late = started_late
 
 
-# The tracer name instrument() uses: it tells our tool spans from another
-# library's span of the same name.
+# The tracer (instrumentation scope) name of every span agent-otel makes: it
+# tells our tool spans from another library's span of the same name.
 SCOPE_NAME = "agent_otel"
 
 
