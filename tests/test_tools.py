@@ -323,7 +323,7 @@ def test_nested_tool_is_a_child_span(agent, spans):
 def test_arguments_and_results_recorded_only_when_asked(spans):
     agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(),
                           record_arguments=True, record_results=True, max_attribute_length=60,
-                                   redact=lambda attribute, text: text.replace("secret", "******"))
+                          redact=lambda attribute, text: text.replace("secret", "******"))
     try:
         @agent_otel.tool
         def login(user, password):
