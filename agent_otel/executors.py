@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import re
 import threading
 import weakref
 from collections import deque
@@ -28,20 +29,24 @@ from agent_otel.recorder import ToolMeta, worker_local
 from agent_otel.tools import TOOL_MARK
 
 ASYNCIO_DEFAULT = "asyncio-default"
+UNNAMED = "ThreadPoolExecutor"
+_UNNAMED = re.compile(r"ThreadPoolExecutor-\d+")
 _STATS_ATTRIBUTE = "_agent_otel_executor_stats"
 
 
 def executor_name(executor: ThreadPoolExecutor) -> str:
     """The pool's thread name prefix; asyncio's default pool is ``asyncio-default``.
 
-    An unnamed pool keeps the prefix Python gives its threads
-    (``ThreadPoolExecutor-N``), so the label matches the thread names in a
-    stack dump.
+    Python numbers unnamed pools (``ThreadPoolExecutor-0``, ``-1``, ...) in
+    creation order; code that makes a pool per request would make a new
+    label value each time, so every unnamed pool is ``ThreadPoolExecutor``.
     """
     prefix = getattr(executor, "_thread_name_prefix", "") or ""
     if prefix == "asyncio":
         return ASYNCIO_DEFAULT
-    return prefix or "ThreadPoolExecutor"
+    if not prefix or _UNNAMED.fullmatch(prefix):
+        return UNNAMED
+    return prefix
 
 
 class ExecutorStats:

@@ -181,3 +181,11 @@ def test_cancelled_plain_submissions_leave_the_queue(agent, metric):
     running.result()
     pool.shutdown()
     assert metric("agent_executor_active_workers", {"executor": "plain"}) == 0
+
+
+def test_unnamed_pools_share_one_stable_label(agent, spans, metric):
+    for _ in range(3):  # a pool per request, as some agents do
+        with cf.ThreadPoolExecutor(1) as pool:
+            pool.submit(lookup, 1).result()
+    assert {attrs(s)["agent.tool.executor"] for s in spans.tools("lookup")} == {"ThreadPoolExecutor"}
+    assert metric("agent_executor_wait_seconds_count", {"executor": "ThreadPoolExecutor"}) == 3

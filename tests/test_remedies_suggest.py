@@ -21,7 +21,7 @@ def test_a_timeout_snippet_is_the_decorator_to_paste():
 def test_pool_snippets_declare_the_pool_and_put_the_tools_on_it():
     assert suggest_pool_workers("io", 24) == 'agent_otel.pool("io", workers=24)\n@agent_otel.tool(pool="io")'
     # An unnamed ThreadPoolExecutor gets a name; asyncio's default executor is resized where it lives.
-    assert suggest_pool_workers("ThreadPoolExecutor-3", 8).startswith('agent_otel.pool("io", workers=8)')
+    assert suggest_pool_workers("ThreadPoolExecutor", 8).startswith('agent_otel.pool("io", workers=8)')
     assert "max_workers=16" in suggest_pool_workers("asyncio-default", 16)
     assert suggest_isolation("web_search", 3) == (
         'agent_otel.pool("web_search", workers=3)\n@agent_otel.tool(pool="web_search")')
