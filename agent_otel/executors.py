@@ -199,7 +199,7 @@ def _submit(self, fn, /, *args, **kwargs):
     if rec is not None:
         tool = tool_name_of(submitted_target(fn))
         if tool is not None:
-            call = rec.queued(tool, stats.name, submit_perf_ns + OFFSET_NS)
+            call = rec.queued(tool, stats.name, submit_perf_ns + OFFSET_NS, stats.max_workers)
     submission = _Submission(monitor, stats, submit_perf_ns, context_api.get_current(), call, fn, args, kwargs)
     stats.submitted()
     try:

@@ -145,6 +145,8 @@ class Recorder:
             call.start_ns = now
             attributes = {**meta.start_attributes, "agent.tool.queue.duration": (now - call.submit_ns) / 1e9,
                           "agent.tool.executor": call.executor, "agent.tool.outcome": "ok"}
+            if call.executor_workers:
+                attributes["agent.executor.max_workers"] = call.executor_workers
         else:
             call = ToolCall(meta.name, "direct", now, now)
             self.inflight[id(call)] = call
@@ -239,9 +241,9 @@ class Recorder:
         except Exception:  # a user's __repr__ or redact hook must not break the tool
             span.set_attribute(attribute, "<unrepresentable>")
 
-    def queued(self, tool: str, executor: str, submit_ns: int) -> ToolCall:
-        """A tool call submitted to an executor and not yet started."""
-        call = ToolCall(tool, executor, submit_ns, 0)
+    def queued(self, tool: str, executor: str, submit_ns: int, max_workers: Optional[int] = None) -> ToolCall:
+        """A tool call submitted to an executor (of ``max_workers``) and not yet started."""
+        call = ToolCall(tool, executor, submit_ns, 0, executor_workers=max_workers)
         self.inflight[id(call)] = call
         return call
 

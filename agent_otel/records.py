@@ -42,6 +42,7 @@ class ToolCall:
     span_id: int = 0
     error_type: Optional[str] = None
     thread: Optional[str] = None
+    executor_workers: Optional[int] = None  # the executor's max_workers, when submitted to one
 
     @property
     def queue_seconds(self) -> float:

@@ -37,6 +37,7 @@ def test_small_pool_shows_queue_time(agent, spans, metric):
     for span in found:
         a = attrs(span)
         assert a["agent.tool.executor"] == "tools"
+        assert a["agent.executor.max_workers"] == 2
         assert 0.1 <= a["agent.tool.exec.duration"] < 0.2
         # The span starts at submission: its duration is queue plus exec.
         duration = (span.end_time - span.start_time) / 1e9

@@ -44,6 +44,9 @@ def test_live_metrics_equal_the_report_over_the_same_traces(tmp_path, spans):
     assert live[("search", "exec")] > 0.3
 
     analysis = analyse([str(traces)], idle_threshold=0.10, min_idle_s=0.2)
+    pools = {e.executor: e for e in analysis.executors}
+    assert pools["tools"].max_workers == 1 and pools["tools"].submissions == 6
+    assert pools["direct"].max_workers is None
     offline = {}
     for tool in analysis.tools:
         offline[(tool.tool, "queue")] = tool.blocked_queue_s

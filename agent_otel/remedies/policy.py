@@ -164,6 +164,8 @@ def _keep(remedies: Remedies, telemetry, key, result) -> None:
 def _open(remedies: Remedies, pool: Optional[pools.ToolPool]):
     telemetry = open_call(remedies.meta, pool.name if pool is not None else "direct")
     attributes = telemetry.attributes
+    if pool is not None:
+        attributes["agent.executor.max_workers"] = pool.workers
     if remedies.timeout is not None:
         attributes["agent.tool.timeout"] = remedies.timeout
     if remedies.cache is not None:

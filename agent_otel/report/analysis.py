@@ -288,6 +288,7 @@ def _executor_stats(calls: Sequence[ToolCall]) -> list[ExecutorStats]:
                 queue_total_s=sum(waits),
                 exec_total_s=sum(call.exec_seconds for call in executor_calls),
                 tools=sorted({call.tool for call in executor_calls}),
+                max_workers=max((c.executor_workers for c in executor_calls if c.executor_workers), default=None),
             )
         )
     stats.sort(key=lambda s: (-s.submissions, s.executor))

@@ -123,6 +123,7 @@ def _tool_call(path: str, span: SpanRecord) -> ToolCall:
     error_type = attributes.get("error.type")
     call_id = attributes.get("gen_ai.tool.call.id")
     thread = attributes.get("thread.name")
+    workers = attributes.get("agent.executor.max_workers")
     return ToolCall(
         tool=tool,
         executor=str(attributes.get("agent.tool.executor") or UNKNOWN_EXECUTOR),
@@ -135,6 +136,7 @@ def _tool_call(path: str, span: SpanRecord) -> ToolCall:
         span_id=span.span_id,
         error_type=None if error_type is None else str(error_type),
         thread=None if thread is None else str(thread),
+        executor_workers=workers if isinstance(workers, int) and workers > 0 else None,
     )
 
 
