@@ -10,7 +10,9 @@ Usage::
 module here with the same shape: ``instrument()`` and ``uninstrument()``
 side by side, hooking the point where that framework runs a tool. A
 framework that is not installed is skipped; one whose version the hook does
-not understand is skipped with one warning. With no explicit list, a
+not understand is skipped with one warning. A framework that is installed
+but not imported yet is hooked when the application imports it, so
+``instrument()`` never imports a framework the agent does not use. With no explicit list, a
 framework whose entry point is named in ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``
 (``agent_otel_langchain``, ...) is skipped too, so the variable turns a hook
 off however it was loaded.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import threading
 from typing import Optional
 
@@ -37,8 +40,10 @@ FRAMEWORKS = {
 }
 ENTRY_POINT_PREFIX = "agent_otel_"
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _hooked: dict[str, object] = {}  # name -> its hook module, while hooked
+_pending: set[str] = set()  # names to hook when their framework is imported
+_generation = 0  # a pending hook registered before the last uninstrument does nothing
 
 
 def _disabled_by_environment() -> set[str]:
@@ -54,7 +59,10 @@ def check_names(names: Optional[tuple[str, ...]]) -> None:
 
 
 def instrument_frameworks(names: Optional[tuple[str, ...]] = None) -> list[str]:
-    """Hook the named frameworks (None: every importable one); returns the hooked names.
+    """Hook the named frameworks (None: every installed one); returns the names hooked now.
+
+    One installed but not imported yet is hooked when the application
+    imports it (``pending()`` lists those).
 
     Raises ``ConfigError`` for a name that is not a known framework. Hooking
     a framework that is already hooked does nothing.
@@ -68,34 +76,60 @@ def instrument_frameworks(names: Optional[tuple[str, ...]] = None) -> list[str]:
                   if ENTRY_POINT_PREFIX + name not in disabled and "*" not in disabled]
     with _lock:
         for name in wanted:
-            if name in _hooked:
+            if name in _hooked or name in _pending:
                 continue
-            module_name, framework_module = FRAMEWORKS[name]
-            if not importable(framework_module):
-                if names is not None:
-                    logger.warning("agent-otel: framework %r is not installed; not hooked", name)
-                continue
-            module = None
-            try:
-                module = importlib.import_module(module_name)
-                module.instrument()
-            except Exception as exc:  # an unknown version or a broken install must not stop the agent
-                if module is not None:
-                    module.uninstrument()  # undo what was hooked before the failure
-                if isinstance(exc, VersionNotUnderstood):
-                    warn_once(f"{name}:version", "agent-otel: the installed %s is a version this hook "
-                              "does not understand (%s); its tool calls are not traced", name, exc)
-                else:
-                    warn_once(f"{name}:import", "agent-otel: cannot hook %s (%s: %s); its tool calls "
-                              "are not traced", name, type(exc).__name__, exc)
-                continue
-            _hooked[name] = module
+            framework_module = FRAMEWORKS[name][1]
+            if framework_module in sys.modules:
+                _hook(name)
+            elif importable(framework_module):
+                _hook_on_import(name, framework_module)
+            elif names is not None:
+                logger.warning("agent-otel: framework %r is not installed; not hooked", name)
         return [name for name in FRAMEWORKS if name in _hooked]
+
+
+def _hook(name: str) -> None:
+    module = None
+    try:
+        module = importlib.import_module(FRAMEWORKS[name][0])
+        module.instrument()
+    except Exception as exc:  # an unknown version or a broken install must not stop the agent
+        if module is not None:
+            module.uninstrument()  # undo what was hooked before the failure
+        if isinstance(exc, VersionNotUnderstood):
+            warn_once(f"{name}:version", "agent-otel: the installed %s is a version this hook "
+                      "does not understand (%s); its tool calls are not traced", name, exc)
+        else:
+            warn_once(f"{name}:import", "agent-otel: cannot hook %s (%s: %s); its tool calls "
+                      "are not traced", name, type(exc).__name__, exc)
+        return
+    _hooked[name] = module
+
+
+def _hook_on_import(name: str, framework_module: str) -> None:
+    import wrapt
+
+    generation = _generation
+    _pending.add(name)
+
+    def on_import(_module) -> None:
+        with _lock:
+            if generation == _generation and name in _pending:
+                _pending.discard(name)
+                _hook(name)
+
+    wrapt.register_post_import_hook(on_import, framework_module)
 
 
 def uninstrument_frameworks(names: Optional[tuple[str, ...]] = None) -> None:
     """Restore the named hooked frameworks (None: all) exactly as they were."""
+    global _generation
     with _lock:
+        if names is None:
+            _generation += 1
+            _pending.clear()
+        else:
+            _pending.difference_update(names)
         for name in reversed(list(_hooked)):
             if names is None or name in names:
                 _hooked.pop(name).uninstrument()
@@ -104,6 +138,11 @@ def uninstrument_frameworks(names: Optional[tuple[str, ...]] = None) -> None:
 def hooked() -> list[str]:
     """The frameworks hooked now."""
     return list(_hooked)
+
+
+def pending() -> list[str]:
+    """The frameworks installed but not imported yet: hooked when they are."""
+    return sorted(_pending)
 
 
 class FrameworkHooks:
