@@ -89,3 +89,10 @@ def metric(agent):
         return 0.0 if found is None else found
 
     return value
+
+
+@pytest.fixture
+def fresh_pools():
+    """Tool pools declared by one test are gone after it."""
+    yield
+    agent_otel.pools.shutdown(wait=False)

@@ -10,10 +10,7 @@ import pytest
 import agent_otel
 
 
-@pytest.fixture(autouse=True)
-def fresh_pools():
-    yield
-    agent_otel.pools.shutdown(wait=False)
+pytestmark = pytest.mark.usefixtures("fresh_pools")
 
 
 def call_together(tool, items):

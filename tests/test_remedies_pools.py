@@ -8,23 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import agent_otel
+from helpers.waiting import eventually
 from agent_otel.remedies import pools
 
 
-@pytest.fixture(autouse=True)
-def fresh_pools():
-    """Each test declares its own pools."""
-    yield
-    agent_otel.pools.shutdown(wait=False)
+pytestmark = pytest.mark.usefixtures("fresh_pools")
 
-
-def eventually(check, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def slow_report(quarter):

@@ -7,21 +7,11 @@ import time
 import pytest
 
 import agent_otel
+from helpers.waiting import eventually
 
 
-@pytest.fixture(autouse=True)
-def fresh_pools():
-    yield
-    agent_otel.pools.shutdown(wait=False)
+pytestmark = pytest.mark.usefixtures("fresh_pools")
 
-
-def eventually(check, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def attempt_outcomes(span):
