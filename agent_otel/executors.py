@@ -82,28 +82,35 @@ class ExecutorStats:
             self.queued -= 1
 
 
+# Every executor's stats, for as long as the executor lives. Module-wide, not
+# per monitor: the stats stay on the executor across uninstrument() and
+# instrument() again, and the submit hook finds them there without asking
+# the monitor, so a per-monitor list would miss pools used before.
+_all_stats: "weakref.WeakSet[ExecutorStats]" = weakref.WeakSet()
+_all_stats_lock = threading.Lock()  # a WeakSet must not grow while a scrape lists it
+
+
 class ExecutorMonitor:
     """Every instrumented executor's stats, and the waits not yet observed."""
 
     def __init__(self):
-        self.executors: "weakref.WeakSet[ExecutorStats]" = weakref.WeakSet()
         # (executor name, seconds waited) for the pipeline thread to observe.
         self.waits: deque[tuple[str, float]] = deque()
-        self._lock = threading.Lock()
 
     def stats_for(self, executor: ThreadPoolExecutor) -> ExecutorStats:
         stats = executor.__dict__.get(_STATS_ATTRIBUTE)
         if stats is None:
-            with self._lock:
+            with _all_stats_lock:
                 stats = executor.__dict__.get(_STATS_ATTRIBUTE)
                 if stats is None:
                     stats = ExecutorStats(executor_name(executor), getattr(executor, "_max_workers", None))
                     executor.__dict__[_STATS_ATTRIBUTE] = stats
-                    self.executors.add(stats)
+                    _all_stats.add(stats)
         return stats
 
     def snapshot(self) -> list[ExecutorStats]:
-        return list(self.executors)
+        with _all_stats_lock:
+            return list(_all_stats)
 
 
 def submitted_target(fn: Callable) -> Callable:

@@ -69,7 +69,8 @@ class Instrumentation:
 
     def shutdown(self, timeout_s: Optional[float] = None) -> bool:
         """Undo ``instrument()``; export what is pending. Returns within ``timeout_s``
-        (``shutdown_timeout``, 5 s by default) even if an exporter never answers;
+        (``shutdown_timeout``, 5 s by default) even if an exporter never answers,
+        plus up to 0.5 s to close /metrics (so its port is free on return);
         returns False if something was still exporting then."""
         global _handle
         with _lock:

@@ -182,26 +182,29 @@ def _wrap_generator(fn, meta: ToolMeta):
 
 
 def _wrap_async_generator(fn, meta: ToolMeta):
+    # As _wrap_generator, but an async generator cannot ``yield from``: the
+    # loop forwards values, exceptions and close by hand, so it serves the
+    # uninstrumented call too (``async for`` alone would drop ``asend``
+    # values and leave the inner generator unclosed on ``aclose``).
     async def wrapper(*args, **kwargs):
         rec = _recorder.current
-        if rec is None:
-            async for item in fn(*args, **kwargs):
-                yield item
-            return
-        active = rec.begin(meta, attach=False)
-        _record_arguments(rec, active, args, kwargs)
-        span_context = trace_api.set_span_in_context(active.span)
+        active = span_context = None
+        if rec is not None:
+            active = rec.begin(meta, attach=False)
+            _record_arguments(rec, active, args, kwargs)
+            span_context = trace_api.set_span_in_context(active.span)
         try:
             generator = fn(*args, **kwargs)
             method, value = generator.asend, None
             while True:
-                token = context_api.attach(span_context)
+                token = context_api.attach(span_context) if span_context is not None else None
                 try:
                     item = await method(value)
                 except StopAsyncIteration:
                     break
                 finally:
-                    context_api.detach(token)
+                    if token is not None:
+                        context_api.detach(token)
                 try:
                     value = yield item
                     method = generator.asend
@@ -211,9 +214,11 @@ def _wrap_async_generator(fn, meta: ToolMeta):
                 except BaseException as thrown:
                     method, value = generator.athrow, thrown
         except BaseException as exc:
-            rec.end(active, exc)
+            if active is not None:
+                rec.end(active, exc)
             raise
-        rec.end(active)
+        if active is not None:
+            rec.end(active)
 
     return wrapper
 

@@ -45,7 +45,11 @@ class BatchSpanProcessor(SpanProcessor):
         pass
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._stopping or len(self._queue) >= self._max_queue_size:
+        if self._stopping:
+            # Shut down: its metrics are no longer served (OpenTelemetry keeps
+            # a stopped processor on the provider; it must stay cheap).
+            return
+        if len(self._queue) >= self._max_queue_size:
             self._on_drop(1)
             return
         self._queue.append(span)

@@ -190,3 +190,18 @@ def test_unnamed_pools_share_one_stable_label(agent, spans, metric):
             pool.submit(lookup, 1).result()
     assert {attrs(s)["agent.tool.executor"] for s in spans.tools("lookup")} == {"ThreadPoolExecutor"}
     assert metric("agent_executor_wait_seconds_count", {"executor": "ThreadPoolExecutor"}) == 3
+
+
+def test_pool_used_before_a_reinstrument_keeps_its_gauges(spans):
+    pool = cf.ThreadPoolExecutor(max_workers=3, thread_name_prefix="long_lived")
+    agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=())
+    pool.submit(time.sleep, 0).result()
+    agent_otel.uninstrument()
+    handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=())
+    try:
+        pool.submit(time.sleep, 0).result()
+        registry = handle.metrics.registry
+        assert registry.get_sample_value("agent_executor_max_workers", {"executor": "long_lived"}) == 3
+    finally:
+        agent_otel.uninstrument()
+        pool.shutdown()

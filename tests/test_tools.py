@@ -284,6 +284,35 @@ def test_async_generator(agent, spans):
     assert attrs(span)["agent.tool.exec.duration"] >= 0.03
 
 
+@pytest.mark.parametrize("instrumented", [False, True])
+def test_async_generator_passes_asend_and_aclose_through(spans, instrumented):
+    closed = []
+
+    @agent_otel.tool
+    async def echo():
+        got = None
+        try:
+            while True:
+                got = yield got
+        finally:
+            closed.append(True)
+
+    async def main():
+        stream = echo()
+        await stream.asend(None)
+        echoed = await stream.asend(5)
+        await stream.aclose()
+        return echoed, list(closed)  # closed by the time aclose() returns
+
+    if instrumented:
+        agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=())
+    try:
+        assert asyncio.run(main()) == (5, [True])
+    finally:
+        agent_otel.uninstrument()
+    assert len(spans.tools("echo")) == (1 if instrumented else 0)
+
+
 def test_tool_span_sync_and_async(agent, spans):
     with agent_otel.tool_span("sql", call_id="call-1") as span:
         span.set_attribute("db.system", "sqlite")
