@@ -12,6 +12,7 @@ until SIGTERM or Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 
@@ -35,8 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     gpu = args.gpu or os.environ.get("AGENT_OTEL_GPU") or "nvml"
     port = args.prometheus_port
     if port is None and "AGENT_OTEL_PROMETHEUS_PORT" not in os.environ:

@@ -394,7 +394,7 @@ def _uint(value: object, where: str) -> int:
         raise _Malformed(f"{where} is not an integer: {value!r}")
     if isinstance(value, int):
         number = value
-    elif isinstance(value, str) and value.isdigit():
+    elif isinstance(value, str) and value.isascii() and value.isdigit():
         number = int(value)
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
@@ -468,8 +468,8 @@ def _any_value(value: object, key: str) -> object:
             raise _Malformed(f"attribute {key!r}: doubleValue is not a number: {raw!r}") from None
         return number
     if "arrayValue" in value:
-        values = _object(value["arrayValue"], f"attribute {key!r} arrayValue").get("values") or []
-        return [_any_value(item, key) for item in values]
+        array = _object(value["arrayValue"], f"attribute {key!r} arrayValue")
+        return [_any_value(item, key) for item in _list(array, "values")]
     if "kvlistValue" in value:
         kvlist = _object(value["kvlistValue"], f"attribute {key!r} kvlistValue")
         return _attributes(kvlist.get("values"))

@@ -7,10 +7,11 @@ Usage::
 
 Runs the demo agent (``agent_otel.demo.agent``) twice under
 ``instrument()``, as commonly written and fixed, writes each run's traces
-as OTLP/JSON lines (DIR/baseline.jsonl, DIR/fixed.jsonl) and its HTML
-timeline, and prints the report of each run and a comparison. Every
-number printed comes from the two reports, which ``agent-otel report``
-would print from the same files.
+as OTLP/JSON lines (DIR/baseline.jsonl, DIR/fixed.jsonl), the GPU samples
+it saw (DIR/baseline-gpu.csv, DIR/fixed-gpu.csv) and its HTML timeline,
+and prints the report of each run and a comparison. Every number printed
+comes from the two reports, which ``agent-otel report RUN.jsonl --gpu-log
+RUN-gpu.csv`` would print from the same files.
 
 ``--serve`` runs a scenario continuously under one ``instrument()`` instead
 (metrics on /metrics, spans to OTLP per the standard ``OTEL_*``
@@ -126,7 +127,8 @@ def _demo(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
     _say("")
     for name in SCENARIOS:
         _say(f"{name}: traces {out / (name + '.jsonl')}, HTML timeline {out / (name + '.html')}")
-    _say(f"Read them again with: agent-otel report {out / 'baseline.jsonl'} --html report.html")
+    _say(f"Read them again with: agent-otel report {out / 'baseline.jsonl'} "
+         f"--gpu-log {out / 'baseline-gpu.csv'} --html report.html")
     return 0
 
 

@@ -311,7 +311,7 @@ def _gpu_stats(analysis: Analysis, totals: BlameTotals, observed: dict[str, floa
         )
         for gpu in set(observed) | set(totals.idle_s)
     ]
-    gpus.sort(key=lambda g: (not g.gpu.isdigit(), int(g.gpu) if g.gpu.isdigit() else 0, g.gpu))
+    gpus.sort(key=lambda g: (not g.gpu.isdecimal(), int(g.gpu) if g.gpu.isdecimal() else 0, g.gpu))
     return gpus
 
 
