@@ -229,6 +229,8 @@ class _Started:
         return self.fn(*args)
 
 
+# What run_in_executor was when the first hook replaced it (another
+# library may have wrapped it first): called through, and put back exactly.
 _original_run_in_executor = asyncio.BaseEventLoop.run_in_executor
 _loop_users = 0
 
@@ -254,8 +256,9 @@ def _loop_hooked() -> bool:
 
 def hook_event_loop() -> None:
     """Let ``async_call`` see hand-offs; counted, one per framework hook."""
-    global _loop_users
+    global _loop_users, _original_run_in_executor
     if _loop_users == 0:
+        _original_run_in_executor = vars(asyncio.BaseEventLoop)["run_in_executor"]
         asyncio.BaseEventLoop.run_in_executor = _run_in_executor
     _loop_users += 1
 

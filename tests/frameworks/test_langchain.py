@@ -219,11 +219,12 @@ def test_uninstrument_restores_langchain_exactly(spans):
 
     hooked_points = [(BaseTool, "run"), (BaseTool, "arun"), (StructuredTool, "ainvoke"), (Tool, "ainvoke")]
     before = [vars(owner)[name] for owner, name in hooked_points]
+    run_in_executor_before = vars(asyncio.BaseEventLoop)["run_in_executor"]
     agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=["langchain"])
     assert vars(BaseTool)["run"] is not before[0]
     agent_otel.uninstrument()
 
     assert all(vars(owner)[name] is original for (owner, name), original in zip(hooked_points, before))
-    assert asyncio.BaseEventLoop.run_in_executor.__module__ == "asyncio.base_events"
+    assert vars(asyncio.BaseEventLoop)["run_in_executor"] is run_in_executor_before
     fetch_page.invoke({"url": "z"})
     assert spans.tools() == []
