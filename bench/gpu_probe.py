@@ -26,7 +26,6 @@ repository root) for the end-to-end part.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import platform
 import statistics
@@ -34,6 +33,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -283,18 +283,20 @@ def value_stats(values: list[int]) -> dict:
 
 
 def import_agent_otel():
-    """Import the toolkit: installed, or straight from this checkout."""
+    """Import the toolkit's GPU modules: installed, or straight from this checkout.
+
+    They need only the standard library and pynvml, but ``agent_otel``'s
+    ``__init__`` pulls in OpenTelemetry, which a bare GPU host lacks: the
+    fallback registers both packages by path without running their
+    ``__init__`` files.
+    """
     try:
         import agent_otel.exporters.nvml  # noqa: F401
     except ImportError:
-        sys.path.insert(0, str(ROOT))
-        spec = importlib.util.spec_from_file_location(
-            "agent_otel.exporters", ROOT / "exporters" / "__init__.py",
-            submodule_search_locations=[str(ROOT / "exporters")],
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["agent_otel.exporters"] = module
-        spec.loader.exec_module(module)
+        for name, folder in (("agent_otel", "agent_otel"), ("agent_otel.exporters", "exporters")):
+            package = types.ModuleType(name)
+            package.__path__ = [str(ROOT / folder)]
+            sys.modules[name] = package
     from agent_otel.exporters.nvml import NvmlSource
     from agent_otel.sampler import GpuSampler
     from agent_otel.timeline import find_idle_windows
@@ -309,7 +311,8 @@ def start_agent_otel(device: str) -> dict:
         samples: list = []
         sampler = GpuSampler(source, 0.5, samples.extend)
         sampler.start()
-        return {"sampler": sampler, "samples": samples, "find": find_idle_windows, "devices": source.devices()}
+        return {"sampler": sampler, "samples": samples, "find": find_idle_windows, "devices": source.devices(),
+                "reason": source.reason}
     except Exception as exc:
         return {"error": repr(exc)}
 
@@ -334,6 +337,7 @@ def finish_agent_otel(state: dict, sleeps) -> dict:
         "stopped": stopped,
         "stats": sampler.stats(),
         "devices": [d._asdict() for d in state["devices"]],
+        "reason_off": state["reason"],
         "samples": len(samples),
         "windows": [(w.start_ns / 1e9, w.end_ns / 1e9, round(w.utilization_avg, 4)) for w in windows],
         "sleeps_vs_windows": matched,
