@@ -43,6 +43,7 @@ ENTRY_POINT_PREFIX = "agent_otel_"
 _lock = threading.RLock()
 _hooked: dict[str, object] = {}  # name -> its hook module, while hooked
 _pending: set[str] = set()  # names to hook when their framework is imported
+_hooking: set[str] = set()  # names whose hook is being installed right now
 _generation = 0  # a pending hook registered before the last uninstrument does nothing
 
 
@@ -74,21 +75,34 @@ def instrument_frameworks(names: Optional[tuple[str, ...]] = None) -> list[str]:
         disabled = _disabled_by_environment()
         wanted = [name for name in FRAMEWORKS
                   if ENTRY_POINT_PREFIX + name not in disabled and "*" not in disabled]
+    # Imports (the framework's, the hook's, even find_spec's) happen outside
+    # _lock: a thread importing a framework holds Python's import lock for it
+    # while its post-import hook waits for _lock, so holding _lock while
+    # importing could deadlock against it.
+    installed = {name: FRAMEWORKS[name][1] in sys.modules or importable(FRAMEWORKS[name][1]) for name in wanted}
+    now, later = [], []
     with _lock:
+        generation = _generation
         for name in wanted:
-            if name in _hooked or name in _pending:
+            if name in _hooked or name in _pending or name in _hooking:
                 continue
-            framework_module = FRAMEWORKS[name][1]
-            if framework_module in sys.modules:
-                _hook(name)
-            elif importable(framework_module):
-                _hook_on_import(name, framework_module)
+            if FRAMEWORKS[name][1] in sys.modules:
+                _hooking.add(name)
+                now.append(name)
+            elif installed[name]:
+                _pending.add(name)
+                later.append(name)
             elif names is not None:
                 logger.warning("agent-otel: framework %r is not installed; not hooked", name)
-        return [name for name in FRAMEWORKS if name in _hooked]
+    for name in now:
+        _hook(name, generation)
+    for name in later:
+        _hook_on_import(name, generation)
+    return hooked()
 
 
-def _hook(name: str) -> None:
+def _hook(name: str, generation: int) -> None:
+    """Install one framework's hook (claimed in ``_hooking`` by the caller)."""
     module = None
     try:
         module = importlib.import_module(FRAMEWORKS[name][0])
@@ -102,23 +116,28 @@ def _hook(name: str) -> None:
         else:
             warn_once(f"{name}:import", "agent-otel: cannot hook %s (%s: %s); its tool calls "
                       "are not traced", name, type(exc).__name__, exc)
-        return
-    _hooked[name] = module
+        module = None
+    with _lock:
+        _hooking.discard(name)
+        stale = module is not None and generation != _generation
+        if module is not None and not stale:
+            _hooked[name] = module
+    if stale:  # uninstrumented while it was being hooked
+        module.uninstrument()
 
 
-def _hook_on_import(name: str, framework_module: str) -> None:
+def _hook_on_import(name: str, generation: int) -> None:
     import wrapt
-
-    generation = _generation
-    _pending.add(name)
 
     def on_import(_module) -> None:
         with _lock:
-            if generation == _generation and name in _pending:
-                _pending.discard(name)
-                _hook(name)
+            if generation != _generation or name not in _pending:
+                return
+            _pending.discard(name)
+            _hooking.add(name)
+        _hook(name, generation)
 
-    wrapt.register_post_import_hook(on_import, framework_module)
+    wrapt.register_post_import_hook(on_import, FRAMEWORKS[name][1])
 
 
 def uninstrument_frameworks(names: Optional[tuple[str, ...]] = None) -> None:
@@ -137,7 +156,8 @@ def uninstrument_frameworks(names: Optional[tuple[str, ...]] = None) -> None:
 
 def hooked() -> list[str]:
     """The frameworks hooked now."""
-    return list(_hooked)
+    with _lock:
+        return [name for name in FRAMEWORKS if name in _hooked]
 
 
 def pending() -> list[str]:
