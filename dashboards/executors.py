@@ -81,18 +81,15 @@ def build():
             )],
         ),
     ]
-    dashboard = new_dashboard(
+    return new_dashboard(
         "Executors",
         UID,
         "Worker pools behind the tools: queue depth, active vs max workers, wait time; saturation highlighted.",
         ["executors", "tools"],
+        [
+            *datasource_variables(),
+            *target_variables("agent_executor_max_workers"),
+            label_variable("executor", "Executor", "agent_executor_max_workers", '{job=~"$job",instance=~"$instance"}'),
+        ],
+        panels,
     )
-    for variable in [
-        *datasource_variables(),
-        *target_variables("agent_executor_max_workers"),
-        label_variable("executor", "Executor", "agent_executor_max_workers", '{job=~"$job",instance=~"$instance"}'),
-    ]:
-        dashboard = dashboard.with_variable(variable)
-    for panel in panels:
-        dashboard = dashboard.with_panel(panel)
-    return dashboard

@@ -121,19 +121,16 @@ def build(slo: LatencySLO):
             width=24,
         ),
     ]
-    dashboard = new_dashboard(
+    return new_dashboard(
         "Tool latency and SLOs",
         UID,
         f"Per-tool latency (queue vs exec), call and error rates, and the latency SLO "
         f"({objective} of calls within {threshold} s).",
         ["latency", "slo", "tools"],
+        [
+            *datasource_variables(),
+            *target_variables("agent_tool_calls_total"),
+            label_variable("tool", "Tool", "agent_tool_calls_total", '{job=~"$job",instance=~"$instance"}'),
+        ],
+        panels,
     )
-    for variable in [
-        *datasource_variables(),
-        *target_variables("agent_tool_calls_total"),
-        label_variable("tool", "Tool", "agent_tool_calls_total", '{job=~"$job",instance=~"$instance"}'),
-    ]:
-        dashboard = dashboard.with_variable(variable)
-    for panel in panels:
-        dashboard = dashboard.with_panel(panel)
-    return dashboard

@@ -262,8 +262,9 @@ def jaeger_search_link():
     )
 
 
-def new_dashboard(title: str, uid: str, description: str, tags: list[str]):
-    return (
+def new_dashboard(title: str, uid: str, description: str, tags: list[str], variables: list, panels: list):
+    """A dashboard with the project's defaults, its template variables and its panels, in order."""
+    dashboard = (
         dashboard_builders.Dashboard(title)
         .uid(uid)
         .description(description)
@@ -274,3 +275,8 @@ def new_dashboard(title: str, uid: str, description: str, tags: list[str]):
         .tooltip(dashboard_model.DashboardCursorSync.CROSSHAIR)
         .readonly()
     )
+    for variable in variables:
+        dashboard = dashboard.with_variable(variable)
+    for panel in panels:
+        dashboard = dashboard.with_panel(panel)
+    return dashboard

@@ -156,14 +156,12 @@ def build():
         UID,
         "Which tool calls leave the GPU idle: utilization, idle windows and the idle time blamed on each tool.",
         ["gpu", "tools"],
+        [
+            *datasource_variables(with_traces=True),
+            *target_variables("agent_gpu_utilization_ratio"),
+            label_variable("gpu", "GPU", "agent_gpu_utilization_ratio", '{job=~"$job",instance=~"$instance"}'),
+            label_variable("tool", "Tool", "agent_tool_calls_total", '{job=~"$job",instance=~"$instance"}'),
+        ],
+        panels,
     )
-    for variable in [
-        *datasource_variables(with_traces=True),
-        *target_variables("agent_gpu_utilization_ratio"),
-        label_variable("gpu", "GPU", "agent_gpu_utilization_ratio", '{job=~"$job",instance=~"$instance"}'),
-        label_variable("tool", "Tool", "agent_tool_calls_total", '{job=~"$job",instance=~"$instance"}'),
-    ]:
-        dashboard = dashboard.with_variable(variable)
-    for panel in panels:
-        dashboard = dashboard.with_panel(panel)
     return dashboard.link(jaeger_search_link())
