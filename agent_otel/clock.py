@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 
-_perf_counter_ns = time.perf_counter_ns
+perf_counter_ns = time.perf_counter_ns
 
 # Wall-clock epoch ns minus perf_counter ns, measured once.
-OFFSET_NS: int = time.time_ns() - _perf_counter_ns()
+OFFSET_NS: int = time.time_ns() - perf_counter_ns()
 
 
 def now_ns() -> int:
     """Wall-clock epoch nanoseconds on the monotonic timeline."""
-    return _perf_counter_ns() + OFFSET_NS
+    return perf_counter_ns() + OFFSET_NS

@@ -20,10 +20,10 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from agent_otel import executors, frameworks, recorder as _recorder
+from agent_otel.capture import executors, frameworks, recorder as _recorder
 from agent_otel.config import Settings, load_settings
 from agent_otel.pipeline import Pipeline
-from agent_otel.recorder import SCOPE_NAME, Recorder
+from agent_otel.capture.recorder import SCOPE_NAME, Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor
 from agent_otel.exporters.prometheus import Metrics, MetricsServer
 
@@ -47,7 +47,7 @@ class Instrumentation:
         self.monitor: Optional[executors.ExecutorMonitor] = None
         self.pipeline: Optional[Pipeline] = None
         self.tracer: Optional[trace_api.Tracer] = None
-        self.gpu_timeline = None  # agent_otel.live.LiveTimeline, when a GPU is sampled
+        self.gpu_timeline = None  # agent_otel.attribution.live.LiveTimeline, when a GPU is sampled
         self.background: list = []  # other parts with shutdown(timeout_s): GPU timeline, frameworks
         self._closed = False
 
@@ -212,6 +212,7 @@ def _setup(handle: Instrumentation) -> None:
                                record_results=settings.record_results,
                                max_attribute_length=settings.max_attribute_length,
                                redact=settings.redact)
+    handle.recorder.remedy_metrics = handle.metrics.remedies
     handle.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
     handle.pipeline = Pipeline(handle.recorder, handle.monitor, handle.metrics)
     handle.metrics.inflight_calls = lambda: list(handle.recorder.inflight.values())
@@ -232,7 +233,7 @@ def _setup(handle: Instrumentation) -> None:
     handle.background.append(frameworks.FrameworkHooks())
     handle.pipeline.start()
     if settings.gpu != "off":
-        from agent_otel.live import start_live_timeline
+        from agent_otel.attribution.live import start_live_timeline
 
         timeline = start_live_timeline(handle)
         if timeline is not None:

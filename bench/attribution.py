@@ -46,11 +46,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from agent_otel.attribution import attribute
-from agent_otel.exporters.simulated import DEFAULT_SAMPLE_PERIOD_S, SimulatedGpu
+from agent_otel.gpu.simulated import DEFAULT_SAMPLE_PERIOD_S, SimulatedGpu
 from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
 from agent_otel.report.reader import read_traces
-from agent_otel.sampler import DEFAULT_POLL_INTERVAL_S, THREAD_NAME, GpuSampler
-from agent_otel.timeline import DEFAULT_IDLE_THRESHOLD, DEFAULT_MIN_IDLE_S, IdleDetector, find_idle_windows
+from agent_otel.gpu.sampler import DEFAULT_POLL_INTERVAL_S, THREAD_NAME, GpuSampler
+from agent_otel.gpu.timeline import DEFAULT_IDLE_THRESHOLD, DEFAULT_MIN_IDLE_S, IdleDetector, find_idle_windows
 
 T0 = 1_700_000_000 * NS_PER_S
 PERIOD_NS = round(DEFAULT_SAMPLE_PERIOD_S * NS_PER_S)

@@ -291,15 +291,15 @@ def import_agent_otel():
     ``__init__`` files.
     """
     try:
-        import agent_otel.exporters.nvml  # noqa: F401
+        import agent_otel.gpu.nvml  # noqa: F401
     except ImportError:
         for name, folder in (("agent_otel", "agent_otel"), ("agent_otel.exporters", "exporters")):
             package = types.ModuleType(name)
             package.__path__ = [str(ROOT / folder)]
             sys.modules[name] = package
-    from agent_otel.exporters.nvml import NvmlSource
-    from agent_otel.sampler import GpuSampler
-    from agent_otel.timeline import find_idle_windows
+    from agent_otel.gpu.nvml import NvmlSource
+    from agent_otel.gpu.sampler import GpuSampler
+    from agent_otel.gpu.timeline import find_idle_windows
 
     return NvmlSource, GpuSampler, find_idle_windows
 

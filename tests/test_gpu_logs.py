@@ -6,11 +6,11 @@ from datetime import datetime
 import pytest
 
 from agent_otel.errors import ConfigError, InputError
-from agent_otel.exporters.gpu_source import open_gpu_source
-from agent_otel.exporters.replay import ReplaySource
-from agent_otel.gpu_logs import read_gpu_log
+from agent_otel.gpu.sources import open_gpu_source
+from agent_otel.gpu.replay import ReplaySource
+from agent_otel.gpu.logs import read_gpu_log
 from agent_otel.records import NS_PER_S, GpuSample
-from agent_otel.timeline import find_idle_windows
+from agent_otel.gpu.timeline import find_idle_windows
 
 # Verbatim `nvidia-smi dmon -s pucet -o DT` output from a public copy.
 DMON_EXAMPLE = """\
@@ -222,7 +222,7 @@ def test_replay_in_real_time_starts_now_and_releases_samples_as_time_passes(tmp_
 
 
 def test_written_log_reads_back_as_the_same_samples(tmp_path):
-    from agent_otel.gpu_logs import GpuLogWriter
+    from agent_otel.gpu.logs import GpuLogWriter
 
     path = tmp_path / "gpu.csv"
     start = 1_795_000_000_123_000_000

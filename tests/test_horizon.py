@@ -6,7 +6,7 @@ import pytest
 
 from agent_otel.attribution import attribute
 from agent_otel.errors import ConfigError
-from agent_otel.horizon import CallHorizon
+from agent_otel.attribution.horizon import CallHorizon
 from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
 
 T0 = 1_700_000_000 * NS_PER_S

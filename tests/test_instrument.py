@@ -47,7 +47,7 @@ def test_invalid_environment_names_the_variable(monkeypatch, env, setting, value
         agent_otel.instrument()
     assert setting in str(caught.value) and repr(value) in str(caught.value)
     assert agent_otel.instrument.__module__  # nothing was left half-installed:
-    from agent_otel import recorder
+    from agent_otel.capture import recorder
     assert recorder.current is None
 
 

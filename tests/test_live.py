@@ -79,7 +79,7 @@ def test_queue_stall_is_blamed_on_queue(gpu_agent, spans):
 
 
 def test_no_gpu_means_no_timeline_and_tools_still_traced(spans):
-    from agent_otel.exporters.gpu_source import open_gpu_source
+    from agent_otel.gpu.sources import open_gpu_source
 
     source = open_gpu_source("auto")
     if source is not None:

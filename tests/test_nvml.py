@@ -14,10 +14,10 @@ import pytest
 
 pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py provides the real NVML error classes")
 
-from agent_otel.exporters.gpu_source import open_gpu_source  # noqa: E402
-from agent_otel.exporters.nvml import NvmlSource, clock_offset_ns, detect_clock  # noqa: E402
+from agent_otel.gpu.sources import open_gpu_source  # noqa: E402
+from agent_otel.gpu.nvml import NvmlSource, clock_offset_ns, detect_clock  # noqa: E402
 from agent_otel.records import NS_PER_S  # noqa: E402
-from agent_otel.sampler import GpuSampler  # noqa: E402
+from agent_otel.gpu.sampler import GpuSampler  # noqa: E402
 
 BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
 needs_boottime = pytest.mark.skipif(BOOTTIME is None, reason="CLOCK_BOOTTIME exists on Linux only")
@@ -376,7 +376,7 @@ def test_sample_timestamps_are_on_the_epoch_in_nanoseconds(install):
 def test_end_to_end_a_driver_that_goes_quiet_when_idle(install):
     """A stand-in driver that, like NVML, samples on the boot-time clock every
     50 ms while the GPU is busy and keeps nothing while it is idle."""
-    from agent_otel.timeline import find_idle_windows
+    from agent_otel.gpu.timeline import find_idle_windows
 
     gpu = FakeGpu(0, "GPU-0")
     nvml = install(StandInNvml([gpu]))

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from agent_otel.exporters.simulated import SimulatedGpu
+from agent_otel.gpu.simulated import SimulatedGpu
 from agent_otel.records import GpuSample
-from agent_otel.sampler import THREAD_NAME, GpuSampler
-from agent_otel.timeline import IdleDetector
+from agent_otel.gpu.sampler import THREAD_NAME, GpuSampler
+from agent_otel.gpu.timeline import IdleDetector
 
 
 def wait_until(condition, timeout_s=10.0):

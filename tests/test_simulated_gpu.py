@@ -6,10 +6,10 @@ import time
 import pytest
 
 from agent_otel.errors import ConfigError
-from agent_otel.exporters.gpu_source import open_gpu_source
-from agent_otel.exporters.simulated import SimulatedGpu
+from agent_otel.gpu.sources import open_gpu_source
+from agent_otel.gpu.simulated import SimulatedGpu
 from agent_otel.records import NS_PER_S
-from agent_otel.timeline import find_idle_windows
+from agent_otel.gpu.timeline import find_idle_windows
 
 MS = 1_000_000
 

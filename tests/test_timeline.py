@@ -5,7 +5,7 @@ import random
 import pytest
 
 from agent_otel.records import NS_PER_S, GpuSample
-from agent_otel.timeline import IdleDetector, find_idle_windows
+from agent_otel.gpu.timeline import IdleDetector, find_idle_windows
 
 S = NS_PER_S
 PERIOD = 1 / 6  # NVML's sample period on many GPUs

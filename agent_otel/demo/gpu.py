@@ -53,7 +53,7 @@ def choose(requested: str) -> GpuChoice:
 
 def _real_gpu_problem() -> Optional[str]:
     """None when NVML sees a GPU and torch can use CUDA; otherwise why not."""
-    from agent_otel.exporters.nvml import NvmlSource
+    from agent_otel.gpu.nvml import NvmlSource
 
     source = NvmlSource(quiet=True)
     found = bool(source.devices())

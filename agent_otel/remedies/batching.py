@@ -38,12 +38,12 @@ from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, Status, StatusCode
 
-from agent_otel import recorder as _recorder
+from agent_otel.capture import recorder as _recorder
 from agent_otel.errors import ConfigError
-from agent_otel.recorder import ToolMeta, error_type_of
+from agent_otel.capture.meta import TOOL_MARK, ToolMeta, first_doc_line, name_of
+from agent_otel.capture.recorder import error_type_of
 from agent_otel.remedies import pools
 from agent_otel.remedies.telemetry import metrics, open_call
-from agent_otel.tools import TOOL_MARK, _first_doc_line, _name_of
 
 
 class _Slot:
@@ -79,7 +79,7 @@ class BatchedTool:
         if pool is not None and (not isinstance(pool, str) or not pool.strip()):
             raise ConfigError(f"@batch {name!r} pool", pool, "a pool name (str)")
         self.fn = fn
-        self.meta = ToolMeta(name, _first_doc_line(fn))
+        self.meta = ToolMeta(name, first_doc_line(fn))
         self.max_size = max_size
         self.window_s = window_ms / 1000.0
         self.pool = pool or f"{name}-batch"
@@ -222,4 +222,4 @@ def batch(fn: Optional[Callable] = None, *, max_size: int = 32, window_ms: float
     """
     if fn is None:
         return lambda f: batch(f, max_size=max_size, window_ms=window_ms, pool=pool, name=name)
-    return BatchedTool(fn, name=name or _name_of(fn), max_size=max_size, window_ms=window_ms, pool=pool)
+    return BatchedTool(fn, name=name or name_of(fn), max_size=max_size, window_ms=window_ms, pool=pool)

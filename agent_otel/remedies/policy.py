@@ -31,11 +31,11 @@ from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 
 from agent_otel.errors import ConfigError
-from agent_otel.recorder import ToolMeta
+from agent_otel.capture.meta import ToolMeta, is_async_gen, is_coroutine, is_gen
+from agent_otel.capture.wrappers import finish_wrapper
 from agent_otel.remedies import pools
 from agent_otel.remedies.cache import MISS, ResultCache
 from agent_otel.remedies.telemetry import open_call
-from agent_otel.tools import _is_async_gen, _is_coroutine, _is_gen
 
 
 class Remedies:
@@ -95,13 +95,13 @@ def _call_original(wrapper: Callable, *args, **kwargs):
 
 def wrap(fn: Callable, meta: ToolMeta, *, pool=None, timeout=None, retries=0, retry_interval=0.1,
          fallback=None, cache=None) -> Callable:
-    """Build the remedy wrapper of ``fn`` (``tool()`` copies the function's metadata onto it)."""
-    if _is_gen(fn) or _is_async_gen(fn):
+    """Build the remedy wrapper of ``fn``, with ``fn``'s metadata and the tool mark."""
+    if is_gen(fn) or is_async_gen(fn):
         raise ConfigError(f"@tool {meta.name!r}", "a generator function",
                           "a function or coroutine function: remedies need one result per call")
     remedies = Remedies(fn, meta, pool=pool, timeout=timeout, retries=retries, retry_interval=retry_interval,
                         fallback=fallback, cache=cache)
-    if _is_coroutine(fn):
+    if is_coroutine(fn):
         if pool is not None:
             raise ConfigError(f"@tool {meta.name!r} pool", pool,
                               "None for a coroutine function (it runs on the event loop, not in a pool)")
@@ -118,7 +118,7 @@ def wrap(fn: Callable, meta: ToolMeta, *, pool=None, timeout=None, retries=0, re
 
         wrapper.aio = aio
     remedies.wrapper = wrapper
-    return wrapper
+    return finish_wrapper(wrapper, fn, meta)
 
 
 # ---------------------------------------------------------------- the cache

@@ -28,7 +28,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from typing import Callable, Optional
 
 from agent_otel.errors import AgentOtelError, ConfigError
-from agent_otel.executors import submitted_target, tool_name_of
+from agent_otel.capture.executors import submitted_target, tool_name_of
 from agent_otel.remedies import telemetry
 
 KINDS = ("io", "cpu")

@@ -18,16 +18,16 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-from agent_otel import recorder as _recorder
+from agent_otel.capture import recorder as _recorder
 from agent_otel.clock import now_ns
-from agent_otel.instrument import current as _current_instrumentation
-from agent_otel.recorder import ActiveCall, ToolMeta, error_type_of, outcome_of, worker_local
+from agent_otel.capture.meta import ToolMeta
+from agent_otel.capture.recorder import ActiveCall, error_type_of, outcome_of, worker_local
 
 
 def metrics():
     """The remedy metrics of the running instrumentation, or None."""
-    handle = _current_instrumentation()
-    return handle.metrics.remedies if handle is not None else None
+    rec = _recorder.current
+    return rec.remedy_metrics if rec is not None else None
 
 
 def count_rejection(tool: str, pool: str) -> None:

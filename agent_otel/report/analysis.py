@@ -1,7 +1,7 @@
 """Tool calls + GPU idle windows -> the report (the contract's JSON).
 
 GPU idle windows come from GPU logs when the user gives them (read by
-``agent_otel.gpu_logs``, cut into windows by ``agent_otel.timeline`` with
+``agent_otel.gpu.logs``, cut into windows by ``agent_otel.gpu.timeline`` with
 the report's threshold and minimum idle time), otherwise from the
 window-level ``gpu.idle`` spans in the traces. Either way they are clipped
 to the traces' time window (idle time before the first span or after the
@@ -20,12 +20,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable, Optional, Sequence
 
 from agent_otel.attribution import BlameTotals, WindowAttribution, attribute
-from agent_otel.gpu_logs import read_gpu_log
+from agent_otel.gpu.logs import read_gpu_log
 from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, ToolCall
 from agent_otel.report.reader import TraceData, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
 from agent_otel.report.stats import max_overlap, percentile
-from agent_otel.timeline import find_idle_windows
+from agent_otel.gpu.timeline import find_idle_windows
 
 GPU_FROM_LOGS = "gpu-log"
 GPU_FROM_TRACES = "traces"

@@ -19,7 +19,7 @@ def test_a_framework_imported_after_instrument_is_hooked_then():
     result = run("""
         import sys
         import agent_otel
-        from agent_otel import frameworks
+        from agent_otel.capture import frameworks
         handle = agent_otel.instrument(traces_exporters="console", gpu="off")
         assert "langchain_core" not in sys.modules, "instrument() imported a framework"
         assert "langchain" in frameworks.pending() and "langchain" not in frameworks.hooked()
@@ -42,7 +42,7 @@ def test_a_pending_hook_does_nothing_after_uninstrument():
     require_framework("langchain", "langchain_core")
     result = run("""
         import agent_otel
-        from agent_otel import frameworks
+        from agent_otel.capture import frameworks
         handle = agent_otel.instrument(traces_exporters="none", gpu="off")
         handle.shutdown()
         from langchain_core.tools import BaseTool

@@ -105,7 +105,7 @@ def test_a_hook_failure_runs_the_tool_untraced_with_one_warning(hooked, spans, c
             raise RuntimeError("metadata from a version the hook does not know")
 
     page_tool._metadata = UnexpectedMetadata()
-    with caplog.at_level(logging.WARNING, logger="agent_otel.frameworks"):
+    with caplog.at_level(logging.WARNING, logger="agent_otel.capture.frameworks"):
         assert page_tool.call(url="a").raw_output == "<html>a</html>"
         assert page_tool.call(url="b").raw_output == "<html>b</html>"
 

@@ -99,10 +99,10 @@ def test_a_version_the_hook_does_not_understand_is_skipped_with_one_warning(span
     original_call = vars(Tool)["__call__"]
     monkeypatch.delattr(smolagents_agents, "ThreadPoolExecutor")  # as if a release had renamed it
 
-    with caplog.at_level(logging.WARNING, logger="agent_otel.frameworks"):
+    with caplog.at_level(logging.WARNING, logger="agent_otel.capture.frameworks"):
         agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=["smolagents"])
         try:
-            hooked_now = agent_otel.frameworks.hooked()
+            hooked_now = agent_otel.capture.frameworks.hooked()
             assert fetch_page(url="a") == "<html>a</html>"
         finally:
             agent_otel.uninstrument()

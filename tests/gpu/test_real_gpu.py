@@ -19,10 +19,10 @@ import pytest
 pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (it drives the real GPU workload)")
 
-from agent_otel.exporters.nvml import NvmlSource  # noqa: E402
+from agent_otel.gpu.nvml import NvmlSource  # noqa: E402
 from agent_otel.records import NS_PER_S  # noqa: E402
-from agent_otel.sampler import GpuSampler  # noqa: E402
-from agent_otel.timeline import find_idle_windows  # noqa: E402
+from agent_otel.gpu.sampler import GpuSampler  # noqa: E402
+from agent_otel.gpu.timeline import find_idle_windows  # noqa: E402
 
 # NVIDIA documents sample periods from 1/6 s to 1 s: a window edge may be
 # off by one period, plus a little for the workload's own start and stop.

@@ -12,7 +12,7 @@ from typing import Any, Collection
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from agent_otel.frameworks._patch import importable
+from agent_otel.capture.patching import importable
 
 
 class FrameworkInstrumentor(BaseInstrumentor):
@@ -38,7 +38,7 @@ class FrameworkInstrumentor(BaseInstrumentor):
         if not importable(self.module):
             return
         import agent_otel
-        from agent_otel import frameworks
+        from agent_otel.capture import frameworks
 
         handle = agent_otel.instrument()
         wanted = handle.settings.frameworks
@@ -46,6 +46,6 @@ class FrameworkInstrumentor(BaseInstrumentor):
             frameworks.instrument_frameworks((self.framework,))
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        from agent_otel import frameworks
+        from agent_otel.capture import frameworks
 
         frameworks.uninstrument_frameworks((self.framework,))

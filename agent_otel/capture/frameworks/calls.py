@@ -31,11 +31,11 @@ from typing import Any, Callable, Optional
 
 from opentelemetry.trace import Status, StatusCode
 
-from agent_otel import recorder as _recorder
-from agent_otel.executors import ASYNCIO_DEFAULT, executor_name
-from agent_otel.frameworks._patch import warn_once
-from agent_otel.recorder import ActiveCall, Recorder, ToolMeta
-from agent_otel.tools import TOOL_MARK, _meta_for
+from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.executors import ASYNCIO_DEFAULT, executor_name
+from agent_otel.capture.patching import warn_once
+from agent_otel.capture.meta import TOOL_MARK, ToolMeta, meta_for
+from agent_otel.capture.recorder import ActiveCall, Recorder
 
 # error.type for a call the framework reports as failed without an exception
 # object (an MCP result with isError, a LangChain ToolMessage with status
@@ -45,7 +45,7 @@ TOOL_ERROR = "tool_error"
 
 def meta(name: str, description: Optional[str] = None, tool_type: str = "function") -> ToolMeta:
     """The cached span metadata of a framework tool."""
-    return _meta_for(str(name), description or None, tool_type)
+    return meta_for(str(name), description or None, tool_type)
 
 
 def end_with_error_result(rec: Recorder, active: ActiveCall, message: str) -> None:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    from agent_otel.exporters.simulated import SimulatedGpu
+    from agent_otel.gpu.simulated import SimulatedGpu
     gpu = SimulatedGpu()                     # driven: idle until told otherwise
     with gpu.busy():                         # a fake model call keeps it busy
         time.sleep(0.3)
@@ -31,7 +31,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from agent_otel.records import NS_PER_S, GpuSample
 
-from .gpu_source import GpuDevice
+from agent_otel.gpu.sources import GpuDevice
 
 DEFAULT_SAMPLE_PERIOD_S = 1 / 6  # NVML's shortest sample period
 

@@ -2,11 +2,11 @@
 
 Usage::
 
-    from agent_otel.exporters.replay import ReplaySource
+    from agent_otel.gpu.replay import ReplaySource
     source = ReplaySource("gpu.log")                    # as wall time passes, from now
     source = ReplaySource("gpu.log", realtime=False)    # everything on the first poll
 
-The log is any format ``agent_otel.gpu_logs.read_gpu_log`` reads
+The log is any format ``agent_otel.gpu.logs.read_gpu_log`` reads
 (``nvidia-smi dmon -o DT`` or ``--query-gpu`` csv). In real time the log is
 shifted so its first sample lands at the moment the source opens, and each
 poll returns the samples whose (shifted) time has come; with
@@ -21,10 +21,10 @@ import os
 import time
 from typing import Callable, Optional
 
-from agent_otel.gpu_logs import read_gpu_log
+from agent_otel.gpu.logs import read_gpu_log
 from agent_otel.records import GpuSample
 
-from .gpu_source import GpuDevice
+from agent_otel.gpu.sources import GpuDevice
 
 
 class ReplaySource:

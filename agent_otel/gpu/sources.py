@@ -2,14 +2,14 @@
 
 Usage::
 
-    from agent_otel.exporters.gpu_source import open_gpu_source
+    from agent_otel.gpu.sources import open_gpu_source
     source = open_gpu_source("auto")          # NVML, or None without a GPU
     samples = source.poll() if source else []
 
 Three sources share one shape (``GpuSource``): NVML on a real GPU
 (``nvml``), a simulated GPU for demos and tests (``simulated``), and a
 recorded ``nvidia-smi`` log played back (``replay:PATH``). A source only
-reads; ``agent_otel.sampler.GpuSampler`` polls it on a background thread.
+reads; ``agent_otel.gpu.sampler.GpuSampler`` polls it on a background thread.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def open_gpu_source(spec: str, devices: Optional[list[str]] = None, **options) -
     if text == "off":
         return None
     if text in ("auto", "nvml"):
-        from .nvml import NvmlSource
+        from agent_otel.gpu.nvml import NvmlSource
 
         source = NvmlSource(devices, quiet=text == "auto", **options)
         if text == "auto" and not source.devices():
@@ -77,11 +77,11 @@ def open_gpu_source(spec: str, devices: Optional[list[str]] = None, **options) -
             return None
         return source
     if text == "simulated":
-        from .simulated import SimulatedGpu
+        from agent_otel.gpu.simulated import SimulatedGpu
 
         return SimulatedGpu(devices=devices, **options)
     if text.startswith("replay:") and len(text) > len("replay:"):
-        from .replay import ReplaySource
+        from agent_otel.gpu.replay import ReplaySource
 
         return ReplaySource(text[len("replay:") :], devices=devices, **options)
     raise ConfigError("gpu", spec, SPECS)

@@ -2,7 +2,7 @@
 
 Usage::
 
-    from agent_otel.sampler import GpuSampler
+    from agent_otel.gpu.sampler import GpuSampler
     sampler = GpuSampler(source, interval_s=0.5, on_samples=detector_feed)
     sampler.start()
     ...

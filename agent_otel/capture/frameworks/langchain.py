@@ -31,11 +31,11 @@ import functools
 from concurrent.futures import Executor
 from typing import Any, Optional
 
-from agent_otel import recorder as _recorder
-from agent_otel.frameworks._calls import (MarkedWork, async_call, hook_event_loop, meta, sync_call,
+from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.frameworks.calls import (MarkedWork, async_call, hook_event_loop, meta, sync_call,
                                           unhook_event_loop)
-from agent_otel.frameworks._instrumentor import FrameworkInstrumentor
-from agent_otel.frameworks._patch import Patches, importable
+from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
+from agent_otel.capture.patching import Patches, importable
 
 FRAMEWORK = "langchain"
 _patches = Patches()

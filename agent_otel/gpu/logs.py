@@ -2,7 +2,7 @@
 
 Usage::
 
-    from agent_otel.gpu_logs import read_gpu_log
+    from agent_otel.gpu.logs import read_gpu_log
     samples = read_gpu_log("gpu.log")            # local time
     samples = read_gpu_log("gpu.csv", tz="UTC")  # times recorded in UTC
 

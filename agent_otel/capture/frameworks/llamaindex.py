@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import functools
 
-from agent_otel import recorder as _recorder
-from agent_otel.frameworks._calls import async_call, hook_event_loop, meta, sync_call, unhook_event_loop
-from agent_otel.frameworks._instrumentor import FrameworkInstrumentor
-from agent_otel.frameworks._patch import Patches
+from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.frameworks.calls import async_call, hook_event_loop, meta, sync_call, unhook_event_loop
+from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
+from agent_otel.capture.patching import Patches
 
 FRAMEWORK = "llamaindex"
 _patches = Patches()

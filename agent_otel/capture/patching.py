@@ -11,7 +11,7 @@ import importlib.util
 import logging
 from typing import Any, Callable
 
-logger = logging.getLogger("agent_otel.frameworks")
+logger = logging.getLogger("agent_otel.capture.frameworks")
 
 _warned: set[str] = set()
 

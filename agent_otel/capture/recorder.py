@@ -19,38 +19,14 @@ from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 
-from agent_otel.clock import OFFSET_NS, _perf_counter_ns
+from agent_otel.clock import OFFSET_NS, perf_counter_ns
+from agent_otel.capture.meta import ToolMeta
 from agent_otel.records import ToolCall
 
 # Exceptions that mean "the call ran out of time", whichever module raised them
 # (they are one class from Python 3.11 on, three before).
 TIMEOUT_ERRORS = tuple({TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError})
 CANCELLED_ERRORS = tuple({asyncio.CancelledError, concurrent.futures.CancelledError})
-
-
-class ToolMeta:
-    """What is fixed about a tool: its name and the span attributes set at start."""
-
-    __slots__ = ("name", "description", "tool_type", "span_name", "start_attributes", "direct_attributes")
-
-    def __init__(self, name: str, description: Optional[str] = None, tool_type: str = "function"):
-        self.name = name
-        self.description = description
-        self.tool_type = tool_type
-        self.span_name = f"execute_tool {name}"
-        attributes = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name,
-            "gen_ai.tool.type": tool_type,
-        }
-        if description:
-            attributes["gen_ai.tool.description"] = description
-        self.start_attributes = attributes
-        # A direct call's queue time, executor and (until an exception says
-        # otherwise) outcome are known at start: set with the span, they
-        # cost one attribute pass instead of two.
-        self.direct_attributes = {**attributes, "agent.tool.queue.duration": 0.0,
-                                  "agent.tool.executor": "direct", "agent.tool.outcome": "ok"}
 
 
 class _WorkerLocal(threading.local):
@@ -114,6 +90,9 @@ class Recorder:
         self.record_results = record_results
         self.max_attribute_length = max_attribute_length
         self.redact = redact
+        # The remedies' counters (exporters.prometheus.RemedyMetrics), set by
+        # instrument(); None when nothing serves them.
+        self.remedy_metrics = None
         # id(call) -> call, for every call requested and not yet finished.
         self.inflight: dict[int, ToolCall] = {}
         # Finished calls waiting for the pipeline thread. deque.append and
@@ -133,7 +112,7 @@ class Recorder:
         return None
 
     def begin(self, meta: ToolMeta, call_id: Optional[str] = None, attach: bool = True) -> ActiveCall:
-        now = _perf_counter_ns() + OFFSET_NS
+        now = perf_counter_ns() + OFFSET_NS
         current = trace_api.get_current_span()  # self.running(meta), inlined: the hot path
         if getattr(current, "name", None) == meta.span_name and _scope_name(current) == SCOPE_NAME:
             return ActiveCall(None, current, None)
@@ -176,7 +155,7 @@ class Recorder:
         outer = self.running(meta)
         if outer is not None:
             return ActiveCall(None, outer, None)
-        now = _perf_counter_ns() + OFFSET_NS
+        now = perf_counter_ns() + OFFSET_NS
         call = ToolCall(meta.name, "direct", now, 0)
         self.inflight[id(call)] = call
         attributes = {**meta.start_attributes, "agent.tool.outcome": "ok"}  # end() writes only other outcomes
@@ -196,12 +175,12 @@ class Recorder:
         if call is None or call.start_ns:
             return
         call.executor = executor
-        call.start_ns = at_ns if at_ns is not None else _perf_counter_ns() + OFFSET_NS
+        call.start_ns = at_ns if at_ns is not None else perf_counter_ns() + OFFSET_NS
         if call.start_ns != call.submit_ns:  # as in begin(): only when execution began later
             active.span.add_event("exec.start", timestamp=call.start_ns)
 
     def end(self, active: ActiveCall, exc: Optional[BaseException] = None) -> None:
-        now = _perf_counter_ns() + OFFSET_NS
+        now = perf_counter_ns() + OFFSET_NS
         call = active.call
         if call is None:
             return

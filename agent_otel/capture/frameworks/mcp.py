@@ -24,9 +24,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional
 
-from agent_otel.frameworks._calls import async_call, meta
-from agent_otel.frameworks._instrumentor import FrameworkInstrumentor
-from agent_otel.frameworks._patch import Patches, importable
+from agent_otel.capture.frameworks.calls import async_call, meta
+from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
+from agent_otel.capture.patching import Patches, importable
 
 FRAMEWORK = "mcp"
 _patches = Patches()

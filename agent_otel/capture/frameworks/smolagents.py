@@ -22,10 +22,10 @@ from __future__ import annotations
 import contextvars
 import functools
 
-from agent_otel import recorder as _recorder
-from agent_otel.frameworks._calls import MarkedWork, meta, sync_call
-from agent_otel.frameworks._instrumentor import FrameworkInstrumentor
-from agent_otel.frameworks._patch import Patches
+from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.frameworks.calls import MarkedWork, meta, sync_call
+from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
+from agent_otel.capture.patching import Patches
 
 FRAMEWORK = "smolagents"
 _patches = Patches()

@@ -23,10 +23,10 @@ from typing import Callable, Optional
 
 from opentelemetry import context as context_api
 
-from agent_otel import recorder as _recorder
-from agent_otel.clock import OFFSET_NS, _perf_counter_ns
-from agent_otel.recorder import ToolMeta, worker_local
-from agent_otel.tools import TOOL_MARK
+from agent_otel.capture import recorder as _recorder
+from agent_otel.clock import OFFSET_NS, perf_counter_ns
+from agent_otel.capture.meta import TOOL_MARK, ToolMeta
+from agent_otel.capture.recorder import worker_local
 
 ASYNCIO_DEFAULT = "asyncio-default"
 UNNAMED = "ThreadPoolExecutor"
@@ -161,7 +161,7 @@ class _Submission:
 
     def run(self):
         """Runs in the worker thread: the submission's real start."""
-        start = _perf_counter_ns()
+        start = perf_counter_ns()
         self.started = True
         stats, call = self.stats, self.call
         stats.started()
@@ -191,7 +191,7 @@ class _Submission:
             self.stats.withdrawn()
             rec = _recorder.current
             if self.call is not None and rec is not None:
-                rec.abandon(self.call, _perf_counter_ns() + OFFSET_NS, self.parent_context)
+                rec.abandon(self.call, perf_counter_ns() + OFFSET_NS, self.parent_context)
 
 
 @functools.wraps(_original_submit)
@@ -200,7 +200,7 @@ def _submit(self, fn, /, *args, **kwargs):
     if monitor is None:
         return _original_submit(self, fn, *args, **kwargs)
     stats = self.__dict__.get(_STATS_ATTRIBUTE) or monitor.stats_for(self)
-    submit_perf_ns = _perf_counter_ns()
+    submit_perf_ns = perf_counter_ns()
     rec = _recorder.current
     call = None
     if rec is not None:

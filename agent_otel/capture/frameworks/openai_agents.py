@@ -25,10 +25,10 @@ import contextvars
 import functools
 from typing import Optional
 
-from agent_otel import recorder as _recorder
-from agent_otel.frameworks._calls import async_call, hook_event_loop, meta, unhook_event_loop
-from agent_otel.frameworks._instrumentor import FrameworkInstrumentor
-from agent_otel.frameworks._patch import Patches
+from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.frameworks.calls import async_call, hook_event_loop, meta, unhook_event_loop
+from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
+from agent_otel.capture.patching import Patches
 
 FRAMEWORK = "openai_agents"
 # The SDK's attribute on the on_invoke_tool of a sync @function_tool.

@@ -17,11 +17,11 @@ from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from agent_otel.attribution import WindowAttribution, attribute
-from agent_otel.gpu_logs import GpuLogWriter
-from agent_otel.horizon import CallHorizon
+from agent_otel.gpu.logs import GpuLogWriter
+from agent_otel.attribution.horizon import CallHorizon
 from agent_otel.records import IdleWindow, ToolCall
-from agent_otel.sampler import GpuSampler
-from agent_otel.timeline import DEFAULT_MAX_GAP_S, IdleDetector
+from agent_otel.gpu.sampler import GpuSampler
+from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, IdleDetector
 
 logger = logging.getLogger("agent_otel.gpu")
 
@@ -156,7 +156,7 @@ class LiveTimeline:
 def start_live_timeline(handle) -> Optional[LiveTimeline]:
     """Open the configured GPU source and start the timeline; None without a GPU."""
     from agent_otel.clock import now_ns
-    from agent_otel.exporters.gpu_source import open_gpu_source
+    from agent_otel.gpu.sources import open_gpu_source
 
     settings = handle.settings
     options = {"clock": now_ns} if settings.gpu == "simulated" else {}

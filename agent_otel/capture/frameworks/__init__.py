@@ -27,16 +27,16 @@ import threading
 from typing import Optional
 
 from agent_otel.errors import ConfigError
-from agent_otel.frameworks._patch import VersionNotUnderstood, importable, logger, warn_once
+from agent_otel.capture.patching import VersionNotUnderstood, importable, logger, warn_once
 
 # name -> (hook module, the framework's import name)
 FRAMEWORKS = {
-    "langchain": ("agent_otel.frameworks.langchain", "langchain_core"),
-    "openai_agents": ("agent_otel.frameworks.openai_agents", "agents"),
-    "llamaindex": ("agent_otel.frameworks.llamaindex", "llama_index.core"),
-    "mcp": ("agent_otel.frameworks.mcp", "mcp"),
-    "smolagents": ("agent_otel.frameworks.smolagents", "smolagents"),
-    "crewai": ("agent_otel.frameworks.crewai", "crewai"),
+    "langchain": ("agent_otel.capture.frameworks.langchain", "langchain_core"),
+    "openai_agents": ("agent_otel.capture.frameworks.openai_agents", "agents"),
+    "llamaindex": ("agent_otel.capture.frameworks.llamaindex", "llama_index.core"),
+    "mcp": ("agent_otel.capture.frameworks.mcp", "mcp"),
+    "smolagents": ("agent_otel.capture.frameworks.smolagents", "smolagents"),
+    "crewai": ("agent_otel.capture.frameworks.crewai", "crewai"),
 }
 ENTRY_POINT_PREFIX = "agent_otel_"
 

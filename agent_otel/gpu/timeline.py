@@ -2,7 +2,7 @@
 
 Usage::
 
-    from agent_otel.timeline import find_idle_windows
+    from agent_otel.gpu.timeline import find_idle_windows
     windows = find_idle_windows(samples, threshold=0.10, min_idle_s=0.5)
 
 An idle window is a maximal interval in which one GPU's utilization stays at

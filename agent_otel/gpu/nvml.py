@@ -2,7 +2,7 @@
 
 Usage::
 
-    from agent_otel.exporters.nvml import NvmlSource
+    from agent_otel.gpu.nvml import NvmlSource
     source = NvmlSource()          # every GPU; or NvmlSource(["0", "GPU-8f..."])
     samples = source.poll()        # call every ~0.5 s from a background thread
 
@@ -43,7 +43,7 @@ from typing import Optional
 
 from agent_otel.records import GpuSample
 
-from .gpu_source import GpuDevice
+from agent_otel.gpu.sources import GpuDevice
 
 log = logging.getLogger("agent_otel.gpu")
 

@@ -1,0 +1,82 @@
+"""What is fixed about a tool: its name, its span's start attributes, and how
+a wrapped function tells the executor hook that it is a tool.
+
+Shared by the plain wrappers (``wrappers.py``), the executor hook, the
+framework hooks and the remedies, so none of them imports another's
+internals.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Callable, Optional
+
+# Set on every wrapper that starts a tool call, so the executor hook can tell
+# a submitted tool from other work. Holds the ``ToolMeta``, or a function
+# (target) -> tool name where the name is known only from the instance.
+TOOL_MARK = "__agent_otel_tool__"
+
+
+class ToolMeta:
+    """What is fixed about a tool: its name and the span attributes set at start."""
+
+    __slots__ = ("name", "description", "tool_type", "span_name", "start_attributes", "direct_attributes")
+
+    def __init__(self, name: str, description: Optional[str] = None, tool_type: str = "function"):
+        self.name = name
+        self.description = description
+        self.tool_type = tool_type
+        self.span_name = f"execute_tool {name}"
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.type": tool_type,
+        }
+        if description:
+            attributes["gen_ai.tool.description"] = description
+        self.start_attributes = attributes
+        # A direct call's queue time, executor and (until an exception says
+        # otherwise) outcome are known at start: set with the span, they
+        # cost one attribute pass instead of two.
+        self.direct_attributes = {**attributes, "agent.tool.queue.duration": 0.0,
+                                  "agent.tool.executor": "direct", "agent.tool.outcome": "ok"}
+
+
+_META_CACHE: dict[tuple, ToolMeta] = {}
+_META_CACHE_LIMIT = 10_000
+
+
+def meta_for(name: str, description: Optional[str], tool_type: str) -> ToolMeta:
+    """A cached ``ToolMeta`` (framework hooks and ``tool_span`` make one per call)."""
+    key = (name, description, tool_type)
+    meta = _META_CACHE.get(key)
+    if meta is None:
+        meta = ToolMeta(name, description, tool_type)
+        if len(_META_CACHE) < _META_CACHE_LIMIT:
+            _META_CACHE[key] = meta
+    return meta
+
+
+def name_of(fn: Callable) -> str:
+    """A callable's name, through ``functools.partial``."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def first_doc_line(fn: Callable) -> Optional[str]:
+    doc = inspect.getdoc(fn) if not isinstance(fn, functools.partial) else inspect.getdoc(fn.func)
+    return doc.strip().splitlines()[0] if doc and doc.strip() else None
+
+
+def is_async_gen(fn: Callable) -> bool:
+    return inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(getattr(fn, "__call__", None))
+
+
+def is_gen(fn: Callable) -> bool:
+    return inspect.isgeneratorfunction(fn) or inspect.isgeneratorfunction(getattr(fn, "__call__", None))
+
+
+def is_coroutine(fn: Callable) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
