@@ -74,6 +74,29 @@ class GpuSample(NamedTuple):
     utilization: float
 
 
+class UtilizationSegment(NamedTuple):
+    """One GPU's utilization over ``[start_ns, end_ns)``: the stretch of time
+    one sample covers on the timeline (``agent_otel.gpu.timeline``).
+
+    Its unused capacity, ``(1 - utilization) x seconds``, is what the
+    under-use attribution blames on the tool calls in flight.
+    """
+
+    gpu: str
+    start_ns: int
+    end_ns: int
+    utilization: float
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_S
+
+    @property
+    def unused_s(self) -> float:
+        """GPU-seconds of capacity left unused: ``(1 - utilization) x seconds``."""
+        return (1.0 - min(max(self.utilization, 0.0), 1.0)) * self.seconds
+
+
 @dataclass(frozen=True, slots=True)
 class IdleWindow:
     """A maximal interval in which one GPU stayed at or below the idle

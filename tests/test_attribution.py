@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from agent_otel.attribution import BlameTotals, CallShare, attribute
-from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
+from agent_otel.attribution import BlameTotals, CallShare, attribute, attribute_underuse
+from agent_otel.records import NS_PER_S, IdleWindow, ToolCall, UtilizationSegment
 
 T0 = 1_700_000_000 * NS_PER_S  # an epoch-like origin, as real spans have
 
@@ -234,3 +234,63 @@ def test_a_window_only_needs_the_calls_that_overlap_it():
             assert [s.call for s in alone.shares] == overlapping
             for a, b in zip(alone.shares, full.shares):
                 assert (a.queue_s, a.exec_s) == (pytest.approx(b.queue_s, abs=1e-9), pytest.approx(b.exec_s, abs=1e-9))
+
+
+# ---------------------------------------------------------------- under-use
+
+
+def segment(start: float, end: float, utilization: float, gpu: str = "0") -> UtilizationSegment:
+    return UtilizationSegment(gpu, at(start), at(end), utilization)
+
+
+def test_unused_capacity_is_blamed_by_the_same_rule_weighted_by_one_minus_utilization():
+    # The GPU runs at 95% except 30% while web_search runs (2-4 s) and while
+    # run_sql queues then runs (3-6 s, started at 4 s); a last 30% stretch
+    # (6-7 s) has no call in flight.
+    search = call("web_search", 2.0, 2.0, 4.0, executor="direct")
+    sql = call("run_sql", 3.0, 4.0, 6.0)
+    segments = [segment(0, 2, 0.95), segment(2, 3, 0.30), segment(3, 4, 0.30), segment(4, 6, 0.30),
+                segment(6, 7, 0.30), segment(7, 8, 0.95)]
+
+    totals = attribute_underuse(segments, [search, sql])
+
+    # 2-3: search alone, 0.7 s; 3-4: both, 0.35 s each (sql queued); 4-6: sql exec, 1.4 s.
+    assert totals.blocked_s == {
+        ("0", "web_search", "exec"): pytest.approx(0.7 + 0.35),
+        ("0", "run_sql", "queue"): pytest.approx(0.35),
+        ("0", "run_sql", "exec"): pytest.approx(1.4),
+    }
+    # 0-2 and 7-8 at 95% (0.1 + 0.05) plus 6-7 at 30% (0.7) with nobody in flight.
+    assert totals.unattributed_s == {"0": pytest.approx(0.1 + 0.05 + 0.7)}
+    assert totals.underused_s["0"] == pytest.approx(sum(s.unused_s for s in segments))
+    assert totals.underused_s["0"] == pytest.approx(sum(totals.blocked_s.values()) + totals.unattributed_s["0"])
+
+
+def test_unknown_utilization_is_neither_used_nor_unused():
+    busy = call("a", 0.0, 0.0, 4.0)
+    totals = attribute_underuse([segment(0, 1, 0.5), segment(1, 3, float("nan")), segment(3, 4, 0.0)], [busy])
+    assert totals.underused_s == {"0": pytest.approx(0.5 + 1.0)}
+    assert totals.blocked_s == {("0", "a", "exec"): pytest.approx(1.5)}
+
+
+def test_under_use_matches_the_rule_applied_instant_by_instant():
+    rng = random.Random(99)
+    for _ in range(100):
+        windows, calls = random_scenario(rng)
+        segments = [UtilizationSegment(w.gpu, w.start_ns, w.end_ns, rng.random()) for w in windows if w.gpu != "2"]
+        totals = attribute_underuse(segments, calls)
+        expected: dict = {}
+        unattributed: dict = {}
+        for s in segments:
+            shares, nobody = brute_force(IdleWindow(s.gpu, s.start_ns, s.end_ns, 0.0), calls)
+            for i, (queue, execute) in shares.items():
+                for phase, seconds in (("queue", queue), ("exec", execute)):
+                    if seconds > 0:
+                        key = (s.gpu, calls[i].tool, phase)
+                        expected[key] = expected.get(key, 0.0) + (1 - s.utilization) * seconds
+            unattributed[s.gpu] = unattributed.get(s.gpu, 0.0) + (1 - s.utilization) * nobody
+        assert totals.blocked_s.keys() <= expected.keys()
+        for key, seconds in expected.items():
+            assert totals.blocked_s.get(key, 0.0) == pytest.approx(seconds, abs=1e-9)
+        for gpu, seconds in unattributed.items():
+            assert totals.unattributed_s[gpu] == pytest.approx(seconds, abs=1e-9)

@@ -5,6 +5,8 @@
 timeline with the calls while the agent runs.
 """
 
-from agent_otel.attribution.rule import BlameTotals, CallShare, WindowAttribution, attribute
+from agent_otel.attribution.rule import (
+    BlameTotals, CallShare, UnderuseTotals, WindowAttribution, attribute, attribute_underuse,
+)
 
-__all__ = ["BlameTotals", "CallShare", "WindowAttribution", "attribute"]
+__all__ = ["BlameTotals", "CallShare", "UnderuseTotals", "WindowAttribution", "attribute", "attribute_underuse"]

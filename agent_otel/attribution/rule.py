@@ -8,6 +8,12 @@ used by the live path and by the offline report alike:
     the phase it is in (queue or exec). Idle time with no tool call in
     flight is unattributed.
 
+The GPU's unused capacity, ``(1 - utilization) x time`` over every stretch
+a sample covers (``UtilizationSegment``), is blamed by the same rule: a
+segment is attributed like a window, and each share is weighted by the
+segment's unused ratio (``UnderuseTotals``). Utilization is constant
+within a segment, so that is the rule applied instant by instant.
+
 A call is in flight from ``submit_ns`` to ``end_ns`` (``end_ns == 0``: still
 in flight, open-ended); it is queued during ``[submit_ns, start_ns)`` and
 executing during ``[start_ns, end_ns)``. Every GPU's idle time is attributed
@@ -31,13 +37,27 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import attrgetter, mul, not_, sub, truediv
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Protocol, Sequence
 
-from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
+from agent_otel.records import NS_PER_S, IdleWindow, ToolCall, UtilizationSegment
 
 # end_ns of a call still in flight: later than any real timestamp.
 _OPEN_END = 1 << 63
 _INF = float("inf")
+
+
+class Interval(Protocol):
+    """What ``attribute`` needs of a window: one GPU's stretch of time.
+    ``IdleWindow`` and ``UtilizationSegment`` are both intervals."""
+
+    @property
+    def gpu(self) -> str: ...
+
+    @property
+    def start_ns(self) -> int: ...
+
+    @property
+    def end_ns(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -73,13 +93,14 @@ class CallShare:
 
 @dataclass(slots=True)
 class WindowAttribution:
-    """The blame for one idle window: every overlapping call's share (in
-    the order the calls were submitted) and the time no call was in flight.
+    """The blame for one idle window (or any ``Interval``): every
+    overlapping call's share (in the order the calls were submitted) and
+    the time no call was in flight.
 
     The shares plus ``unattributed_s`` add up to the window's seconds.
     """
 
-    window: IdleWindow
+    window: IdleWindow  # or whichever Interval attribute() was given
     shares: list[CallShare]
     unattributed_s: float
 
@@ -117,6 +138,51 @@ class BlameTotals:
                 if seconds > 0.0:
                     key = (gpu, share.call.tool, phase)
                     self.blocked_s[key] = self.blocked_s.get(key, 0.0) + seconds
+
+
+@dataclass
+class UnderuseTotals:
+    """The GPUs' unused capacity, ``(1 - utilization) x time``, blamed by
+    the rule: what the ``agent_gpu_underused_*`` metrics and the report's
+    ``gpu_underused_*`` fields show, in GPU-seconds.
+
+    ``underused_s`` per GPU equals the sum of its ``blocked_s`` entries and
+    its ``unattributed_s``. Keys as in ``BlameTotals``.
+    """
+
+    underused_s: dict[str, float] = field(default_factory=dict)
+    blocked_s: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    unattributed_s: dict[str, float] = field(default_factory=dict)
+
+    def add(self, attribution: WindowAttribution) -> None:
+        """Add one attributed ``UtilizationSegment``, weighted by its unused ratio."""
+        segment = attribution.window
+        seconds = (segment.end_ns - segment.start_ns) / NS_PER_S
+        if seconds <= 0.0:
+            return
+        unused = segment.unused_s / seconds  # type: ignore[attr-defined]  # a UtilizationSegment
+        if not unused >= 0.0:  # NaN: the utilization is unknown (missing data), not unused
+            return
+        gpu = segment.gpu
+        self.underused_s[gpu] = self.underused_s.get(gpu, 0.0) + unused * seconds
+        self.unattributed_s[gpu] = self.unattributed_s.get(gpu, 0.0) + unused * attribution.unattributed_s
+        for share in attribution.shares:
+            for phase, blocked in (("queue", share.queue_s), ("exec", share.exec_s)):
+                if blocked > 0.0 and unused > 0.0:
+                    key = (gpu, share.call.tool, phase)
+                    self.blocked_s[key] = self.blocked_s.get(key, 0.0) + unused * blocked
+
+
+def attribute_underuse(segments: Sequence[UtilizationSegment], calls: Iterable[ToolCall]) -> UnderuseTotals:
+    """Blame the unused capacity of ``segments`` on ``calls`` by the rule.
+
+    Segments whose utilization is unknown (NaN: missing data) count
+    nowhere: they are neither used nor unused.
+    """
+    totals = UnderuseTotals()
+    for attribution in attribute(segments, calls):
+        totals.add(attribution)
+    return totals
 
 
 class _Calls:
@@ -173,8 +239,8 @@ class _Calls:
         return self.h[i], self.z[i] + elapsed
 
 
-def attribute(windows: Iterable[IdleWindow], calls: Iterable[ToolCall]) -> list[WindowAttribution]:
-    """Blame each idle window on the tool calls in flight during it.
+def attribute(windows: Iterable[Interval], calls: Iterable[ToolCall]) -> list[WindowAttribution]:
+    """Blame each idle window (or any ``Interval``) on the tool calls in flight during it.
 
     Returns one ``WindowAttribution`` per window, in the order given. A
     window only needs the calls that overlap it: calls outside it do not
@@ -193,7 +259,7 @@ def attribute(windows: Iterable[IdleWindow], calls: Iterable[ToolCall]) -> list[
     return results  # type: ignore[return-value]  # every slot was filled
 
 
-def _pair_with_calls(windows: list[IdleWindow], indexes: list[int], calls: _Calls) -> Iterator[tuple[int, list[int]]]:
+def _pair_with_calls(windows: list[Interval], indexes: list[int], calls: _Calls) -> Iterator[tuple[int, list[int]]]:
     """Yield (window index, positions of the calls overlapping it in submit
     order) for one GPU's windows, ``indexes`` sorted by window start.
 
@@ -217,10 +283,10 @@ def _pair_with_calls(windows: list[IdleWindow], indexes: list[int], calls: _Call
         yield index, [position for position in active if submits[position] < end]
 
 
-def _attribute_window(window: IdleWindow, positions: list[int], calls: _Calls) -> WindowAttribution:
+def _attribute_window(window: Interval, positions: list[int], calls: _Calls) -> WindowAttribution:
     start, end = window.start_ns, window.end_ns
     if end <= start:
-        return WindowAttribution(window, [], 0.0)
+        return WindowAttribution(window, [], 0.0)  # type: ignore[arg-type]  # any Interval
     h_start, z_start = calls.integrals_at(start)
     h_end, z_end = calls.integrals_at(end)
     h_at = calls.h_at
@@ -237,4 +303,4 @@ def _attribute_window(window: IdleWindow, positions: list[int], calls: _Calls) -
             h_m = h_at[exec_start]
             queue, execute = h_m - h_a, h_b - h_m
         shares.append(CallShare(calls.calls[position], a, b, queue / NS_PER_S, execute / NS_PER_S))
-    return WindowAttribution(window, shares, (z_end - z_start) / NS_PER_S)
+    return WindowAttribution(window, shares, (z_end - z_start) / NS_PER_S)  # type: ignore[arg-type]
