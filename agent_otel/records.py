@@ -111,3 +111,29 @@ class IdleWindow:
     @property
     def seconds(self) -> float:
         return (self.end_ns - self.start_ns) / NS_PER_S
+
+
+@dataclass(frozen=True, slots=True)
+class LoopBlock:
+    """A stretch in which an asyncio event loop ran nothing else: one piece
+    of code held the loop's thread (an ``asyncio.loop.blocked`` span).
+
+    ``blocker`` is the ``(trace_id, span_id)`` of the tool call that was
+    running on the loop's thread (the innermost one), and ``tool`` its name;
+    both None when no tool call was running there. ``waiting`` holds the
+    ``(trace_id, span_id)`` of the tool calls that could not go on until the
+    loop was free: coroutines suspended on that loop, and the tool calls on
+    the loop thread's stack that called the blocker. ``end_ns`` is 0 while
+    the loop is still blocked.
+    """
+
+    thread: str
+    start_ns: int
+    end_ns: int
+    tool: Optional[str] = None
+    blocker: Optional[tuple[int, int]] = None
+    waiting: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_S if self.end_ns else 0.0

@@ -29,17 +29,30 @@ the integral of "no call in flight" over the window, built the same way.
 Pairing windows with the calls they overlap is a sweep too (one pass over
 the sorted calls per GPU), so the whole thing costs O((W + C) log(W + C))
 plus one step per (window, call) overlap, which is the size of the answer.
+
+Blocked event loops (``LoopBlock`` records, the ``asyncio.loop.blocked``
+spans) refine who is in flight, by the same rule:
+
+    While an event loop is blocked, the tool calls that are only waiting
+    for that loop are not in flight, and the call that blocks it is, in
+    its exec phase, for the whole block.
+
+It is applied to the input (``_cut_at_blocks``): the waiting calls are cut
+out of the blocks, the blocker gets a piece covering its blocks, the rule
+above runs on the pieces, and each call's pieces are merged back into one
+share per window. Without blocks nothing is cut and nothing costs more.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+import dataclasses
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import attrgetter, mul, not_, sub, truediv
 from typing import Iterable, Iterator, Optional, Protocol, Sequence
 
-from agent_otel.records import NS_PER_S, IdleWindow, ToolCall, UtilizationSegment
+from agent_otel.records import NS_PER_S, IdleWindow, LoopBlock, ToolCall, UtilizationSegment
 
 # end_ns of a call still in flight: later than any real timestamp.
 _OPEN_END = 1 << 63
@@ -173,14 +186,16 @@ class UnderuseTotals:
                     self.blocked_s[key] = self.blocked_s.get(key, 0.0) + unused * blocked
 
 
-def attribute_underuse(segments: Sequence[UtilizationSegment], calls: Iterable[ToolCall]) -> UnderuseTotals:
-    """Blame the unused capacity of ``segments`` on ``calls`` by the rule.
+def attribute_underuse(segments: Sequence[UtilizationSegment], calls: Iterable[ToolCall],
+                       blocks: Iterable[LoopBlock] = ()) -> UnderuseTotals:
+    """Blame the unused capacity of ``segments`` on ``calls`` by the rule
+    (refined by the event loops' ``blocks``, as for idle windows).
 
     Segments whose utilization is unknown (NaN: missing data) count
     nowhere: they are neither used nor unused.
     """
     totals = UnderuseTotals()
-    for attribution in attribute(segments, calls):
+    for attribution in attribute(segments, calls, blocks):
         totals.add(attribution)
     return totals
 
@@ -239,14 +254,19 @@ class _Calls:
         return self.h[i], self.z[i] + elapsed
 
 
-def attribute(windows: Iterable[Interval], calls: Iterable[ToolCall]) -> list[WindowAttribution]:
+def attribute(windows: Iterable[Interval], calls: Iterable[ToolCall],
+              blocks: Iterable[LoopBlock] = ()) -> list[WindowAttribution]:
     """Blame each idle window (or any ``Interval``) on the tool calls in flight during it.
 
     Returns one ``WindowAttribution`` per window, in the order given. A
-    window only needs the calls that overlap it: calls outside it do not
-    change who was in flight inside it.
+    window only needs the calls that overlap it (and the loop blocks that
+    overlap it): calls outside it do not change who was in flight inside it.
     """
     windows = list(windows)
+    blocks = list(blocks)
+    pieces_of: dict[int, ToolCall] = {}
+    if blocks:
+        calls, pieces_of = _cut_at_blocks(list(calls), blocks)
     sorted_calls = _Calls(calls)
     results: list[Optional[WindowAttribution]] = [None] * len(windows)
     by_gpu: dict[str, list[int]] = {}
@@ -256,6 +276,8 @@ def attribute(windows: Iterable[Interval], calls: Iterable[ToolCall]) -> list[Wi
         indexes.sort(key=lambda i: (windows[i].start_ns, windows[i].end_ns))
         for index, overlapping in _pair_with_calls(windows, indexes, sorted_calls):
             results[index] = _attribute_window(windows[index], overlapping, sorted_calls)
+    if pieces_of:
+        results = [_merge_pieces(result, pieces_of) for result in results]  # type: ignore[arg-type]
     return results  # type: ignore[return-value]  # every slot was filled
 
 
@@ -304,3 +326,85 @@ def _attribute_window(window: Interval, positions: list[int], calls: _Calls) -> 
             queue, execute = h_m - h_a, h_b - h_m
         shares.append(CallShare(calls.calls[position], a, b, queue / NS_PER_S, execute / NS_PER_S))
     return WindowAttribution(window, shares, (z_end - z_start) / NS_PER_S)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- blocked event loops
+
+
+def _cut_at_blocks(calls: list[ToolCall], blocks: Sequence[LoopBlock]) -> tuple[list[ToolCall], dict[int, ToolCall]]:
+    """The calls as the rule sees them while event loops are blocked.
+
+    A call that waits for a blocked loop, or blocks it, is out of flight
+    during that block: its life is cut into the pieces outside its blocks.
+    Each blocker gets a piece covering its block, executing throughout (a
+    stand-in call with the block's tool name when the blocker is not among
+    ``calls``). Returns the calls and pieces, and for each piece (by id) the
+    call it is part of; calls no block names are passed on unchanged.
+    """
+    cut: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for block in blocks:
+        interval = (block.start_ns, block.end_ns or _OPEN_END)
+        for key in (*block.waiting, *((block.blocker,) if block.blocker else ())):
+            cut.setdefault(key, []).append(interval)
+    result: list[ToolCall] = []
+    pieces_of: dict[int, ToolCall] = {}
+    by_key: dict[tuple[int, int], ToolCall] = {}
+    for call in calls:
+        key = (call.trace_id, call.span_id)
+        intervals = cut.get(key) if call.span_id else None
+        if intervals is None:
+            result.append(call)
+            continue
+        by_key[key] = call
+        for piece in _pieces(call, intervals):
+            pieces_of[id(piece)] = call
+            result.append(piece)
+    for block in blocks:
+        if block.blocker is None or block.end_ns and block.end_ns <= block.start_ns:
+            continue
+        blocker = by_key.get(block.blocker)
+        tool = blocker.tool if blocker is not None else (block.tool or "unknown")
+        piece = ToolCall(tool, "direct", block.start_ns, block.start_ns, block.end_ns,
+                         trace_id=block.blocker[0], span_id=block.blocker[1])
+        if blocker is not None:
+            pieces_of[id(piece)] = blocker
+        result.append(piece)
+    return result, pieces_of
+
+
+def _pieces(call: ToolCall, intervals: list[tuple[int, int]]) -> list[ToolCall]:
+    """The parts of ``call``'s life outside ``intervals``, each with its own
+    queue and exec phases (a part before the call started executing is queued)."""
+    submit, start, end = call.submit_ns, call.start_ns, call.end_ns or _OPEN_END
+    pieces = []
+    at = submit
+    for cut_start, cut_end in sorted(intervals) + [(end, end)]:
+        if cut_start > at:
+            piece_end = min(cut_start, end)
+            if start == 0:
+                piece_start = 0  # still queued
+            else:
+                piece_start = min(max(start, at), piece_end)
+            pieces.append(dataclasses.replace(call, submit_ns=at, start_ns=piece_start,
+                                              end_ns=0 if piece_end == _OPEN_END else piece_end))
+        at = max(at, cut_end)
+        if at >= end:
+            break
+    return pieces
+
+
+def _merge_pieces(result: WindowAttribution, pieces_of: dict[int, ToolCall]) -> WindowAttribution:
+    """One share per call: the sum of its pieces' shares, over their overlap."""
+    merged: dict[int, CallShare] = {}
+    for share in result.shares:
+        call = pieces_of.get(id(share.call), share.call)
+        existing = merged.get(id(call))
+        if existing is None:
+            merged[id(call)] = CallShare(call, share.start_ns, share.end_ns, share.queue_s, share.exec_s)
+        else:
+            existing.start_ns = min(existing.start_ns, share.start_ns)
+            existing.end_ns = max(existing.end_ns, share.end_ns)
+            existing.queue_s += share.queue_s
+            existing.exec_s += share.exec_s
+    shares = sorted(merged.values(), key=lambda share: (share.call.submit_ns, share.call.start_ns))
+    return WindowAttribution(result.window, shares, result.unattributed_s)
