@@ -228,3 +228,16 @@ def test_blame_totals_put_the_block_on_the_blockers_exec():
         totals.add(result)
     assert totals.blocked_s == {("0", "async_a", "exec"): pytest.approx(1.0),
                                 ("0", "sync_lookup", "exec"): pytest.approx(1.0)}
+
+
+def test_unused_capacity_during_a_block_goes_to_the_blocker_too():
+    from agent_otel.attribution import attribute_underuse
+    from agent_otel.records import UtilizationSegment
+
+    waiting = call("async_a", 0.0, 0.0, 2.0)
+    blocking = call("sync_lookup", 1.0, 1.0, 2.0)
+    segments = [UtilizationSegment("0", at(0.0), at(1.0), 0.5), UtilizationSegment("0", at(1.0), at(2.0), 0.4)]
+    totals = attribute_underuse(segments, [waiting, blocking],
+                                [block(1.0, 2.0, blocker=blocking, waiting=[waiting])])
+    assert totals.blocked_s == {("0", "async_a", "exec"): pytest.approx(0.5),
+                                ("0", "sync_lookup", "exec"): pytest.approx(0.6)}
