@@ -14,7 +14,7 @@ and the Prometheus metrics of docs/telemetry.md move.
 """
 
 from agent_otel.errors import AgentOtelError, ConfigError, InputError
-from agent_otel.instrument import Instrumentation, instrument, uninstrument
+from agent_otel.instrumentation import Instrumentation, instrument, uninstrument
 from agent_otel.tools import tool, tool_span
 from agent_otel.remedies import PoolFullError, ResultCache, batch, pool, pools
 

@@ -34,7 +34,7 @@ import agent_otel
 from agent_otel.demo import gpu as demo_gpu
 from agent_otel.demo.runs import SCENARIOS, gpu_name, run_scenario
 from agent_otel.errors import AgentOtelError, ConfigError
-from agent_otel.instrument import current as current_instrumentation
+from agent_otel.instrumentation import current as current_instrumentation
 from agent_otel.report import html, table
 from agent_otel.report.analysis import Analysis, analyse, report_json
 

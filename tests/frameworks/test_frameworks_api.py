@@ -14,7 +14,7 @@ from frameworks.framework_support import require_framework
 
 import agent_otel
 from agent_otel.capture import frameworks
-from agent_otel.instrument import current
+from agent_otel.instrumentation import current
 
 EXTRA = ["langchain", "openai_agents", "llamaindex", "mcp", "smolagents"]
 IMPORTS = {"langchain": "langchain_core", "openai_agents": "agents", "llamaindex": "llama_index.core",
