@@ -11,27 +11,54 @@ Usage::
 Every call of ``search`` (direct, awaited, or submitted to a thread pool)
 becomes an ``execute_tool search`` span with its queue time and exec time,
 and the Prometheus metrics of docs/telemetry.md move.
+
+The public names below are loaded on first use, so importing a light
+module of the package (``agent_otel.semconv``, ``agent_otel.config``,
+``agent_otel.errors``) does not load OpenTelemetry's SDK or the Prometheus
+client.
 """
 
-from agent_otel.errors import AgentOtelError, ConfigError, InputError
-from agent_otel.instrumentation import Instrumentation, instrument, uninstrument
-from agent_otel.tools import tool, tool_span
-from agent_otel.remedies import PoolFullError, ResultCache, batch, pool, pools
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "AgentOtelError",
-    "ConfigError",
-    "InputError",
-    "Instrumentation",
-    "PoolFullError",
-    "ResultCache",
-    "batch",
-    "instrument",
-    "pool",
-    "pools",
-    "tool",
-    "tool_span",
-    "uninstrument",
-]
+from agent_otel.version import __version__
+
+if TYPE_CHECKING:
+    from agent_otel.errors import AgentOtelError, ConfigError, InputError
+    from agent_otel.instrumentation import Instrumentation, instrument, uninstrument
+    from agent_otel.remedies import PoolFullError, ResultCache, batch, pool, pools
+    from agent_otel.tools import tool, tool_span
+
+# public name -> the module that defines it
+_PUBLIC: dict[str, str] = {
+    "AgentOtelError": "agent_otel.errors",
+    "ConfigError": "agent_otel.errors",
+    "InputError": "agent_otel.errors",
+    "Instrumentation": "agent_otel.instrumentation",
+    "instrument": "agent_otel.instrumentation",
+    "uninstrument": "agent_otel.instrumentation",
+    "PoolFullError": "agent_otel.remedies",
+    "ResultCache": "agent_otel.remedies",
+    "batch": "agent_otel.remedies",
+    "pool": "agent_otel.remedies",
+    "pools": "agent_otel.remedies",
+    "tool": "agent_otel.tools",
+    "tool_span": "agent_otel.tools",
+}
+
+__all__ = sorted(_PUBLIC) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agent_otel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

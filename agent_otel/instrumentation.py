@@ -23,9 +23,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from agent_otel.capture import executors, frameworks, recorder as _recorder
 from agent_otel.config import Settings, load_settings
 from agent_otel.pipeline import Pipeline
-from agent_otel.capture.recorder import SCOPE_NAME, Recorder
+from agent_otel.capture.recorder import Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor
 from agent_otel.exporters.prometheus import Metrics, MetricsServer
+from agent_otel.semconv import SCOPE_NAME, SERVICE_NAME
+from agent_otel.version import __version__
 
 logger = logging.getLogger("agent_otel")
 
@@ -151,7 +153,7 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
         # and exporters, and add only what agent-otel was asked for.
         provider, exporters = existing, []
     else:
-        attributes = {"service.name": settings.service_name} if settings.service_name else {}
+        attributes = {SERVICE_NAME: settings.service_name} if settings.service_name else {}
         provider = TracerProvider(resource=Resource.create(attributes))
         handle.owns_provider = True
         exporters = _span_exporters(settings)
@@ -169,7 +171,7 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
         # Global, so other instrumentations' spans join the same traces.
         _global_provider = provider
         trace_api.set_tracer_provider(provider)
-    return provider.get_tracer(SCOPE_NAME)
+    return provider.get_tracer(SCOPE_NAME, __version__)
 
 
 # The provider the first instrument() made and set as OpenTelemetry's global

@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
-NS_PER_S = 1_000_000_000
+from agent_otel.semconv import OUTCOME_OK
 
-OUTCOMES = ("ok", "error", "timeout", "cancelled", "fallback")  # fallback: remedies only
-PHASES = ("queue", "exec")
+NS_PER_S = 1_000_000_000
 
 
 @dataclass(slots=True)
@@ -36,7 +35,7 @@ class ToolCall:
     submit_ns: int
     start_ns: int
     end_ns: int = 0
-    outcome: str = "ok"
+    outcome: str = OUTCOME_OK  # one of semconv.OUTCOMES
     call_id: Optional[str] = None
     trace_id: int = 0
     span_id: int = 0

@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, TypeVar, overload
 from agent_otel.capture.meta import ToolMeta, first_doc_line, name_of
 from agent_otel.capture.wrappers import tool_span, wrap
 from agent_otel.remedies import policy
+from agent_otel.semconv import TOOL_TYPE_FUNCTION
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -24,12 +25,12 @@ __all__ = ["tool", "tool_span"]
 def tool(fn: F) -> F: ...
 @overload
 def tool(*, name: Optional[str] = None, description: Optional[str] = None,
-         tool_type: str = "function", pool: Optional[str] = None, timeout: Optional[float] = None,
+         tool_type: str = TOOL_TYPE_FUNCTION, pool: Optional[str] = None, timeout: Optional[float] = None,
          retries: int = 0, retry_interval: float = 0.1, fallback: Optional[Callable] = None,
          cache: Any = None) -> Callable[[F], F]: ...
 
 
-def tool(fn=None, *, name=None, description=None, tool_type="function",
+def tool(fn=None, *, name=None, description=None, tool_type=TOOL_TYPE_FUNCTION,
          pool=None, timeout=None, retries=0, retry_interval=0.1, fallback=None, cache=None):
     """Trace every call of ``fn`` as an ``execute_tool {name}`` span.
 

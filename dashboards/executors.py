@@ -6,6 +6,13 @@ time on every tool that shares it; this dashboard shows when and where.
 
 from __future__ import annotations
 
+from agent_otel.semconv import (
+    METRIC_EXECUTOR_ACTIVE_WORKERS,
+    METRIC_EXECUTOR_MAX_WORKERS,
+    METRIC_EXECUTOR_QUEUE_DEPTH,
+    METRIC_EXECUTOR_WAIT,
+    METRIC_TOOL_QUEUE,
+)
 from dashboards.panels import (
     BAD, GOOD, RATE, WARN, common, dashboard_model,
     datasource_variables, label_variable, new_dashboard, per_series_stat, query,
@@ -18,8 +25,8 @@ EXECUTOR = selector('executor=~"$executor"')
 
 
 def build():
-    active = f"max by (executor) (agent_executor_active_workers{EXECUTOR})"
-    maximum = f"max by (executor) (agent_executor_max_workers{EXECUTOR})"
+    active = f"max by (executor) ({METRIC_EXECUTOR_ACTIVE_WORKERS}{EXECUTOR})"
+    maximum = f"max by (executor) ({METRIC_EXECUTOR_MAX_WORKERS}{EXECUTOR})"
     panels = [
         per_series_stat(
             "Saturation now (active / max workers)",
@@ -35,8 +42,8 @@ def build():
             "Red while an executor had every worker busy and calls waiting: the condition behind the "
             "AgentExecutorSaturated alert (which waits 5 minutes).",
             query(
-                f"max by (executor) ((agent_executor_active_workers{EXECUTOR} >= bool agent_executor_max_workers{EXECUTOR})"
-                f" * (agent_executor_queue_depth{EXECUTOR} > bool 0))",
+                f"max by (executor) (({METRIC_EXECUTOR_ACTIVE_WORKERS}{EXECUTOR} >= bool {METRIC_EXECUTOR_MAX_WORKERS}{EXECUTOR})"
+                f" * ({METRIC_EXECUTOR_QUEUE_DEPTH}{EXECUTOR} > bool 0))",
                 "{{executor}}", "A",
             ),
             thresholds(GOOD, (1, BAD)),
@@ -46,7 +53,7 @@ def build():
             "Queue depth",
             "Calls submitted and waiting for a worker, per executor.",
             "short",
-            [query(f"sum by (executor) (agent_executor_queue_depth{EXECUTOR})", "{{executor}}", "A")],
+            [query(f"sum by (executor) ({METRIC_EXECUTOR_QUEUE_DEPTH}{EXECUTOR})", "{{executor}}", "A")],
             steps=thresholds(GOOD, (1, WARN)),
             threshold_style=common.GraphThresholdsStyleMode.AREA,
             min_value=0,
@@ -68,7 +75,7 @@ def build():
             "Wait time p50 / p95 / p99",
             "Time from submit to a worker picking the call up, per executor.",
             "s",
-            quantile_queries("agent_executor_wait_seconds", "executor", EXECUTOR, "{{executor}}"),
+            quantile_queries(METRIC_EXECUTOR_WAIT, "executor", EXECUTOR, "{{executor}}"),
         ),
         timeseries_panel(
             "Tool queue time p95 by executor",
@@ -76,7 +83,7 @@ def build():
             "s",
             [query(
                 f"histogram_quantile(0.95, sum by (tool, executor, le) "
-                f"(rate(agent_tool_queue_seconds_bucket{EXECUTOR}[{RATE}])))",
+                f"(rate({METRIC_TOOL_QUEUE}_bucket{EXECUTOR}[{RATE}])))",
                 "{{tool}} on {{executor}}", "A",
             )],
         ),
@@ -88,8 +95,8 @@ def build():
         ["executors", "tools"],
         [
             *datasource_variables(),
-            *target_variables("agent_executor_max_workers"),
-            label_variable("executor", "Executor", "agent_executor_max_workers", '{job=~"$job",instance=~"$instance"}'),
+            *target_variables(METRIC_EXECUTOR_MAX_WORKERS),
+            label_variable("executor", "Executor", METRIC_EXECUTOR_MAX_WORKERS, '{job=~"$job",instance=~"$instance"}'),
         ],
         panels,
     )

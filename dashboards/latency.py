@@ -9,6 +9,7 @@ use the same SLO as the alert rules.
 
 from __future__ import annotations
 
+from agent_otel.semconv import METRIC_TOOL_CALLS, METRIC_TOOL_DURATION, METRIC_TOOL_EXEC, METRIC_TOOL_QUEUE, OUTCOME_OK
 from dashboards.panels import (
     BAD, GOOD, RANGE, RATE, WARN, common,
     datasource_variables, label_variable, new_dashboard, per_series_stat, query,
@@ -19,14 +20,14 @@ from dashboards.slo import LatencySLO, format_bound, format_percent
 
 UID = "agent-otel-tool-latency"
 TOOL = selector('tool=~"$tool"')
-TOOL_NOT_OK = selector('tool=~"$tool"', 'outcome!="ok"')
+TOOL_NOT_OK = selector('tool=~"$tool"', f'outcome!="{OUTCOME_OK}"')
 
 
 def compliance_expr(slo: LatencySLO, window: str) -> str:
     """Share of calls per tool that finished within the SLO threshold."""
     within = selector('tool=~"$tool"', slo.le_matcher())
-    good = f"sum by (tool) (increase(agent_tool_duration_seconds_bucket{within}[{window}]))"
-    total = f"sum by (tool) (increase(agent_tool_duration_seconds_count{TOOL}[{window}]))"
+    good = f"sum by (tool) (increase({METRIC_TOOL_DURATION}_bucket{within}[{window}]))"
+    total = f"sum by (tool) (increase({METRIC_TOOL_DURATION}_count{TOOL}[{window}]))"
     return f"{good} / {total}"
 
 
@@ -61,7 +62,7 @@ def build(slo: LatencySLO):
             "Whole tool call, from request to result (queue + exec). The red line is the SLO threshold. "
             "Dots are exemplars: click one to open that call's trace in Jaeger.",
             "s",
-            quantile_queries("agent_tool_duration_seconds", "tool", TOOL, "{{tool}}", exemplar=True),
+            quantile_queries(METRIC_TOOL_DURATION, "tool", TOOL, "{{tool}}", exemplar=True),
             steps=latency_steps,
             threshold_style=common.GraphThresholdsStyleMode.DASHED,
             width=24,
@@ -71,13 +72,13 @@ def build(slo: LatencySLO):
             "Time a call waited for an executor worker before it started. High queue time with low exec time "
             "means the pool is too small or shared with slower tools.",
             "s",
-            quantile_queries("agent_tool_queue_seconds", "tool", TOOL, "{{tool}}"),
+            quantile_queries(METRIC_TOOL_QUEUE, "tool", TOOL, "{{tool}}"),
         ),
         timeseries_panel(
             "Exec time p50 / p95 / p99",
             "Time the tool itself ran. Dots are exemplars linking to traces.",
             "s",
-            quantile_queries("agent_tool_exec_seconds", "tool", TOOL, "{{tool}}", exemplar=True),
+            quantile_queries(METRIC_TOOL_EXEC, "tool", TOOL, "{{tool}}", exemplar=True),
             steps=latency_steps,
             threshold_style=common.GraphThresholdsStyleMode.DASHED,
         ),
@@ -86,7 +87,7 @@ def build(slo: LatencySLO):
             "Tool calls finished per second, by outcome (ok, error, timeout, cancelled).",
             "ops",
             [query(
-                f"sum by (tool, outcome) (rate(agent_tool_calls_total{TOOL}[{RATE}]))",
+                f"sum by (tool, outcome) (rate({METRIC_TOOL_CALLS}{TOOL}[{RATE}]))",
                 "{{tool}} {{outcome}}", "A",
             )],
             stacked=True,
@@ -96,9 +97,9 @@ def build(slo: LatencySLO):
             "Share of calls per tool that did not end ok (error, timeout or cancelled).",
             "percentunit",
             [query(
-                f"(sum by (tool) (rate(agent_tool_calls_total{TOOL_NOT_OK}[{RATE}]))"
-                f" or 0 * sum by (tool) (rate(agent_tool_calls_total{TOOL}[{RATE}])))"
-                f" / sum by (tool) (rate(agent_tool_calls_total{TOOL}[{RATE}]))",
+                f"(sum by (tool) (rate({METRIC_TOOL_CALLS}{TOOL_NOT_OK}[{RATE}]))"
+                f" or 0 * sum by (tool) (rate({METRIC_TOOL_CALLS}{TOOL}[{RATE}])))"
+                f" / sum by (tool) (rate({METRIC_TOOL_CALLS}{TOOL}[{RATE}]))",
                 "{{tool}}", "A",
             )],
             steps=thresholds(GOOD, (0.01, WARN), (0.05, BAD)),
@@ -129,8 +130,8 @@ def build(slo: LatencySLO):
         ["latency", "slo", "tools"],
         [
             *datasource_variables(),
-            *target_variables("agent_tool_calls_total"),
-            label_variable("tool", "Tool", "agent_tool_calls_total", '{job=~"$job",instance=~"$instance"}'),
+            *target_variables(METRIC_TOOL_CALLS),
+            label_variable("tool", "Tool", METRIC_TOOL_CALLS, '{job=~"$job",instance=~"$instance"}'),
         ],
         panels,
     )

@@ -17,6 +17,13 @@ from dataclasses import dataclass
 
 import yaml
 
+from agent_otel.semconv import (
+    METRIC_EXECUTOR_ACTIVE_WORKERS,
+    METRIC_EXECUTOR_MAX_WORKERS,
+    METRIC_EXECUTOR_QUEUE_DEPTH,
+    METRIC_GPU_IDLE_BLOCKED,
+    METRIC_TOOL_DURATION,
+)
 from dashboards.slo import LatencySLO, format_bound, format_percent
 
 DEFAULT_RUNBOOK_BASE = "docs/runbook.md"
@@ -65,9 +72,9 @@ def recording_rules(slo: LatencySLO) -> list[dict]:
         rules.append({
             "record": sli_record_name(window),
             "expr": (
-                f"sum by (job, tool) (rate(agent_tool_duration_seconds_bucket{{{slo.le_matcher()}}}[{window}]))\n"
+                f"sum by (job, tool) (rate({METRIC_TOOL_DURATION}_bucket{{{slo.le_matcher()}}}[{window}]))\n"
                 f"/\n"
-                f"sum by (job, tool) (rate(agent_tool_duration_seconds_count[{window}]))"
+                f"sum by (job, tool) (rate({METRIC_TOOL_DURATION}_count[{window}]))"
             ),
             "labels": {"slo": "latency"},
         })
@@ -104,9 +111,9 @@ def executor_saturated_rule(runbook_base: str) -> dict:
     return {
         "alert": name,
         "expr": (
-            "agent_executor_active_workers >= agent_executor_max_workers\n"
+            f"{METRIC_EXECUTOR_ACTIVE_WORKERS} >= {METRIC_EXECUTOR_MAX_WORKERS}\n"
             "and\n"
-            "agent_executor_queue_depth > 0"
+            f"{METRIC_EXECUTOR_QUEUE_DEPTH} > 0"
         ),
         "for": EXECUTOR_SATURATED_FOR,
         "labels": {"severity": "warning"},
@@ -127,14 +134,14 @@ def gpu_blocked_rule(runbook_base: str) -> dict:
     window = GPU_BLOCKED_WINDOW
     # Alertmanager shows the tool to look at first: the top of the ranking.
     top_tool = (
-        '{{ with printf "topk(1, sum by (tool) (rate(agent_gpu_idle_blocked_seconds_total'
+        '{{ with printf "topk(1, sum by (tool) (rate(' + METRIC_GPU_IDLE_BLOCKED +
         '{instance=%q,gpu=%q}[' + window + '])))" $labels.instance $labels.gpu | query }}'
         '{{ . | first | label "tool" }}{{ end }}'
     )
     return {
         "alert": name,
         "expr": (
-            f"sum by (job, instance, gpu) (rate(agent_gpu_idle_blocked_seconds_total[{window}]))\n"
+            f"sum by (job, instance, gpu) (rate({METRIC_GPU_IDLE_BLOCKED}[{window}]))\n"
             f"> {GPU_BLOCKED_RATIO:g}"
         ),
         "labels": {"severity": "warning"},

@@ -7,6 +7,17 @@ idle time nobody is blamed for, the calls in flight, and a ranking.
 
 from __future__ import annotations
 
+from agent_otel.semconv import (
+    METRIC_GPU_IDLE,
+    METRIC_GPU_IDLE_BLOCKED,
+    METRIC_GPU_IDLE_UNATTRIBUTED,
+    METRIC_GPU_UTILIZATION,
+    METRIC_SPANS_DROPPED,
+    METRIC_TOOL_CALLS,
+    METRIC_TOOL_INFLIGHT,
+    PHASE_EXEC,
+    PHASE_QUEUE,
+)
 from dashboards.panels import (
     BAD, GOOD, RANGE, RATE, WARN, common,
     datasource_variables, jaeger_search_link, label_variable, new_dashboard, query,
@@ -25,12 +36,12 @@ TOOL = selector('tool=~"$tool"')
 GPU_TOOL = selector('gpu=~"$gpu"', 'tool=~"$tool"')
 # Idle seconds over the range; "> 0" leaves the shares empty, not 0/0,
 # when no GPU idled at all.
-IDLE_TOTAL = f"(sum(increase(agent_gpu_idle_seconds_total{GPU}[{RANGE}])) > 0)"
+IDLE_TOTAL = f"(sum(increase({METRIC_GPU_IDLE}{GPU}[{RANGE}])) > 0)"
 
 
 def blamed(phase: str | None = None) -> str:
     matchers = GPU_TOOL if phase is None else selector('gpu=~"$gpu"', 'tool=~"$tool"', f'phase="{phase}"')
-    return f"sum by (tool) (increase(agent_gpu_idle_blocked_seconds_total{matchers}[{RANGE}]))"
+    return f"sum by (tool) (increase({METRIC_GPU_IDLE_BLOCKED}{matchers}[{RANGE}]))"
 
 
 def build():
@@ -39,7 +50,7 @@ def build():
             "GPU utilization",
             "Mean utilization of the selected GPUs right now (share of time a kernel ran).",
             "percentunit",
-            query(f"avg(agent_gpu_utilization_ratio{GPU})", "utilization", "A"),
+            query(f"avg({METRIC_GPU_UTILIZATION}{GPU})", "utilization", "A"),
             thresholds(BAD, (0.3, WARN), (0.6, GOOD)),
         ),
         stat_panel(
@@ -47,7 +58,7 @@ def build():
             "Share of the GPUs' idle time over the dashboard range during which at least one tool call was in flight.",
             "percentunit",
             query(
-                f"sum(increase(agent_gpu_idle_blocked_seconds_total{GPU}[{RANGE}])) / {IDLE_TOTAL}",
+                f"sum(increase({METRIC_GPU_IDLE_BLOCKED}{GPU}[{RANGE}])) / {IDLE_TOTAL}",
                 "blocked", "A",
             ),
             thresholds(GOOD, (0.2, WARN), (0.5, BAD)),
@@ -57,7 +68,7 @@ def build():
             "Share of the GPUs' idle time over the dashboard range with no tool call in flight (the model, the network or the agent itself).",
             "percentunit",
             query(
-                f"sum(increase(agent_gpu_idle_unattributed_seconds_total{GPU}[{RANGE}])) / {IDLE_TOTAL}",
+                f"sum(increase({METRIC_GPU_IDLE_UNATTRIBUTED}{GPU}[{RANGE}])) / {IDLE_TOTAL}",
                 "unattributed", "A",
             ),
             thresholds(GOOD, (0.2, WARN), (0.5, BAD)),
@@ -67,7 +78,7 @@ def build():
             "Tool calls queued or executing right now.",
             "short",
             # The gauge has no series while nothing is in flight: show 0, not "No data".
-            query(f"sum(agent_tool_inflight{TOOL}) or vector(0)", "in flight", "A"),
+            query(f"sum({METRIC_TOOL_INFLIGHT}{TOOL}) or vector(0)", "in flight", "A"),
             thresholds(GOOD),
         ),
     ]
@@ -77,7 +88,7 @@ def build():
             "GPU utilization per GPU",
             f"Utilization per GPU (0-100%). The red band marks utilization at or below {format_percent(IDLE_SHADE)}: the idle windows.",
             "percentunit",
-            [query(f"avg by (gpu) (agent_gpu_utilization_ratio{GPU})", "GPU {{gpu}}", "A")],
+            [query(f"avg by (gpu) ({METRIC_GPU_UTILIZATION}{GPU})", "GPU {{gpu}}", "A")],
             steps=thresholds("red", (IDLE_SHADE, "transparent")),
             threshold_style=common.GraphThresholdsStyleMode.AREA,
             min_value=0,
@@ -85,8 +96,8 @@ def build():
         ),
         state_timeline_panel(
             "GPU idle windows",
-            "Per GPU: red while most of the time was idle (from agent_gpu_idle_seconds_total).",
-            query(f"sum by (gpu) (rate(agent_gpu_idle_seconds_total{GPU}[{RATE}]))", "GPU {{gpu}}", "A"),
+            f"Per GPU: red while most of the time was idle (from {METRIC_GPU_IDLE}).",
+            query(f"sum by (gpu) (rate({METRIC_GPU_IDLE}{GPU}[{RATE}]))", "GPU {{gpu}}", "A"),
             thresholds(GOOD, (0.5, BAD)),
             width=12,
             height=8,
@@ -97,7 +108,7 @@ def build():
             "or exec (running). 100% = one GPU fully idle because of that tool.",
             "percentunit",
             [query(
-                f"sum by (tool, phase) (rate(agent_gpu_idle_blocked_seconds_total{GPU_TOOL}[{RATE}]))",
+                f"sum by (tool, phase) (rate({METRIC_GPU_IDLE_BLOCKED}{GPU_TOOL}[{RATE}]))",
                 "{{tool}} ({{phase}})", "A",
             )],
             stacked=True,
@@ -107,7 +118,7 @@ def build():
             "Idle GPU time with no tool call in flight, per GPU.",
             "percentunit",
             [query(
-                f"sum by (gpu) (rate(agent_gpu_idle_unattributed_seconds_total{GPU}[{RATE}]))",
+                f"sum by (gpu) (rate({METRIC_GPU_IDLE_UNATTRIBUTED}{GPU}[{RATE}]))",
                 "GPU {{gpu}}", "A",
             )],
         ),
@@ -115,7 +126,7 @@ def build():
             "Tool calls in flight",
             "Tool calls waiting for a worker (queue) or running (exec), per tool.",
             "short",
-            [query(f"sum by (tool, phase) (agent_tool_inflight{TOOL})", "{{tool}} ({{phase}})", "A")],
+            [query(f"sum by (tool, phase) ({METRIC_TOOL_INFLIGHT}{TOOL})", "{{tool}} ({{phase}})", "A")],
             stacked=True,
             width=24,
         ),
@@ -125,9 +136,9 @@ def build():
             "The top rows are where a faster tool, a bigger pool or overlapping work pays off most.",
             [
                 query(blamed(), "", "A", table_format=True),
-                query(blamed("queue"), "", "B", table_format=True),
-                query(blamed("exec"), "", "C", table_format=True),
-                query(f"sum by (tool) (increase(agent_tool_calls_total{TOOL}[{RANGE}]))", "", "D", table_format=True),
+                query(blamed(PHASE_QUEUE), "", "B", table_format=True),
+                query(blamed(PHASE_EXEC), "", "C", table_format=True),
+                query(f"sum by (tool) (increase({METRIC_TOOL_CALLS}{TOOL}[{RANGE}]))", "", "D", table_format=True),
             ],
             columns={
                 "tool": "Tool",
@@ -145,7 +156,7 @@ def build():
             "Spans dropped by the toolkit",
             "Spans the toolkit could not export over the dashboard range (queue full or exporter down).",
             "short",
-            query(f"sum(increase(agent_otel_spans_dropped_total{selector()}[{RANGE}]))", "dropped", "A"),
+            query(f"sum(increase({METRIC_SPANS_DROPPED}{selector()}[{RANGE}]))", "dropped", "A"),
             thresholds(GOOD, (1, BAD)),
             width=24,
             height=3,
@@ -158,9 +169,9 @@ def build():
         ["gpu", "tools"],
         [
             *datasource_variables(with_traces=True),
-            *target_variables("agent_gpu_utilization_ratio"),
-            label_variable("gpu", "GPU", "agent_gpu_utilization_ratio", '{job=~"$job",instance=~"$instance"}'),
-            label_variable("tool", "Tool", "agent_tool_calls_total", '{job=~"$job",instance=~"$instance"}'),
+            *target_variables(METRIC_GPU_UTILIZATION),
+            label_variable("gpu", "GPU", METRIC_GPU_UTILIZATION, '{job=~"$job",instance=~"$instance"}'),
+            label_variable("tool", "Tool", METRIC_TOOL_CALLS, '{job=~"$job",instance=~"$instance"}'),
         ],
         panels,
     )

@@ -19,6 +19,8 @@ from opentelemetry import context as context_api
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from agent_otel.semconv import METRIC_SPANS_DROPPED
+
 logger = logging.getLogger("agent_otel.export")
 
 
@@ -86,8 +88,8 @@ class BatchSpanProcessor(SpanProcessor):
                 self._on_drop(len(batch))
                 if not self._export_failures_logged:
                     self._export_failures_logged = True
-                    logger.warning("span export to %s failed; counting dropped spans in "
-                                   "agent_otel_spans_dropped_total", type(self.exporter).__name__)
+                    logger.warning("span export to %s failed; counting dropped spans in %s",
+                                   type(self.exporter).__name__, METRIC_SPANS_DROPPED)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         if self._stopping or not self._thread.is_alive():

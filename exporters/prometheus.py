@@ -11,19 +11,32 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import Exemplar, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 from prometheus_client.exposition import start_http_server
 
+from agent_otel import semconv
 from agent_otel.records import ToolCall
+from agent_otel.semconv import EXEMPLAR_TRACE_ID, OTHER_TOOL, PHASE_EXEC, PHASE_QUEUE, MetricSpec
 
-# Seconds. An SLO threshold must be one of these boundaries: 0.8 is the
-# default (dashboards/slo.py refuses any other value that is not a bucket).
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.8, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-OTHER_TOOL = "_other"
+
+def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
+    return Counter(spec.name, spec.help, spec.labels, registry=registry)
+
+
+def _gauge(spec: MetricSpec, registry: CollectorRegistry) -> Gauge:
+    return Gauge(spec.name, spec.help, spec.labels, registry=registry)
+
+
+def _histogram(spec: MetricSpec, registry: CollectorRegistry) -> Histogram:
+    return Histogram(spec.name, spec.help, spec.labels, buckets=spec.buckets, registry=registry)
+
+
+def _gauge_family(spec: MetricSpec) -> GaugeMetricFamily:
+    return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
 
 
 class ToolNames:
@@ -56,11 +69,11 @@ class PipelineHistogram:
     same exemplars in the OpenMetrics output.
     """
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]):
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
-        self.bounds = tuple(float(b) for b in buckets)
+    def __init__(self, spec: MetricSpec):
+        self.name = spec.name
+        self.documentation = spec.help
+        self.labelnames = spec.labels
+        self.bounds = tuple(float(b) for b in spec.buckets)
         self._les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
         # labels -> [per-bucket counts (last one +Inf), sum, per-bucket exemplars]
         self.children: dict[tuple[str, ...], list] = {}
@@ -91,7 +104,7 @@ class PipelineHistogram:
                     buckets.append((le, cumulative))
                 else:
                     trace_id, value, timestamp = exemplar
-                    buckets.append((le, cumulative, Exemplar({"trace_id": format(trace_id, "032x")}, value,
+                    buckets.append((le, cumulative, Exemplar({EXEMPLAR_TRACE_ID: format(trace_id, "032x")}, value,
                                                              timestamp)))
             family.add_metric(list(labels), buckets, total)
         return [family]
@@ -115,36 +128,34 @@ class _Locked:
 class _LiveGauges:
     """Collector for the gauges read at scrape time."""
 
-    NAMES = ("agent_tool_inflight", "agent_executor_queue_depth", "agent_executor_active_workers",
-             "agent_executor_max_workers")
+    SPECS = tuple(semconv.METRICS[name] for name in (
+        semconv.METRIC_TOOL_INFLIGHT, semconv.METRIC_EXECUTOR_QUEUE_DEPTH, semconv.METRIC_EXECUTOR_ACTIVE_WORKERS,
+        semconv.METRIC_EXECUTOR_MAX_WORKERS))
 
     def __init__(self, metrics: "Metrics"):
         self._metrics = metrics
 
     def describe(self):
         # Names only, so registering does not run collect() before setup ends.
-        return [GaugeMetricFamily(name, "") for name in self.NAMES]
+        return [GaugeMetricFamily(spec.name, "") for spec in self.SPECS]
 
     def collect(self):
         metrics = self._metrics
         if metrics.before_collect is not None:
             metrics.before_collect()
-        inflight = GaugeMetricFamily("agent_tool_inflight", "Tool calls requested and not finished, by phase.",
-                                     labels=["tool", "phase"])
+        inflight_spec, queue_depth_spec, active_spec, max_workers_spec = self.SPECS
+        inflight = _gauge_family(inflight_spec)
         counts: dict[tuple[str, str], int] = {}
         for call in metrics.inflight_calls():
-            key = (metrics.tool_label(call.tool), "queue" if call.start_ns == 0 else "exec")
+            key = (metrics.tool_label(call.tool), PHASE_QUEUE if call.start_ns == 0 else PHASE_EXEC)
             counts[key] = counts.get(key, 0) + 1
         for (tool, phase), count in sorted(counts.items()):
             inflight.add_metric([tool, phase], count)
         yield inflight
 
-        queue_depth = GaugeMetricFamily("agent_executor_queue_depth",
-                                        "Submissions waiting for a worker.", labels=["executor"])
-        active = GaugeMetricFamily("agent_executor_active_workers",
-                                   "Workers running a submission.", labels=["executor"])
-        max_workers = GaugeMetricFamily("agent_executor_max_workers",
-                                        "Workers the executor may start.", labels=["executor"])
+        queue_depth = _gauge_family(queue_depth_spec)
+        active = _gauge_family(active_spec)
+        max_workers = _gauge_family(max_workers_spec)
         totals: dict[str, list[int]] = {}
         for stats in metrics.executor_stats():
             row = totals.setdefault(stats.name, [0, 0, 0])
@@ -167,37 +178,27 @@ class Metrics:
                  registry: Optional[CollectorRegistry] = None):
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.tool_label = ToolNames(tool_name_limit)
-        buckets = BUCKETS
+        spec = semconv.METRICS
         r = self.registry
         # Registered first: its collect() brings the counters up to date
         # (before_collect) before the registry reads the others.
         r.register(_LiveGauges(self))
-        self.calls = Counter("agent_tool_calls", "Tool calls by outcome.", ["tool", "outcome"], registry=r)
+        self.calls = _counter(spec[semconv.METRIC_TOOL_CALLS], r)
         # Held by the pipeline thread while it observes a batch, and by a
         # scrape while it reads the histograms: a scrape never sees half a batch.
         self.lock = threading.RLock()
-        self.duration = PipelineHistogram("agent_tool_duration_seconds",
-                                          "Tool call duration, request to result (gen_ai.execute_tool.duration).",
-                                          ["tool"], buckets)
-        self.queue = PipelineHistogram("agent_tool_queue_seconds", "Time a tool call waited for an executor worker.",
-                                       ["tool", "executor"], buckets)
-        self.exec = PipelineHistogram("agent_tool_exec_seconds", "Time a tool call ran.", ["tool"], buckets)
-        self.executor_wait = PipelineHistogram("agent_executor_wait_seconds",
-                                               "Time any submission waited for a worker.", ["executor"], buckets)
+        self.duration = PipelineHistogram(spec[semconv.METRIC_TOOL_DURATION])
+        self.queue = PipelineHistogram(spec[semconv.METRIC_TOOL_QUEUE])
+        self.exec = PipelineHistogram(spec[semconv.METRIC_TOOL_EXEC])
+        self.executor_wait = PipelineHistogram(spec[semconv.METRIC_EXECUTOR_WAIT])
         for histogram in (self.duration, self.queue, self.exec, self.executor_wait):
             r.register(_Locked(histogram, self.lock))
-        self.gpu_utilization = Gauge("agent_gpu_utilization_ratio", "GPU utilization, last sample (0..1).",
-                                     ["gpu"], registry=r)
-        self.gpu_idle = Counter("agent_gpu_idle_seconds", "GPU idle time in idle windows.", ["gpu"], registry=r)
-        self.gpu_idle_blocked = Counter("agent_gpu_idle_blocked_seconds",
-                                        "GPU idle time while tool calls were in flight, by tool and phase.",
-                                        ["gpu", "tool", "phase"], registry=r)
-        self.gpu_idle_unattributed = Counter("agent_gpu_idle_unattributed_seconds",
-                                             "GPU idle time with no tool call in flight.", ["gpu"], registry=r)
-        self.gpu_errors = Counter("agent_otel_gpu_errors", "GPU sampling problems, by reason.",
-                                  ["reason"], registry=r)
-        self.spans_dropped = Counter("agent_otel_spans_dropped", "Spans lost: export queue full or export failed.",
-                                     registry=r)
+        self.gpu_utilization = _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r)
+        self.gpu_idle = _counter(spec[semconv.METRIC_GPU_IDLE], r)
+        self.gpu_idle_blocked = _counter(spec[semconv.METRIC_GPU_IDLE_BLOCKED], r)
+        self.gpu_idle_unattributed = _counter(spec[semconv.METRIC_GPU_IDLE_UNATTRIBUTED], r)
+        self.gpu_errors = _counter(spec[semconv.METRIC_GPU_ERRORS], r)
+        self.spans_dropped = _counter(spec[semconv.METRIC_SPANS_DROPPED], r)
         # Set by instrument(): where the scrape-time gauges read from, and a
         # hook that brings the counters up to date before a scrape.
         self.inflight_calls: Callable[[], Iterable[ToolCall]] = lambda: ()
@@ -231,33 +232,21 @@ class Metrics:
 # batching), beyond the contract's list. The remedies count them on the
 # caller's thread, only when a remedy acts, on cached label children.
 
-BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-BATCH_WAIT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
-
 
 class RemedyMetrics:
     def __init__(self, registry: CollectorRegistry, tool_label: ToolNames):
         r = registry
+        spec = semconv.METRICS
         self._tool_label = tool_label
-        self.fallbacks = Counter("agent_tool_fallbacks", "Tool calls answered by their fallback.", ["tool"],
-                                 registry=r)
-        self.retries = Counter("agent_tool_retries", "Tool call attempts retried after a failure or timeout.",
-                               ["tool"], registry=r)
-        self.rejections = Counter("agent_tool_rejections", "Submissions a full tool pool rejected.",
-                                  ["tool", "executor"], registry=r)
-        self.cache_hits = Counter("agent_tool_cache_hits", "Tool calls answered from the result cache.",
-                                  ["tool"], registry=r)
-        self.cache_misses = Counter("agent_tool_cache_misses", "Tool calls the result cache could not answer.",
-                                    ["tool"], registry=r)
-        self.cache_evicted = Counter("agent_tool_cache_evictions", "Cached results dropped to make room.",
-                                     ["tool"], registry=r)
-        self.batch_size = Histogram("agent_tool_batch_size", "Calls merged into one batch.", ["tool"],
-                                    buckets=BATCH_SIZE_BUCKETS, registry=r)
-        self.batch_wait = Histogram("agent_tool_batch_wait_seconds", "Time a call waited for its batch to start.",
-                                    ["tool"], buckets=BATCH_WAIT_BUCKETS, registry=r)
-        self.abandoned_workers = Gauge("agent_executor_abandoned_workers",
-                                       "Workers still running a call whose caller stopped waiting (timed out).",
-                                       ["executor"], registry=r)
+        self.fallbacks = _counter(spec[semconv.METRIC_TOOL_FALLBACKS], r)
+        self.retries = _counter(spec[semconv.METRIC_TOOL_RETRIES], r)
+        self.rejections = _counter(spec[semconv.METRIC_TOOL_REJECTIONS], r)
+        self.cache_hits = _counter(spec[semconv.METRIC_TOOL_CACHE_HITS], r)
+        self.cache_misses = _counter(spec[semconv.METRIC_TOOL_CACHE_MISSES], r)
+        self.cache_evicted = _counter(spec[semconv.METRIC_TOOL_CACHE_EVICTIONS], r)
+        self.batch_size = _histogram(spec[semconv.METRIC_TOOL_BATCH_SIZE], r)
+        self.batch_wait = _histogram(spec[semconv.METRIC_TOOL_BATCH_WAIT], r)
+        self.abandoned_workers = _gauge(spec[semconv.METRIC_EXECUTOR_ABANDONED_WORKERS], r)
         self._children: dict[tuple, object] = {}
 
     def _child(self, metric, *labels):

@@ -46,9 +46,16 @@ def test_invalid_environment_names_the_variable(monkeypatch, env, setting, value
     with pytest.raises(ConfigError) as caught:
         agent_otel.instrument()
     assert setting in str(caught.value) and repr(value) in str(caught.value)
-    assert agent_otel.instrument.__module__  # nothing was left half-installed:
-    from agent_otel.capture import recorder
+    # Nothing was left half-installed: no handle, no recorder, no executor
+    # hook, no agent-otel thread.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agent_otel.capture import executors, recorder
+    from agent_otel.instrumentation import current
+    assert current() is None
     assert recorder.current is None
+    assert ThreadPoolExecutor.submit is not executors.submit_hook
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("agent-otel")]
 
 
 def test_invalid_argument_names_the_parameter():

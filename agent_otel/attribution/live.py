@@ -15,6 +15,7 @@ from typing import Optional
 
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.util.types import AttributeValue
 
 from agent_otel.attribution import WindowAttribution, attribute
 from agent_otel.gpu.logs import GpuLogWriter
@@ -22,6 +23,9 @@ from agent_otel.attribution.horizon import CallHorizon
 from agent_otel.records import IdleWindow, ToolCall
 from agent_otel.gpu.sampler import GpuSampler
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, IdleDetector
+from agent_otel.semconv import (AGENT_TOOL_PHASE, GPU_IDLE_BLOCKED_BY, GPU_IDLE_BLOCKED_DURATION, GPU_IDLE_DURATION,
+                                GPU_IDLE_UNATTRIBUTED_DURATION, GPU_INDEX, GPU_UTILIZATION_AVG, GPU_UUID, PHASE_EXEC,
+                                PHASE_QUEUE, SPAN_GPU_IDLE)
 
 logger = logging.getLogger("agent_otel.gpu")
 
@@ -105,9 +109,9 @@ class LiveTimeline:
         for share in result.shares:
             tool = metrics.tool_label(share.call.tool)
             if share.queue_s > 0:
-                metrics.gpu_idle_blocked.labels(gpu, tool, "queue").inc(share.queue_s)
+                metrics.gpu_idle_blocked.labels(gpu, tool, PHASE_QUEUE).inc(share.queue_s)
             if share.exec_s > 0:
-                metrics.gpu_idle_blocked.labels(gpu, tool, "exec").inc(share.exec_s)
+                metrics.gpu_idle_blocked.labels(gpu, tool, PHASE_EXEC).inc(share.exec_s)
 
     def _emit_spans(self, result: WindowAttribution) -> None:
         window = result.window
@@ -116,21 +120,21 @@ class LiveTimeline:
             if share.call.trace_id:
                 context = SpanContext(share.call.trace_id, share.call.span_id, is_remote=False,
                                       trace_flags=TraceFlags(TraceFlags.SAMPLED))
-                links.append(Link(context, {"gpu.idle.blocked_duration": share.blocked_s,
-                                            "agent.tool.phase": share.phase}))
-        attributes = {
-            "gpu.index": window.gpu,
-            "gpu.idle.duration": window.seconds,
-            "gpu.utilization.avg": window.utilization_avg,
-            "gpu.idle.unattributed_duration": result.unattributed_s,
+                links.append(Link(context, {GPU_IDLE_BLOCKED_DURATION: share.blocked_s,
+                                            AGENT_TOOL_PHASE: share.phase}))
+        attributes: dict[str, AttributeValue] = {
+            GPU_INDEX: window.gpu,
+            GPU_IDLE_DURATION: window.seconds,
+            GPU_UTILIZATION_AVG: window.utilization_avg,
+            GPU_IDLE_UNATTRIBUTED_DURATION: result.unattributed_s,
         }
         if window.uuid:
-            attributes["gpu.uuid"] = window.uuid
+            attributes[GPU_UUID] = window.uuid
         if result.blocked_by:
-            attributes["gpu.idle.blocked_by"] = result.blocked_by
+            attributes[GPU_IDLE_BLOCKED_BY] = result.blocked_by
         # Each window is the root of its own trace: the GPU's timeline is not
         # part of any one agent turn, and the links lead to the turns it hit.
-        span = self.tracer.start_span("gpu.idle", context=trace_api.set_span_in_context(trace_api.INVALID_SPAN),
+        span = self.tracer.start_span(SPAN_GPU_IDLE, context=trace_api.set_span_in_context(trace_api.INVALID_SPAN),
                                       attributes=attributes, links=links, start_time=window.start_ns)
         span.end(end_time=window.end_ns)
         for share in result.shares:
@@ -139,9 +143,9 @@ class LiveTimeline:
             parent = NonRecordingSpan(SpanContext(share.call.trace_id, share.call.span_id, is_remote=False,
                                                   trace_flags=TraceFlags(TraceFlags.SAMPLED)))
             child = self.tracer.start_span(
-                "gpu.idle", context=trace_api.set_span_in_context(parent),
-                attributes={"gpu.index": window.gpu, "gpu.idle.blocked_duration": share.blocked_s,
-                            "agent.tool.phase": share.phase},
+                SPAN_GPU_IDLE, context=trace_api.set_span_in_context(parent),
+                attributes={GPU_INDEX: window.gpu, GPU_IDLE_BLOCKED_DURATION: share.blocked_s,
+                            AGENT_TOOL_PHASE: share.phase},
                 start_time=share.start_ns)
             child.end(end_time=share.end_ns)
 

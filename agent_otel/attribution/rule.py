@@ -53,6 +53,7 @@ from operator import attrgetter, mul, not_, sub, truediv
 from typing import Iterable, Iterator, Optional, Protocol, Sequence
 
 from agent_otel.records import NS_PER_S, IdleWindow, LoopBlock, ToolCall, UtilizationSegment
+from agent_otel.semconv import PHASE_EXEC, PHASE_MIXED, PHASE_QUEUE
 
 # end_ns of a call still in flight: later than any real timestamp.
 _OPEN_END = 1 << 63
@@ -98,10 +99,10 @@ class CallShare:
         call = self.call
         exec_start = call.start_ns or call.end_ns or self.end_ns  # not started yet: queued
         if exec_start <= self.start_ns:
-            return "exec"
+            return PHASE_EXEC
         if exec_start >= self.end_ns:
-            return "queue"
-        return "mixed"
+            return PHASE_QUEUE
+        return PHASE_MIXED
 
 
 @dataclass(slots=True)
@@ -147,7 +148,7 @@ class BlameTotals:
         self.idle_s[gpu] = self.idle_s.get(gpu, 0.0) + attribution.window.seconds
         self.unattributed_s[gpu] = self.unattributed_s.get(gpu, 0.0) + attribution.unattributed_s
         for share in attribution.shares:
-            for phase, seconds in (("queue", share.queue_s), ("exec", share.exec_s)):
+            for phase, seconds in ((PHASE_QUEUE, share.queue_s), (PHASE_EXEC, share.exec_s)):
                 if seconds > 0.0:
                     key = (gpu, share.call.tool, phase)
                     self.blocked_s[key] = self.blocked_s.get(key, 0.0) + seconds
@@ -180,7 +181,7 @@ class UnderuseTotals:
         self.underused_s[gpu] = self.underused_s.get(gpu, 0.0) + unused * seconds
         self.unattributed_s[gpu] = self.unattributed_s.get(gpu, 0.0) + unused * attribution.unattributed_s
         for share in attribution.shares:
-            for phase, blocked in (("queue", share.queue_s), ("exec", share.exec_s)):
+            for phase, blocked in ((PHASE_QUEUE, share.queue_s), (PHASE_EXEC, share.exec_s)):
                 if blocked > 0.0 and unused > 0.0:
                     key = (gpu, share.call.tool, phase)
                     self.blocked_s[key] = self.blocked_s.get(key, 0.0) + unused * blocked

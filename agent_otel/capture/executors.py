@@ -27,10 +27,9 @@ from agent_otel.capture import recorder as _recorder
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta
 from agent_otel.capture.recorder import worker_local
+from agent_otel.semconv import EXECUTOR_ASYNCIO_DEFAULT, EXECUTOR_UNNAMED
 
-ASYNCIO_DEFAULT = "asyncio-default"
-UNNAMED = "ThreadPoolExecutor"
-_UNNAMED = re.compile(r"ThreadPoolExecutor-\d+")
+_NUMBERED = re.compile(r"ThreadPoolExecutor-\d+")
 _STATS_ATTRIBUTE = "_agent_otel_executor_stats"
 
 
@@ -43,9 +42,9 @@ def executor_name(executor: ThreadPoolExecutor) -> str:
     """
     prefix = getattr(executor, "_thread_name_prefix", "") or ""
     if prefix == "asyncio":
-        return ASYNCIO_DEFAULT
-    if not prefix or _UNNAMED.fullmatch(prefix):
-        return UNNAMED
+        return EXECUTOR_ASYNCIO_DEFAULT
+    if not prefix or _NUMBERED.fullmatch(prefix):
+        return EXECUTOR_UNNAMED
     return prefix
 
 
@@ -195,7 +194,7 @@ class _Submission:
 
 
 @functools.wraps(_original_submit)
-def _submit(self, fn, /, *args, **kwargs):
+def submit_hook(self, fn, /, *args, **kwargs):
     monitor = _monitor
     if monitor is None:
         return _original_submit(self, fn, *args, **kwargs)
@@ -223,7 +222,7 @@ def _submit(self, fn, /, *args, **kwargs):
 def install(monitor: ExecutorMonitor) -> None:
     global _monitor
     _monitor = monitor
-    ThreadPoolExecutor.submit = _submit
+    ThreadPoolExecutor.submit = submit_hook
 
 
 def uninstall() -> None:

@@ -12,6 +12,10 @@ import functools
 import inspect
 from typing import Callable, Optional
 
+from agent_otel.semconv import (AGENT_TOOL_EXECUTOR, AGENT_TOOL_OUTCOME, AGENT_TOOL_QUEUE_DURATION, EXECUTOR_DIRECT,
+                                GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME, GEN_AI_TOOL_DESCRIPTION,
+                                GEN_AI_TOOL_NAME, GEN_AI_TOOL_TYPE, OUTCOME_OK, TOOL_TYPE_FUNCTION, tool_span_name)
+
 # Set on every wrapper that starts a tool call, so the executor hook can tell
 # a submitted tool from other work. Holds the ``ToolMeta``, or a function
 # (target) -> tool name where the name is known only from the instance.
@@ -23,24 +27,24 @@ class ToolMeta:
 
     __slots__ = ("name", "description", "tool_type", "span_name", "start_attributes", "direct_attributes")
 
-    def __init__(self, name: str, description: Optional[str] = None, tool_type: str = "function"):
+    def __init__(self, name: str, description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION):
         self.name = name
         self.description = description
         self.tool_type = tool_type
-        self.span_name = f"execute_tool {name}"
+        self.span_name = tool_span_name(name)
         attributes = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name,
-            "gen_ai.tool.type": tool_type,
+            GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_EXECUTE_TOOL,
+            GEN_AI_TOOL_NAME: name,
+            GEN_AI_TOOL_TYPE: tool_type,
         }
         if description:
-            attributes["gen_ai.tool.description"] = description
+            attributes[GEN_AI_TOOL_DESCRIPTION] = description
         self.start_attributes = attributes
         # A direct call's queue time, executor and (until an exception says
         # otherwise) outcome are known at start: set with the span, they
         # cost one attribute pass instead of two.
-        self.direct_attributes = {**attributes, "agent.tool.queue.duration": 0.0,
-                                  "agent.tool.executor": "direct", "agent.tool.outcome": "ok"}
+        self.direct_attributes = {**attributes, AGENT_TOOL_QUEUE_DURATION: 0.0,
+                                  AGENT_TOOL_EXECUTOR: EXECUTOR_DIRECT, AGENT_TOOL_OUTCOME: OUTCOME_OK}
 
 
 _META_CACHE: dict[tuple, ToolMeta] = {}

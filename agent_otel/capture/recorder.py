@@ -22,6 +22,10 @@ from opentelemetry.trace import Status, StatusCode
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.capture.meta import ToolMeta
 from agent_otel.records import ToolCall
+from agent_otel.semconv import (AGENT_EXECUTOR_MAX_WORKERS, AGENT_TOOL_EXEC_DURATION, AGENT_TOOL_EXECUTOR,
+                                AGENT_TOOL_OUTCOME, AGENT_TOOL_QUEUE_DURATION, ERROR_TYPE, EVENT_EXEC_START,
+                                EXECUTOR_DIRECT, GEN_AI_TOOL_CALL_ID, OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK,
+                                OUTCOME_TIMEOUT, SCOPE_NAME)
 
 # Exceptions that mean "the call ran out of time", whichever module raised them
 # (they are one class from Python 3.11 on, three before).
@@ -56,21 +60,16 @@ class ActiveCall:
         self.started_late = started_late
 
 
-# The tracer (instrumentation scope) name of every span agent-otel makes: it
-# tells our tool spans from another library's span of the same name.
-SCOPE_NAME = "agent_otel"
-
-
 def _scope_name(span) -> Optional[str]:
     return getattr(getattr(span, "instrumentation_scope", None), "name", None)
 
 
 def outcome_of(exc: BaseException) -> str:
     if isinstance(exc, CANCELLED_ERRORS) or isinstance(exc, GeneratorExit):
-        return "cancelled"
+        return OUTCOME_CANCELLED
     if isinstance(exc, TIMEOUT_ERRORS):
-        return "timeout"
-    return "error"
+        return OUTCOME_TIMEOUT
+    return OUTCOME_ERROR
 
 
 def error_type_of(exc: BaseException) -> str:
@@ -122,17 +121,17 @@ class Recorder:
             # submission, and it is already in the in-flight table.
             worker_local.pending = None
             call.start_ns = now
-            attributes = {**meta.start_attributes, "agent.tool.queue.duration": (now - call.submit_ns) / 1e9,
-                          "agent.tool.executor": call.executor, "agent.tool.outcome": "ok"}
+            attributes = {**meta.start_attributes, AGENT_TOOL_QUEUE_DURATION: (now - call.submit_ns) / 1e9,
+                          AGENT_TOOL_EXECUTOR: call.executor, AGENT_TOOL_OUTCOME: OUTCOME_OK}
             if call.executor_workers:
-                attributes["agent.executor.max_workers"] = call.executor_workers
+                attributes[AGENT_EXECUTOR_MAX_WORKERS] = call.executor_workers
         else:
-            call = ToolCall(meta.name, "direct", now, now)
+            call = ToolCall(meta.name, EXECUTOR_DIRECT, now, now)
             self.inflight[id(call)] = call
             attributes = meta.direct_attributes
         if call_id is not None:
             call.call_id = call_id
-            attributes = {**attributes, "gen_ai.tool.call.id": call_id}
+            attributes = {**attributes, GEN_AI_TOOL_CALL_ID: call_id}
         span = self.tracer.start_span(meta.span_name, attributes=attributes, start_time=call.submit_ns)
         span_context = span.get_span_context()
         call.trace_id = span_context.trace_id
@@ -140,7 +139,7 @@ class Recorder:
         if call.start_ns != call.submit_ns:
             # Execution began after the request: mark when. (For a direct
             # call it began with the span, and the event would say nothing.)
-            span.add_event("exec.start", timestamp=now)
+            span.add_event(EVENT_EXEC_START, timestamp=now)
         token = context_api.attach(trace_api.set_span_in_context(span)) if attach else None
         return ActiveCall(call, span, token)
 
@@ -156,12 +155,12 @@ class Recorder:
         if outer is not None:
             return ActiveCall(None, outer, None)
         now = perf_counter_ns() + OFFSET_NS
-        call = ToolCall(meta.name, "direct", now, 0)
+        call = ToolCall(meta.name, EXECUTOR_DIRECT, now, 0)
         self.inflight[id(call)] = call
-        attributes = {**meta.start_attributes, "agent.tool.outcome": "ok"}  # end() writes only other outcomes
+        attributes = {**meta.start_attributes, AGENT_TOOL_OUTCOME: OUTCOME_OK}  # end() writes only other outcomes
         if call_id is not None:
             call.call_id = call_id
-            attributes = {**attributes, "gen_ai.tool.call.id": call_id}
+            attributes = {**attributes, GEN_AI_TOOL_CALL_ID: call_id}
         span = self.tracer.start_span(meta.span_name, attributes=attributes, start_time=now)
         span_context = span.get_span_context()
         call.trace_id = span_context.trace_id
@@ -177,7 +176,7 @@ class Recorder:
         call.executor = executor
         call.start_ns = at_ns if at_ns is not None else perf_counter_ns() + OFFSET_NS
         if call.start_ns != call.submit_ns:  # as in begin(): only when execution began later
-            active.span.add_event("exec.start", timestamp=call.start_ns)
+            active.span.add_event(EVENT_EXEC_START, timestamp=call.start_ns)
 
     def end(self, active: ActiveCall, exc: Optional[BaseException] = None) -> None:
         now = perf_counter_ns() + OFFSET_NS
@@ -188,17 +187,17 @@ class Recorder:
         call.end_ns = now
         if exc is not None:
             call.outcome = outcome_of(exc)
-            if call.outcome != "cancelled":
+            if call.outcome != OUTCOME_CANCELLED:
                 call.error_type = error_type_of(exc)
-                span.set_attribute("error.type", call.error_type)
+                span.set_attribute(ERROR_TYPE, call.error_type)
                 span.record_exception(exc, timestamp=now, escaped=True)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        attributes = {"agent.tool.exec.duration": (now - call.start_ns) / 1e9}
-        if call.outcome != "ok":
-            attributes["agent.tool.outcome"] = call.outcome
+        attributes = {AGENT_TOOL_EXEC_DURATION: (now - call.start_ns) / 1e9}
+        if call.outcome != OUTCOME_OK:
+            attributes[AGENT_TOOL_OUTCOME] = call.outcome
         if active.started_late:
-            attributes["agent.tool.queue.duration"] = (call.start_ns - call.submit_ns) / 1e9
-            attributes["agent.tool.executor"] = call.executor
+            attributes[AGENT_TOOL_QUEUE_DURATION] = (call.start_ns - call.submit_ns) / 1e9
+            attributes[AGENT_TOOL_EXECUTOR] = call.executor
         span.set_attributes(attributes)
         span.end(end_time=now)
         if active.token is not None:
@@ -229,17 +228,17 @@ class Recorder:
     def abandon(self, call: ToolCall, now: int, parent_context) -> None:
         """A submitted call that never started (its future was cancelled)."""
         call.start_ns = call.end_ns = now
-        call.outcome = "cancelled"
+        call.outcome = OUTCOME_CANCELLED
         meta = ToolMeta(call.tool)
         span = self.tracer.start_span(meta.span_name, context=parent_context,
                                       attributes=meta.start_attributes, start_time=call.submit_ns)
         span_context = span.get_span_context()
         call.trace_id, call.span_id = span_context.trace_id, span_context.span_id
         span.set_attributes({
-            "agent.tool.queue.duration": (now - call.submit_ns) / 1e9,
-            "agent.tool.exec.duration": 0.0,
-            "agent.tool.executor": call.executor,
-            "agent.tool.outcome": "cancelled",
+            AGENT_TOOL_QUEUE_DURATION: (now - call.submit_ns) / 1e9,
+            AGENT_TOOL_EXEC_DURATION: 0.0,
+            AGENT_TOOL_EXECUTOR: call.executor,
+            AGENT_TOOL_OUTCOME: OUTCOME_CANCELLED,
         })
         span.end(end_time=now)
         self.finished.append(call)

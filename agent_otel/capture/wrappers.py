@@ -21,6 +21,7 @@ from opentelemetry import trace as trace_api
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, is_async_gen, is_coroutine, is_gen, meta_for, name_of
 from agent_otel.capture.recorder import ActiveCall
+from agent_otel.semconv import GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, TOOL_TYPE_FUNCTION
 
 
 def wrap(fn: Callable, meta: ToolMeta) -> Callable:
@@ -47,7 +48,7 @@ def finish_wrapper(wrapper: Callable, fn: Callable, meta: ToolMeta) -> Callable:
 
 def _record_arguments(rec, active: ActiveCall, args, kwargs) -> None:
     if rec.record_arguments:
-        rec.record_payload(active.span, "gen_ai.tool.call.arguments", {"args": args, "kwargs": kwargs})
+        rec.record_payload(active.span, GEN_AI_TOOL_CALL_ARGUMENTS, {"args": args, "kwargs": kwargs})
 
 
 def _wrap_function(fn, meta: ToolMeta):
@@ -63,7 +64,7 @@ def _wrap_function(fn, meta: ToolMeta):
             rec.end(active, exc)
             raise
         if rec.record_results:
-            rec.record_payload(active.span, "gen_ai.tool.call.result", result)
+            rec.record_payload(active.span, GEN_AI_TOOL_CALL_RESULT, result)
         rec.end(active)
         return result
 
@@ -83,7 +84,7 @@ def _wrap_coroutine(fn, meta: ToolMeta):
             rec.end(active, exc)
             raise
         if rec.record_results:
-            rec.record_payload(active.span, "gen_ai.tool.call.result", result)
+            rec.record_payload(active.span, GEN_AI_TOOL_CALL_RESULT, result)
         rec.end(active)
         return result
 
@@ -186,7 +187,7 @@ class tool_span:
     __slots__ = ("_meta", "_call_id", "_recorder", "_active")
 
     def __init__(self, name: str, *, call_id: Optional[str] = None,
-                 description: Optional[str] = None, tool_type: str = "function"):
+                 description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION):
         self._meta = meta_for(name, description, tool_type)
         self._call_id = call_id
         self._recorder = None

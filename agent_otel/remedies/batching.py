@@ -44,6 +44,7 @@ from agent_otel.capture.meta import TOOL_MARK, ToolMeta, first_doc_line, name_of
 from agent_otel.capture.recorder import error_type_of
 from agent_otel.remedies import pools
 from agent_otel.remedies.telemetry import metrics, open_call
+from agent_otel.semconv import AGENT_TOOL_BATCH_SIZE, AGENT_TOOL_EXECUTOR, ERROR_TYPE, GEN_AI_TOOL_NAME, batch_span_name
 
 
 class _Slot:
@@ -156,7 +157,7 @@ class BatchedTool:
             started = time.perf_counter()
             found.batch(self.meta.name, size, [started - slot.requested for slot in slots])
         for slot in slots:
-            slot.telemetry.attributes["agent.tool.batch.size"] = size
+            slot.telemetry.attributes[AGENT_TOOL_BATCH_SIZE] = size
         batch_span = self._batch_span(spans, size)
         token = context_api.attach(trace_api.set_span_in_context(batch_span)) if batch_span else None
         try:
@@ -182,11 +183,11 @@ class BatchedTool:
         if rec is None or not spans:
             return None
         return rec.tracer.start_span(
-            f"batch {self.meta.name}",
+            batch_span_name(self.meta.name),
             context=trace_api.set_span_in_context(spans[0]),
             links=[Link(span.get_span_context()) for span in spans],
-            attributes={"gen_ai.tool.name": self.meta.name, "agent.tool.batch.size": size,
-                        "agent.tool.executor": self.pool},
+            attributes={GEN_AI_TOOL_NAME: self.meta.name, AGENT_TOOL_BATCH_SIZE: size,
+                        AGENT_TOOL_EXECUTOR: self.pool},
         )
 
 
@@ -205,7 +206,7 @@ def _end_batch_span(span, exc: Optional[BaseException]) -> None:
     if span is None:
         return
     if exc is not None:
-        span.set_attribute("error.type", error_type_of(exc))
+        span.set_attribute(ERROR_TYPE, error_type_of(exc))
         span.record_exception(exc, escaped=True)
         span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
     span.end()

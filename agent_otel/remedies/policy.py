@@ -36,6 +36,9 @@ from agent_otel.capture.wrappers import finish_wrapper
 from agent_otel.remedies import pools
 from agent_otel.remedies.cache import MISS, ResultCache
 from agent_otel.remedies.telemetry import open_call
+from agent_otel.semconv import (AGENT_EXECUTOR_MAX_WORKERS, AGENT_POOL_REJECTION, AGENT_TOOL_CACHE_HIT,
+                                AGENT_TOOL_EXECUTOR, AGENT_TOOL_RETRIES, AGENT_TOOL_TIMEOUT, EVENT_POOL_REJECTED,
+                                EXECUTOR_DIRECT, OUTCOME_FALLBACK, POOL_REJECTION_CALLER_RUNS)
 
 
 class Remedies:
@@ -140,9 +143,9 @@ def _cached(remedies: Remedies, args: tuple, kwargs: dict):
 
 
 def _answer_from_cache(remedies: Remedies, value):
-    telemetry = open_call(remedies.meta, "direct")
+    telemetry = open_call(remedies.meta, EXECUTOR_DIRECT)
     telemetry.started()
-    telemetry.attributes["agent.tool.cache.hit"] = True
+    telemetry.attributes[AGENT_TOOL_CACHE_HIT] = True
     if telemetry.metrics is not None:
         telemetry.metrics.cache_hit(remedies.meta.name)
     telemetry.finish()
@@ -162,14 +165,14 @@ def _keep(remedies: Remedies, telemetry, key, result) -> None:
 
 
 def _open(remedies: Remedies, pool: Optional[pools.ToolPool]):
-    telemetry = open_call(remedies.meta, pool.name if pool is not None else "direct")
+    telemetry = open_call(remedies.meta, pool.name if pool is not None else EXECUTOR_DIRECT)
     attributes = telemetry.attributes
     if pool is not None:
-        attributes["agent.executor.max_workers"] = pool.workers
+        attributes[AGENT_EXECUTOR_MAX_WORKERS] = pool.workers
     if remedies.timeout is not None:
-        attributes["agent.tool.timeout"] = remedies.timeout
+        attributes[AGENT_TOOL_TIMEOUT] = remedies.timeout
     if remedies.cache is not None:
-        attributes["agent.tool.cache.hit"] = False
+        attributes[AGENT_TOOL_CACHE_HIT] = False
         if telemetry.metrics is not None:
             telemetry.metrics.cache_miss(remedies.meta.name)
     return telemetry
@@ -236,7 +239,8 @@ def _dispatch(remedies: Remedies, pool: pools.ToolPool, telemetry, args: tuple, 
     future, ran_here = pool.dispatch(remedies.meta.name, _run_attempt,
                                      (attempt, remedies.target(pool), args, kwargs), {})
     if ran_here:
-        telemetry.event("pool.rejected", {"agent.tool.executor": pool.name, "agent.pool.rejection": "caller_runs"})
+        telemetry.event(EVENT_POOL_REJECTED, {AGENT_TOOL_EXECUTOR: pool.name,
+                                              AGENT_POOL_REJECTION: POOL_REJECTION_CALLER_RUNS})
     return attempt, future
 
 
@@ -418,12 +422,12 @@ def _before_retry(remedies: Remedies, telemetry) -> None:
 def _after_attempt(remedies: Remedies, telemetry, number: int, exc: Optional[Exception]):
     if remedies.retries:
         telemetry.attempt(number, exc)
-        telemetry.attributes["agent.tool.retries"] = number - 1
+        telemetry.attributes[AGENT_TOOL_RETRIES] = number - 1
     return exc
 
 
 def _fell_back(remedies: Remedies, telemetry, result):
     if telemetry.metrics is not None:
         telemetry.metrics.fallback(remedies.meta.name)
-    telemetry.finish(outcome="fallback")
+    telemetry.finish(outcome=OUTCOME_FALLBACK)
     return result

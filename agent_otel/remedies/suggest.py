@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from agent_otel.semconv import EXECUTOR_ASYNCIO_DEFAULT, EXECUTOR_UNNAMED
+
 # Where docs/remedies.md explains each recommendation's remedy.
 DOCS = {
     "raise_pool_workers": "docs/remedies.md#pools",
@@ -45,10 +47,10 @@ def suggest_timeout(p99_s: float, retries: int = 1) -> str:
 def suggest_pool_workers(executor: str, workers: int) -> str:
     """Size a pool: an agent-otel pool of that name, or asyncio's default executor."""
     workers = max(1, int(workers))
-    if executor == "asyncio-default":
+    if executor == EXECUTOR_ASYNCIO_DEFAULT:
         return ("loop.set_default_executor(concurrent.futures.ThreadPoolExecutor("
                 f'max_workers={workers}, thread_name_prefix="asyncio"))')
-    name = DEFAULT_IO_POOL if executor.startswith("ThreadPoolExecutor") else executor
+    name = DEFAULT_IO_POOL if executor.startswith(EXECUTOR_UNNAMED) else executor
     return f'agent_otel.pool("{name}", workers={workers})\n@agent_otel.tool(pool="{name}")'
 
 

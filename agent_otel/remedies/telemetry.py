@@ -22,6 +22,7 @@ from agent_otel.capture import recorder as _recorder
 from agent_otel.clock import now_ns
 from agent_otel.capture.meta import ToolMeta
 from agent_otel.capture.recorder import ActiveCall, error_type_of, outcome_of, worker_local
+from agent_otel.semconv import AGENT_TOOL_ATTEMPT, AGENT_TOOL_OUTCOME, ERROR_TYPE, EVENT_TOOL_ATTEMPT, OUTCOME_OK
 
 
 def metrics():
@@ -48,10 +49,10 @@ class _Notes:
 
     def attempt(self, number: int, exc: Optional[BaseException]) -> None:
         """Note how one attempt ended (an event on the span when it ends)."""
-        attributes = {"agent.tool.attempt": number, "agent.tool.outcome": "ok" if exc is None else outcome_of(exc)}
+        attributes = {AGENT_TOOL_ATTEMPT: number, AGENT_TOOL_OUTCOME: OUTCOME_OK if exc is None else outcome_of(exc)}
         if exc is not None:
-            attributes["error.type"] = error_type_of(exc)
-        self._events.append(("tool.attempt", attributes, now_ns()))
+            attributes[ERROR_TYPE] = error_type_of(exc)
+        self._events.append((EVENT_TOOL_ATTEMPT, attributes, now_ns()))
 
     def event(self, name: str, attributes: dict) -> None:
         self._events.append((name, attributes, now_ns()))

@@ -25,13 +25,12 @@ from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, ToolCall
 from agent_otel.report.reader import TraceData, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
 from agent_otel.report.stats import max_overlap, percentile
+from agent_otel.semconv import ERROR_OUTCOMES, PHASE_EXEC, PHASE_QUEUE
 from agent_otel.gpu.timeline import find_idle_windows
 
 GPU_FROM_LOGS = "gpu-log"
 GPU_FROM_TRACES = "traces"
 GPU_NONE = "none"
-
-ERROR_OUTCOMES = ("error", "timeout")
 
 
 @dataclass
@@ -260,8 +259,8 @@ def _tool_stats(calls: Sequence[ToolCall], totals: BlameTotals, traces: TraceDat
                 exec_s=sorted(call.exec_seconds for call in tool_calls),
                 queue_s=sorted(call.queue_seconds for call in tool_calls),
                 executors=sorted({call.executor for call in tool_calls}),
-                blocked_queue_s=blocked[(tool, "queue")],
-                blocked_exec_s=blocked[(tool, "exec")],
+                blocked_queue_s=blocked[(tool, PHASE_QUEUE)],
+                blocked_exec_s=blocked[(tool, PHASE_EXEC)],
                 live_blocked_s=None if live is None else live.get(tool, 0.0),
                 timeout_s=traces.timeouts.get(tool),
             )

@@ -22,9 +22,9 @@ import html
 import json
 from importlib import resources
 
-from agent_otel.records import OUTCOMES
 from agent_otel.report.analysis import Analysis, report_json
 from agent_otel.report.stats import assign_rows
+from agent_otel.semconv import OUTCOMES
 
 # Calls overlapping beyond this many rows share the last row of their lane.
 MAX_ROWS = 12

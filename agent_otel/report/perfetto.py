@@ -27,6 +27,7 @@ from typing import Optional
 from agent_otel.records import ToolCall
 from agent_otel.report.analysis import Analysis, rfc3339
 from agent_otel.report.stats import assign_rows
+from agent_otel.semconv import PHASE_EXEC, PHASE_QUEUE, SPAN_GPU_IDLE
 
 GPU_PID = 1
 FLOW_NAME = "blocked by"
@@ -59,7 +60,7 @@ def trace_events(analysis: Analysis) -> dict:
         events.append(
             {
                 "ph": "X",
-                "name": "gpu.idle",
+                "name": SPAN_GPU_IDLE,
                 "cat": "gpu",
                 "pid": GPU_PID,
                 "tid": gpu_tid[window.gpu],
@@ -90,8 +91,8 @@ def trace_events(analysis: Analysis) -> dict:
             "gpu_idle_blocked_s": round(blocked[id(call)], 6),
         }
         if queue_tid is not None:
-            events.append(_slice(call.tool, "queue", pid, queue_tid, us(call.submit_ns), us(call.start_ns), args))
-        events.append(_slice(call.tool, "exec", pid, exec_tid, us(call.start_ns), us(call.end_ns), args))
+            events.append(_slice(call.tool, PHASE_QUEUE, pid, queue_tid, us(call.submit_ns), us(call.start_ns), args))
+        events.append(_slice(call.tool, PHASE_EXEC, pid, exec_tid, us(call.start_ns), us(call.end_ns), args))
 
     flow_id = 0
     for attribution in analysis.attributions:

@@ -20,11 +20,15 @@ from typing import Callable, Iterable, Optional
 
 from agent_otel.errors import InputError
 from agent_otel.exporters.otlp_json import STATUS_ERROR, SpanRecord, iter_spans
-from agent_otel.records import NS_PER_S, OUTCOMES, IdleWindow, ToolCall
+from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
+from agent_otel.semconv import (AGENT_EXECUTOR_MAX_WORKERS, AGENT_TOOL_EXECUTOR, AGENT_TOOL_OUTCOME, AGENT_TOOL_PHASE,
+                                AGENT_TOOL_QUEUE_DURATION, AGENT_TOOL_TIMEOUT, ERROR_TYPE, EVENT_EXEC_START,
+                                GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME, GEN_AI_TOOL_CALL_ID,
+                                GEN_AI_TOOL_NAME, GPU_IDLE_BLOCKED_DURATION, GPU_INDEX, GPU_UTILIZATION_AVG, GPU_UUID,
+                                OUTCOME_ERROR, OUTCOME_OK, OUTCOMES, SPAN_EXECUTE_TOOL_PREFIX, SPAN_GPU_IDLE,
+                                THREAD_NAME)
 
-TOOL_OPERATION = "execute_tool"
-IDLE_SPAN = "gpu.idle"
-EXEC_START_EVENT = "exec.start"
+# The executor of a tool span that names none (another library's span).
 UNKNOWN_EXECUTOR = "unknown"
 
 
@@ -79,15 +83,15 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
             data.start_ns = min(data.start_ns, span.start_ns) if data.start_ns else span.start_ns
             data.end_ns = max(data.end_ns, span.end_ns)
             attributes = span.attributes
-            if attributes.get("gen_ai.operation.name") == TOOL_OPERATION:
+            if attributes.get(GEN_AI_OPERATION_NAME) == GEN_AI_OPERATION_EXECUTE_TOOL:
                 call = _tool_call(path, span)
                 tool_parents.append(((span.trace_id, span.parent_span_id), call))
                 tool_by_span[key] = call.tool
-                timeout = _seconds(path, span, "agent.tool.timeout")
+                timeout = _seconds(path, span, AGENT_TOOL_TIMEOUT)
                 if timeout is not None and timeout > 0:
                     data.timeouts[call.tool] = min(timeout, data.timeouts.get(call.tool, math.inf))
-            elif span.name == IDLE_SPAN:
-                if "gpu.idle.blocked_duration" in attributes:
+            elif span.name == SPAN_GPU_IDLE:
+                if GPU_IDLE_BLOCKED_DURATION in attributes:
                     children.append((path, span.parent_span_id, span))
                 else:
                     data.idle_windows.append(_idle_window(path, span))
@@ -103,8 +107,8 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
                 LiveShare(
                     gpu=_gpu(path, span),
                     tool=tool,
-                    phase=str(span.attributes.get("agent.tool.phase", "")),
-                    blocked_s=_seconds(path, span, "gpu.idle.blocked_duration") or 0.0,
+                    phase=str(span.attributes.get(AGENT_TOOL_PHASE, "")),
+                    blocked_s=_seconds(path, span, GPU_IDLE_BLOCKED_DURATION) or 0.0,
                 )
             )
     return data
@@ -112,21 +116,21 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
 
 def _tool_call(path: str, span: SpanRecord) -> ToolCall:
     attributes = span.attributes
-    tool = attributes.get("gen_ai.tool.name")
+    tool = attributes.get(GEN_AI_TOOL_NAME)
     if not isinstance(tool, str) or not tool:
-        prefix = TOOL_OPERATION + " "
+        prefix = SPAN_EXECUTE_TOOL_PREFIX
         tool = span.name[len(prefix):] if span.name.startswith(prefix) else "unknown"
     start_ns = _exec_start(path, span)
-    outcome = attributes.get("agent.tool.outcome")
+    outcome = attributes.get(AGENT_TOOL_OUTCOME)
     if outcome not in OUTCOMES:
-        outcome = "error" if span.status_code == STATUS_ERROR else "ok"
-    error_type = attributes.get("error.type")
-    call_id = attributes.get("gen_ai.tool.call.id")
-    thread = attributes.get("thread.name")
-    workers = attributes.get("agent.executor.max_workers")
+        outcome = OUTCOME_ERROR if span.status_code == STATUS_ERROR else OUTCOME_OK
+    error_type = attributes.get(ERROR_TYPE)
+    call_id = attributes.get(GEN_AI_TOOL_CALL_ID)
+    thread = attributes.get(THREAD_NAME)
+    workers = attributes.get(AGENT_EXECUTOR_MAX_WORKERS)
     return ToolCall(
         tool=tool,
-        executor=str(attributes.get("agent.tool.executor") or UNKNOWN_EXECUTOR),
+        executor=str(attributes.get(AGENT_TOOL_EXECUTOR) or UNKNOWN_EXECUTOR),
         submit_ns=span.start_ns,
         start_ns=start_ns,
         end_ns=span.end_ns,
@@ -143,15 +147,15 @@ def _tool_call(path: str, span: SpanRecord) -> ToolCall:
 def _exec_start(path: str, span: SpanRecord) -> int:
     """When execution began, kept inside the span."""
     for event in span.events:
-        if event.name == EXEC_START_EVENT and event.time_ns:
+        if event.name == EVENT_EXEC_START and event.time_ns:
             return min(max(event.time_ns, span.start_ns), span.end_ns)
-    queue_s = _seconds(path, span, "agent.tool.queue.duration") or 0.0
+    queue_s = _seconds(path, span, AGENT_TOOL_QUEUE_DURATION) or 0.0
     return min(span.start_ns + round(queue_s * NS_PER_S), span.end_ns)
 
 
 def _idle_window(path: str, span: SpanRecord) -> IdleWindow:
-    utilization = _seconds(path, span, "gpu.utilization.avg")
-    uuid = span.attributes.get("gpu.uuid")
+    utilization = _seconds(path, span, GPU_UTILIZATION_AVG)
+    uuid = span.attributes.get(GPU_UUID)
     return IdleWindow(
         gpu=_gpu(path, span),
         start_ns=span.start_ns,
@@ -162,9 +166,9 @@ def _idle_window(path: str, span: SpanRecord) -> IdleWindow:
 
 
 def _gpu(path: str, span: SpanRecord) -> str:
-    index = span.attributes.get("gpu.index")
+    index = span.attributes.get(GPU_INDEX)
     if isinstance(index, bool) or not isinstance(index, (int, str)) or str(index) == "":
-        raise InputError(path, span.line, f"span {span.name!r} has no gpu.index (got {index!r})")
+        raise InputError(path, span.line, f"span {span.name!r} has no {GPU_INDEX} (got {index!r})")
     return str(index)
 
 

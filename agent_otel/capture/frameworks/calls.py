@@ -32,18 +32,15 @@ from typing import Any, Callable, Optional
 from opentelemetry.trace import Status, StatusCode
 
 from agent_otel.capture import recorder as _recorder
-from agent_otel.capture.executors import ASYNCIO_DEFAULT, executor_name
+from agent_otel.capture.executors import executor_name
 from agent_otel.capture.patching import warn_once
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, meta_for
 from agent_otel.capture.recorder import ActiveCall, Recorder
-
-# error.type for a call the framework reports as failed without an exception
-# object (an MCP result with isError, a LangChain ToolMessage with status
-# "error"): the OpenTelemetry MCP conventions' value.
-TOOL_ERROR = "tool_error"
+from agent_otel.semconv import (ERROR_TYPE, ERROR_TYPE_TOOL_ERROR, EXECUTOR_ASYNCIO_DEFAULT, EXECUTOR_DIRECT,
+                                OUTCOME_ERROR, TOOL_TYPE_FUNCTION)
 
 
-def meta(name: str, description: Optional[str] = None, tool_type: str = "function") -> ToolMeta:
+def meta(name: str, description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION) -> ToolMeta:
     """The cached span metadata of a framework tool."""
     return meta_for(str(name), description or None, tool_type)
 
@@ -52,9 +49,9 @@ def end_with_error_result(rec: Recorder, active: ActiveCall, message: str) -> No
     """End a call whose result says it failed, though nothing was raised."""
     call = active.call
     if call is not None:
-        call.outcome = "error"
-        call.error_type = TOOL_ERROR
-        active.span.set_attribute("error.type", TOOL_ERROR)
+        call.outcome = OUTCOME_ERROR
+        call.error_type = ERROR_TYPE_TOOL_ERROR
+        active.span.set_attribute(ERROR_TYPE, ERROR_TYPE_TOOL_ERROR)
         active.span.set_status(Status(StatusCode.ERROR, message))
     rec.end(active)
 
@@ -119,7 +116,7 @@ class _Handoff:
         self.rec = rec
         self.active = active
         self.owner = owner
-        self.executor = "direct"
+        self.executor = EXECUTOR_DIRECT
         self.submitted = False
 
 
@@ -173,7 +170,7 @@ def _settle(handoff: _Handoff, framework: str, raised: bool) -> None:
     # Never seen going to a thread: an event loop we do not hook (uvloop), a
     # framework version that runs it otherwise, or a failure before the
     # hand-off. Count it as a direct call, as a plain span would.
-    handoff.rec.started(handoff.active, "direct", at_ns=call.submit_ns)
+    handoff.rec.started(handoff.active, EXECUTOR_DIRECT, at_ns=call.submit_ns)
     if not raised:
         warn_once(f"{framework}:handoff", "agent-otel: %s did not hand tool %r to a thread pool where "
                   "expected (event loop %s); its queue time is counted as exec time",
@@ -243,7 +240,7 @@ def _run_in_executor(self, executor, func, *args):
             if handoff.owner is None or _refers_to(func, handoff.owner):
                 handoff.submitted = True
                 pool = executor if executor is not None else getattr(self, "_default_executor", None)
-                handoff.executor = executor_name(pool) if pool is not None else ASYNCIO_DEFAULT
+                handoff.executor = executor_name(pool) if pool is not None else EXECUTOR_ASYNCIO_DEFAULT
                 func = _Started(func, handoff)
         except Exception:
             pass  # never let timing stop the submission

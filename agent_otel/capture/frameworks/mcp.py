@@ -27,6 +27,7 @@ from typing import Any, Optional
 from agent_otel.capture.frameworks.calls import async_call, meta
 from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
 from agent_otel.capture.patching import Patches, importable
+from agent_otel.semconv import TOOL_TYPE_EXTENSION
 
 FRAMEWORK = "mcp"
 _patches = Patches()
@@ -62,7 +63,7 @@ def _wrap_call_tool(original):
     @functools.wraps(original)
     async def call_tool(self, name, *args, **kwargs):
         return await async_call(FRAMEWORK, original, (self, name, *args), kwargs,
-                                lambda: (meta(name, None, "extension"), None), _failed)
+                                lambda: (meta(name, None, TOOL_TYPE_EXTENSION), None), _failed)
 
     return call_tool
 

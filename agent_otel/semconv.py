@@ -1,0 +1,261 @@
+"""The telemetry contract as code: every name agent-otel emits.
+
+Span, event, attribute, metric and label names, the label values users
+query (outcomes, phases, executors) and the histogram buckets. The code,
+the report's reader, the dashboards and the alert rules take their names
+from here; docs/telemetry.md is where users read them, and the two change
+together (tests/test_semconv.py holds them to each other).
+
+Importing this module is cheap: it loads no OpenTelemetry SDK, no
+Prometheus client and nothing else of the toolkit, so ``dashboards/`` can
+use it without the runtime.
+
+Where the names come from
+-------------------------
+``error.type`` and ``service.name`` are stable OpenTelemetry attributes and
+come from ``opentelemetry.semconv.attributes``.
+
+The ``gen_ai.*`` names are written out here, not imported. The installed
+``opentelemetry-semantic-conventions`` offers them only in its private
+``opentelemetry.semconv._incubating`` package, which makes no promise
+between releases: a GenAI name renamed or dropped there (the GenAI
+conventions are still moving) would silently rename what agent-otel emits,
+and break every dashboard, rule and saved query, on a dependency upgrade.
+Our contract changes only on purpose. tests/test_semconv.py checks that each
+``gen_ai.*`` value below equals the installed conventions' value wherever
+those still define it, so a divergence is seen in CI, not by users.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE as _OTEL_ERROR_TYPE
+from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME as _OTEL_SERVICE_NAME
+
+# ---------------------------------------------------------------- instrumentation scope
+
+# The tracer name of every span agent-otel makes: it tells our tool spans
+# from another library's span of the same name.
+SCOPE_NAME: Final = "agent_otel"
+
+# ---------------------------------------------------------------- GenAI semantic conventions
+
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"  # the value of gen_ai.operation.name on a tool span
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+TOOL_TYPE_FUNCTION: Final = "function"  # gen_ai.tool.type unless told otherwise
+TOOL_TYPE_EXTENSION: Final = "extension"  # a tool run by an external service (an MCP server)
+# The GenAI metric of a tool call's duration; agent_tool_duration_seconds is its Prometheus face.
+GEN_AI_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
+
+# ---------------------------------------------------------------- other OpenTelemetry attributes
+
+ERROR_TYPE: Final[str] = _OTEL_ERROR_TYPE  # "error.type", stable
+SERVICE_NAME: Final[str] = _OTEL_SERVICE_NAME  # "service.name", stable (a resource attribute)
+# Read by the report when another instrumentation recorded it; agent-otel
+# does not set it. (Incubating in the conventions: written out, as above.)
+THREAD_NAME: Final = "thread.name"
+# error.type of a call the framework reports as failed without an exception
+# (an MCP result with isError, a LangChain ToolMessage with status "error"):
+# the OpenTelemetry MCP conventions' value.
+ERROR_TYPE_TOOL_ERROR: Final = "tool_error"
+
+# ---------------------------------------------------------------- spans and events
+
+# A tool call: "execute_tool {gen_ai.tool.name}" (tool_span_name).
+SPAN_EXECUTE_TOOL_PREFIX: Final = GEN_AI_OPERATION_EXECUTE_TOOL + " "
+# A GPU idle window (root of its own trace), and its share under a tool span.
+SPAN_GPU_IDLE: Final = "gpu.idle"
+# One batch of a batched tool (remedies): "batch {gen_ai.tool.name}".
+SPAN_BATCH_PREFIX: Final = "batch "
+
+EVENT_EXEC_START: Final = "exec.start"  # when a submitted call began executing
+EVENT_TOOL_ATTEMPT: Final = "tool.attempt"  # remedies: how one attempt ended
+EVENT_POOL_REJECTED: Final = "pool.rejected"  # remedies: a full pool refused the call
+EVENT_EXCEPTION: Final = "exception"  # the OpenTelemetry SDK's record_exception
+
+
+def tool_span_name(tool: str) -> str:
+    """The name of a tool call's span: ``execute_tool {tool}``."""
+    return SPAN_EXECUTE_TOOL_PREFIX + tool
+
+
+def batch_span_name(tool: str) -> str:
+    """The name of one batch's span: ``batch {tool}``."""
+    return SPAN_BATCH_PREFIX + tool
+
+
+# ---------------------------------------------------------------- agent-otel attributes
+
+# On a tool span
+AGENT_TOOL_QUEUE_DURATION: Final = "agent.tool.queue.duration"  # s, request to start of execution
+AGENT_TOOL_EXEC_DURATION: Final = "agent.tool.exec.duration"  # s, execution
+AGENT_TOOL_EXECUTOR: Final = "agent.tool.executor"  # the executor's name (EXECUTOR_* below)
+AGENT_EXECUTOR_MAX_WORKERS: Final = "agent.executor.max_workers"  # the pool's max_workers
+AGENT_TOOL_OUTCOME: Final = "agent.tool.outcome"  # one of OUTCOMES
+AGENT_TOOL_PHASE: Final = "agent.tool.phase"  # one of SPAN_PHASES, on gpu.idle shares and links
+
+# On a tool span, with the remedies (docs/remedies.md)
+AGENT_TOOL_TIMEOUT: Final = "agent.tool.timeout"  # s
+AGENT_TOOL_RETRIES: Final = "agent.tool.retries"
+AGENT_TOOL_CACHE_HIT: Final = "agent.tool.cache.hit"
+AGENT_TOOL_BATCH_SIZE: Final = "agent.tool.batch.size"
+AGENT_TOOL_ATTEMPT: Final = "agent.tool.attempt"  # on tool.attempt events
+AGENT_POOL_REJECTION: Final = "agent.pool.rejection"  # on pool.rejected events: POOL_REJECTION_*
+
+# On gpu.idle spans
+GPU_INDEX: Final = "gpu.index"
+GPU_UUID: Final = "gpu.uuid"
+GPU_IDLE_DURATION: Final = "gpu.idle.duration"  # s, the window
+GPU_UTILIZATION_AVG: Final = "gpu.utilization.avg"  # 0..1
+GPU_IDLE_BLOCKED_BY: Final = "gpu.idle.blocked_by"  # the tool holding the largest share
+GPU_IDLE_UNATTRIBUTED_DURATION: Final = "gpu.idle.unattributed_duration"  # s
+GPU_IDLE_BLOCKED_DURATION: Final = "gpu.idle.blocked_duration"  # s, one tool's share (child span, link)
+
+# ---------------------------------------------------------------- values
+
+OUTCOME_OK: Final = "ok"
+OUTCOME_ERROR: Final = "error"
+OUTCOME_TIMEOUT: Final = "timeout"
+OUTCOME_CANCELLED: Final = "cancelled"
+OUTCOME_FALLBACK: Final = "fallback"  # remedies only
+OUTCOMES: Final = (OUTCOME_OK, OUTCOME_ERROR, OUTCOME_TIMEOUT, OUTCOME_CANCELLED, OUTCOME_FALLBACK)
+# Outcomes that count against a tool's error ratio (status ERROR on the span).
+ERROR_OUTCOMES: Final = (OUTCOME_ERROR, OUTCOME_TIMEOUT)
+
+PHASE_QUEUE: Final = "queue"  # waiting for an executor's worker
+PHASE_EXEC: Final = "exec"  # running
+PHASE_MIXED: Final = "mixed"  # a gpu.idle share that covers both (span attribute only)
+PHASES: Final = (PHASE_QUEUE, PHASE_EXEC)  # the phase label's values
+SPAN_PHASES: Final = (PHASE_QUEUE, PHASE_EXEC, PHASE_MIXED)  # agent.tool.phase's values
+
+EXECUTOR_DIRECT: Final = "direct"  # a call not submitted to an executor
+EXECUTOR_ASYNCIO_DEFAULT: Final = "asyncio-default"  # asyncio's default pool
+EXECUTOR_UNNAMED: Final = "ThreadPoolExecutor"  # every pool created without a thread_name_prefix
+
+POOL_REJECTION_CALLER_RUNS: Final = "caller_runs"
+
+# The tool label value of every tool name beyond tool_name_limit.
+OTHER_TOOL: Final = "_other"
+
+# ---------------------------------------------------------------- Prometheus labels
+
+LABEL_TOOL: Final = "tool"
+LABEL_OUTCOME: Final = "outcome"
+LABEL_EXECUTOR: Final = "executor"
+LABEL_PHASE: Final = "phase"
+LABEL_GPU: Final = "gpu"
+LABEL_REASON: Final = "reason"
+# The exemplar label of the duration and exec histograms.
+EXEMPLAR_TRACE_ID: Final = "trace_id"
+
+# ---------------------------------------------------------------- Prometheus metrics
+
+# Histogram bounds, seconds. They include the default SLO threshold (0.8 s)
+# exactly: an SLO threshold must be one of them (dashboards/slo.py).
+DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.8, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+BATCH_SIZE_BUCKETS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0)
+BATCH_WAIT_BUCKETS: Final = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+COUNTER: Final = "counter"
+GAUGE: Final = "gauge"
+HISTOGRAM: Final = "histogram"
+
+
+class MetricSpec(NamedTuple):
+    """One Prometheus metric: its name as scraped and queried (counters end in
+    ``_total``), type, labels, help text and, for a histogram, bucket bounds."""
+
+    name: str
+    kind: str
+    labels: tuple[str, ...]
+    help: str
+    buckets: tuple[float, ...] = ()
+    remedy: bool = False  # exported by the remedies of docs/remedies.md, beyond the core contract
+
+    def series(self) -> tuple[str, ...]:
+        """The series names a query may use: a histogram's ``_bucket``, ``_count`` and ``_sum``."""
+        if self.kind == HISTOGRAM:
+            return tuple(f"{self.name}_{part}" for part in ("bucket", "count", "sum"))
+        return (self.name,)
+
+
+METRIC_TOOL_CALLS: Final = "agent_tool_calls_total"
+METRIC_TOOL_DURATION: Final = "agent_tool_duration_seconds"
+METRIC_TOOL_QUEUE: Final = "agent_tool_queue_seconds"
+METRIC_TOOL_EXEC: Final = "agent_tool_exec_seconds"
+METRIC_TOOL_INFLIGHT: Final = "agent_tool_inflight"
+METRIC_EXECUTOR_QUEUE_DEPTH: Final = "agent_executor_queue_depth"
+METRIC_EXECUTOR_ACTIVE_WORKERS: Final = "agent_executor_active_workers"
+METRIC_EXECUTOR_MAX_WORKERS: Final = "agent_executor_max_workers"
+METRIC_EXECUTOR_WAIT: Final = "agent_executor_wait_seconds"
+METRIC_GPU_UTILIZATION: Final = "agent_gpu_utilization_ratio"
+METRIC_GPU_IDLE: Final = "agent_gpu_idle_seconds_total"
+METRIC_GPU_IDLE_BLOCKED: Final = "agent_gpu_idle_blocked_seconds_total"
+METRIC_GPU_IDLE_UNATTRIBUTED: Final = "agent_gpu_idle_unattributed_seconds_total"
+METRIC_SPANS_DROPPED: Final = "agent_otel_spans_dropped_total"
+METRIC_GPU_ERRORS: Final = "agent_otel_gpu_errors_total"
+# remedies
+METRIC_TOOL_FALLBACKS: Final = "agent_tool_fallbacks_total"
+METRIC_TOOL_RETRIES: Final = "agent_tool_retries_total"
+METRIC_TOOL_REJECTIONS: Final = "agent_tool_rejections_total"
+METRIC_TOOL_CACHE_HITS: Final = "agent_tool_cache_hits_total"
+METRIC_TOOL_CACHE_MISSES: Final = "agent_tool_cache_misses_total"
+METRIC_TOOL_CACHE_EVICTIONS: Final = "agent_tool_cache_evictions_total"
+METRIC_TOOL_BATCH_SIZE: Final = "agent_tool_batch_size"
+METRIC_TOOL_BATCH_WAIT: Final = "agent_tool_batch_wait_seconds"
+METRIC_EXECUTOR_ABANDONED_WORKERS: Final = "agent_executor_abandoned_workers"
+
+_TOOL = (LABEL_TOOL,)
+_EXECUTOR = (LABEL_EXECUTOR,)
+_GPU = (LABEL_GPU,)
+
+# Every metric, by name, in the order of docs/telemetry.md.
+METRICS: Final[dict[str, MetricSpec]] = {spec.name: spec for spec in (
+    MetricSpec(METRIC_TOOL_CALLS, COUNTER, (LABEL_TOOL, LABEL_OUTCOME), "Tool calls by outcome."),
+    MetricSpec(METRIC_TOOL_DURATION, HISTOGRAM, _TOOL,
+               f"Tool call duration, request to result ({GEN_AI_EXECUTE_TOOL_DURATION}).", DURATION_BUCKETS),
+    MetricSpec(METRIC_TOOL_QUEUE, HISTOGRAM, (LABEL_TOOL, LABEL_EXECUTOR),
+               "Time a tool call waited for an executor worker.", DURATION_BUCKETS),
+    MetricSpec(METRIC_TOOL_EXEC, HISTOGRAM, _TOOL, "Time a tool call ran.", DURATION_BUCKETS),
+    MetricSpec(METRIC_TOOL_INFLIGHT, GAUGE, (LABEL_TOOL, LABEL_PHASE),
+               "Tool calls requested and not finished, by phase."),
+    MetricSpec(METRIC_EXECUTOR_QUEUE_DEPTH, GAUGE, _EXECUTOR, "Submissions waiting for a worker."),
+    MetricSpec(METRIC_EXECUTOR_ACTIVE_WORKERS, GAUGE, _EXECUTOR, "Workers running a submission."),
+    MetricSpec(METRIC_EXECUTOR_MAX_WORKERS, GAUGE, _EXECUTOR, "Workers the executor may start."),
+    MetricSpec(METRIC_EXECUTOR_WAIT, HISTOGRAM, _EXECUTOR, "Time any submission waited for a worker.",
+               DURATION_BUCKETS),
+    MetricSpec(METRIC_GPU_UTILIZATION, GAUGE, _GPU, "GPU utilization, last sample (0..1)."),
+    MetricSpec(METRIC_GPU_IDLE, COUNTER, _GPU, "GPU idle time in idle windows."),
+    MetricSpec(METRIC_GPU_IDLE_BLOCKED, COUNTER, (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
+               "GPU idle time while tool calls were in flight, by tool and phase."),
+    MetricSpec(METRIC_GPU_IDLE_UNATTRIBUTED, COUNTER, _GPU, "GPU idle time with no tool call in flight."),
+    MetricSpec(METRIC_SPANS_DROPPED, COUNTER, (), "Spans lost: export queue full or export failed."),
+    MetricSpec(METRIC_GPU_ERRORS, COUNTER, (LABEL_REASON,), "GPU sampling problems, by reason."),
+    MetricSpec(METRIC_TOOL_FALLBACKS, COUNTER, _TOOL, "Tool calls answered by their fallback.", remedy=True),
+    MetricSpec(METRIC_TOOL_RETRIES, COUNTER, _TOOL, "Tool call attempts retried after a failure or timeout.",
+               remedy=True),
+    MetricSpec(METRIC_TOOL_REJECTIONS, COUNTER, (LABEL_TOOL, LABEL_EXECUTOR),
+               "Submissions a full tool pool rejected.", remedy=True),
+    MetricSpec(METRIC_TOOL_CACHE_HITS, COUNTER, _TOOL, "Tool calls answered from the result cache.", remedy=True),
+    MetricSpec(METRIC_TOOL_CACHE_MISSES, COUNTER, _TOOL, "Tool calls the result cache could not answer.",
+               remedy=True),
+    MetricSpec(METRIC_TOOL_CACHE_EVICTIONS, COUNTER, _TOOL, "Cached results dropped to make room.", remedy=True),
+    MetricSpec(METRIC_TOOL_BATCH_SIZE, HISTOGRAM, _TOOL, "Calls merged into one batch.", BATCH_SIZE_BUCKETS,
+               remedy=True),
+    MetricSpec(METRIC_TOOL_BATCH_WAIT, HISTOGRAM, _TOOL, "Time a call waited for its batch to start.",
+               BATCH_WAIT_BUCKETS, remedy=True),
+    MetricSpec(METRIC_EXECUTOR_ABANDONED_WORKERS, GAUGE, _EXECUTOR,
+               "Workers still running a call whose caller stopped waiting (timed out).", remedy=True),
+)}
+
+
+def series_names() -> set[str]:
+    """Every series name a PromQL query may use: counters, gauges, histogram parts."""
+    return {series for spec in METRICS.values() for series in spec.series()}
