@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 
+from agent_otel import __version__
 from agent_otel.errors import AgentOtelError
 
 # name -> (module, one-line help). Add a line when a subcommand lands.
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="agent-otel",
         description="Trace LLM agent tool calls and find the ones that leave the GPU idle.",
     )
+    parser.add_argument("--version", action="version", version=f"agent-otel {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)
@@ -45,6 +47,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of our output went away (| head)
+        _silence_stdout()
+        return 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so flushing it at exit raises nothing."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

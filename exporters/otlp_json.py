@@ -15,9 +15,13 @@ rules of its own: trace and span ids are hex strings (not base64), enums
 are integers, and field names are lowerCamelCase; 64-bit integers such as
 timestamps are decimal strings, and readers accept numbers too.
 
-The reader (``iter_spans``) lives here as well, so one module owns the
-format both ways. It uses plain ``json.loads`` and dict walking, no
-protobuf, because the report may read millions of spans.
+The reader (``iter_spans``, and ``iter_span_dicts`` for the report) lives
+here as well, so one module owns the format both ways. It parses with
+orjson (falling back to the standard library's ``json`` for the little
+that orjson refuses) and walks plain dicts, no protobuf, because the
+report may read millions of spans. Inputs are opened by
+``agent_otel.inputs``: a file or ``-``, plain, gzip or zstd, as bounded
+lines.
 """
 
 from __future__ import annotations
@@ -27,15 +31,18 @@ import binascii
 import json
 import logging
 import math
+import re
 import threading
 from dataclasses import dataclass, field
 from collections.abc import Mapping, Sequence
 from typing import Callable, Iterator, Optional
 
+import orjson
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from agent_otel.errors import ConfigError, InputError
+from agent_otel.inputs import STDIN, Input, MiB, open_input
 
 _logger = logging.getLogger(__name__)
 
@@ -249,6 +256,27 @@ class OtlpJsonFileExporter(SpanExporter):
 
 
 # ---------------------------------------------------------------- reading
+#
+# iter_requests: the input (a file or "-", plain, gzip or zstd) as parsed
+#   export requests: one per line, or pretty-printed documents.
+# iter_span_dicts: the span objects of those requests, as parsed JSON.
+# iter_spans: the same spans as full SpanRecords (ids as ints, attribute
+#   values as Python values).
+# The report reads span dicts and converts only the fields it keeps, with
+# the field helpers below (nanos, hex_id, any_value), which raise
+# SpanFormatError for a malformed value.
+
+EXPECTED = "OTLP/JSON lines"
+# A pretty-printed document is read whole: this much at most.
+MAX_DOCUMENT = 128 * MiB
+
+_GPU_LOG_HINT = (
+    "this looks like an nvidia-smi GPU log, not traces: pass it to agent-otel report with --gpu-log"
+)
+
+
+class SpanFormatError(ValueError):
+    """A span field that OTLP/JSON does not allow; the reader adds file and line."""
 
 
 @dataclass(slots=True)
@@ -277,138 +305,165 @@ class SpanRecord:
     line: int = 0
 
 
-def iter_spans(path: str, progress: Optional[Callable[[int], None]] = None) -> Iterator[SpanRecord]:
-    """Yield every span in an OTLP/JSON lines file, in file order.
+def input_name(path: str) -> str:
+    """How error messages name an input (``-`` is standard input)."""
+    return "<stdin>" if path == STDIN else str(path)
 
-    Tolerates what a Collector writes: any number of resources and scopes,
-    fields left out when they hold their default value, numbers for 64-bit
-    integers, and lines of other signals (skipped). Raises ``InputError``
-    naming the file and line for anything else. ``progress`` is called with
-    the byte count of each line read.
+
+def iter_requests(
+    path: str,
+    progress: Optional[Callable[[int], None]] = None,
+    warn: Optional[Callable[[str], None]] = None,
+) -> Iterator[tuple[int, object]]:
+    """Yield ``(line number, parsed JSON)`` for each document in the input.
+
+    Lines are documents (the OTLP/JSON lines a Collector or agent-otel
+    writes); an input whose first line opens a JSON value that continues
+    on the next lines is read as pretty-printed documents instead. A last
+    line cut off (no newline at the end and not JSON: a writer still
+    running, or killed) is left out with a warning through ``warn``, as is
+    compressed data that stops mid-stream. Raises ``InputError`` naming the
+    file and line for anything else. ``progress`` gets the bytes of the
+    file read so far, a step at a time.
     """
-    try:
-        handle = open(path, "rb")
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read: {exc.strerror}") from None
-    with handle:
-        for number, raw in enumerate(handle, start=1):
+    with open_input(path, EXPECTED) as source:
+        counted = 0
+        first = True
+        for number, raw in source:
             if progress is not None:
-                progress(len(raw))
-            if not raw.strip():
+                consumed = source.consumed()
+                progress(consumed - counted)
+                counted = consumed
+            if raw.isspace():
                 continue
             try:
-                request = json.loads(raw)
-            except (ValueError, UnicodeDecodeError) as exc:
-                if raw.startswith(_BINARY_MAGIC) or b"\x00" in raw:
-                    raise InputError(path, number, _BINARY_HINT) from None
-                raise InputError(path, number, f"not JSON ({_json_reason(exc)})") from None
-            try:
-                yield from _request_spans(request, number)
-            except _Malformed as exc:
-                raise InputError(path, number, str(exc)) from None
+                document = _loads(raw)
+            except _NotJson as exc:
+                if not raw.endswith(b"\n"):  # the last line: nothing after it
+                    if warn is not None:
+                        warn(_cut_off_message(source.name, number, len(raw)))
+                    return
+                if first and exc.incomplete:
+                    yield from _documents(source, raw, number)
+                    return
+                if first and _looks_like_gpu_log(raw):
+                    raise source.error(number, _GPU_LOG_HINT) from None
+                raise source.error(number, f"not JSON ({exc})") from None
+            first = False
+            yield number, document
+        if source.cut_off is not None and warn is not None:
+            warn(
+                f"{source.name}: the {source.compression} data stops inside line {source.cut_off} "
+                "(a writer still running, or killed): read the lines before it"
+            )
+        if progress is not None:
+            progress(source.consumed() - counted)
 
 
-# gzip, zstd: what a Collector writes with compression turned on.
-_BINARY_MAGIC = (b"\x1f\x8b", b"\x28\xb5\x2f\xfd")
-_BINARY_HINT = (
-    "binary data, not OTLP/JSON lines: write the file uncompressed and as JSON "
-    "(the Collector file exporter's defaults: format json, no compression)"
-)
+def iter_span_dicts(
+    path: str,
+    progress: Optional[Callable[[int], None]] = None,
+    warn: Optional[Callable[[str], None]] = None,
+) -> Iterator[tuple[dict, int]]:
+    """Yield ``(span, line number)`` for every span object in the input, in
+    file order, as parsed JSON. Lines of other OTLP signals (which a
+    Collector may write into the same file) are skipped."""
+    for number, request in iter_requests(path, progress, warn):
+        try:
+            spans = request_spans(request)
+        except SpanFormatError as exc:
+            raise InputError(input_name(path), number, str(exc)) from None
+        for span in spans:
+            yield span, number
 
 
-class _Malformed(Exception):
-    """Raised inside one line's walk; ``iter_spans`` adds file and line."""
+def iter_spans(
+    path: str,
+    progress: Optional[Callable[[int], None]] = None,
+    warn: Optional[Callable[[str], None]] = None,
+) -> Iterator[SpanRecord]:
+    """Yield every span in an OTLP/JSON input as a ``SpanRecord``, in file
+    order. Tolerates what a Collector writes: any number of resources and
+    scopes, fields left out when they hold their default value, numbers
+    for 64-bit integers, lines of other signals. Raises ``InputError``
+    naming the file and line for anything else."""
+    for span, number in iter_span_dicts(path, progress, warn):
+        try:
+            yield span_record(span, number)
+        except SpanFormatError as exc:
+            raise InputError(input_name(path), number, str(exc)) from None
 
 
-def _json_reason(exc: Exception) -> str:
-    return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-
-
-def _request_spans(request: object, line: int) -> Iterator[SpanRecord]:
-    if not isinstance(request, dict):
-        raise _Malformed("not an OTLP ExportTraceServiceRequest (expected a JSON object)")
-    if "resourceSpans" not in request:
+def request_spans(request: object) -> list[dict]:
+    """The span objects of one ``ExportTraceServiceRequest``."""
+    if type(request) is not dict:
+        raise SpanFormatError("not an OTLP ExportTraceServiceRequest (expected a JSON object)")
+    resource_spans = request.get("resourceSpans")
+    if resource_spans is None:
         if any(key in request for key in _OTHER_SIGNALS):
-            return
-        raise _Malformed("not an OTLP ExportTraceServiceRequest (no resourceSpans)")
-    for resource_spans in _list(request, "resourceSpans"):
-        for scope_spans in _list(_object(resource_spans, "resourceSpans[]"), "scopeSpans"):
-            for span in _list(_object(scope_spans, "scopeSpans[]"), "spans"):
-                yield _span(_object(span, "spans[]"), line)
+            return []
+        raise SpanFormatError("not an OTLP ExportTraceServiceRequest (no resourceSpans)")
+    spans: list[dict] = []
+    for entry in _array(resource_spans, "resourceSpans"):
+        for scope_spans in _list(_object(entry, "resourceSpans[]"), "scopeSpans"):
+            found = _list(_object(scope_spans, "scopeSpans[]"), "spans")
+            for span in found:
+                if type(span) is not dict:
+                    raise SpanFormatError("spans[] is not a JSON object")
+            spans.extend(found)
+    return spans
 
 
-def _span(span: dict, line: int) -> SpanRecord:
-    start_ns = _uint(span.get("startTimeUnixNano", 0), "startTimeUnixNano")
-    end_ns = _uint(span.get("endTimeUnixNano", 0), "endTimeUnixNano")
-    name = span.get("name", "")
-    if not start_ns:
-        raise _Malformed(f"span {name!r} has no startTimeUnixNano")
-    if end_ns < start_ns:
-        raise _Malformed(f"span {name!r} ends (endTimeUnixNano {end_ns}) before it starts ({start_ns})")
+def span_record(span: dict, line: int = 0) -> SpanRecord:
+    """A span object as a ``SpanRecord``, every field converted."""
+    start_ns, end_ns = span_times(span)
     status = span.get("status") or {}
     return SpanRecord(
-        trace_id=_hex_id(span.get("traceId"), 32, "traceId"),
-        span_id=_hex_id(span.get("spanId"), 16, "spanId"),
-        parent_span_id=_hex_id(span.get("parentSpanId"), 16, "parentSpanId"),
-        name=str(name),
+        trace_id=hex_id(span.get("traceId"), 32, "traceId"),
+        span_id=hex_id(span.get("spanId"), 16, "spanId"),
+        parent_span_id=hex_id(span.get("parentSpanId"), 16, "parentSpanId"),
+        name=str(span.get("name", "")),
         start_ns=start_ns,
         end_ns=end_ns,
-        attributes=_attributes(span.get("attributes")),
+        attributes=attributes(span.get("attributes")),
         events=[_event(_object(event, "events[]")) for event in _list(span, "events")],
         links=[_link(_object(link, "links[]")) for link in _list(span, "links")],
-        status_code=_uint(_object(status, "status").get("code", 0), "status.code"),
+        status_code=nanos(_object(status, "status").get("code", 0), "status.code"),
         line=line,
     )
 
 
-def _event(event: dict) -> SpanEvent:
-    return SpanEvent(
-        name=str(event.get("name", "")),
-        time_ns=_uint(event.get("timeUnixNano", 0), "events[].timeUnixNano"),
-        attributes=_attributes(event.get("attributes")),
-    )
+def span_times(span: dict) -> tuple[int, int]:
+    """(start, end) in epoch ns; a span must start, and not end before it starts."""
+    start_ns = nanos(span.get("startTimeUnixNano", 0), "startTimeUnixNano")
+    end_ns = nanos(span.get("endTimeUnixNano", 0), "endTimeUnixNano")
+    if not start_ns:
+        raise SpanFormatError(f"span {span.get('name', '')!r} has no startTimeUnixNano")
+    if end_ns < start_ns:
+        raise SpanFormatError(f"span {span.get('name', '')!r} ends (endTimeUnixNano {end_ns}) before it starts ({start_ns})")
+    return start_ns, end_ns
 
 
-def _link(link: dict) -> tuple[int, int]:
-    return _hex_id(link.get("traceId"), 32, "links[].traceId"), _hex_id(link.get("spanId"), 16, "links[].spanId")
+def nanos(value: object, where: str) -> int:
+    """An unsigned 64-bit integer: a decimal string in OTLP/JSON, a number accepted."""
+    if type(value) is str:
+        if 0 < len(value) <= 20 and value.isascii() and value.isdigit():
+            number = int(value)
+            if number < 1 << 64:
+                return number
+    elif type(value) is int:
+        if 0 <= value < 1 << 64:
+            return value
+    elif type(value) is float and value.is_integer() and 0 <= value < 2.0**64:
+        return int(value)
+    raise SpanFormatError(f"{where} is not an unsigned 64-bit integer: {_short(value)}")
 
 
-def _object(value: object, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise _Malformed(f"{where} is not a JSON object")
-    return value
-
-
-def _list(parent: dict, key: str) -> list:
-    value = parent.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _Malformed(f"{key} is not a JSON array")
-    return value
-
-
-def _uint(value: object, where: str) -> int:
-    # 64-bit integers are decimal strings in OTLP/JSON; numbers are accepted.
-    if isinstance(value, bool):
-        raise _Malformed(f"{where} is not an integer: {value!r}")
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and value.isascii() and value.isdigit():
-        number = int(value)
-    elif isinstance(value, float) and value.is_integer():
-        number = int(value)
-    else:
-        raise _Malformed(f"{where} is not an integer: {value!r}")
-    if not 0 <= number < 1 << 64:
-        raise _Malformed(f"{where} is out of range: {value!r}")
-    return number
-
-
-def _hex_id(value: object, digits: int, where: str) -> int:
+def hex_id(value: object, digits: int, where: str) -> int:
+    """A trace (32 digits) or span (16) id; absent or empty is 0."""
     if value is None or value == "":
         return 0
-    if isinstance(value, str) and len(value) == digits:
+    if type(value) is str and len(value) == digits and value.isascii():
         try:
             return int(value, 16)
         except ValueError:
@@ -416,33 +471,28 @@ def _hex_id(value: object, digits: int, where: str) -> int:
     hint = ""
     if isinstance(value, str) and _looks_base64(value, digits // 2):
         hint = " (it looks base64: protobuf's JSON mapping, not OTLP/JSON)"
-    raise _Malformed(f"{where} is not {digits} hex digits: {value!r}{hint}")
+    raise SpanFormatError(f"{where} is not {digits} hex digits: {_short(value)}{hint}")
 
 
-def _looks_base64(value: str, size: int) -> bool:
-    try:
-        return len(base64.b64decode(value, validate=True)) == size
-    except (binascii.Error, ValueError):
-        return False
-
-
-def _attributes(items: object) -> dict:
+def attributes(items: object) -> dict:
+    """An attributes array as a dict of Python values."""
     if items is None:
         return {}
-    if not isinstance(items, list):
-        raise _Malformed("attributes is not a JSON array")
+    if type(items) is not list:
+        raise SpanFormatError("attributes is not a JSON array")
     result = {}
     for item in items:
         item = _object(item, "attributes[]")
         key = item.get("key")
-        if not isinstance(key, str):
-            raise _Malformed(f"attribute key is not a string: {key!r}")
-        result[key] = _any_value(item.get("value"), key)
+        if type(key) is not str:
+            raise SpanFormatError(f"attribute key is not a string: {_short(key)}")
+        result[key] = any_value(item.get("value"), key)
     return result
 
 
-def _any_value(value: object, key: str) -> object:
-    """An ``AnyValue`` as a Python value; an empty one is None."""
+def any_value(value: object, key: str) -> object:
+    """An ``AnyValue`` as a Python value; an empty one is None. Bytes stay
+    as their base64 text."""
     if value is None:
         return None
     value = _object(value, f"attribute {key!r} value")
@@ -452,27 +502,145 @@ def _any_value(value: object, key: str) -> object:
         return bool(value["boolValue"])
     if "intValue" in value:
         raw = value["intValue"]
-        try:
-            if isinstance(raw, bool) or isinstance(raw, float):
-                raise ValueError
+        if type(raw) is int:
+            return raw
+        if type(raw) is str and 0 < len(raw) <= 20 and raw.lstrip("-").isascii() and raw.lstrip("-").isdigit():
             return int(raw)
-        except (TypeError, ValueError):
-            raise _Malformed(f"attribute {key!r}: intValue is not an integer: {raw!r}") from None
+        raise SpanFormatError(f"attribute {key!r}: intValue is not an integer: {_short(raw)}")
     if "doubleValue" in value:
         raw = value["doubleValue"]
-        try:
-            if isinstance(raw, bool):
-                raise ValueError
-            number = float(raw)  # also "NaN", "Infinity", "-Infinity"
-        except (TypeError, ValueError):
-            raise _Malformed(f"attribute {key!r}: doubleValue is not a number: {raw!r}") from None
-        return number
+        if type(raw) in (float, int):
+            return float(raw)
+        if type(raw) is str and len(raw) <= 40:
+            try:
+                return float(raw)  # also "NaN", "Infinity", "-Infinity"
+            except ValueError:
+                pass
+        raise SpanFormatError(f"attribute {key!r}: doubleValue is not a number: {_short(raw)}")
     if "arrayValue" in value:
         array = _object(value["arrayValue"], f"attribute {key!r} arrayValue")
-        return [_any_value(item, key) for item in _list(array, "values")]
+        return [any_value(item, key) for item in _list(array, "values")]
     if "kvlistValue" in value:
         kvlist = _object(value["kvlistValue"], f"attribute {key!r} kvlistValue")
-        return _attributes(kvlist.get("values"))
+        return attributes(kvlist.get("values"))
     if "bytesValue" in value:
         return value["bytesValue"]  # base64 text, kept as written
     return None
+
+
+def _event(event: dict) -> SpanEvent:
+    return SpanEvent(
+        name=str(event.get("name", "")),
+        time_ns=nanos(event.get("timeUnixNano", 0), "events[].timeUnixNano"),
+        attributes=attributes(event.get("attributes")),
+    )
+
+
+def _link(link: dict) -> tuple[int, int]:
+    return hex_id(link.get("traceId"), 32, "links[].traceId"), hex_id(link.get("spanId"), 16, "links[].spanId")
+
+
+def _object(value: object, where: str) -> dict:
+    if type(value) is not dict:
+        raise SpanFormatError(f"{where} is not a JSON object")
+    return value  # type: ignore[return-value]
+
+
+def _list(parent: dict, key: str) -> list:
+    value = parent.get(key)
+    if value is None:
+        return []
+    return _array(value, key)
+
+
+def _array(value: object, key: str) -> list:
+    if type(value) is not list:
+        raise SpanFormatError(f"{key} is not a JSON array")
+    return value  # type: ignore[return-value]
+
+
+def _short(value: object) -> str:
+    """A value for an error message, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _looks_base64(value: str, size: int) -> bool:
+    try:
+        return len(base64.b64decode(value, validate=True)) == size
+    except (binascii.Error, ValueError):
+        return False
+
+
+# ------------------------------------------------- parsing one document
+
+
+class _NotJson(Exception):
+    def __init__(self, reason: str, incomplete: bool = False):
+        super().__init__(reason)
+        self.incomplete = incomplete  # the text ended inside a JSON value
+
+
+def _loads(raw: bytes) -> object:
+    """One document: orjson, which is fast; then the standard library for
+    what orjson refuses but JSON allows (a lone surrogate in a \\u escape,
+    an integer beyond 64 bits, NaN), and for its error messages."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise _NotJson("nested too deep") from None
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "replace")
+    except json.JSONDecodeError as exc:
+        raise _NotJson(exc.msg, incomplete=exc.pos >= len(raw.rstrip())) from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise _NotJson(str(exc).split(";")[0]) from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise _NotJson("nested too deep") from None
+    except json.JSONDecodeError as exc:
+        raise _NotJson(exc.msg, incomplete=exc.pos >= len(text.rstrip())) from None
+    except ValueError as exc:
+        raise _NotJson(str(exc).split(";")[0]) from None
+
+
+_SPACE = re.compile(r"\s*")
+
+
+def _documents(source: Input, first_line: bytes, number: int) -> Iterator[tuple[int, object]]:
+    """The rest of the input as one or more pretty-printed JSON documents."""
+    data = first_line + source.read_rest(MAX_DOCUMENT - len(first_line))
+    text = data.decode("utf-8", "replace")
+    decoder = json.JSONDecoder()
+    position = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
+    while position < len(text):
+        line = number + text.count("\n", 0, position)
+        try:
+            document, position = decoder.raw_decode(text, position)
+        except RecursionError:
+            raise source.error(line, "not JSON (nested too deep)") from None
+        except json.JSONDecodeError as exc:
+            raise source.error(number + text.count("\n", 0, exc.pos), f"not JSON ({exc.msg})") from None
+        except ValueError as exc:
+            raise source.error(line, f"not JSON ({str(exc).split(';')[0]})") from None
+        yield line, document
+        position = _SPACE.match(text, position).end()  # type: ignore[union-attr]
+
+
+def _cut_off_message(name: str, number: int, size: int) -> str:
+    return (
+        f"{name}:{number}: the last line is cut off ({size} bytes with no newline at the end: "
+        "a writer still running, or killed); read the lines before it"
+    )
+
+
+def _looks_like_gpu_log(raw: bytes) -> bool:
+    text = raw.strip().lower()
+    if text.startswith(b"#"):
+        return b"gpu" in text
+    return text.startswith(b"timestamp") and b"utilization" in text

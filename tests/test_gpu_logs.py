@@ -163,7 +163,7 @@ timestamp, index, utilization.gpu [%]
 
 
 def test_a_missing_file_and_a_bad_zone_are_clear_errors(tmp_path):
-    with pytest.raises(InputError, match="nope.log: cannot read GPU log"):
+    with pytest.raises(InputError, match="nope.log: cannot read: No such file"):
         read_gpu_log(str(tmp_path / "nope.log"))
     with pytest.raises(ConfigError, match="--tz"):
         read_gpu_log(write(tmp_path, "dmon.log", DMON_EXAMPLE), tz="Mars/Olympus_Mons")

@@ -186,8 +186,8 @@ def line_with(span: str) -> str:
         (line_with(GOOD_SPAN.replace("5b8efff798038103d269b633813fc60c", "W47/95gDgQPSabYzgT/GDA==")),
          "traceId is not 32 hex digits: 'W47/95gDgQPSabYzgT/GDA==' (it looks base64"),
         (line_with(GOOD_SPAN.replace("eee19b7ec3c1b174", "eee19b7ec3c1b17z")), "spanId is not 16 hex digits"),
-        (line_with(GOOD_SPAN.replace('"10"', '"yesterday"')), "startTimeUnixNano is not an integer: 'yesterday'"),
-        (line_with(GOOD_SPAN.replace('"10"', '"\u00b2"')), "startTimeUnixNano is not an integer: '\u00b2'"),
+        (line_with(GOOD_SPAN.replace('"10"', '"yesterday"')), "startTimeUnixNano is not an unsigned 64-bit integer: 'yesterday'"),
+        (line_with(GOOD_SPAN.replace('"10"', '"\u00b2"')), "startTimeUnixNano is not an unsigned 64-bit integer: '\u00b2'"),
         (line_with(GOOD_SPAN.replace('"name":"x"', '"attributes":[{"key":"k","value":{"arrayValue":{"values":5}}}]')),
          "values is not a JSON array"),
         (line_with(GOOD_SPAN.replace('"20"', '"5"')), "ends (endTimeUnixNano 5) before it starts (10)"),
@@ -209,10 +209,17 @@ def test_a_malformed_line_names_the_file_and_line(tmp_path, bad_line, complaint)
     assert complaint in str(error.value)
 
 
-def test_a_compressed_file_is_named_as_such(tmp_path):
+def test_a_compressed_file_reads_like_a_plain_one(tmp_path):
     path = tmp_path / "traces.jsonl.gz"
     path.write_bytes(gzip.compress((line_with(GOOD_SPAN) + "\n").encode()))
-    with pytest.raises(InputError, match=r"traces.jsonl.gz:1: binary data, not OTLP/JSON lines"):
+    (record,) = iter_spans(str(path))
+    assert record.span_id == 0xEEE19B7EC3C1B174
+
+
+def test_protobuf_is_named_as_binary(tmp_path):
+    path = tmp_path / "traces.binpb"
+    path.write_bytes(b"\x00\x00\x00\x10\x0a\x0e\x0a\x0c" + bytes(range(12)))
+    with pytest.raises(InputError, match=r"traces.binpb: binary data, not OTLP/JSON lines"):
         list(iter_spans(str(path)))
 
 

@@ -295,7 +295,7 @@ def test_report_json_of_an_empty_file(tmp_path):
     report = report_json(analyse([str(tmp_path / "empty.jsonl")], idle_threshold=0.1, min_idle_s=0.5))
     assert report["window"] == {"start": None, "end": None, "seconds": 0.0}
     assert report["tools"] == [] and report["gpus"] == [] and report["recommendations"] == []
-    assert report["inputs"]["warnings"] == [f"no spans found in {tmp_path / 'empty.jsonl'}"]
+    assert report["inputs"]["warnings"] == [f"{tmp_path / 'empty.jsonl'} is empty"]
 
 
 def test_a_call_seen_by_client_and_server_counts_once(tmp_path):

@@ -14,19 +14,19 @@ the microsecond.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Optional, Sequence
 
 from agent_otel.attribution import BlameTotals, WindowAttribution, attribute
-from agent_otel.gpu.logs import read_gpu_log
-from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, ToolCall
-from agent_otel.report.reader import TraceData, read_traces
+from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
+from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
+from agent_otel.report.reader import TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
 from agent_otel.report.stats import max_overlap, percentile
 from agent_otel.semconv import ERROR_OUTCOMES, PHASE_EXEC, PHASE_QUEUE
-from agent_otel.gpu.timeline import find_idle_windows
 
 GPU_FROM_LOGS = "gpu-log"
 GPU_FROM_TRACES = "traces"
@@ -99,7 +99,7 @@ class Analysis:
     calls: list[ToolCall]
     windows: list[IdleWindow]
     attributions: list[WindowAttribution]
-    samples: dict[str, list[GpuSample]]  # gpu -> samples in the window, by time
+    samples: dict[str, GpuSeries]  # gpu -> samples in the window (GpuSample when iterated), by time
     gpu_source: str
     idle_threshold: float
     min_idle_s: float
@@ -109,6 +109,7 @@ class Analysis:
     gpu_logs: list[GpuLogInfo] = field(default_factory=list)
     span_count: int = 0
     duplicate_spans: int = 0  # spans seen again (the same trace and span id), counted once
+    empty_inputs: list[str] = field(default_factory=list)  # trace inputs with nothing in them
     warnings: list[str] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
 
@@ -134,7 +135,24 @@ def analyse(
     min_idle_s: float,
     progress: Optional[Callable[[int], None]] = None,
 ) -> Analysis:
-    """Read the inputs, attribute GPU idle time, compute every statistic."""
+    """Read the inputs, attribute GPU idle time, compute every statistic.
+
+    Python's cyclic garbage collector is paused throughout (``paused_gc``):
+    nothing here makes reference cycles, and its rescans of the growing
+    heap made the cost per span grow with the input.
+    """
+    with paused_gc():
+        return _analyse(trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress)
+
+
+def _analyse(
+    trace_paths: Sequence[str],
+    gpu_log_paths: Sequence[str],
+    tz: Optional[str],
+    idle_threshold: float,
+    min_idle_s: float,
+    progress: Optional[Callable[[int], None]],
+) -> Analysis:
     traces = read_traces(trace_paths, progress)
     analysis = Analysis(
         trace_paths=list(trace_paths),
@@ -149,13 +167,13 @@ def analyse(
         min_idle_s=min_idle_s,
         span_count=traces.span_count,
         duplicate_spans=traces.duplicate_count,
+        empty_inputs=traces.empty_inputs,
+        warnings=list(traces.warnings),
     )
-    if not traces.span_count:
-        analysis.warnings.append("no spans found in " + ", ".join(trace_paths))
-    elif not traces.calls:
+    if traces.span_count and not traces.calls:
         analysis.warnings.append("no tool spans (gen_ai.operation.name = execute_tool) in the traces")
     observed = _gpu_inputs(analysis, traces, gpu_log_paths, tz)
-    analysis.attributions = attribute(analysis.windows, analysis.calls)
+    analysis.attributions = attribute(analysis.windows, _in_windows(analysis.calls, analysis.windows))
     totals = BlameTotals()
     for window_attribution in analysis.attributions:
         totals.add(window_attribution)
@@ -171,31 +189,30 @@ def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[s
     start, end = analysis.start_ns, analysis.end_ns
     if gpu_log_paths:
         analysis.gpu_source = GPU_FROM_LOGS
-        samples: list[GpuSample] = []
-        uuids: dict[str, str] = {}
+        logs = []
         for path in gpu_log_paths:
             log = read_gpu_log(path, tz)
-            uuids.update(log.uuids)
-            samples.extend(log)
             info = GpuLogInfo(
                 path=str(path),
                 samples=len(log),
-                start_ns=min((s.timestamp_ns for s in log), default=0),
-                end_ns=max((s.timestamp_ns for s in log), default=0),
-                overlaps_traces=any(start <= s.timestamp_ns <= end for s in log),
+                start_ns=log.start_ns,
+                end_ns=log.end_ns,
+                overlaps_traces=any(series.overlaps(start, end) for series in log.series.values()),
             )
             analysis.gpu_logs.append(info)
             if not info.overlaps_traces:
                 analysis.warnings.append(_no_overlap_message(info, start, end))
-        windows = find_idle_windows(samples, threshold=analysis.idle_threshold, min_idle_s=analysis.min_idle_s, uuids=uuids)
+            logs.append(log)
+        combined = GpuLog.merge(logs)
+        del logs
+        windows = combined.idle_windows(analysis.idle_threshold, analysis.min_idle_s)
         observed: dict[str, float] = {}
-        by_gpu: dict[str, list[GpuSample]] = defaultdict(list)
-        for sample in sorted(samples, key=lambda s: s.timestamp_ns):
-            by_gpu[sample.gpu].append(sample)
-        for gpu, gpu_samples in by_gpu.items():
-            first, last = gpu_samples[0].timestamp_ns, gpu_samples[-1].timestamp_ns
+        for gpu, series in combined.series.items():
+            first, last = series.times[0], series.times[-1]
             observed[gpu] = max(0, min(last, end) - max(first, start)) / NS_PER_S
-            analysis.samples[gpu] = _samples_around(gpu_samples, start, end)
+            around = series.around(start, end)
+            if len(around):
+                analysis.samples[gpu] = around
     else:
         windows = traces.idle_windows
         if windows:
@@ -203,6 +220,26 @@ def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[s
         observed = {window.gpu: analysis.seconds for window in windows}
     analysis.windows = _clip(windows, start, end)
     return observed
+
+
+def _in_windows(calls: Sequence[ToolCall], windows: Sequence[IdleWindow]) -> list[ToolCall]:
+    """The calls in flight during some idle window: the only ones the
+    blame depends on (a call outside every window changes no share)."""
+    edges: list[int] = []  # the windows' union, as sorted [start, end) pairs
+    for window in sorted(windows, key=lambda w: w.start_ns):
+        if edges and window.start_ns <= edges[-1]:
+            edges[-1] = max(edges[-1], window.end_ns)
+        else:
+            edges += (window.start_ns, window.end_ns)
+    if not edges:
+        return []
+    kept = []
+    for call in calls:
+        # inside the union if the call's life [submit, end) meets one of its intervals
+        i = bisect_right(edges, call.submit_ns)
+        if i % 2 or (i < len(edges) and (not call.end_ns or call.end_ns > edges[i])):
+            kept.append(call)
+    return kept
 
 
 def _no_overlap_message(info: GpuLogInfo, start: int, end: int) -> str:
@@ -213,15 +250,6 @@ def _no_overlap_message(info: GpuLogInfo, start: int, end: int) -> str:
         f"the traces ({rfc3339(start)} to {rfc3339(end)}): no GPU idle time can be blamed on tools; "
         "if the log was written in another time zone, pass --tz"
     )
-
-
-def _samples_around(samples: list[GpuSample], start: int, end: int) -> list[GpuSample]:
-    """The samples inside [start, end] plus one on each side, so a curve
-    drawn from them reaches the window's edges."""
-    inside = [i for i, s in enumerate(samples) if start <= s.timestamp_ns <= end]
-    if not inside:
-        return []
-    return samples[max(0, inside[0] - 1) : inside[-1] + 2]
 
 
 def _clip(windows: Sequence[IdleWindow], start: int, end: int) -> list[IdleWindow]:
@@ -240,11 +268,7 @@ def _tool_stats(calls: Sequence[ToolCall], totals: BlameTotals, traces: TraceDat
     by_tool: dict[str, list[ToolCall]] = defaultdict(list)
     for call in calls:
         by_tool[call.tool].append(call)
-    live: Optional[dict[str, float]] = None
-    if traces.live_shares:
-        live = defaultdict(float)
-        for share in traces.live_shares:
-            live[share.tool] += share.blocked_s
+    live = traces.live_blocked_s
     blocked: dict[tuple[str, str], float] = defaultdict(float)
     for (_gpu, tool, phase), seconds in totals.blocked_s.items():
         blocked[(tool, phase)] += seconds

@@ -6,27 +6,38 @@ Usage::
                       [--html report.html] [--perfetto trace.json]
 
 Reads OTLP/JSON trace files (the toolkit's own or a Collector file
-exporter's) and, optionally, ``nvidia-smi`` GPU logs; prints a table (or
-the JSON of docs/report.md) and writes the HTML timeline and the Perfetto
-trace when asked. A malformed input stops it with one line naming the file
-and line, and exit status 2.
+exporter's; plain, gzip or zstd; ``-`` for standard input) and,
+optionally, ``nvidia-smi`` GPU logs; prints a table (or the JSON of
+docs/report.md) and writes the HTML timeline and the Perfetto trace when
+asked, saying on stderr where. A malformed or empty input stops it with
+one line naming the file and line, and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import sys
+from typing import TextIO
 
 from agent_otel.config import Settings
-from agent_otel.errors import ConfigError
+from agent_otel.errors import ConfigError, InputError
+from agent_otel.exporters.otlp_json import input_name
+from agent_otel.inputs import STDIN
 from agent_otel.report import html, perfetto, table
-from agent_otel.report.analysis import analyse, report_json
+from agent_otel.report.analysis import Analysis, analyse, report_json
 from agent_otel.report.progress import Progress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("traces", nargs="+", metavar="TRACES.jsonl", help="OTLP/JSON lines files (toolkit or Collector file exporter)")
+    parser.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACES.jsonl",
+        help="OTLP/JSON lines files (toolkit or Collector file exporter; plain, gzip or zstd), or - for standard input",
+    )
     parser.add_argument(
         "--gpu-log",
         action="append",
@@ -35,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="nvidia-smi dmon -o DT or --query-gpu=timestamp,index,utilization.gpu --format=csv output (repeatable); "
         "without one, GPU idle comes from the gpu.idle spans in the traces",
     )
-    parser.add_argument("--tz", metavar="ZONE", help="IANA time zone of the GPU log's times (default: local time)")
+    parser.add_argument(
+        "--tz", metavar="ZONE", help="IANA time zone of the GPU log's times (default: local time); only with --gpu-log"
+    )
     parser.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default: table)")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML timeline to FILE")
     parser.add_argument("--perfetto", metavar="FILE", help="write Chrome trace-event JSON (Perfetto, chrome://tracing) to FILE")
@@ -60,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--idle-threshold", args.idle_threshold, "a utilization ratio from 0 to 1")
     if not 0.0 < args.min_idle <= 3600.0:
         raise ConfigError("--min-idle", args.min_idle, "seconds, more than 0 and at most 3600")
+    if args.tz is not None and not args.gpu_log:
+        raise ConfigError("--tz", args.tz, "--gpu-log as well: the zone is that of a GPU log's times (traces carry UTC)")
+    if [*args.traces, *args.gpu_log].count(STDIN) > 1:
+        raise ConfigError("-", STDIN, "standard input (-) given once, for one input")
     progress = Progress(args.traces)
     try:
         analysis = analyse(
@@ -72,22 +89,42 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         progress.finish()
+    _require_spans(analysis, args.traces)
+    gc.freeze()  # the records live until exit: later collections need not scan them
     if args.html:
-        _write(args.html, "--html", html.render(analysis))
+        _write(args.html, "--html", html.render(analysis), "HTML timeline")
     if args.perfetto:
-        _write(args.perfetto, "--perfetto", json.dumps(perfetto.trace_events(analysis), separators=(",", ":")))
+        _write(args.perfetto, "--perfetto", json.dumps(perfetto.trace_events(analysis), separators=(",", ":")), "Perfetto trace")
     if args.format == "json":
-        json.dump(report_json(analysis), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _print(json.dumps(report_json(analysis), indent=2) + "\n", sys.stdout)
     else:
         width, colour = table.terminal_style(sys.stdout)
-        sys.stdout.write(table.render(analysis, width=width, colour=colour))
+        _print(table.render(analysis, width=width, colour=colour), sys.stdout)
     return 0
 
 
-def _write(path: str, option: str, text: str) -> None:
+def _require_spans(analysis: Analysis, paths: list[str]) -> None:
+    """No spans at all is an error: there is nothing to report."""
+    if analysis.span_count or analysis.duplicate_spans:
+        return
+    names = [input_name(path) for path in paths]
+    if len(analysis.empty_inputs) == len(names):
+        raise InputError(", ".join(names), None, "empty input: no spans to report")
+    raise InputError(", ".join(names), None, "no trace spans in the input (only other OTLP signals, or none)")
+
+
+def _print(text: str, stream: TextIO) -> None:
+    """Write text the stream's encoding may not hold (a lone surrogate in a
+    file name) as escapes, not as an error."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+
+def _write(path: str, option: str, text: str, what: str) -> None:
     try:
-        with open(path, "w", encoding="utf-8") as handle:
+        with open(path, "w", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(text)
     except OSError as exc:
         raise ConfigError(option, path, f"a writable file path ({exc.strerror})") from None
+    size = os.path.getsize(path)
+    _print(f"agent-otel report: wrote the {what} to {path} ({size / 1e6:.1f} MB)\n", sys.stderr)

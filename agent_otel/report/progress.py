@@ -7,10 +7,11 @@ piped or redirected output never carries it.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Iterable, Optional, TextIO
+
+from agent_otel.inputs import input_size
 
 SHOW_AFTER_S = 0.5
 REDRAW_EVERY_S = 0.1
@@ -23,7 +24,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = self.stream.isatty()
         self.label = label
-        self.total = sum(_size(path) for path in paths)
+        self.total = sum(input_size(path) for path in paths)
         self.done = 0
         self._started = time.monotonic()
         self._drawn_at = 0.0
@@ -37,8 +38,11 @@ class Progress:
         if now - self._started >= SHOW_AFTER_S and now - self._drawn_at >= REDRAW_EVERY_S:
             self._drawn_at = now
             self._drawn = True
-            percent = f" ({self.done / self.total:.0%})" if self.total else ""
-            self.stream.write(f"\r{self.label}: {_mb(self.done)} of {_mb(self.total)}{percent}\x1b[K")
+            if self.total:
+                shown = f"{_mb(self.done)} of {_mb(self.total)} ({self.done / self.total:.0%})"
+            else:  # standard input: the size is not known
+                shown = _mb(self.done)
+            self.stream.write(f"\r{self.label}: {shown}\x1b[K")
             self.stream.flush()
 
     def finish(self) -> None:
@@ -46,13 +50,6 @@ class Progress:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
             self._drawn = False
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0  # the reader reports the file properly
 
 
 def _mb(nbytes: int) -> str:

@@ -45,7 +45,7 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
     title = "agent-otel report"
     out.extend(_wrap(title + " " + _summary(report), width, title, paint(BOLD, title)))
     for warning in report["inputs"]["warnings"]:
-        out.extend(paint(YELLOW, line) for line in _wrap("warning: " + warning, width))
+        out.extend(paint(YELLOW, line) for line in _wrap("warning: " + visible(warning), width))
     out.append("")
     out.append(paint(BOLD, "Tools, by GPU idle time they blocked (GPU-seconds)"))
     out.extend(_tools(report["tools"], width, paint))
@@ -61,9 +61,9 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
         out.append("  none: the data shows nothing to change")
     for recommendation in report["recommendations"]:
         kind = f"[{recommendation['kind']}]"
-        out.extend(_wrap(f"- {kind} {recommendation['message']}", width, kind, paint(CYAN, kind)))
+        out.extend(_wrap(f"- {kind} {visible(recommendation['message'])}", width, kind, paint(CYAN, kind)))
         if recommendation["remedy"]:
-            out.extend("    " + line for line in recommendation["remedy"].splitlines())
+            out.extend("    " + visible(line) for line in recommendation["remedy"].splitlines())
     return "\n".join(out) + "\n"
 
 
@@ -80,7 +80,7 @@ def _summary(report: dict) -> str:
     if not inputs["spans"]:
         return "(no spans)"
     source = {
-        GPU_FROM_LOGS: "GPU idle from " + ", ".join(log["path"] for log in inputs["gpu_logs"]),
+        GPU_FROM_LOGS: "GPU idle from " + ", ".join(visible(log["path"]) for log in inputs["gpu_logs"]),
         GPU_FROM_TRACES: "GPU idle from gpu.idle spans",
     }.get(inputs["gpu_source"], "no GPU idle data")
     return f"{window['start']} to {window['end']} ({_sec(window['seconds'])} s), {inputs['tool_calls']} tool calls, {source}"
@@ -155,7 +155,7 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
         Column("UNATTRIBUTED", 0),
     ]
     rows = [
-        [g["gpu"], _sec(g["busy_s"]), _sec(g["idle_s"]), _sec(g["idle_blocked_s"]), _sec(g["idle_unattributed_s"])]
+        [visible(g["gpu"]), _sec(g["busy_s"]), _sec(g["idle_s"]), _sec(g["idle_blocked_s"]), _sec(g["idle_unattributed_s"])]
         for g in gpus
     ]
     return _table(columns, rows, width, paint)
@@ -188,9 +188,29 @@ def _table(columns: list[Column], rows: list[list[str]], width: Optional[int], p
 
 
 def _name(name: str, width: Optional[int]) -> str:
+    name = visible(name)
     if width and len(name) > MAX_NAME:
         return name[: MAX_NAME - 1] + "…"
     return name
+
+
+def visible(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters (escape
+    sequences that retitle or clear the screen, newlines, tabs), Unicode
+    direction overrides and lone surrogates are shown as escapes
+    (``\\x1b``, ``\\u202e``), never sent as they are."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else _escape(ch) for ch in text)
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
 
 
 def _sec(seconds: float) -> str:
