@@ -138,6 +138,7 @@ SPAN_PHASES: Final = (PHASE_QUEUE, PHASE_EXEC, PHASE_MIXED)  # agent.tool.phase'
 EXECUTOR_DIRECT: Final = "direct"  # a call not submitted to an executor
 EXECUTOR_ASYNCIO_DEFAULT: Final = "asyncio-default"  # asyncio's default pool
 EXECUTOR_UNNAMED: Final = "ThreadPoolExecutor"  # every pool created without a thread_name_prefix
+EXECUTOR_ANYIO: Final = "anyio"  # anyio's worker threads (anyio.to_thread.run_sync)
 
 POOL_REJECTION_CALLER_RUNS: Final = "caller_runs"
 

@@ -64,7 +64,7 @@ def test_every_name_is_documented_in_telemetry_md():
             assert f"`{label}`" in TELEMETRY_DOC, label
     for value in (semconv.SPAN_GPU_IDLE, semconv.EVENT_EXEC_START, semconv.EVENT_TOOL_ATTEMPT,
                   semconv.EVENT_POOL_REJECTED, *semconv.OUTCOMES, *semconv.SPAN_PHASES, semconv.EXECUTOR_DIRECT,
-                  semconv.EXECUTOR_ASYNCIO_DEFAULT, semconv.EXECUTOR_UNNAMED, semconv.OTHER_TOOL):
+                  semconv.EXECUTOR_ASYNCIO_DEFAULT, semconv.EXECUTOR_UNNAMED, semconv.EXECUTOR_ANYIO, semconv.OTHER_TOOL):
         assert f"`{value}`" in TELEMETRY_DOC or f'"{value}"' in TELEMETRY_DOC, value
     assert "execute_tool {gen_ai.tool.name}" in TELEMETRY_DOC
     buckets = ", ".join(f"{b:g}" for b in semconv.DURATION_BUCKETS)

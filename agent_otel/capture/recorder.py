@@ -168,12 +168,14 @@ class Recorder:
         token = context_api.attach(trace_api.set_span_in_context(span))
         return ActiveCall(call, span, token, started_late=True)
 
-    def started(self, active: ActiveCall, executor: str, at_ns: Optional[int] = None) -> None:
-        """A requested call began executing (on a worker thread, or at ``at_ns``)."""
+    def started(self, active: ActiveCall, executor: str, at_ns: Optional[int] = None,
+                max_workers: Optional[int] = None) -> None:
+        """A requested call began executing (on a worker of ``executor``, or at ``at_ns``)."""
         call = active.call
         if call is None or call.start_ns:
             return
         call.executor = executor
+        call.executor_workers = max_workers
         call.start_ns = at_ns if at_ns is not None else perf_counter_ns() + OFFSET_NS
         if call.start_ns != call.submit_ns:  # as in begin(): only when execution began later
             active.span.add_event(EVENT_EXEC_START, timestamp=call.start_ns)
@@ -198,6 +200,8 @@ class Recorder:
         if active.started_late:
             attributes[AGENT_TOOL_QUEUE_DURATION] = (call.start_ns - call.submit_ns) / 1e9
             attributes[AGENT_TOOL_EXECUTOR] = call.executor
+            if call.executor_workers:
+                attributes[AGENT_EXECUTOR_MAX_WORKERS] = call.executor_workers
         span.set_attributes(attributes)
         span.end(end_time=now)
         if active.token is not None:

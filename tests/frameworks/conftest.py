@@ -9,11 +9,11 @@ import agent_otel
 
 @pytest.fixture
 def hooked(spans):
-    """``hooked(name)``: agent_otel instrumented with one framework hooked, for one test."""
+    """``hooked(name, **settings)``: agent_otel instrumented with one framework hooked, for one test."""
 
-    def instrument(name: str):
+    def instrument(name: str, **settings):
         return agent_otel.instrument(service_name="test-agent", traces_exporters="none", gpu="off",
-                                     frameworks=[name])
+                                     frameworks=[name], **settings)
 
     yield instrument
     agent_otel.uninstrument()

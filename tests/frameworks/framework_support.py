@@ -49,6 +49,10 @@ def run_with_one_worker(coroutine_function):
     return asyncio.run(main())
 
 
+# What asyncio's default executor is made with when the loop creates it.
+ASYNCIO_DEFAULT_WORKERS = min(32, (os.cpu_count() or 1) + 4)
+
+
 def timing(span) -> tuple[float, float]:
     """(queue seconds, exec seconds) of a tool span."""
     return span.attributes["agent.tool.queue.duration"], span.attributes["agent.tool.exec.duration"]
@@ -63,6 +67,7 @@ def assert_queued_one_after_another(spans, sleep_s: float) -> None:
         assert queue_s >= position * sleep_s * 0.95, (position, queue_s)
         assert queue_s < position * sleep_s + 3.0
         assert span.attributes["agent.tool.executor"] == "tools"
+        assert span.attributes["agent.executor.max_workers"] == 1  # the report's MAX WORKERS
         assert span.attributes["agent.tool.outcome"] == "ok"
         # The span starts at submission: its duration is queue plus exec.
         duration_s = (span.end_time - span.start_time) / 1e9

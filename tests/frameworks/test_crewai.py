@@ -9,8 +9,10 @@ docs/frameworks.md).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
+import types
 
 import pytest
 from frameworks.framework_support import (assert_queued_one_after_another, require_framework, run_with_one_worker,
@@ -19,6 +21,8 @@ from frameworks.framework_support import (assert_queued_one_after_another, requi
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # no usage reports from a test run
 require_framework("crewai", "crewai")
 
+from crewai import Agent, Crew, Task  # noqa: E402
+from crewai.llms.base_llm import BaseLLM  # noqa: E402
 from crewai.tools import BaseTool, tool  # noqa: E402
 
 SLEEP_S = 0.15
@@ -63,6 +67,46 @@ def test_agent_style_async_runs_of_a_sync_tool_wait_for_the_executor(hooked, spa
 
     assert run_with_one_worker(agent_turn) == ["resized to 0", "resized to 1", "resized to 2"]
     assert_queued_one_after_another(spans.tools("resize"), SLEEP_S)
+
+
+class ScriptedLLM(BaseLLM):
+    """A function-calling model that asks for ``tool_calls`` ((name, arguments), ...) once, then answers."""
+
+    def __init__(self, tool_calls, **kwargs):
+        super().__init__(model="scripted", **kwargs)
+        self._tool_calls = tool_calls
+
+    def supports_function_calling(self) -> bool:
+        return True
+
+    def call(self, messages, tools=None, callbacks=None, available_functions=None, from_task=None,
+             from_agent=None, response_model=None):
+        if any(isinstance(m, dict) and m.get("role") == "tool" for m in messages):
+            return "all fetched"
+        return [types.SimpleNamespace(id=f"call_{i}", function=types.SimpleNamespace(
+                    name=name, arguments=json.dumps(arguments)))
+                for i, (name, arguments) in enumerate(self._tool_calls)]
+
+
+def test_a_crews_parallel_native_tool_calls_wait_for_its_pool(hooked, spans):
+    hooked("crewai")
+    llm = ScriptedLLM([("fetch_page", {"url": str(i)}) for i in range(10)])
+    agent = Agent(role="researcher", goal="read pages", backstory="careful", tools=[fetch_page], llm=llm)
+    task = Task(description="fetch ten pages", expected_output="a summary", agent=agent)
+
+    assert str(Crew(agents=[agent], tasks=[task]).kickoff()) == "all fetched"
+
+    # CrewAI runs up to 8 native tool calls at once: of 10, two wait for a worker.
+    pages = spans.tools("fetch_page")
+    assert len(pages) == 10
+    for span in pages:
+        queue_s, exec_s = timing(span)
+        assert span.attributes["agent.tool.executor"] == "ThreadPoolExecutor"
+        assert span.attributes["agent.executor.max_workers"] == 8
+        assert exec_s >= SLEEP_S * 0.95
+        assert abs((span.end_time - span.start_time) / 1e9 - (queue_s + exec_s)) < 0.005
+    queued = sorted(timing(span)[0] for span in pages)[-2:]
+    assert all(SLEEP_S * 0.95 <= queue_s < SLEEP_S + 3.0 for queue_s in queued)
 
 
 def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans):

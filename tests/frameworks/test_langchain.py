@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
-from frameworks.framework_support import (assert_queued_one_after_another, require_framework, run_with_one_worker,
-                                          timing)
+from frameworks.framework_support import (ASYNCIO_DEFAULT_WORKERS, assert_queued_one_after_another,
+                                          require_framework, run_with_one_worker, timing)
 
 require_framework("langchain", "langchain_core")
 
@@ -212,6 +213,28 @@ def test_langgraph_async_graph_runs_sync_tools_on_the_default_executor(hooked, s
 
     assert state["messages"][-1].content == "all fetched"
     assert_queued_one_after_another(spans.tools("fetch_page"), SLEEP_S)
+
+
+def test_the_report_knows_the_size_of_the_pool_asyncio_made_for_the_tools(hooked, spans, tmp_path, capsys):
+    require_framework("langchain", "langgraph")
+    from agent_otel.cli import main
+
+    traces = tmp_path / "traces.jsonl"
+    hooked("langchain", traces_file=str(traces))
+    graph = _react_graph([fetch_page], _three_page_turns(), asynchronous=True)
+
+    # A plain asyncio.run: the loop creates its default executor when
+    # LangChain hands it the first sync tool.
+    state = asyncio.run(graph.ainvoke({"messages": [HumanMessage("fetch")]}))
+    agent_otel.uninstrument()  # flushes the traces file
+
+    assert state["messages"][-1].content == "all fetched"
+    for span in spans.tools("fetch_page"):
+        assert span.attributes["agent.tool.executor"] == "asyncio-default"
+        assert span.attributes["agent.executor.max_workers"] == ASYNCIO_DEFAULT_WORKERS
+    assert main(["report", str(traces), "--format", "json"]) == 0
+    (executor,) = json.loads(capsys.readouterr().out)["executors"]
+    assert (executor["executor"], executor["max_workers"]) == ("asyncio-default", ASYNCIO_DEFAULT_WORKERS)
 
 
 def test_uninstrument_restores_langchain_exactly(spans):

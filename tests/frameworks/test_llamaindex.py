@@ -11,8 +11,8 @@ import logging
 import time
 
 import pytest
-from frameworks.framework_support import (assert_queued_one_after_another, require_framework, run_with_one_worker,
-                                          timing)
+from frameworks.framework_support import (ASYNCIO_DEFAULT_WORKERS, assert_queued_one_after_another,
+                                          require_framework, run_with_one_worker, timing)
 
 require_framework("llamaindex", "llama_index.core")
 
@@ -60,6 +60,42 @@ def test_agent_style_async_calls_of_a_sync_tool_wait_for_the_executor(hooked, sp
 
     assert [o.raw_output for o in outputs] == ["<html>0</html>", "<html>1</html>", "<html>2</html>"]
     assert_queued_one_after_another(spans.tools("fetch_page"), SLEEP_S)
+
+
+def scripted_llm(tool_calls):
+    """A function-calling LLM that asks for ``tool_calls`` ((name, kwargs), ...) once, then answers."""
+    from llama_index.core.base.llms.types import ToolCallBlock
+    from llama_index.core.llms import ChatMessage, MessageRole
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+
+    def respond(messages, **kwargs):
+        if any(message.role == MessageRole.TOOL for message in messages):
+            return ChatMessage(role=MessageRole.ASSISTANT, content="all fetched")
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[
+            ToolCallBlock(tool_call_id=f"call_{i}", tool_name=name, tool_kwargs=arguments)
+            for i, (name, arguments) in enumerate(tool_calls)])
+
+    return MockFunctionCallingLLM(response_generator=respond)
+
+
+def test_a_function_agent_runs_sync_tools_on_the_default_executor_of_known_size(hooked, spans):
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    hooked("llamaindex")
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(fn=fetch_page)],
+                          llm=scripted_llm([("fetch_page", {"url": str(i)}) for i in range(3)]))
+
+    async def agent_turn():
+        return await agent.run("fetch three pages")
+
+    assert str(asyncio.run(agent_turn())) == "all fetched"
+
+    pages = spans.tools("fetch_page")
+    assert len(pages) == 3
+    for span in pages:
+        assert span.attributes["agent.tool.executor"] == "asyncio-default"
+        assert span.attributes["agent.executor.max_workers"] == ASYNCIO_DEFAULT_WORKERS
+        assert timing(span)[1] >= SLEEP_S * 0.95
 
 
 def test_async_tool_has_no_queue(hooked, spans):

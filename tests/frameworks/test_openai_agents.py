@@ -10,8 +10,8 @@ import asyncio
 import json
 import time
 
-from frameworks.framework_support import (assert_queued_one_after_another, require_framework, run_with_one_worker,
-                                          timing)
+from frameworks.framework_support import (ASYNCIO_DEFAULT_WORKERS, assert_queued_one_after_another,
+                                          require_framework, run_with_one_worker, timing)
 
 require_framework("openai_agents", "agents")
 
@@ -94,6 +94,21 @@ def test_agent_tool_calls_become_spans_with_call_ids_and_queue_time(hooked, span
     assert query.attributes["gen_ai.tool.call.id"] == "call_q"
     assert query.attributes["agent.tool.executor"] == "direct"
     assert queue_s == 0.0 and exec_s >= SLEEP_S * 0.95
+
+
+def test_sync_tools_on_the_loops_own_default_executor_carry_its_size(hooked, spans):
+    hooked("openai_agents")
+    agent = Agent(name="support", tools=[fetch_page], model=ScriptedModel(
+        [[call("fetch_page", {"url": "a"}, "call_a"), call("fetch_page", {"url": "b"}, "call_b")], [answer("ok")]]))
+
+    assert asyncio.run(Runner.run(agent, "help me")).final_output == "ok"  # the SDK's asyncio.to_thread
+
+    pages = spans.tools("fetch_page")
+    assert len(pages) == 2
+    for span in pages:
+        assert span.attributes["agent.tool.executor"] == "asyncio-default"
+        assert span.attributes["agent.executor.max_workers"] == ASYNCIO_DEFAULT_WORKERS
+        assert timing(span)[1] >= SLEEP_S * 0.95
 
 
 def test_an_error_the_sdk_reports_to_the_model_is_recorded_on_the_span(hooked, spans):

@@ -110,14 +110,30 @@ def sync_call(framework: str, original: Callable, args: tuple, kwargs: dict,
 class _Handoff:
     """A requested call waiting for the framework to submit it to a thread."""
 
-    __slots__ = ("rec", "active", "owner", "executor", "submitted")
+    __slots__ = ("rec", "active", "owner", "optional", "executor", "pool_size", "submitted")
 
-    def __init__(self, rec: Recorder, active: ActiveCall, owner: Any):
+    def __init__(self, rec: Recorder, active: ActiveCall, owner: Any, optional: bool = False):
         self.rec = rec
         self.active = active
         self.owner = owner
+        self.optional = optional
         self.executor = EXECUTOR_DIRECT
+        # The pool's max_workers, read when a worker starts the call: asyncio
+        # creates its default pool inside the very run_in_executor call.
+        self.pool_size: Callable[[], Optional[int]] = _no_pool_size
         self.submitted = False
+
+    def started(self) -> None:
+        """The call's exec phase begins now, on a worker of ``executor``."""
+        try:
+            size = self.pool_size()
+        except Exception:
+            size = None
+        self.rec.started(self.active, self.executor, max_workers=size if isinstance(size, int) else None)
+
+
+def _no_pool_size() -> Optional[int]:
+    return None
 
 
 _handoff: contextvars.ContextVar[Optional[_Handoff]] = contextvars.ContextVar("agent_otel_handoff", default=None)
@@ -126,22 +142,25 @@ _NOT_IN_THREAD = object()
 
 async def async_call(framework: str, original: Callable, args: tuple, kwargs: dict,
                      describe: Callable[[], tuple], failed: Optional[Callable[[Any], Any]] = None,
-                     thread_owner: Any = _NOT_IN_THREAD) -> Any:
+                     thread_owner: Any = _NOT_IN_THREAD, thread_optional: bool = False) -> Any:
     """Await ``original(*args, **kwargs)`` as one tool span.
 
     With ``thread_owner``, the framework will run the tool on a thread pool:
     the submission whose callable refers to ``thread_owner`` (the tool
     object, or its function) ends the queue phase when a worker starts it.
     ``thread_owner=None`` takes the first submission made in this call.
+    ``thread_optional``: the framework may as well run the tool on the loop
+    (a server running sync tools on a thread, async ones in place); a call
+    never handed off is then a direct call, with no warning.
     """
     rec = _recorder.current
     if rec is None:
         return await original(*args, **kwargs)
-    handed_off = thread_owner is not _NOT_IN_THREAD and _loop_hooked()
+    handed_off = thread_owner is not _NOT_IN_THREAD and (thread_optional or _loop_hooked())
     active = _begin(rec, framework, describe, handed_off)
     if active is None:
         return await original(*args, **kwargs)
-    handoff = _Handoff(rec, active, thread_owner) if handed_off and active.call is not None else None
+    handoff = _Handoff(rec, active, thread_owner, thread_optional) if handed_off and active.call is not None else None
     token = _handoff.set(handoff)
     try:
         result = await original(*args, **kwargs)
@@ -165,13 +184,13 @@ def _settle(handoff: _Handoff, framework: str, raised: bool) -> None:
         return
     if handoff.submitted:
         # Submitted, never started (cancelled while queued): all queue.
-        handoff.rec.started(handoff.active, handoff.executor)
+        handoff.started()
         return
     # Never seen going to a thread: an event loop we do not hook (uvloop), a
     # framework version that runs it otherwise, or a failure before the
     # hand-off. Count it as a direct call, as a plain span would.
     handoff.rec.started(handoff.active, EXECUTOR_DIRECT, at_ns=call.submit_ns)
-    if not raised:
+    if not raised and not handoff.optional:
         warn_once(f"{framework}:handoff", "agent-otel: %s did not hand tool %r to a thread pool where "
                   "expected (event loop %s); its queue time is counted as exec time",
                   framework, call.tool, type(_running_loop()).__name__)
@@ -217,13 +236,37 @@ class _Started:
         self.fn = fn
         self.handoff = handoff
 
-    def __call__(self, *args: Any) -> Any:
-        handoff = self.handoff
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            handoff.rec.started(handoff.active, handoff.executor)
+            self.handoff.started()
         except Exception:
             pass  # timing only; the tool itself must run
-        return self.fn(*args)
+        return self.fn(*args, **kwargs)
+
+
+def pending_handoff(fn: Callable) -> Optional[_Handoff]:
+    """The call ``async_call`` is about to hand to a thread, when submitting ``fn`` does that."""
+    handoff = _handoff.get()
+    if handoff is None or handoff.submitted:
+        return None
+    try:
+        if handoff.owner is None or _refers_to(fn, handoff.owner):
+            return handoff
+    except Exception:
+        pass
+    return None
+
+
+def hand_off(handoff: _Handoff, fn: Callable, executor: str, pool_size: Callable[[], Optional[int]]) -> Callable:
+    """What to submit instead of ``fn``: the call's exec starts when a worker of ``executor`` runs it.
+
+    Hooks of a thread hand-off point call this with the ``pending_handoff``;
+    ``pool_size()`` gives the pool's max_workers once a worker started.
+    """
+    handoff.submitted = True
+    handoff.executor = executor
+    handoff.pool_size = pool_size
+    return _Started(fn, handoff)
 
 
 # What run_in_executor was when the first hook replaced it (another
@@ -234,14 +277,16 @@ _loop_users = 0
 
 @functools.wraps(_original_run_in_executor)
 def _run_in_executor(self, executor, func, *args):
-    handoff = _handoff.get()
-    if handoff is not None and not handoff.submitted:
+    handoff = pending_handoff(func) if _handoff.get() is not None else None
+    if handoff is not None:
         try:
-            if handoff.owner is None or _refers_to(func, handoff.owner):
-                handoff.submitted = True
-                pool = executor if executor is not None else getattr(self, "_default_executor", None)
-                handoff.executor = executor_name(pool) if pool is not None else EXECUTOR_ASYNCIO_DEFAULT
-                func = _Started(func, handoff)
+            pool = executor if executor is not None else getattr(self, "_default_executor", None)
+            if pool is not None:
+                func = hand_off(handoff, func, executor_name(pool), lambda: getattr(pool, "_max_workers", None))
+            else:  # the loop creates its default pool in this call
+                loop = self
+                func = hand_off(handoff, func, EXECUTOR_ASYNCIO_DEFAULT,
+                                lambda: getattr(getattr(loop, "_default_executor", None), "_max_workers", None))
         except Exception:
             pass  # never let timing stop the submission
     return _original_run_in_executor(self, executor, func, *args)

@@ -13,6 +13,10 @@ Hooked:
   ``CrewStructuredTool`` around its ``_run``). ``ainvoke`` of a sync tool
   runs it on the event loop's default executor: the span starts at
   ``ainvoke`` and exec starts when a worker picks it up.
+- ``crewai.agents.agent_executor.ThreadPoolExecutor``: an agent given
+  several native tool calls in one step runs them on a pool of up to 8
+  workers. The hook's pool marks each submitted call, so its span starts at
+  submission and queue time is real.
 
 Name and description come from the tool. CrewAI does not pass the model's
 tool call id down to the tool, so spans carry none.
@@ -24,11 +28,13 @@ environment (see docs/frameworks.md).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 
 from agent_otel.capture import recorder as _recorder
-from agent_otel.capture.frameworks.calls import async_call, hook_event_loop, meta, sync_call, unhook_event_loop
+from agent_otel.capture.frameworks.calls import (MarkedWork, async_call, hook_event_loop, meta, sync_call,
+                                                 unhook_event_loop)
 from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
 from agent_otel.capture.patching import Patches
 
@@ -37,6 +43,7 @@ _patches = Patches()
 
 
 def instrument() -> None:
+    from crewai.agents import agent_executor
     from crewai.tools.base_tool import BaseTool, Tool
     from crewai.tools.structured_tool import CrewStructuredTool
 
@@ -45,6 +52,7 @@ def instrument() -> None:
         _patches.wrap(tool_class, "arun", _wrap_arun)
     _patches.wrap(CrewStructuredTool, "invoke", _wrap_run)
     _patches.wrap(CrewStructuredTool, "ainvoke", _wrap_ainvoke)
+    _patches.wrap(agent_executor, "ThreadPoolExecutor", _tool_call_pool)
     _patches.apply(hook_event_loop, unhook_event_loop)
 
 
@@ -81,6 +89,38 @@ def _wrap_ainvoke(original):
         return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self))
 
     return ainvoke
+
+
+def _tool_name(executor, tool_call):
+    """The name the tool's span will have: its own, which the model's call names sanitized."""
+    from crewai.utilities.agent_utils import extract_tool_call_info
+
+    info = extract_tool_call_info(tool_call)
+    if info is None:
+        return None
+    function_name = info[1]
+    tool = (getattr(executor, "_tool_name_mapping", None) or {}).get(function_name)
+    return getattr(tool, "name", None) or function_name
+
+
+def _tool_call_pool(pool_class):
+    class ToolCallPool(pool_class):
+        """The agent's pool for parallel native tool calls, submitting each as a marked work item."""
+
+        def submit(self, fn, /, *args, **kwargs):
+            # CrewAI submits (context.run, executor._execute_single_native_tool_call, tool_call).
+            if (_recorder.current is not None and isinstance(getattr(fn, "__self__", None), contextvars.Context)
+                    and len(args) == 2 and getattr(args[0], "__name__", "") == "_execute_single_native_tool_call"):
+                try:
+                    name = _tool_name(args[0].__self__, args[1])
+                except Exception:
+                    name = None
+                if name is not None:
+                    return super().submit(functools.partial(fn, MarkedWork(args[0], name), args[1]), **kwargs)
+            return super().submit(fn, *args, **kwargs)
+
+    ToolCallPool.__name__ = ToolCallPool.__qualname__ = pool_class.__name__
+    return ToolCallPool
 
 
 class CrewAIInstrumentor(FrameworkInstrumentor):
