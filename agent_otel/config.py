@@ -1,88 +1,193 @@
-"""Settings for ``instrument()``: keyword arguments first, then environment
-variables, then defaults, each validated with an error naming the setting.
+"""Every setting of agent-otel, declared once.
+
+Each field of ``Settings`` carries its type, default and, in its metadata,
+a ``Declaration``: environment variables, bounds or choices, and help
+text. ``instrument()`` reads keyword arguments first, then the environment
+variables, then the defaults; the command lines, the GPU timeline's
+defaults and the README's configuration table (``python -m
+agent_otel.config --write README.md``) all come from here, so a setting is
+written down in one place. Every value is validated with an error naming
+the setting (or the variable, or the command-line option) and the value.
 
 The ``OTEL_*`` variables of the OpenTelemetry SDK (endpoint, headers,
-timeouts, service name) are read by the SDK and its exporters themselves;
+timeouts, certificates) are read by the SDK and its exporters themselves;
 this module reads only the ones that decide what ``instrument()`` sets up,
 and validates them so a typo fails at start-up, not silently.
+
+Importing this module loads nothing else of the toolkit (only
+``agent_otel.errors``), so the dashboards and the GPU modules may use it.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
-from dataclasses import dataclass, fields
-from typing import Callable, Optional
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol, Union, get_args, get_origin, get_type_hints
 
 from agent_otel.errors import ConfigError
 
-TRACES_EXPORTERS = ("otlp", "console", "none")
-OTLP_PROTOCOLS = ("grpc", "http/protobuf")
-GPU_SOURCES = ("auto", "nvml", "simulated", "off")  # or "replay:PATH"
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
+REPLAY_PREFIX = "replay:"
+_KEY = "agent_otel"
+_KEEP_DEFAULT = object()  # a list setting given as empty keeps its default
 
 
-@dataclass
+@dataclass(frozen=True)
+class Declaration:
+    """What the code needs to know about a setting, beside its name, type and default."""
+
+    help: str  # Markdown: the README's "meaning" column; the command lines strip the backticks
+    env: tuple[str, ...] = ()  # environment variables, the first one set wins
+    low: Optional[float] = None  # bounds of a number, inclusive
+    high: Optional[float] = None
+    unit: str = ""  # "s" (seconds) or "ratio": how bounds are worded
+    env_unit: str = ""  # "ms": the environment variable is in milliseconds, the setting in seconds
+    choices: tuple[str, ...] = ()  # the values a text or list setting may take
+    if_empty: Any = ()  # the value of a list setting given as an empty list (_KEEP_DEFAULT: its default)
+    shown_default: Optional[str] = None  # the README's default, when the value alone does not say it
+
+
+def setting(default: Any, help: str, **declaration: Any) -> Any:
+    """A ``Settings`` field: ``default`` plus its ``Declaration``."""
+    return field(default=default, metadata={_KEY: Declaration(help, **declaration)})
+
+
+GPU_SOURCES = ("auto", "nvml", "simulated", REPLAY_PREFIX + "PATH", "off")
+
+
+@dataclass(frozen=True)
 class Settings:
-    """Everything ``instrument()`` can be told. Environment variable in brackets."""
+    """Everything ``instrument()`` can be told; see the README's configuration table."""
 
-    service_name: Optional[str] = None  # [OTEL_SERVICE_NAME]
-    traces_file: Optional[str] = None  # [AGENT_OTEL_TRACES_FILE]
-    traces_exporters: tuple[str, ...] = ("otlp",)  # [OTEL_TRACES_EXPORTER]
-    otlp_protocol: str = "grpc"  # [OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL]
-    sdk_disabled: bool = False  # [OTEL_SDK_DISABLED]
-    prometheus_port: Optional[int] = None  # [AGENT_OTEL_PROMETHEUS_PORT]
-    prometheus_address: str = "127.0.0.1"  # [AGENT_OTEL_PROMETHEUS_ADDRESS]
-    shutdown_timeout: float = 5.0  # [AGENT_OTEL_SHUTDOWN_TIMEOUT] seconds
-    max_queue_size: int = 2048  # [OTEL_BSP_MAX_QUEUE_SIZE]
-    export_batch_size: int = 512  # [OTEL_BSP_MAX_EXPORT_BATCH_SIZE]
-    export_interval: float = 5.0  # [OTEL_BSP_SCHEDULE_DELAY] (milliseconds in the variable)
-    tool_name_limit: int = 200  # [AGENT_OTEL_TOOL_NAME_LIMIT] distinct tool label values
-    instrument_executors: bool = True  # [AGENT_OTEL_EXECUTORS]
-    frameworks: Optional[tuple[str, ...]] = None  # [AGENT_OTEL_FRAMEWORKS] None: all importable
-    record_arguments: bool = False  # [AGENT_OTEL_RECORD_ARGUMENTS]
-    record_results: bool = False  # [AGENT_OTEL_RECORD_RESULTS]
-    max_attribute_length: int = 1024  # [AGENT_OTEL_MAX_ATTRIBUTE_LENGTH]
-    redact: Optional[Callable[[str, str], str]] = None  # code only: (attribute, text) -> text
-    gpu: str = "auto"  # [AGENT_OTEL_GPU] auto | nvml | simulated | replay:PATH | off
-    gpu_devices: Optional[tuple[str, ...]] = None  # [AGENT_OTEL_GPU_DEVICES] indexes or UUIDs
-    gpu_poll_interval: float = 0.5  # [AGENT_OTEL_GPU_POLL_INTERVAL] seconds
-    gpu_idle_threshold: float = 0.10  # [AGENT_OTEL_GPU_IDLE_THRESHOLD] ratio 0..1
-    gpu_min_idle: float = 0.5  # [AGENT_OTEL_GPU_MIN_IDLE] seconds
-    gpu_log_file: Optional[str] = None  # [AGENT_OTEL_GPU_LOG] write the samples as nvidia-smi csv
-    attribution_horizon: float = 120.0  # [AGENT_OTEL_ATTRIBUTION_HORIZON] seconds
+    service_name: Optional[str] = setting(
+        None, "the resource's `service.name`", env=("OTEL_SERVICE_NAME",), shown_default="`unknown_service`")
+    traces_file: Optional[str] = setting(
+        None, "also write spans as OTLP/JSON lines to this file", env=("AGENT_OTEL_TRACES_FILE",))
+    traces_exporters: tuple[str, ...] = setting(
+        ("otlp",), "comma list of `otlp`, `console`, `none`", env=("OTEL_TRACES_EXPORTER",),
+        choices=("otlp", "console", "none"), if_empty=_KEEP_DEFAULT)
+    otlp_protocol: str = setting(
+        "grpc", "`grpc` or `http/protobuf`",
+        env=("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"), choices=("grpc", "http/protobuf"))
+    sdk_disabled: bool = setting(False, "no spans at all (metrics still work)", env=("OTEL_SDK_DISABLED",))
+    prometheus_port: Optional[int] = setting(
+        None, "serve `/metrics` on this port (`0`: any free port, see `handle.prometheus_url`)",
+        env=("AGENT_OTEL_PROMETHEUS_PORT",), low=0, high=65535)
+    prometheus_address: str = setting(
+        "127.0.0.1", "address `/metrics` binds to; `0.0.0.0` to expose it", env=("AGENT_OTEL_PROMETHEUS_ADDRESS",))
+    shutdown_timeout: float = setting(
+        5.0, "seconds `shutdown()` may take at most", env=("AGENT_OTEL_SHUTDOWN_TIMEOUT",), low=0, high=3600,
+        unit="s")
+    max_queue_size: int = setting(
+        2048, "spans waiting for export at most; more are dropped and counted in `agent_otel_spans_dropped_total`",
+        env=("OTEL_BSP_MAX_QUEUE_SIZE",), low=1, high=10_000_000)
+    export_batch_size: int = setting(
+        512, "spans per export at most", env=("OTEL_BSP_MAX_EXPORT_BATCH_SIZE",), low=1, high=10_000_000)
+    export_interval: float = setting(
+        5.0, "seconds between span exports (the variable is in milliseconds)", env=("OTEL_BSP_SCHEDULE_DELAY",),
+        low=0.001, high=3600, unit="s", env_unit="ms")
+    tool_name_limit: int = setting(
+        200, "distinct `tool` label values before `_other`", env=("AGENT_OTEL_TOOL_NAME_LIMIT",), low=1,
+        high=10_000_000)
+    instrument_executors: bool = setting(True, "hook `ThreadPoolExecutor.submit`", env=("AGENT_OTEL_EXECUTORS",))
+    frameworks: Optional[tuple[str, ...]] = setting(
+        None, "comma list of framework hooks to install (`\"\"`: none)", env=("AGENT_OTEL_FRAMEWORKS",),
+        shown_default="all importable")
+    record_arguments: bool = setting(
+        False, "record tool arguments on spans (opt-in)", env=("AGENT_OTEL_RECORD_ARGUMENTS",))
+    record_results: bool = setting(False, "record tool results on spans (opt-in)", env=("AGENT_OTEL_RECORD_RESULTS",))
+    max_attribute_length: int = setting(
+        1024, "truncate recorded arguments and results", env=("AGENT_OTEL_MAX_ATTRIBUTE_LENGTH",), low=1,
+        high=10_000_000)
+    redact: Optional[Callable[[str, str], str]] = setting(
+        None, "`redact(attribute, text) -> text`, applied before recording")
+    gpu: str = setting(
+        "auto", "`auto` (NVML if a GPU is found, else off), `nvml`, `simulated`, `replay:PATH`, `off`",
+        env=("AGENT_OTEL_GPU",), choices=GPU_SOURCES)
+    gpu_devices: Optional[tuple[str, ...]] = setting(
+        None, "comma list of GPU indexes or UUIDs", env=("AGENT_OTEL_GPU_DEVICES",), if_empty=None,
+        shown_default="all")
+    gpu_poll_interval: float = setting(
+        0.5, "seconds between NVML reads", env=("AGENT_OTEL_GPU_POLL_INTERVAL",), low=0.001, high=3600, unit="s")
+    gpu_idle_threshold: float = setting(
+        0.10, "utilization (0..1) at or below which the GPU is idle", env=("AGENT_OTEL_GPU_IDLE_THRESHOLD",),
+        low=0, high=1, unit="ratio")
+    gpu_min_idle: float = setting(
+        0.5, "seconds an idle stretch must last to become a window", env=("AGENT_OTEL_GPU_MIN_IDLE",), low=0.001,
+        high=3600, unit="s")
+    gpu_log_file: Optional[str] = setting(
+        None, "also write the GPU samples as `nvidia-smi` CSV, for `agent-otel report --gpu-log` "
+        "(the utilization curve)", env=("AGENT_OTEL_GPU_LOG",))
+    attribution_horizon: float = setting(
+        120.0, "seconds of finished tool calls kept for live attribution", env=("AGENT_OTEL_ATTRIBUTION_HORIZON",),
+        low=1, high=86400, unit="s")
 
 
-# setting name -> environment variables, first set one wins
-ENVIRONMENT = {
-    "service_name": ("OTEL_SERVICE_NAME",),
-    "traces_file": ("AGENT_OTEL_TRACES_FILE",),
-    "traces_exporters": ("OTEL_TRACES_EXPORTER",),
-    "otlp_protocol": ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"),
-    "sdk_disabled": ("OTEL_SDK_DISABLED",),
-    "prometheus_port": ("AGENT_OTEL_PROMETHEUS_PORT",),
-    "prometheus_address": ("AGENT_OTEL_PROMETHEUS_ADDRESS",),
-    "shutdown_timeout": ("AGENT_OTEL_SHUTDOWN_TIMEOUT",),
-    "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE",),
-    "export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE",),
-    "export_interval": ("OTEL_BSP_SCHEDULE_DELAY",),
-    "tool_name_limit": ("AGENT_OTEL_TOOL_NAME_LIMIT",),
-    "instrument_executors": ("AGENT_OTEL_EXECUTORS",),
-    "frameworks": ("AGENT_OTEL_FRAMEWORKS",),
-    "record_arguments": ("AGENT_OTEL_RECORD_ARGUMENTS",),
-    "record_results": ("AGENT_OTEL_RECORD_RESULTS",),
-    "max_attribute_length": ("AGENT_OTEL_MAX_ATTRIBUTE_LENGTH",),
-    "gpu": ("AGENT_OTEL_GPU",),
-    "gpu_devices": ("AGENT_OTEL_GPU_DEVICES",),
-    "gpu_poll_interval": ("AGENT_OTEL_GPU_POLL_INTERVAL",),
-    "gpu_idle_threshold": ("AGENT_OTEL_GPU_IDLE_THRESHOLD",),
-    "gpu_min_idle": ("AGENT_OTEL_GPU_MIN_IDLE",),
-    "gpu_log_file": ("AGENT_OTEL_GPU_LOG",),
-    "attribution_horizon": ("AGENT_OTEL_ATTRIBUTION_HORIZON",),
-}
+# The defaults, for code that takes a setting as a parameter (the GPU timeline, the report).
+DEFAULTS = Settings()
 
 
-def _parse_bool(setting: str, value: object) -> bool:
+@dataclass(frozen=True)
+class SettingInfo:
+    """One setting: its name, Python type, default and declaration."""
+
+    name: str
+    type: Any
+    default: Any
+    declaration: Declaration
+
+
+def _declared() -> dict[str, SettingInfo]:
+    hints = get_type_hints(Settings)
+    return {f.name: SettingInfo(f.name, hints[f.name], f.default, f.metadata[_KEY]) for f in dataclasses.fields(Settings)}
+
+
+SETTINGS: dict[str, SettingInfo] = _declared()
+
+
+# ---------------------------------------------------------------- parsing and checking
+
+
+def _base_type(hint: Any) -> Any:
+    """``int`` for ``Optional[int]``; the hint itself otherwise."""
+    if get_origin(hint) is Union:
+        args = [a for a in get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 else hint
+    return hint
+
+
+def describe_choices(choices: tuple[str, ...]) -> str:
+    """``"a", "b" or "c"``."""
+    quoted = [f'"{c}"' for c in choices]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def number_text(number: float) -> str:
+    """A bound as a person writes it: 0.001, 1, 3600, 10000000."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+def _bounds_text(info: SettingInfo, in_env_unit: bool) -> str:
+    d = info.declaration
+    low, high = d.low or 0.0, d.high or 0.0
+    if in_env_unit and d.env_unit == "ms":
+        return f"milliseconds from {number_text(low * 1000)} to {number_text(high * 1000)}"
+    span = f"from {number_text(low)} to {number_text(high)}"
+    if _base_type(info.type) is int:
+        return f"a whole number {span}"
+    if d.unit == "ratio":
+        return f"a ratio {span}"
+    if d.unit == "s":
+        return f"seconds {span}"
+    return f"a number {span}"
+
+
+def _parse_bool(where: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -90,101 +195,217 @@ def _parse_bool(setting: str, value: object) -> bool:
         return True
     if text in FALSE_WORDS:
         return False
-    raise ConfigError(setting, value, "true or false")
+    raise ConfigError(where, value, "true or false")
 
 
-def _parse_number(setting: str, value: object, kind: type, low: float, high: float) -> float:
+def _parse_number(info: SettingInfo, where: str, value: object, in_env_unit: bool) -> float:
+    kind = _base_type(info.type)
+    expected = _bounds_text(info, in_env_unit)
     if isinstance(value, bool):
-        raise ConfigError(setting, value, f"a number from {low} to {high}")
+        raise ConfigError(where, value, expected)
     try:
-        number = kind(str(value).strip()) if isinstance(value, str) else kind(value)
-    except (TypeError, ValueError):
-        raise ConfigError(setting, value, f"a number from {low} to {high}") from None
-    if isinstance(value, float) and kind is int and not float(value).is_integer():
-        raise ConfigError(setting, value, f"a whole number from {low} to {high}")
-    if not low <= number <= high:
-        raise ConfigError(setting, value, f"a number from {low} to {high}")
-    return number
+        if isinstance(value, str):
+            number = float(int(value.strip()) if kind is int else float(value.strip()))
+        else:
+            number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(where, value, expected) from None
+    if kind is int and not number.is_integer():
+        raise ConfigError(where, value, expected)
+    if in_env_unit and info.declaration.env_unit == "ms":
+        number /= 1000.0
+    d = info.declaration
+    if not (d.low is None or d.low <= number) or not (d.high is None or number <= d.high):
+        raise ConfigError(where, value, expected)
+    return int(number) if kind is int else number
 
 
-def _parse_list(value: object) -> tuple[str, ...]:
-    if isinstance(value, str):
-        items = value.split(",")
-    else:
-        items = [str(v) for v in value]  # type: ignore[union-attr]
-    return tuple(item.strip() for item in items if item.strip())
+def _parse_list(info: SettingInfo, where: str, value: object) -> Optional[tuple[str, ...]]:
+    items = value.split(",") if isinstance(value, str) else [str(v) for v in value]  # type: ignore[attr-defined]
+    names = tuple(item.strip() for item in items if item.strip())
+    choices = info.declaration.choices
+    if choices:
+        names = tuple(name.lower() for name in names)
+        for name in names:
+            if name not in choices:
+                raise ConfigError(where, value, "a comma-separated list of " + ", ".join(choices))
+    if not names:
+        empty = info.declaration.if_empty
+        return info.default if empty is _KEEP_DEFAULT else empty
+    return names
 
 
-def _validate(name: str, value: object, where: str) -> object:
-    """Turn a raw value (argument or environment text) into the setting's type."""
-    if name in ("service_name", "traces_file", "prometheus_address", "gpu_log_file"):
+def _parse_choice(info: SettingInfo, where: str, value: object) -> str:
+    text = str(value).strip()
+    lowered = text.lower()
+    for choice in info.declaration.choices:
+        if choice.endswith(":PATH"):
+            prefix = choice[: -len("PATH")]
+            if lowered.startswith(prefix) and len(text) > len(prefix):
+                return prefix + text[len(prefix):]
+        elif lowered == choice:
+            return choice
+    raise ConfigError(where, value, describe_choices(info.declaration.choices))
+
+
+def parse(name: str, value: object, where: Optional[str] = None, *, from_environment: bool = False) -> Any:
+    """Validate ``value`` (text from an environment variable or a command line,
+    or a Python value) as setting ``name``; returns it in the setting's type.
+
+    Raises ``ConfigError`` naming ``where`` (the argument, variable or
+    option; ``name`` by default) and the value. ``from_environment``: the
+    text is in the variable's unit (milliseconds for ``OTEL_BSP_SCHEDULE_DELAY``).
+    """
+    info = SETTINGS.get(name)
+    if info is None:
+        raise ConfigError("setting", name, "one of " + ", ".join(SETTINGS))
+    where = where or name
+    kind = _base_type(info.type)
+    if kind is bool:
+        return _parse_bool(where, value)
+    if kind in (int, float):
+        return _parse_number(info, where, value, from_environment)
+    if get_origin(kind) is tuple:
+        return _parse_list(info, where, value)
+    if kind is str:
+        if info.declaration.choices:
+            return _parse_choice(info, where, value)
         text = str(value).strip()
         if not text:
             raise ConfigError(where, value, "a non-empty string")
         return text
-    if name == "traces_exporters":
-        names = tuple(n.lower() for n in _parse_list(value)) or ("otlp",)
-        for exporter in names:
-            if exporter not in TRACES_EXPORTERS:
-                raise ConfigError(where, value, "a comma-separated list of " + ", ".join(TRACES_EXPORTERS))
-        return names
-    if name == "otlp_protocol":
-        protocol = str(value).strip().lower()
-        if protocol not in OTLP_PROTOCOLS:
-            raise ConfigError(where, value, " or ".join(OTLP_PROTOCOLS))
-        return protocol
-    if name in ("sdk_disabled", "instrument_executors", "record_arguments", "record_results"):
-        return _parse_bool(where, value)
-    if name == "prometheus_port":
-        return int(_parse_number(where, value, int, 0, 65535))
-    if name in ("max_queue_size", "export_batch_size", "tool_name_limit", "max_attribute_length"):
-        return int(_parse_number(where, value, int, 1, 10_000_000))
-    if name == "export_interval":
-        number = _parse_number(where, value, float, 0.001, 3_600_000)
-        # The SDK variable is in milliseconds; the argument is in seconds.
-        return number / 1000.0 if where.startswith("OTEL_") else number
-    if name == "shutdown_timeout":
-        return _parse_number(where, value, float, 0.0, 3600.0)
-    if name == "gpu_idle_threshold":
-        return _parse_number(where, value, float, 0.0, 1.0)
-    if name in ("gpu_poll_interval", "gpu_min_idle"):
-        return _parse_number(where, value, float, 0.001, 3600.0)
-    if name == "attribution_horizon":
-        return _parse_number(where, value, float, 1.0, 86400.0)
-    if name == "frameworks":
-        return _parse_list(value)
-    if name == "gpu_devices":
-        return _parse_list(value) or None
-    if name == "gpu":
-        source = str(value).strip()
-        lowered = source.lower()
-        if lowered in GPU_SOURCES:
-            return lowered
-        if lowered.startswith("replay:") and len(source) > len("replay:"):
-            return source
-        raise ConfigError(where, value, "auto, nvml, simulated, off or replay:PATH")
-    if name == "redact":
-        if value is not None and not callable(value):
-            raise ConfigError(where, value, "a callable (attribute, text) -> text")
-        return value
-    raise ConfigError(where, value, "a known setting")
+    if value is not None and not callable(value):  # redact: code only
+        raise ConfigError(where, value, "a callable (attribute, text) -> text")
+    return value
 
 
-def load_settings(arguments: dict, environ: Optional[dict] = None) -> Settings:
-    """Build validated settings: arguments win over environment over defaults."""
+def check(name: str, value: float, where: str) -> float:
+    """Raise ``ConfigError`` when a number given to a library class is outside setting ``name``'s bounds."""
+    parse(name, value, where)
+    return value
+
+
+def load_settings(arguments: Mapping[str, Any], environ: Optional[Mapping[str, str]] = None,
+                  defaults: Optional[Mapping[str, Any]] = None) -> Settings:
+    """Validated settings: ``arguments`` (None: not given) win over the
+    environment, which wins over ``defaults`` (a command's own, e.g. the
+    GPU exporter's port), which win over the declared defaults."""
     environ = os.environ if environ is None else environ
-    known = {f.name for f in fields(Settings)}
-    unknown = sorted(set(arguments) - known)
+    unknown = sorted(set(arguments) - set(SETTINGS))
     if unknown:
-        raise ConfigError("instrument()", unknown[0], "one of " + ", ".join(sorted(known)))
+        raise ConfigError("instrument()", unknown[0], "one of " + ", ".join(SETTINGS))
     values = {}
-    for name in known:
+    for name, info in SETTINGS.items():
         if arguments.get(name) is not None:
-            values[name] = _validate(name, arguments[name], name)
+            values[name] = parse(name, arguments[name])
             continue
-        for variable in ENVIRONMENT.get(name, ()):
+        for variable in info.declaration.env:
             raw = environ.get(variable)
             if raw is not None and raw.strip() != "":
-                values[name] = _validate(name, raw, variable)
+                values[name] = parse(name, raw, variable, from_environment=True)
                 break
+        else:
+            if defaults and defaults.get(name) is not None:
+                values[name] = parse(name, defaults[name])
     return Settings(**values)
+
+
+# ---------------------------------------------------------------- for command lines and the README
+
+
+def plain(markdown: str) -> str:
+    """Help text without Markdown's backticks, for a terminal."""
+    return markdown.replace("`", "")
+
+
+def shown_default(info: SettingInfo, in_markdown: bool = True) -> str:
+    """The default as the README and ``--help`` show it."""
+    d = info.declaration
+    if d.shown_default is not None:
+        text = d.shown_default
+    elif info.default is None:
+        text = "none"
+    elif isinstance(info.default, bool):
+        text = f"`{str(info.default).lower()}`"
+    elif isinstance(info.default, tuple):
+        text = "`" + ",".join(info.default) + "`"
+    elif isinstance(info.default, float):
+        text = f"`{info.default:g}`"
+    else:
+        text = f"`{info.default}`"
+    return text if in_markdown else plain(text)
+
+
+class ArgumentContainer(Protocol):
+    """An ``argparse`` parser or argument group."""
+
+    def add_argument(self, *names: str, **options: Any) -> Any: ...
+
+
+def add_argument(parser: ArgumentContainer, option: str, name: str, *,
+                 default: Any = None, metavar: Optional[str] = None, environment: bool = True) -> None:
+    """A command-line option for setting ``name``: help, default and environment variables from its
+    declaration. It is stored as ``args.<name>``, a number for a number setting and text otherwise
+    (None when not given); ``parse(name, value, option)`` checks it, naming the option in its error."""
+    info = SETTINGS[name]
+    shown = plain(f"`{default:g}`" if isinstance(default, float) else f"`{default}`") if default is not None \
+        else shown_default(info, in_markdown=False)
+    text = f"{plain(info.declaration.help)} (default: {shown})"
+    if environment and info.declaration.env:
+        text += " [" + ", ".join(info.declaration.env) + "]"
+    kind = _base_type(info.type)
+    parser.add_argument(option, dest=name, default=None, metavar=metavar, help=text,
+                        type=kind if kind in (int, float) else str)
+
+
+README_START = "<!-- settings: generated by `python -m agent_otel.config --write README.md`; do not edit -->"
+README_END = "<!-- end of settings -->"
+
+
+def markdown_table() -> str:
+    """The README's configuration table."""
+    rows = ["| argument | environment | default | meaning |", "| --- | --- | --- | --- |"]
+    for info in SETTINGS.values():
+        d = info.declaration
+        env = ", ".join(f"`{variable}`" for variable in d.env) + (f" ({d.env_unit})" if d.env_unit else "")
+        bounds = f" ({number_text(d.low)} to {number_text(d.high)})" if d.low is not None and d.high is not None else ""
+        rows.append(f"| `{info.name}` | {env or '(code only)'} | {shown_default(info)} | {d.help}{bounds} |")
+    return "\n".join(rows) + "\n"
+
+
+def readme_with_table(readme: str) -> str:
+    """``readme`` with the text between the settings markers replaced by ``markdown_table()``."""
+    start, end = readme.find(README_START), readme.find(README_END)
+    if start < 0 or end < start:
+        raise ConfigError("README", "(no settings markers)", f"the lines {README_START!r} and {README_END!r}")
+    return readme[: start + len(README_START)] + "\n" + markdown_table() + readme[end:]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent_otel.config",
+                                     description="Print the settings table, or put it into a README.")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write", metavar="README", help="replace the table between the settings markers")
+    action.add_argument("--check", metavar="README", help="exit 1 if the README's table differs from the settings")
+    args = parser.parse_args(argv)
+    path = args.write or args.check
+    if path is None:
+        sys.stdout.write(markdown_table())
+        return 0
+    with open(path, encoding="utf-8") as handle:
+        readme = handle.read()
+    updated = readme_with_table(readme)
+    if args.check:
+        if updated != readme:
+            print(f"{path}: the settings table is stale (run python -m agent_otel.config --write {path})",
+                  file=sys.stderr)
+            return 1
+        return 0
+    if updated != readme:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(updated)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -188,14 +188,23 @@ def instrument(service_name: Optional[str] = None, *, traces_file: Optional[str]
     the fields of ``agent_otel.config.Settings``; each also has an
     environment variable (see the README's configuration table).
     """
-    global _handle
     with _lock:
         if _handle is not None:
             if service_name or traces_file or prometheus_port is not None or options:
                 logger.warning("agent_otel.instrument() was already called; keeping the first settings")
             return _handle
-        settings = load_settings({"service_name": service_name, "traces_file": traces_file,
-                                  "prometheus_port": prometheus_port, **options})
+        return start(load_settings({"service_name": service_name, "traces_file": traces_file,
+                                    "prometheus_port": prometheus_port, **options}))
+
+
+def start(settings: Settings) -> Instrumentation:
+    """``instrument()`` with settings already resolved by ``config.load_settings``
+    (the commands resolve them with defaults of their own). Idempotent too."""
+    global _handle
+    with _lock:
+        if _handle is not None:
+            logger.warning("agent_otel.instrument() was already called; keeping the first settings")
+            return _handle
         frameworks.check_names(settings.frameworks)
         handle = Instrumentation(settings)
         try:

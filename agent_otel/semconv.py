@@ -6,32 +6,35 @@ the report's reader, the dashboards and the alert rules take their names
 from here; docs/telemetry.md is where users read them, and the two change
 together (tests/test_semconv.py holds them to each other).
 
-Importing this module is cheap: it loads no OpenTelemetry SDK, no
-Prometheus client and nothing else of the toolkit, so ``dashboards/`` can
-use it without the runtime.
+Importing this module is cheap and needs nothing but the standard library:
+it loads no OpenTelemetry package, no Prometheus client and nothing else
+of the toolkit. So ``dashboards/`` can use it without the runtime, and the
+record types and GPU modules that use it still run where OpenTelemetry is
+not installed (``bench/gpu_probe.py`` on a bare GPU host).
 
 Where the names come from
 -------------------------
-``error.type`` and ``service.name`` are stable OpenTelemetry attributes and
-come from ``opentelemetry.semconv.attributes``.
+The names the OpenTelemetry semantic conventions define (``gen_ai.*``,
+``error.type``, ``service.name``, ``thread.name``) are theirs, written out
+here rather than imported, for two reasons:
 
-The ``gen_ai.*`` names are written out here, not imported. The installed
-``opentelemetry-semantic-conventions`` offers them only in its private
-``opentelemetry.semconv._incubating`` package, which makes no promise
-between releases: a GenAI name renamed or dropped there (the GenAI
-conventions are still moving) would silently rename what agent-otel emits,
-and break every dashboard, rule and saved query, on a dependency upgrade.
-Our contract changes only on purpose. tests/test_semconv.py checks that each
-``gen_ai.*`` value below equals the installed conventions' value wherever
-those still define it, so a divergence is seen in CI, not by users.
+- the installed ``opentelemetry-semantic-conventions`` has the GenAI names
+  only in its private ``opentelemetry.semconv._incubating`` package, which
+  makes no promise between releases: a GenAI name renamed or dropped there
+  (the GenAI conventions are still moving) would silently rename what
+  agent-otel emits, and break every dashboard, rule and saved query, on a
+  dependency upgrade. Our contract changes only on purpose;
+- importing even the stable ``opentelemetry.semconv.attributes`` would tie
+  this module, and the GPU modules through ``records``, to OpenTelemetry.
+
+tests/test_semconv.py checks that each of them equals the installed
+conventions' value (stable or incubating) wherever those define it, so a
+divergence is caught in CI, not by users.
 """
 
 from __future__ import annotations
 
 from typing import Final, NamedTuple
-
-from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE as _OTEL_ERROR_TYPE
-from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME as _OTEL_SERVICE_NAME
 
 # ---------------------------------------------------------------- instrumentation scope
 
@@ -56,10 +59,10 @@ GEN_AI_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
 
 # ---------------------------------------------------------------- other OpenTelemetry attributes
 
-ERROR_TYPE: Final[str] = _OTEL_ERROR_TYPE  # "error.type", stable
-SERVICE_NAME: Final[str] = _OTEL_SERVICE_NAME  # "service.name", stable (a resource attribute)
+ERROR_TYPE: Final = "error.type"  # stable
+SERVICE_NAME: Final = "service.name"  # stable (a resource attribute)
 # Read by the report when another instrumentation recorded it; agent-otel
-# does not set it. (Incubating in the conventions: written out, as above.)
+# does not set it.
 THREAD_NAME: Final = "thread.name"
 # error.type of a call the framework reports as failed without an exception
 # (an MCP result with isError, a LangChain ToolMessage with status "error"):

@@ -49,8 +49,9 @@ from agent_otel.attribution import attribute
 from agent_otel.gpu.simulated import DEFAULT_SAMPLE_PERIOD_S, SimulatedGpu
 from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
 from agent_otel.report.reader import read_traces
-from agent_otel.gpu.sampler import DEFAULT_POLL_INTERVAL_S, THREAD_NAME, GpuSampler
-from agent_otel.gpu.timeline import DEFAULT_IDLE_THRESHOLD, DEFAULT_MIN_IDLE_S, IdleDetector, find_idle_windows
+from agent_otel.config import DEFAULTS
+from agent_otel.gpu.sampler import THREAD_NAME, GpuSampler
+from agent_otel.gpu.timeline import IdleDetector, find_idle_windows
 
 T0 = 1_700_000_000 * NS_PER_S
 PERIOD_NS = round(DEFAULT_SAMPLE_PERIOD_S * NS_PER_S)
@@ -237,7 +238,7 @@ class Accuracy:
 
 
 def measure_accuracy(script: Script) -> Accuracy:
-    windows = find_idle_windows(sample(script), threshold=DEFAULT_IDLE_THRESHOLD, min_idle_s=DEFAULT_MIN_IDLE_S)
+    windows = find_idle_windows(sample(script), threshold=DEFAULTS.gpu_idle_threshold, min_idle_s=DEFAULTS.gpu_min_idle)
     result = Accuracy(script.name, detected=len(windows))
     for attribution in attribute(windows, script.calls):
         window = attribution.window
@@ -250,7 +251,7 @@ def measure_accuracy(script: Script) -> Accuracy:
         result.right_s += sum(min(seconds, truth.get(key, 0.0)) for key, seconds in engine.items())
         if not truth:
             result.spurious += 1
-    min_idle_ns = ns(DEFAULT_MIN_IDLE_S)
+    min_idle_ns = ns(DEFAULTS.gpu_min_idle)
     for gpu in script.gpus:
         mine = [w for w in windows if w.gpu == gpu]
         for start, end in script.idle.get(gpu, []):
@@ -272,7 +273,7 @@ def measure_accuracy(script: Script) -> Accuracy:
 
 def run_accuracy(turns: int, seed: int) -> bool:
     print(f"(a) accuracy: scripted runs, {turns} turns each, sampled every {DEFAULT_SAMPLE_PERIOD_S:.3f} s, "
-          f"threshold {DEFAULT_IDLE_THRESHOLD:.0%}, min idle {DEFAULT_MIN_IDLE_S} s")
+          f"threshold {DEFAULTS.gpu_idle_threshold:.0%}, min idle {DEFAULTS.gpu_min_idle} s")
     header = (f"{'scenario':<30} {'true':>5} {'found':>5} {'missed':>6} {'split':>5} {'spur.':>5} "
               f"{'edge err mean':>13} {'max':>5} {'<=1 period':>10} {'right blame':>11} {'coverage':>8}")
     print(header)
@@ -306,8 +307,8 @@ def sampler_cpu_fraction(seconds: float, gpus: int) -> tuple[float, float, int]:
     rate, feeding the live idle detector, and return (its own CPU share of
     one core, the whole process's, polls). The main thread only sleeps."""
     source = SimulatedGpu(devices=[str(i) for i in range(gpus)])
-    detector = IdleDetector(DEFAULT_IDLE_THRESHOLD, DEFAULT_MIN_IDLE_S)
-    sampler = GpuSampler(source, interval_s=DEFAULT_POLL_INTERVAL_S, on_samples=detector.feed)
+    detector = IdleDetector(DEFAULTS.gpu_idle_threshold, DEFAULTS.gpu_min_idle)
+    sampler = GpuSampler(source, interval_s=DEFAULTS.gpu_poll_interval, on_samples=detector.feed)
     sampler.start()
     thread = next(t for t in threading.enumerate() if t.name == THREAD_NAME)
     thread_clock = time.pthread_getcpuclockid(thread.ident)
@@ -324,7 +325,7 @@ def sampler_cpu_fraction(seconds: float, gpus: int) -> tuple[float, float, int]:
 
 
 def run_sampler_cost(seconds: float) -> bool:
-    print(f"(b) GPU sampler thread, poll every {DEFAULT_POLL_INTERVAL_S} s, simulated GPU sampled every "
+    print(f"(b) GPU sampler thread, poll every {DEFAULTS.gpu_poll_interval} s, simulated GPU sampled every "
           f"{DEFAULT_SAMPLE_PERIOD_S:.3f} s, {seconds:g} s each")
     ok = True
     for gpus in (1, 8):

@@ -7,6 +7,7 @@ idle time nobody is blamed for, the calls in flight, and a ranking.
 
 from __future__ import annotations
 
+from agent_otel.config import DEFAULTS
 from agent_otel.semconv import (
     METRIC_GPU_IDLE,
     METRIC_GPU_IDLE_BLOCKED,
@@ -29,7 +30,7 @@ from dashboards.slo import format_percent
 UID = "agent-otel-tools-gpu"
 # Utilization at or below this shades the utilization panel (the toolkit's
 # default idle threshold).
-IDLE_SHADE = 0.1
+IDLE_SHADE = DEFAULTS.gpu_idle_threshold
 
 GPU = selector('gpu=~"$gpu"')
 TOOL = selector('tool=~"$tool"')

@@ -19,14 +19,15 @@ from opentelemetry import context as context_api
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from agent_otel.config import DEFAULTS
 from agent_otel.semconv import METRIC_SPANS_DROPPED
 
 logger = logging.getLogger("agent_otel.export")
 
 
 class BatchSpanProcessor(SpanProcessor):
-    def __init__(self, exporter: SpanExporter, *, max_queue_size: int = 2048, batch_size: int = 512,
-                 interval_s: float = 5.0, on_drop: Optional[Callable[[int], None]] = None,
+    def __init__(self, exporter: SpanExporter, *, max_queue_size: int = DEFAULTS.max_queue_size,
+                 batch_size: int = DEFAULTS.export_batch_size, interval_s: float = DEFAULTS.export_interval, on_drop: Optional[Callable[[int], None]] = None,
                  name: str = "agent-otel-span-export"):
         self.exporter = exporter
         self._max_queue_size = max_queue_size
@@ -100,7 +101,7 @@ class BatchSpanProcessor(SpanProcessor):
             self._wake.set()
             return self._flushed.wait_for(lambda: self._flushes_done >= ticket, timeout_millis / 1000)
 
-    def shutdown(self, timeout_s: float = 5.0) -> None:
+    def shutdown(self, timeout_s: float = DEFAULTS.shutdown_timeout) -> None:
         """Export what is queued and stop; waits at most ``timeout_s`` for the export thread."""
         if self._stopping:
             return

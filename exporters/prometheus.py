@@ -19,6 +19,7 @@ from prometheus_client.utils import floatToGoString
 from prometheus_client.exposition import start_http_server
 
 from agent_otel import semconv
+from agent_otel.config import DEFAULTS
 from agent_otel.records import ToolCall
 from agent_otel.semconv import EXEMPLAR_TRACE_ID, OTHER_TOOL, PHASE_EXEC, PHASE_QUEUE, MetricSpec
 
@@ -174,7 +175,7 @@ class _LiveGauges:
 class Metrics:
     """Every metric of the telemetry contract, in its own registry."""
 
-    def __init__(self, *, tool_name_limit: int = 200,
+    def __init__(self, *, tool_name_limit: int = DEFAULTS.tool_name_limit,
                  registry: Optional[CollectorRegistry] = None):
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.tool_label = ToolNames(tool_name_limit)

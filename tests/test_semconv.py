@@ -35,7 +35,8 @@ def test_gen_ai_names_equal_the_installed_semantic_conventions():
     # The conventions keep GenAI names in a private, incubating package:
     # agent-otel writes them out (see semconv's docstring) and this test
     # is where the two are compared.
-    from opentelemetry.semconv._incubating.attributes import error_attributes, gen_ai_attributes
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes, thread_attributes
+    from opentelemetry.semconv.attributes import error_attributes, service_attributes
 
     ours = constants(("GEN_AI_",))
     compared = 0
@@ -47,8 +48,9 @@ def test_gen_ai_names_equal_the_installed_semantic_conventions():
     assert compared >= 7, "the installed conventions define the GenAI tool attributes"
     assert semconv.GEN_AI_OPERATION_EXECUTE_TOOL == gen_ai_attributes.GenAiOperationNameValues.EXECUTE_TOOL.value
     assert semconv.TOOL_TYPE_FUNCTION == "function"
-    assert semconv.ERROR_TYPE == error_attributes.ERROR_TYPE == "error.type"
-    assert semconv.SERVICE_NAME == "service.name"
+    assert semconv.ERROR_TYPE == error_attributes.ERROR_TYPE
+    assert semconv.SERVICE_NAME == service_attributes.SERVICE_NAME
+    assert semconv.THREAD_NAME == thread_attributes.THREAD_NAME
 
 
 def test_every_name_is_documented_in_telemetry_md():
@@ -78,6 +80,23 @@ def test_telemetry_md_names_nothing_the_contract_lacks():
     assert documented - known == set()
     metrics = set(re.findall(r"`(agent_[a-z_]+)`", TELEMETRY_DOC))
     assert metrics == set(semconv.METRICS), metrics ^ set(semconv.METRICS)
+
+
+def test_the_contract_and_the_gpu_modules_import_without_opentelemetry():
+    # bench/gpu_probe.py runs them on a bare GPU host.
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('opentelemetry', 'prometheus_client'):\n"
+        "            raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import agent_otel.semconv, agent_otel.config, agent_otel.records\n"
+        "import agent_otel.gpu.nvml, agent_otel.gpu.sampler, agent_otel.gpu.timeline\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert done.stdout.strip() == "ok", done.stderr
 
 
 def test_importing_the_contract_and_the_dashboards_loads_no_runtime():

@@ -20,6 +20,7 @@ from opentelemetry.util.types import AttributeValue
 from agent_otel.attribution import WindowAttribution, attribute
 from agent_otel.gpu.logs import GpuLogWriter
 from agent_otel.attribution.horizon import CallHorizon
+from agent_otel.config import DEFAULTS
 from agent_otel.records import IdleWindow, ToolCall
 from agent_otel.gpu.sampler import GpuSampler
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, IdleDetector
@@ -38,8 +39,9 @@ class LiveTimeline:
     """Samples -> idle windows -> attribution -> spans and metrics, in process."""
 
     def __init__(self, source, *, tracer: trace_api.Tracer, metrics, recorder=None, pipeline=None,
-                 poll_interval_s: float = 0.5, idle_threshold: float = 0.10, min_idle_s: float = 0.5,
-                 horizon_s: float = 120.0, log_path: Optional[str] = None):
+                 poll_interval_s: float = DEFAULTS.gpu_poll_interval,
+                 idle_threshold: float = DEFAULTS.gpu_idle_threshold, min_idle_s: float = DEFAULTS.gpu_min_idle,
+                 horizon_s: float = DEFAULTS.attribution_horizon, log_path: Optional[str] = None):
         self.source = source
         self.tracer = tracer
         self.metrics = metrics

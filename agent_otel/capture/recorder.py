@@ -20,6 +20,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
+from agent_otel.config import DEFAULTS
 from agent_otel.capture.meta import ToolMeta
 from agent_otel.records import ToolCall
 from agent_otel.semconv import (AGENT_EXECUTOR_MAX_WORKERS, AGENT_TOOL_EXEC_DURATION, AGENT_TOOL_EXECUTOR,
@@ -83,7 +84,8 @@ class Recorder:
     """Begins and ends tool calls; owns the in-flight table and the finished queue."""
 
     def __init__(self, tracer: trace_api.Tracer, *, record_arguments: bool = False,
-                 record_results: bool = False, max_attribute_length: int = 1024, redact=None):
+                 record_results: bool = False, max_attribute_length: int = DEFAULTS.max_attribute_length,
+                 redact=None):
         self.tracer = tracer
         self.record_arguments = record_arguments
         self.record_results = record_results

@@ -22,18 +22,19 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
-import agent_otel
+from agent_otel import config
 from agent_otel.demo import gpu as demo_gpu
 from agent_otel.demo.runs import SCENARIOS, gpu_name, run_scenario
 from agent_otel.errors import AgentOtelError, ConfigError
+from agent_otel.instrumentation import Instrumentation, start
 from agent_otel.instrumentation import current as current_instrumentation
 from agent_otel.report import html, table
 from agent_otel.report.analysis import Analysis, analyse, report_json
@@ -62,9 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--scenario", choices=SERVE_SCENARIOS, default="baseline",
                        help="with --serve: which scenario to run, or both in turn (default: baseline)")
     serve.add_argument("--duration", type=float, metavar="S", help="with --serve: stop after S seconds")
-    serve.add_argument("--prometheus-port", type=int, metavar="PORT",
-                       help="with --serve: serve /metrics on PORT, 0 for any free port "
-                            "(default: AGENT_OTEL_PROMETHEUS_PORT, else none)")
+    config.add_argument(serve, "--prometheus-port", "prometheus_port", metavar="PORT")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,13 +88,17 @@ def _validate(args: argparse.Namespace) -> None:
                                        ("--prometheus-port", args.prometheus_port, None)):
             if value != default:
                 raise ConfigError(option, value, "to be given only with --serve")
+    if args.prometheus_port is not None:
+        config.parse("prometheus_port", args.prometheus_port, "--prometheus-port")
 
 
-def _instrument(gpu: demo_gpu.GpuChoice, **settings):
-    """``instrument()`` for the demo: the user's OTEL_* settings win, the demo names itself
-    otherwise; no framework hooks (the demo agent uses none)."""
-    service_name = None if os.environ.get("OTEL_SERVICE_NAME") else SERVICE_NAME
-    return agent_otel.instrument(service_name=service_name, frameworks=(), **gpu.settings, **settings)
+def _instrument(gpu: demo_gpu.GpuChoice, defaults: Optional[dict] = None, **arguments) -> Instrumentation:
+    """``instrument()`` for the demo: its GPU and ``arguments`` first, then the user's
+    environment (OTEL_*, AGENT_OTEL_*), then the demo's ``defaults`` (it names itself);
+    no framework hooks (the demo agent uses none)."""
+    settings = config.load_settings({**gpu.settings, **arguments, "frameworks": ()},
+                                    defaults={"service_name": SERVICE_NAME, **(defaults or {})})
+    return start(settings)
 
 
 # ---------------------------------------------------------------- the two recorded runs
@@ -139,9 +142,8 @@ def _record(scenario, traces: Path, gpu: demo_gpu.GpuChoice, args: argparse.Name
     except OSError as exc:
         raise ConfigError("--out", args.out, f"a directory whose files it can replace ({exc.strerror})") from None
     # Spans go to the file; to an OTLP endpoint too only when OTEL_TRACES_EXPORTER asks for it.
-    exporters = None if os.environ.get("OTEL_TRACES_EXPORTER") else "none"
     gpu_log = traces.with_name(traces.stem + "-gpu.csv")
-    handle = _instrument(gpu, traces_file=str(traces), traces_exporters=exporters, gpu_log_file=str(gpu_log))
+    handle = _instrument(gpu, {"traces_exporters": ("none",)}, traces_file=str(traces), gpu_log_file=str(gpu_log))
     try:
         _say(f"   GPU: {gpu.describe(gpu_name(handle))}; running...", flush=True)
         run_scenario(scenario, handle, gpu, seconds=args.seconds, conversations=args.conversations,

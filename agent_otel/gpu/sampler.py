@@ -23,13 +23,12 @@ import threading
 import time
 from typing import Callable
 
+from agent_otel.config import check
 from agent_otel.records import GpuSample
 
 log = logging.getLogger("agent_otel.gpu")
 
 THREAD_NAME = "agent-otel-gpu-sampler"
-# Proposed instrument() default; docs/gpu.md says why.
-DEFAULT_POLL_INTERVAL_S = 0.5
 
 
 class GpuSampler:
@@ -46,8 +45,7 @@ class GpuSampler:
         interval_s: float,
         on_samples: Callable[[list[GpuSample]], None],
     ):
-        if not interval_s > 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        check("gpu_poll_interval", interval_s, "interval_s")
         self.source = source
         self.interval_s = interval_s
         self.on_samples = on_samples

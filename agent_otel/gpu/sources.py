@@ -18,12 +18,13 @@ import collections
 import logging
 from typing import NamedTuple, Optional, Protocol
 
+from agent_otel.config import GPU_SOURCES, describe_choices
 from agent_otel.errors import ConfigError
 from agent_otel.records import GpuSample
 
 log = logging.getLogger("agent_otel.gpu")
 
-SPECS = '"auto", "nvml", "simulated", "replay:PATH" or "off"'
+SPECS = describe_choices(GPU_SOURCES)
 
 
 class GpuDevice(NamedTuple):

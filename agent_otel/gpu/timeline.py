@@ -36,11 +36,9 @@ from __future__ import annotations
 import statistics
 from typing import Iterable, Optional
 
+from agent_otel.config import DEFAULTS, check
 from agent_otel.records import NS_PER_S, GpuSample, IdleWindow
 
-# Settings proposed as instrument() defaults; docs/gpu.md says why.
-DEFAULT_IDLE_THRESHOLD = 0.10
-DEFAULT_MIN_IDLE_S = 0.5
 # Larger than the longest spacing the live NVML source produces with its
 # defaults (1 s of silence before it reports idle, plus a 0.5 s poll).
 DEFAULT_MAX_GAP_S = 3.0
@@ -79,16 +77,17 @@ class IdleDetector:
 
     def __init__(
         self,
-        threshold: float = DEFAULT_IDLE_THRESHOLD,
-        min_idle_s: float = DEFAULT_MIN_IDLE_S,
+        threshold: float = DEFAULTS.gpu_idle_threshold,
+        min_idle_s: float = DEFAULTS.gpu_min_idle,
         *,
         max_gap_s: float = DEFAULT_MAX_GAP_S,
         uuids: Optional[dict[str, str]] = None,
     ):
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"idle threshold must be a ratio in 0..1, got {threshold!r}")
-        if min_idle_s < 0 or max_gap_s <= 0:
-            raise ValueError("min_idle_s must be >= 0 and max_gap_s > 0")
+        # The bounds of the gpu_idle_threshold and gpu_min_idle settings (agent_otel.config).
+        check("gpu_idle_threshold", threshold, "idle threshold")
+        check("gpu_min_idle", min_idle_s, "min_idle_s")
+        if not max_gap_s > 0:
+            raise ValueError(f"max_gap_s must be > 0, got {max_gap_s!r}")
         self.threshold = threshold
         self.min_idle_ns = round(min_idle_s * NS_PER_S)
         self.max_gap_ns = round(max_gap_s * NS_PER_S)
@@ -182,8 +181,8 @@ class IdleDetector:
 def find_idle_windows(
     samples: Iterable[GpuSample],
     *,
-    threshold: float = DEFAULT_IDLE_THRESHOLD,
-    min_idle_s: float = DEFAULT_MIN_IDLE_S,
+    threshold: float = DEFAULTS.gpu_idle_threshold,
+    min_idle_s: float = DEFAULTS.gpu_min_idle,
     uuids: Optional[dict[str, str]] = None,
     max_gap_s: Optional[float] = None,
     end_ns: Optional[int] = None,

@@ -22,7 +22,7 @@ import os
 import sys
 from typing import TextIO
 
-from agent_otel.config import Settings
+from agent_otel import config
 from agent_otel.errors import ConfigError, InputError
 from agent_otel.exporters.otlp_json import input_name
 from agent_otel.inputs import STDIN
@@ -52,27 +52,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default: table)")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML timeline to FILE")
     parser.add_argument("--perfetto", metavar="FILE", help="write Chrome trace-event JSON (Perfetto, chrome://tracing) to FILE")
-    parser.add_argument(
-        "--idle-threshold",
-        type=float,
-        default=Settings.gpu_idle_threshold,
-        metavar="R",
-        help=f"GPU utilization ratio at or below which a GPU log sample is idle (default: {Settings.gpu_idle_threshold})",
-    )
-    parser.add_argument(
-        "--min-idle",
-        type=float,
-        default=Settings.gpu_min_idle,
-        metavar="S",
-        help=f"shortest idle stretch in a GPU log that counts, in seconds (default: {Settings.gpu_min_idle})",
-    )
+    # The same settings as instrument()'s, for the idle windows found in a GPU log.
+    for option, name, metavar in IDLE_OPTIONS:
+        config.add_argument(parser, option, name, metavar=metavar, environment=False)
+
+
+# option, setting, metavar
+IDLE_OPTIONS = (("--idle-threshold", "gpu_idle_threshold", "R"), ("--min-idle", "gpu_min_idle", "S"))
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 0.0 <= args.idle_threshold <= 1.0:
-        raise ConfigError("--idle-threshold", args.idle_threshold, "a utilization ratio from 0 to 1")
-    if not 0.0 < args.min_idle <= 3600.0:
-        raise ConfigError("--min-idle", args.min_idle, "seconds, more than 0 and at most 3600")
+    idle = {name: getattr(config.DEFAULTS, name) if getattr(args, name) is None
+            else config.parse(name, getattr(args, name), option) for option, name, _ in IDLE_OPTIONS}
     if args.tz is not None and not args.gpu_log:
         raise ConfigError("--tz", args.tz, "--gpu-log as well: the zone is that of a GPU log's times (traces carry UTC)")
     if [*args.traces, *args.gpu_log].count(STDIN) > 1:
@@ -83,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
             args.traces,
             args.gpu_log,
             tz=args.tz,
-            idle_threshold=args.idle_threshold,
-            min_idle_s=args.min_idle,
+            idle_threshold=idle["gpu_idle_threshold"],
+            min_idle_s=idle["gpu_min_idle"],
             progress=progress,
         )
     finally:
