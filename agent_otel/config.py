@@ -126,6 +126,11 @@ class Settings:
     attribution_horizon: float = setting(
         120.0, "seconds of finished tool calls kept for live attribution", env=("AGENT_OTEL_ATTRIBUTION_HORIZON",),
         low=1, high=86400, unit="s")
+    gpu_pool: Optional[str] = setting(
+        None, "the GPU pool (model server) this process's tool calls can leave idle, e.g. `vllm-a.internal:8000`: "
+        "the resource attribute `agent.gpu.pool`; blame then happens in the pool's blame service, not here "
+        "([docs/attribution.md](docs/attribution.md#gpu-pools))", env=("AGENT_OTEL_GPU_POOL",),
+        shown_default="none: this process's own GPUs")
 
 
 # The defaults, for code that takes a setting as a parameter (the GPU timeline, the report).

@@ -22,11 +22,12 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from agent_otel.capture import executors, frameworks, recorder as _recorder
 from agent_otel.config import Settings, load_settings
+from agent_otel.errors import ConfigError
 from agent_otel.pipeline import Pipeline
 from agent_otel.capture.recorder import Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor
 from agent_otel.exporters.prometheus import Metrics, MetricsServer
-from agent_otel.semconv import SCOPE_NAME, SERVICE_NAME
+from agent_otel.semconv import AGENT_GPU_POOL, SCOPE_NAME, SERVICE_NAME
 from agent_otel.version import __version__
 
 logger = logging.getLogger("agent_otel")
@@ -38,12 +39,15 @@ _handle: Optional["Instrumentation"] = None
 class Instrumentation:
     """What ``instrument()`` set up; ``shutdown()`` flushes and undoes it."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, gpu_pool: str = ""):
         self.settings = settings
+        # The GPU pool this process's tool calls can block ("" for none: its
+        # own GPUs); from gpu_pool, or else the resource's agent.gpu.pool.
+        self.gpu_pool = gpu_pool
         self.tracer_provider: Optional[TracerProvider] = None
         self.owns_provider = False
         self.span_processors: list[BatchSpanProcessor] = []
-        self.metrics = Metrics(tool_name_limit=settings.tool_name_limit)
+        self.metrics = Metrics(tool_name_limit=settings.tool_name_limit, gpu_pool=gpu_pool)
         self.metrics_server: Optional[MetricsServer] = None
         self.recorder: Optional[Recorder] = None
         self.monitor: Optional[executors.ExecutorMonitor] = None
@@ -143,6 +147,11 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
     from agent_otel.exporters.otlp_json import OtlpJsonFileExporter
 
     existing = trace_api.get_tracer_provider()
+    if isinstance(existing, TracerProvider) and pool_of(existing.resource.attributes) != handle.gpu_pool:
+        logger.warning("agent-otel: gpu_pool is %r but the tracer provider's resource, set up earlier, says "
+                       "agent.gpu.pool=%r; spans keep the resource's (set it before the first instrument(), "
+                       "or with OTEL_RESOURCE_ATTRIBUTES)", handle.gpu_pool,
+                       pool_of(existing.resource.attributes))
     if existing is _global_provider:
         # An earlier instrument() in this process set it (OpenTelemetry
         # allows that once); its processors were shut down, so add ours again.
@@ -154,6 +163,8 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
         provider, exporters = existing, []
     else:
         attributes = {SERVICE_NAME: settings.service_name} if settings.service_name else {}
+        if handle.gpu_pool:
+            attributes[AGENT_GPU_POOL] = handle.gpu_pool
         provider = TracerProvider(resource=Resource.create(attributes))
         handle.owns_provider = True
         exporters = _span_exporters(settings)
@@ -206,7 +217,11 @@ def start(settings: Settings) -> Instrumentation:
             logger.warning("agent_otel.instrument() was already called; keeping the first settings")
             return _handle
         frameworks.check_names(settings.frameworks)
-        handle = Instrumentation(settings)
+        gpu_pool = declared_gpu_pool(settings)
+        if gpu_pool and settings.gpu not in ("auto", "off"):
+            raise ConfigError("gpu", settings.gpu, f"auto or off with a GPU pool ({gpu_pool!r}): the pool's GPUs are "
+                              "sampled and blamed by its blame service, agent-otel gpu-exporter --pool")
+        handle = Instrumentation(settings, gpu_pool)
         try:
             _setup(handle)
         except BaseException:
@@ -243,13 +258,30 @@ def _setup(handle: Instrumentation) -> None:
     frameworks.instrument_frameworks(settings.frameworks)
     handle.background.append(frameworks.FrameworkHooks())
     handle.pipeline.start()
-    if settings.gpu != "off":
+    if settings.gpu != "off" and not handle.gpu_pool:
         from agent_otel.attribution.live import start_live_timeline
 
         timeline = start_live_timeline(handle)
         if timeline is not None:
             handle.background.append(timeline)
             handle.gpu_timeline = timeline
+
+
+def pool_of(resource_attributes) -> str:
+    """The GPU pool a resource's attributes declare (``agent.gpu.pool``); "" for none."""
+    pool = resource_attributes.get(AGENT_GPU_POOL)
+    return pool.strip() if isinstance(pool, str) else ""
+
+
+def declared_gpu_pool(settings: Settings) -> str:
+    """The GPU pool this process declares: ``gpu_pool`` (``AGENT_OTEL_GPU_POOL``),
+    else the ``agent.gpu.pool`` resource attribute (``OTEL_RESOURCE_ATTRIBUTES``,
+    or the application's own tracer provider); "" when none."""
+    if settings.gpu_pool:
+        return settings.gpu_pool
+    existing = trace_api.get_tracer_provider()
+    resource = existing.resource if isinstance(existing, TracerProvider) else Resource.create()
+    return pool_of(resource.attributes)
 
 
 def uninstrument(timeout_s: Optional[float] = None) -> bool:

@@ -42,6 +42,10 @@ class ToolCall:
     error_type: Optional[str] = None
     thread: Optional[str] = None
     executor_workers: Optional[int] = None  # the executor's max_workers, when submitted to one
+    # The GPU pool the call can block (``agent.gpu.pool`` of the process that
+    # made it); "" for a process that declared none. Blame joins a call only
+    # with the idle windows of its own pool (docs/attribution.md).
+    pool: str = ""
 
     @property
     def queue_seconds(self) -> float:
@@ -85,6 +89,7 @@ class UtilizationSegment(NamedTuple):
     start_ns: int
     end_ns: int
     utilization: float
+    pool: str = ""  # the GPU pool, as IdleWindow.pool
 
     @property
     def seconds(self) -> float:
@@ -106,6 +111,7 @@ class IdleWindow:
     end_ns: int
     utilization_avg: float
     uuid: Optional[str] = None
+    pool: str = ""  # the GPU pool of the process that sampled the GPU; "" for none
 
     @property
     def seconds(self) -> float:

@@ -121,6 +121,9 @@ GPU_IDLE_BLOCKED_BY: Final = "gpu.idle.blocked_by"  # the tool holding the large
 GPU_IDLE_UNATTRIBUTED_DURATION: Final = "gpu.idle.unattributed_duration"  # s
 GPU_IDLE_BLOCKED_DURATION: Final = "gpu.idle.blocked_duration"  # s, one tool's share (child span, link)
 
+# On the resource: the GPU pool a process's tool calls can block (docs/telemetry.md, GPU pools)
+AGENT_GPU_POOL: Final = "agent.gpu.pool"
+
 # ---------------------------------------------------------------- values
 
 OUTCOME_OK: Final = "ok"

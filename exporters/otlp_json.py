@@ -396,22 +396,33 @@ def iter_spans(
 
 def request_spans(request: object) -> list[dict]:
     """The span objects of one ``ExportTraceServiceRequest``."""
+    return [span for _resource, spans in resource_spans(request) for span in spans]
+
+
+def resource_spans(request: object) -> list[tuple[list, list[dict]]]:
+    """(the resource's attributes array, its span objects) for each
+    resource of one ``ExportTraceServiceRequest``."""
     if type(request) is not dict:
         raise SpanFormatError("not an OTLP ExportTraceServiceRequest (expected a JSON object)")
-    resource_spans = request.get("resourceSpans")
-    if resource_spans is None:
+    entries = request.get("resourceSpans")
+    if entries is None:
         if any(key in request for key in _OTHER_SIGNALS):
             return []
         raise SpanFormatError("not an OTLP ExportTraceServiceRequest (no resourceSpans)")
-    spans: list[dict] = []
-    for entry in _array(resource_spans, "resourceSpans"):
-        for scope_spans in _list(_object(entry, "resourceSpans[]"), "scopeSpans"):
-            found = _list(_object(scope_spans, "scopeSpans[]"), "spans")
-            for span in found:
+    found: list[tuple[list, list[dict]]] = []
+    for entry in _array(entries, "resourceSpans"):
+        entry = _object(entry, "resourceSpans[]")
+        resource = entry.get("resource")
+        resource_attributes = _list(_object(resource, "resource"), "attributes") if resource is not None else []
+        spans: list[dict] = []
+        for scope_spans in _list(entry, "scopeSpans"):
+            scope_found = _list(_object(scope_spans, "scopeSpans[]"), "spans")
+            for span in scope_found:
                 if type(span) is not dict:
                     raise SpanFormatError("spans[] is not a JSON object")
-            spans.extend(found)
-    return spans
+            spans.extend(scope_found)
+        found.append((resource_attributes, spans))
+    return found
 
 
 def span_record(span: dict, line: int = 0) -> SpanRecord:

@@ -13,7 +13,7 @@ import time
 from bisect import bisect_left
 from typing import Callable, Iterable, Optional
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import Exemplar, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 from prometheus_client.exposition import start_http_server
@@ -176,7 +176,7 @@ class Metrics:
     """Every metric of the telemetry contract, in its own registry."""
 
     def __init__(self, *, tool_name_limit: int = DEFAULTS.tool_name_limit,
-                 registry: Optional[CollectorRegistry] = None):
+                 registry: Optional[CollectorRegistry] = None, gpu_pool: str = ""):
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.tool_label = ToolNames(tool_name_limit)
         spec = semconv.METRICS
@@ -207,6 +207,11 @@ class Metrics:
         self.before_collect: Optional[Callable[[], None]] = None
         self._children: dict[tuple, tuple] = {}
         self.remedies = RemedyMetrics(r, self.tool_label)
+        if gpu_pool:
+            # The resource attribute the pool rules join on, the way the
+            # OpenTelemetry Prometheus exporters expose resource attributes.
+            Info("target", "Resource attributes of this process: its GPU pool (agent.gpu.pool).",
+                 registry=r).info({"agent_gpu_pool": gpu_pool})
 
     def observe_call(self, call: ToolCall) -> None:
         """Count one finished tool call. Runs on the pipeline thread, holding ``lock``."""

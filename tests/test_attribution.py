@@ -1,5 +1,6 @@
 """Attribution: which tool calls an idle GPU was waiting on, and in which phase."""
 
+import dataclasses
 import math
 import random
 
@@ -294,3 +295,51 @@ def test_under_use_matches_the_rule_applied_instant_by_instant():
             assert totals.blocked_s.get(key, 0.0) == pytest.approx(seconds, abs=1e-9)
         for gpu, seconds in unattributed.items():
             assert totals.unattributed_s[gpu] == pytest.approx(seconds, abs=1e-9)
+
+
+def test_a_call_blocks_only_the_gpus_of_its_own_pool():
+    # Two GPU hosts, each serving its own agents; GPU "0" exists in both.
+    on_a = dataclasses.replace(call("search", 0.0, 0.0, 4.0), pool="vllm-a")
+    on_b = dataclasses.replace(call("sql", 1.0, 1.0, 3.0), pool="vllm-b")
+    undeclared = call("fetch", 0.0, 0.0, 4.0)  # a process that declared no pool
+    idle_a = dataclasses.replace(window(0.0, 4.0), pool="vllm-a")
+    idle_b = dataclasses.replace(window(0.0, 4.0), pool="vllm-b")
+    own = window(0.0, 4.0)  # sampled by the undeclared process itself
+    result_a, result_b, result_own = attribute([idle_a, idle_b, own], [on_b, undeclared, on_a])
+
+    assert [s.call for s in result_a.shares] == [on_a]
+    assert result_a.shares[0].exec_s == pytest.approx(4.0)
+    assert [s.call for s in result_b.shares] == [on_b]
+    assert result_b.unattributed_s == pytest.approx(2.0)
+    assert [s.call for s in result_own.shares] == [undeclared]
+
+    totals = BlameTotals()
+    for result in (result_a, result_b, result_own):
+        totals.add(result)
+    # GPU 0 of each pool stays its own GPU.
+    assert totals.idle_s == {"vllm-a/0": pytest.approx(4.0), "vllm-b/0": pytest.approx(4.0), "0": pytest.approx(4.0)}
+    assert totals.blocked_s[("vllm-b/0", "sql", "exec")] == pytest.approx(2.0)
+
+
+def test_pools_match_the_rule_applied_to_each_pool_alone():
+    rng = random.Random(31)
+    pools = ("", "vllm-a", "vllm-b")
+    for _ in range(100):
+        windows, calls = random_scenario(rng)
+        calls = [dataclasses.replace(c, pool=rng.choice(pools)) for c in calls]
+        windows = [dataclasses.replace(w, pool=rng.choice(pools)) for w in windows]
+        for result in attribute(windows, calls):
+            own = [c for c in calls if c.pool == result.window.pool]
+            expected, unattributed = brute_force(result.window, own)
+            got = {own.index(s.call): (s.queue_s, s.exec_s) for s in result.shares}
+            assert got.keys() == expected.keys()
+            for i, (queue, execute) in expected.items():
+                assert got[i] == (pytest.approx(queue, abs=1e-9), pytest.approx(execute, abs=1e-9))
+            assert result.unattributed_s == pytest.approx(unattributed, abs=1e-9)
+
+
+def test_unused_capacity_is_blamed_within_the_pool_too():
+    on_a = dataclasses.replace(call("search", 0.0, 0.0, 2.0), pool="vllm-a")
+    on_b = dataclasses.replace(call("sql", 0.0, 0.0, 2.0), pool="vllm-b")
+    totals = attribute_underuse([UtilizationSegment("0", at(0), at(2), 0.5, pool="vllm-a")], [on_a, on_b])
+    assert totals.blocked_s == {("vllm-a/0", "search", "exec"): pytest.approx(1.0)}

@@ -276,3 +276,58 @@ def test_instrument_again_after_uninstrument_exports_again(tmp_path):
     assert first.read_text().count("execute_tool search") == 1
     assert second.read_text().count("execute_tool search") == 1
     assert result.stdout.count('"name": "execute_tool search"') == 2  # the console exporter came back too
+
+
+POOL_AGENT = """
+    import json, urllib.request
+    import agent_otel
+    handle = agent_otel.instrument(traces_file={traces!r}, traces_exporters="none", prometheus_port=0,
+                                   frameworks=(){extra})
+
+    @agent_otel.tool
+    def search(q):
+        return q
+
+    search("x")
+    text = urllib.request.urlopen(handle.prometheus_url, timeout=5).read().decode()
+    print(json.dumps({{"pool": handle.gpu_pool, "timeline": handle.gpu_timeline is not None,
+                      "target_info": [l for l in text.splitlines() if l.startswith("target_info")]}}))
+    handle.shutdown()
+"""
+
+
+@pytest.mark.parametrize("how", ["argument", "AGENT_OTEL_GPU_POOL", "OTEL_RESOURCE_ATTRIBUTES"])
+def test_a_declared_gpu_pool_is_a_resource_attribute_and_turns_local_blame_off(tmp_path, how):
+    traces = tmp_path / "traces.jsonl"
+    extra, env = "", {}
+    if how == "argument":
+        extra = ', gpu_pool="vllm-a:8000"'
+    elif how == "AGENT_OTEL_GPU_POOL":
+        env = {how: "vllm-a:8000"}
+    else:
+        env = {how: "agent.gpu.pool=vllm-a:8000,deployment.environment.name=test"}
+    # gpu=auto by default: with a pool it samples nothing here, whatever GPU the host has.
+    result = run_agent(POOL_AGENT.format(traces=str(traces), extra=extra), env)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out == {"pool": "vllm-a:8000", "timeline": False,
+                   "target_info": ['target_info{agent_gpu_pool="vllm-a:8000"} 1.0']}
+    (line,) = traces.read_text().splitlines()
+    (resource_spans,) = json.loads(line)["resourceSpans"]
+    resource = {a["key"]: a["value"] for a in resource_spans["resource"]["attributes"]}
+    assert resource["agent.gpu.pool"] == {"stringValue": "vllm-a:8000"}
+
+
+def test_no_pool_keeps_the_local_gpu_and_no_target_info(tmp_path):
+    result = run_agent(POOL_AGENT.format(traces=str(tmp_path / "t.jsonl"), extra=', gpu="simulated"'))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"pool": "", "timeline": True, "target_info": []}
+
+
+def test_a_gpu_source_with_a_pool_is_a_config_error():
+    with pytest.raises(ConfigError) as error:
+        agent_otel.instrument(gpu="simulated", gpu_pool="vllm-a:8000", traces_exporters="none", frameworks=())
+    assert "gpu" in str(error.value) and "gpu-exporter --pool" in str(error.value)
+    from agent_otel.instrumentation import current
+
+    assert current() is None  # nothing was set up

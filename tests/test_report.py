@@ -317,3 +317,51 @@ def test_a_call_seen_by_client_and_server_counts_once(tmp_path):
     provider.shutdown()
     analysis = analyse([str(path)], idle_threshold=0.1, min_idle_s=0.5)
     assert sorted((t.tool, t.calls) for t in analysis.tools) == [("lookup", 1), ("other", 1)]
+
+
+def test_merged_traces_of_several_pools_blame_each_gpu_on_its_own_pool(tmp_path, capsys):
+    # Two GPU hosts, each with its blame service's gpu.idle windows, and an
+    # agent per host. GPU 0 of both hosts idles 2-6 s; each agent's tool
+    # runs 1-4 s on its own host's model server, so each GPU is blamed for
+    # 2 s on its own pool's tool only, never on the other host's.
+    for pool, tool in (("vllm-a:8000", "search"), ("vllm-b:8000", "sql")):
+        agent = RecordedRun(tmp_path / f"agent-{tool}.jsonl", service=f"agent-{tool}", pool=pool)
+        agent.agent_run(0.0, 8.0)
+        agent.tool_call(tool, 1.0, 1.0, 4.0, executor="direct")
+        agent.close()
+        gpu_host = RecordedRun(tmp_path / f"gpu-{tool}.jsonl", service="agent-otel-gpu-exporter", pool=pool)
+        gpu_host.idle_window(0, 2.0, 6.0)
+        gpu_host.close()
+    report = report_of(capsys, *sorted(tmp_path.glob("*.jsonl")))
+    tools = {t["tool"]: t for t in report["tools"]}
+    assert tools["search"]["gpu_idle_blocked_s"] == pytest.approx(2.0)
+    assert tools["sql"]["gpu_idle_blocked_s"] == pytest.approx(2.0)
+    gpus = {g["gpu"]: g for g in report["gpus"]}
+    assert set(gpus) == {"vllm-a:8000/0", "vllm-b:8000/0"}
+    assert gpus["vllm-a:8000/0"]["idle_blocked_s"] == pytest.approx(2.0)
+    assert gpus["vllm-a:8000/0"]["idle_unattributed_s"] == pytest.approx(2.0)
+    assert not report["inputs"]["warnings"]
+
+
+def test_a_gpu_pool_no_tool_call_declares_is_named_in_a_warning(stalled_run, capsys):
+    # The GPU host declared a pool; the agent did not: nothing can be blamed.
+    gpu_host = RecordedRun(stalled_run / "gpu.jsonl", service="agent-otel-gpu-exporter", pool="vllm-a:8000")
+    gpu_host.idle_window(0, 2.0, 5.0)
+    gpu_host.close()
+    report = report_of(capsys, stalled_run / "traces.jsonl", stalled_run / "gpu.jsonl")
+    assert all(t["gpu_idle_blocked_s"] == 0.0 for t in report["tools"])
+    (warning,) = report["inputs"]["warnings"]
+    assert "GPU pool 'vllm-a:8000'" in warning and "agent.gpu.pool=vllm-a:8000" in warning
+
+
+def test_a_gpu_log_is_blamed_on_the_pool_it_is_given(stalled_run, capsys):
+    pooled = RecordedRun(stalled_run / "pooled.jsonl", service="other-agent", pool="vllm-a:8000")
+    pooled.tool_call("rerank", 2.0, 2.0, 5.0, executor="direct")
+    pooled.close()
+    # GPU 0 idle from 2 s to 5 s, busy around it.
+    write_gpu_csv(stalled_run / "gpu.csv", [(k / 10, 0, 2 if 20 < k <= 50 else 90) for k in range(90)])
+    traces = [stalled_run / "traces.jsonl", stalled_run / "pooled.jsonl"]
+    for pool, blamed in (("vllm-a:8000", {"rerank"}), ("", {"embed", "search"})):
+        report = report_of(capsys, *traces, "--gpu-log", stalled_run / "gpu.csv", "--tz", "UTC", "--gpu-pool", pool)
+        assert {t["tool"] for t in report["tools"] if t["gpu_idle_blocked_s"] > 0} == blamed, pool
+        assert [g["gpu"] for g in report["gpus"]] == [f"{pool}/0" if pool else "0"]

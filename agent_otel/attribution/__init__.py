@@ -6,7 +6,8 @@ timeline with the calls while the agent runs.
 """
 
 from agent_otel.attribution.rule import (
-    BlameTotals, CallShare, UnderuseTotals, WindowAttribution, attribute, attribute_underuse,
+    BlameTotals, CallShare, UnderuseTotals, WindowAttribution, attribute, attribute_underuse, gpu_key,
 )
 
-__all__ = ["BlameTotals", "CallShare", "UnderuseTotals", "WindowAttribution", "attribute", "attribute_underuse"]
+__all__ = ["BlameTotals", "CallShare", "UnderuseTotals", "WindowAttribution", "attribute", "attribute_underuse",
+           "gpu_key"]

@@ -16,8 +16,10 @@ within a segment, so that is the rule applied instant by instant.
 
 A call is in flight from ``submit_ns`` to ``end_ns`` (``end_ns == 0``: still
 in flight, open-ended); it is queued during ``[submit_ns, start_ns)`` and
-executing during ``[start_ns, end_ns)``. Every GPU's idle time is attributed
-to the same calls: an agent's tool call blocks every GPU the agent uses.
+executing during ``[start_ns, end_ns)``. A call can only block the GPUs of
+its own pool (``ToolCall.pool`` equals ``IdleWindow.pool``; "" is the pool
+of processes that declared none), and within a pool every GPU's idle time
+is attributed to the same calls: a tool call blocks every GPU of its pool.
 
 How it stays fast (the report runs it on a million spans): the number of
 calls in flight, n(t), changes only at call boundaries, so one sweep over
@@ -72,6 +74,11 @@ class Interval(Protocol):
 
     @property
     def end_ns(self) -> int: ...
+
+    @property
+    def pool(self) -> str:
+        """The GPU pool ("" for none): only calls of this pool are blamed."""
+        ...
 
 
 @dataclass(slots=True)
@@ -136,7 +143,8 @@ class BlameTotals:
     """Sums over many windows: what the metrics and the report show.
 
     ``blocked_s`` is keyed by ``(gpu, tool, phase)`` with phase ``queue`` or
-    ``exec`` (a mixed share contributes to both).
+    ``exec`` (a mixed share contributes to both); ``gpu`` is ``gpu_key``
+    of the window, so GPU 0 of two pools stays two GPUs.
     """
 
     idle_s: dict[str, float] = field(default_factory=dict)
@@ -144,7 +152,7 @@ class BlameTotals:
     unattributed_s: dict[str, float] = field(default_factory=dict)
 
     def add(self, attribution: WindowAttribution) -> None:
-        gpu = attribution.window.gpu
+        gpu = gpu_key(attribution.window)
         self.idle_s[gpu] = self.idle_s.get(gpu, 0.0) + attribution.window.seconds
         self.unattributed_s[gpu] = self.unattributed_s.get(gpu, 0.0) + attribution.unattributed_s
         for share in attribution.shares:
@@ -177,7 +185,7 @@ class UnderuseTotals:
         unused = segment.unused_s / seconds  # type: ignore[attr-defined]  # a UtilizationSegment
         if not unused >= 0.0:  # NaN: the utilization is unknown (missing data), not unused
             return
-        gpu = segment.gpu
+        gpu = gpu_key(segment)
         self.underused_s[gpu] = self.underused_s.get(gpu, 0.0) + unused * seconds
         self.unattributed_s[gpu] = self.unattributed_s.get(gpu, 0.0) + unused * attribution.unattributed_s
         for share in attribution.shares:
@@ -199,6 +207,12 @@ def attribute_underuse(segments: Sequence[UtilizationSegment], calls: Iterable[T
     for attribution in attribute(segments, calls, blocks):
         totals.add(attribution)
     return totals
+
+
+def gpu_key(window: Interval) -> str:
+    """A GPU's name across pools: its index, prefixed by its pool if any
+    (``"0"``, ``"vllm-a/0"``)."""
+    return f"{window.pool}/{window.gpu}" if window.pool else window.gpu
 
 
 class _Calls:
@@ -262,24 +276,40 @@ def attribute(windows: Iterable[Interval], calls: Iterable[ToolCall],
     Returns one ``WindowAttribution`` per window, in the order given. A
     window only needs the calls that overlap it (and the loop blocks that
     overlap it): calls outside it do not change who was in flight inside it.
+    A window is blamed only on the calls of its own pool.
     """
     windows = list(windows)
+    calls = list(calls)
     blocks = list(blocks)
     pieces_of: dict[int, ToolCall] = {}
     if blocks:
-        calls, pieces_of = _cut_at_blocks(list(calls), blocks)
-    sorted_calls = _Calls(calls)
+        calls, pieces_of = _cut_at_blocks(calls, blocks)
     results: list[Optional[WindowAttribution]] = [None] * len(windows)
-    by_gpu: dict[str, list[int]] = {}
+    by_gpu: dict[tuple[str, str], list[int]] = {}
     for index, window in enumerate(windows):
-        by_gpu.setdefault(window.gpu, []).append(index)
-    for indexes in by_gpu.values():
+        by_gpu.setdefault((window.pool, window.gpu), []).append(index)
+    by_pool = _by_pool(calls, {pool for pool, _gpu in by_gpu})
+    for (pool, _gpu), indexes in by_gpu.items():
+        sorted_calls = by_pool[pool]
         indexes.sort(key=lambda i: (windows[i].start_ns, windows[i].end_ns))
         for index, overlapping in _pair_with_calls(windows, indexes, sorted_calls):
             results[index] = _attribute_window(windows[index], overlapping, sorted_calls)
     if pieces_of:
         results = [_merge_pieces(result, pieces_of) for result in results]  # type: ignore[arg-type]
     return results  # type: ignore[return-value]  # every slot was filled
+
+
+def _by_pool(calls: list[ToolCall], pools: set[str]) -> dict[str, "_Calls"]:
+    """The calls of each of ``pools``, sorted and integrated. One pass over
+    the calls only when some call or window declares a pool."""
+    if pools <= {""} and not any(map(attrgetter("pool"), calls)):
+        return {"": _Calls(calls)}
+    grouped: dict[str, list[ToolCall]] = {pool: [] for pool in pools}
+    for call in calls:
+        group = grouped.get(call.pool)
+        if group is not None:
+            group.append(call)
+    return {pool: _Calls(group) for pool, group in grouped.items()}
 
 
 def _pair_with_calls(windows: list[Interval], indexes: list[int], calls: _Calls) -> Iterator[tuple[int, list[int]]]:
@@ -366,7 +396,8 @@ def _cut_at_blocks(calls: list[ToolCall], blocks: Sequence[LoopBlock]) -> tuple[
         blocker = by_key.get(block.blocker)
         tool = blocker.tool if blocker is not None else (block.tool or "unknown")
         piece = ToolCall(tool, "direct", block.start_ns, block.start_ns, block.end_ns,
-                         trace_id=block.blocker[0], span_id=block.blocker[1])
+                         trace_id=block.blocker[0], span_id=block.blocker[1],
+                         pool=blocker.pool if blocker is not None else "")
         if blocker is not None:
             pieces_of[id(piece)] = blocker
         result.append(piece)

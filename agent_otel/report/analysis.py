@@ -6,7 +6,11 @@ the report's threshold and minimum idle time), otherwise from the
 window-level ``gpu.idle`` spans in the traces. Either way they are clipped
 to the traces' time window (idle time before the first span or after the
 last cannot be blamed on anything the traces show) and blamed by
-``agent_otel.attribution``, the same code the live path runs.
+``agent_otel.attribution``, the same code the live path runs. Calls and
+windows carry the GPU pool of the process that recorded them; a window is
+blamed only on the calls of its pool, so the traces of several services
+and pools can be merged into one report. GPU logs belong to the pool given
+as ``gpu_pool`` ("" by default: the pool of processes that declared none).
 
 Percentiles: see ``stats.percentile``. Seconds in the JSON are rounded to
 the microsecond.
@@ -14,13 +18,14 @@ the microsecond.
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Optional, Sequence
 
-from agent_otel.attribution import BlameTotals, WindowAttribution, attribute
+from agent_otel.attribution import BlameTotals, WindowAttribution, attribute, gpu_key
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
 from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
 from agent_otel.report.reader import TraceData, paused_gc, read_traces
@@ -134,6 +139,7 @@ def analyse(
     idle_threshold: float,
     min_idle_s: float,
     progress: Optional[Callable[[int], None]] = None,
+    gpu_pool: str = "",
 ) -> Analysis:
     """Read the inputs, attribute GPU idle time, compute every statistic.
 
@@ -142,7 +148,7 @@ def analyse(
     heap made the cost per span grow with the input.
     """
     with paused_gc():
-        return _analyse(trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress)
+        return _analyse(trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress, gpu_pool)
 
 
 def _analyse(
@@ -152,6 +158,7 @@ def _analyse(
     idle_threshold: float,
     min_idle_s: float,
     progress: Optional[Callable[[int], None]],
+    gpu_pool: str,
 ) -> Analysis:
     traces = read_traces(trace_paths, progress)
     analysis = Analysis(
@@ -172,7 +179,8 @@ def _analyse(
     )
     if traces.span_count and not traces.calls:
         analysis.warnings.append("no tool spans (gen_ai.operation.name = execute_tool) in the traces")
-    observed = _gpu_inputs(analysis, traces, gpu_log_paths, tz)
+    observed = _gpu_inputs(analysis, traces, gpu_log_paths, tz, gpu_pool)
+    analysis.warnings.extend(_pool_warnings(analysis.calls, analysis.windows))
     analysis.attributions = attribute(analysis.windows, _in_windows(analysis.calls, analysis.windows))
     totals = BlameTotals()
     for window_attribution in analysis.attributions:
@@ -184,8 +192,9 @@ def _analyse(
     return analysis
 
 
-def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[str], tz: Optional[str]) -> dict[str, float]:
-    """Fill the analysis's windows and samples; return seconds observed per GPU."""
+def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[str], tz: Optional[str],
+                gpu_pool: str) -> dict[str, float]:
+    """Fill the analysis's windows and samples; return seconds observed per GPU (by ``gpu_key``)."""
     start, end = analysis.start_ns, analysis.end_ns
     if gpu_log_paths:
         analysis.gpu_source = GPU_FROM_LOGS
@@ -206,18 +215,21 @@ def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[s
         combined = GpuLog.merge(logs)
         del logs
         windows = combined.idle_windows(analysis.idle_threshold, analysis.min_idle_s)
+        if gpu_pool:
+            windows = [dataclasses.replace(window, pool=gpu_pool) for window in windows]
         observed: dict[str, float] = {}
         for gpu, series in combined.series.items():
+            key = f"{gpu_pool}/{gpu}" if gpu_pool else gpu
             first, last = series.times[0], series.times[-1]
-            observed[gpu] = max(0, min(last, end) - max(first, start)) / NS_PER_S
+            observed[key] = max(0, min(last, end) - max(first, start)) / NS_PER_S
             around = series.around(start, end)
             if len(around):
-                analysis.samples[gpu] = around
+                analysis.samples[key] = around
     else:
         windows = traces.idle_windows
         if windows:
             analysis.gpu_source = GPU_FROM_TRACES
-        observed = {window.gpu: analysis.seconds for window in windows}
+        observed = {gpu_key(window): analysis.seconds for window in windows}
     analysis.windows = _clip(windows, start, end)
     return observed
 
@@ -242,6 +254,23 @@ def _in_windows(calls: Sequence[ToolCall], windows: Sequence[IdleWindow]) -> lis
     return kept
 
 
+def _pool_warnings(calls: Sequence[ToolCall], windows: Sequence[IdleWindow]) -> list[str]:
+    """One line per GPU pool whose idle time no tool call can be blamed for."""
+    if not calls:
+        return []
+    call_pools = {call.pool for call in calls}
+    warnings = []
+    for pool in sorted({window.pool for window in windows} - call_pools):
+        name = f"GPU pool {pool!r}" if pool else "the GPUs of processes that declared no GPU pool"
+        warnings.append(
+            f"no tool call can block {name}: no tool span comes from a process that declared "
+            + (f"agent.gpu.pool={pool}" if pool else "no agent.gpu.pool")
+            + f" (the tool spans declare {', '.join(repr(p) if p else 'none' for p in sorted(call_pools))}); "
+            "see docs/attribution.md, GPU pools"
+        )
+    return warnings
+
+
 def _no_overlap_message(info: GpuLogInfo, start: int, end: int) -> str:
     if not info.samples:
         return f"GPU log {info.path} has no utilization samples"
@@ -258,7 +287,7 @@ def _clip(windows: Sequence[IdleWindow], start: int, end: int) -> list[IdleWindo
         a, b = max(window.start_ns, start), min(window.end_ns, end)
         if a < b:
             if (a, b) != (window.start_ns, window.end_ns):
-                window = IdleWindow(window.gpu, a, b, window.utilization_avg, window.uuid)
+                window = dataclasses.replace(window, start_ns=a, end_ns=b)
             clipped.append(window)
     clipped.sort(key=lambda w: (w.start_ns, w.gpu))
     return clipped
@@ -322,7 +351,7 @@ def _gpu_stats(analysis: Analysis, totals: BlameTotals, observed: dict[str, floa
     blocked: dict[str, float] = defaultdict(float)
     for (gpu, _tool, _phase), seconds in totals.blocked_s.items():
         blocked[gpu] += seconds
-    uuids = {window.gpu: window.uuid for window in analysis.windows if window.uuid}
+    uuids = {gpu_key(window): window.uuid for window in analysis.windows if window.uuid}
     gpus = [
         GpuStats(
             gpu=gpu,

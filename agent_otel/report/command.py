@@ -49,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tz", metavar="ZONE", help="IANA time zone of the GPU log's times (default: local time); only with --gpu-log"
     )
+    parser.add_argument(
+        "--gpu-pool",
+        metavar="POOL",
+        help="the GPU pool (agent.gpu.pool) the --gpu-log GPUs serve: their idle time is blamed on that pool's "
+        "tool calls only (default: the calls of processes that declared no pool); only with --gpu-log",
+    )
     parser.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default: table)")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML timeline to FILE")
     parser.add_argument("--perfetto", metavar="FILE", help="write Chrome trace-event JSON (Perfetto, chrome://tracing) to FILE")
@@ -66,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
             else config.parse(name, getattr(args, name), option) for option, name, _ in IDLE_OPTIONS}
     if args.tz is not None and not args.gpu_log:
         raise ConfigError("--tz", args.tz, "--gpu-log as well: the zone is that of a GPU log's times (traces carry UTC)")
+    if args.gpu_pool is not None and not args.gpu_log:
+        raise ConfigError("--gpu-pool", args.gpu_pool, "--gpu-log as well: it names the pool of a GPU log's GPUs "
+                          "(gpu.idle spans carry their own)")
     if [*args.traces, *args.gpu_log].count(STDIN) > 1:
         raise ConfigError("-", STDIN, "standard input (-) given once, for one input")
     progress = Progress(args.traces)
@@ -77,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             idle_threshold=idle["gpu_idle_threshold"],
             min_idle_s=idle["gpu_min_idle"],
             progress=progress,
+            gpu_pool=(args.gpu_pool or "").strip(),
         )
     finally:
         progress.finish()

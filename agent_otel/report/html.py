@@ -22,6 +22,7 @@ import html
 import json
 from importlib import resources
 
+from agent_otel.attribution import gpu_key
 from agent_otel.report.analysis import Analysis, report_json
 from agent_otel.report.stats import assign_rows
 from agent_otel.semconv import OUTCOMES
@@ -141,7 +142,7 @@ def _timeline_data(analysis: Analysis) -> dict:
     gpus = []
     for gpu in analysis.gpus:
         samples = analysis.samples.get(gpu.gpu, [])
-        windows = [a for a in analysis.attributions if a.window.gpu == gpu.gpu]
+        windows = [a for a in analysis.attributions if gpu_key(a.window) == gpu.gpu]
         gpus.append(
             {
                 "gpu": gpu.gpu,

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Optional
 
+from agent_otel.attribution import gpu_key
 from agent_otel.records import ToolCall
 from agent_otel.report.analysis import Analysis, rfc3339
 from agent_otel.report.stats import assign_rows
@@ -63,11 +64,11 @@ def trace_events(analysis: Analysis) -> dict:
                 "name": SPAN_GPU_IDLE,
                 "cat": "gpu",
                 "pid": GPU_PID,
-                "tid": gpu_tid[window.gpu],
+                "tid": gpu_tid[gpu_key(window)],
                 "ts": us(window.start_ns),
                 "dur": round(us(window.end_ns) - us(window.start_ns), 3),
                 "args": {
-                    "gpu": window.gpu,
+                    "gpu": gpu_key(window),
                     "idle_s": round(window.seconds, 6),
                     "utilization_avg": round(window.utilization_avg, 4),
                     "blocked_by": attribution.blocked_by,
@@ -107,7 +108,7 @@ def trace_events(analysis: Analysis) -> dict:
             pid, tid, ns = target
             middle = (share.start_ns + share.end_ns) // 2
             common = {"name": FLOW_NAME, "cat": "blame", "id": flow_id}
-            events.append({"ph": "s", **common, "pid": GPU_PID, "tid": gpu_tid[window.gpu], "ts": us(middle)})
+            events.append({"ph": "s", **common, "pid": GPU_PID, "tid": gpu_tid[gpu_key(window)], "ts": us(middle)})
             events.append({"ph": "f", "bp": "e", **common, "pid": pid, "tid": tid, "ts": us(ns)})
     return {
         "traceEvents": events,

@@ -4,9 +4,11 @@ One pass over the inputs' span objects (``exporters.otlp_json``), with
 Python's cyclic garbage collector paused: it would otherwise rescan the
 growing heap again and again, which made reading a million spans cost
 more per span than reading ten thousand. Each span is recognised by kind
-in ``_TraceReader.add``, the one place where a kind of span is turned into
-a record; only the fields the analysis uses are converted, and any other
-span only counts and widens the time window:
+in ``TraceReader.add``, the one place where a kind of span is turned into
+a record (the blame service, ``agent_otel.receiver``, turns the spans it
+receives over OTLP into records here too); only the fields the analysis
+uses are converted, and any other span only counts and widens the time
+window:
 
 - **tool spans** (``gen_ai.operation.name == "execute_tool"``) become a
   ``ToolCall``: requested at the span's start, finished at its end, and
@@ -17,6 +19,9 @@ span only counts and widens the time window:
 - **per-tool ``gpu.idle`` child spans** (with ``gpu.idle.blocked_duration``)
   hold what the live path blamed: summed per tool, to compare with the
   report's own attribution.
+
+Every record carries the GPU pool its process declared: the resource
+attribute ``agent.gpu.pool`` ("" for none).
 
 Names read from spans (tools, executors, threads) are made printable
 Unicode (a lone surrogate becomes U+FFFD) and shared between records.
@@ -40,12 +45,13 @@ from agent_otel.exporters.otlp_json import (
     input_name,
     iter_requests,
     nanos,
-    request_spans,
+    resource_spans,
     span_times,
 )
 from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
 from agent_otel.semconv import (
     AGENT_EXECUTOR_MAX_WORKERS,
+    AGENT_GPU_POOL,
     AGENT_TOOL_EXECUTOR,
     AGENT_TOOL_OUTCOME,
     AGENT_TOOL_PHASE,
@@ -142,7 +148,7 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
     naming the file and line for a malformed line or a span field the
     report needs and cannot read.
     """
-    reader = _TraceReader()
+    reader = TraceReader()
     data = reader.data
     with paused_gc():
         for path in paths:
@@ -153,8 +159,10 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
             for number, request in iter_requests(path, progress, data.warnings.append):
                 documents += 1
                 try:
-                    for span in request_spans(request):
-                        reader.add(span, number)
+                    for resource, spans in resource_spans(request):
+                        pool = gpu_pool_of(resource)
+                        for span in spans:
+                            reader.add(span, number, pool)
                 except SpanFormatError as exc:
                     raise InputError(name, number, str(exc)) from None
             if not documents:
@@ -166,8 +174,22 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
     return data
 
 
-class _TraceReader:
-    """The state of one read: records made so far and what dedupes them."""
+def gpu_pool_of(resource: list) -> str:
+    """The GPU pool a resource's attributes array declares (``agent.gpu.pool``); "" for none."""
+    for item in resource:
+        if type(item) is dict and item.get("key") == AGENT_GPU_POOL:
+            value = any_value(item.get("value"), AGENT_GPU_POOL)
+            return printable(value.strip()) if type(value) is str else ""
+    return ""
+
+
+class TraceReader:
+    """The state of one read: records made so far and what dedupes them.
+
+    ``add`` each span object (OTLP/JSON shape) with the GPU pool of its
+    resource, then ``finish``; the records are in ``data``. ``add`` raises
+    ``SpanFormatError`` for a span field it needs and cannot read.
+    """
 
     def __init__(self) -> None:
         self.data = TraceData()
@@ -180,7 +202,7 @@ class _TraceReader:
 
     # -- one span: recognise its kind, keep what the analysis needs ------
 
-    def add(self, span: dict, line: int) -> None:
+    def add(self, span: dict, line: int, pool: str = "") -> None:
         data = self.data
         trace_id = hex_id(span.get("traceId"), 32, "traceId")
         key = trace_id << 64 | hex_id(span.get("spanId"), 16, "spanId")
@@ -197,15 +219,16 @@ class _TraceReader:
         found = _wanted(span.get("attributes"))
         operation = found.get(GEN_AI_OPERATION_NAME)
         if operation is not None and any_value(operation, GEN_AI_OPERATION_NAME) == GEN_AI_OPERATION_EXECUTE_TOOL:
-            self._tool_call(span, found, trace_id, key, start_ns, end_ns)
+            self._tool_call(span, found, trace_id, key, start_ns, end_ns, pool)
         elif span.get("name") == SPAN_GPU_IDLE:
             if GPU_IDLE_BLOCKED_DURATION in found:
                 self._live_share(span, found, trace_id)
             else:
-                self._idle_window(span, found, start_ns, end_ns)
+                self._idle_window(span, found, start_ns, end_ns, pool)
         # A new kind of span: recognise it here and turn it into a record.
 
-    def _tool_call(self, span: dict, found: dict, trace_id: int, key: int, start_ns: int, end_ns: int) -> None:
+    def _tool_call(self, span: dict, found: dict, trace_id: int, key: int, start_ns: int, end_ns: int,
+                   pool: str) -> None:
         data = self.data
         tool = self._text(found, GEN_AI_TOOL_NAME)
         if not tool:
@@ -231,10 +254,13 @@ class _TraceReader:
             self._text(found, ERROR_TYPE),
             self._text(found, THREAD_NAME),
             workers if type(workers) is int and workers > 0 else None,
+            pool,
         )
-        data.calls.append(call)
-        self._parents.append(self._parent(span, trace_id))
+        # Everything that can raise first: a span that fails adds nothing.
         timeout = self._seconds(span, found, AGENT_TOOL_TIMEOUT)
+        parent = self._parent(span, trace_id)
+        data.calls.append(call)
+        self._parents.append(parent)
         if timeout is not None and timeout > 0:
             data.timeouts[tool] = min(timeout, data.timeouts.get(tool, math.inf))
 
@@ -254,7 +280,7 @@ class _TraceReader:
         queue_s = self._seconds(span, found, AGENT_TOOL_QUEUE_DURATION) or 0.0
         return min(start_ns + round(queue_s * NS_PER_S), end_ns)
 
-    def _idle_window(self, span: dict, found: dict, start_ns: int, end_ns: int) -> None:
+    def _idle_window(self, span: dict, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
         utilization = self._seconds(span, found, GPU_UTILIZATION_AVG)
         self.data.idle_windows.append(
             IdleWindow(
@@ -263,6 +289,7 @@ class _TraceReader:
                 end_ns=end_ns,
                 utilization_avg=0.0 if utilization is None else utilization,
                 uuid=self._text(found, GPU_UUID),
+                pool=pool,
             )
         )
 

@@ -31,10 +31,15 @@ def ns(seconds: float) -> int:
 
 
 class RecordedRun:
-    def __init__(self, path):
+    """``pool``: the GPU pool the recording process declared (``agent.gpu.pool``)."""
+
+    def __init__(self, path, *, service: str = "test-agent", pool: str | None = None):
         self.path = path
         self.exporter = OtlpJsonFileExporter(str(path))
-        self.provider = TracerProvider(resource=Resource.create({"service.name": "test-agent"}))
+        attributes = {"service.name": service}
+        if pool is not None:
+            attributes["agent.gpu.pool"] = pool
+        self.provider = TracerProvider(resource=Resource.create(attributes))
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.tracer = self.provider.get_tracer("agent_otel")
 
