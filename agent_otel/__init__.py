@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from agent_otel.errors import AgentOtelError, ConfigError, InputError
     from agent_otel.instrumentation import Instrumentation, instrument, uninstrument
     from agent_otel.remedies import PoolFullError, ResultCache, batch, pool, pools
+    from agent_otel.capture.models import agent_span, model_span
     from agent_otel.tools import tool, tool_span
 
 # public name -> the module that defines it
@@ -44,6 +45,8 @@ _PUBLIC: dict[str, str] = {
     "batch": "agent_otel.remedies",
     "pool": "agent_otel.remedies",
     "pools": "agent_otel.remedies",
+    "agent_span": "agent_otel.capture.models",
+    "model_span": "agent_otel.capture.models",
     "tool": "agent_otel.tools",
     "tool_span": "agent_otel.tools",
 }

@@ -98,6 +98,10 @@ class Settings:
     frameworks: Optional[tuple[str, ...]] = setting(
         None, "comma list of framework hooks to install (`\"\"`: none)", env=("AGENT_OTEL_FRAMEWORKS",),
         shown_default="all importable")
+    model_spans: str = setting(
+        "auto", "the framework hooks' model-call spans: `auto` (unless another GenAI instrumentation is "
+        "active), `on`, `off` ([docs/telemetry.md](docs/telemetry.md#model-call-span))",
+        env=("AGENT_OTEL_MODEL_SPANS",), choices=("auto", "on", "off"))
     record_arguments: bool = setting(
         False, "record tool arguments on spans (opt-in)", env=("AGENT_OTEL_RECORD_ARGUMENTS",))
     record_results: bool = setting(False, "record tool results on spans (opt-in)", env=("AGENT_OTEL_RECORD_RESULTS",))

@@ -20,7 +20,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from agent_otel.capture import executors, frameworks, recorder as _recorder
+from agent_otel.capture import executors, frameworks, models, recorder as _recorder
 from agent_otel.config import Settings, load_settings
 from agent_otel.errors import ConfigError
 from agent_otel.pipeline import Pipeline
@@ -252,6 +252,7 @@ def _setup(handle: Instrumentation) -> None:
         except OSError as exc:
             logger.warning("agent-otel: cannot serve /metrics on %s:%s (%s); metrics are not exposed",
                            settings.prometheus_address, settings.prometheus_port, exc)
+    models.configure(settings.model_spans)
     _recorder.current = handle.recorder
     if handle.monitor is not None:
         executors.install(handle.monitor)

@@ -57,6 +57,53 @@ TOOL_TYPE_EXTENSION: Final = "extension"  # a tool run by an external service (a
 # The GenAI metric of a tool call's duration; agent_tool_duration_seconds is its Prometheus face.
 GEN_AI_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
 
+# Model calls and agent runs (agent_otel.model_span, agent_span, the framework
+# hooks' model spans; and what the report reads from other instrumentations).
+GEN_AI_OPERATION_CHAT: Final = "chat"
+GEN_AI_OPERATION_TEXT_COMPLETION: Final = "text_completion"
+GEN_AI_OPERATION_GENERATE_CONTENT: Final = "generate_content"
+GEN_AI_OPERATION_INVOKE_AGENT: Final = "invoke_agent"
+# Values of gen_ai.operation.name that are one call of a model.
+MODEL_OPERATIONS: Final = (GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMPLETION, GEN_AI_OPERATION_GENERATE_CONTENT)
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_REQUEST_STREAM: Final = "gen_ai.request.stream"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"  # s, streaming
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+
+# Other instrumentations' span kinds, read by the report (never emitted).
+# OpenInference: openinference.span.kind LLM / AGENT / TOOL, with llm.model_name,
+# llm.token_count.prompt / .completion and tool.name.
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+OPENINFERENCE_LLM: Final = "LLM"
+OPENINFERENCE_AGENT: Final = "AGENT"
+OPENINFERENCE_TOOL: Final = "TOOL"
+OPENINFERENCE_MODEL_NAME: Final = "llm.model_name"
+OPENINFERENCE_PROMPT_TOKENS: Final = "llm.token_count.prompt"
+OPENINFERENCE_COMPLETION_TOKENS: Final = "llm.token_count.completion"
+OPENINFERENCE_TOOL_NAME: Final = "tool.name"
+# OpenLLMetry: traceloop.span.kind llm / agent / tool / workflow, traceloop.entity.name.
+TRACELOOP_SPAN_KIND: Final = "traceloop.span.kind"
+TRACELOOP_LLM: Final = "llm"
+TRACELOOP_AGENT: Final = "agent"
+TRACELOOP_TOOL: Final = "tool"
+TRACELOOP_WORKFLOW: Final = "workflow"
+TRACELOOP_ENTITY_NAME: Final = "traceloop.entity.name"
+
+
+def model_span_name(operation: str, model: str) -> str:
+    """The name of a model call's span: ``{gen_ai.operation.name} {gen_ai.request.model}``."""
+    return f"{operation} {model}"
+
+
+def agent_span_name(agent: str) -> str:
+    """The name of an agent run's span: ``invoke_agent {gen_ai.agent.name}``."""
+    return f"{GEN_AI_OPERATION_INVOKE_AGENT} {agent}"
+
+
 # ---------------------------------------------------------------- other OpenTelemetry attributes
 
 ERROR_TYPE: Final = "error.type"  # stable
@@ -68,6 +115,8 @@ THREAD_NAME: Final = "thread.name"
 # (an MCP result with isError, a LangChain ToolMessage with status "error"):
 # the OpenTelemetry MCP conventions' value.
 ERROR_TYPE_TOOL_ERROR: Final = "tool_error"
+# error.type where a failure is known only by its message (the conventions' fallback value).
+ERROR_TYPE_OTHER: Final = "_OTHER"
 
 # ---------------------------------------------------------------- spans and events
 

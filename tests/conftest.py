@@ -59,6 +59,14 @@ class Spans:
             found = [s for s in found if s.attributes.get("gen_ai.tool.name") == name]
         return found
 
+    def models(self, model: str | None = None):
+        """Model-call spans (chat, text_completion, generate_content), of one model if named."""
+        found = [s for s in self.all()
+                 if s.attributes.get("gen_ai.operation.name") in ("chat", "text_completion", "generate_content")]
+        if model is not None:
+            found = [s for s in found if s.attributes.get("gen_ai.request.model") == model]
+        return found
+
     def clear(self) -> None:
         self._exporter.clear()
 

@@ -23,10 +23,10 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
-from opentelemetry import trace as trace_api
-
+from agent_otel.capture.models import model_span
 from agent_otel.demo.tools import BASELINE_POOL_WORKERS, Services, Toolset
 
+MODEL_NAME = "demo-llm"
 MODEL_STEP_BASE_S = 0.15
 MODEL_STEP_PER_CONVERSATION_S = 0.03
 
@@ -35,16 +35,16 @@ class Model:
     """A stand-in LLM: one decode step for a batch keeps the GPU busy for a
     fixed cost plus a little per conversation in the batch.
 
-    Each step is a ``model.step`` span, so the traces (and the report's
-    time window) cover the GPU's work as well as the tools'.
+    Each step is a model-call span (``agent_otel.model_span``, ``chat
+    demo-llm``), so the traces, the report's timeline and its turn
+    breakdown show the model's work next to the tools'.
     """
 
-    def __init__(self, run_kernel: Callable[[float], None], tracer: trace_api.Tracer):
+    def __init__(self, run_kernel: Callable[[float], None]):
         self.run_kernel = run_kernel
-        self.tracer = tracer
 
     def step(self, batch: int) -> None:
-        with self.tracer.start_as_current_span("model.step", attributes={"model.batch.size": batch}):
+        with model_span(MODEL_NAME):
             self.run_kernel(MODEL_STEP_BASE_S + MODEL_STEP_PER_CONVERSATION_S * batch)
 
 

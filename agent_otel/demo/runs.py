@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from opentelemetry import trace as trace_api
 
 from agent_otel.demo import agent, tools
 from agent_otel.demo.gpu import GpuChoice
@@ -51,8 +50,7 @@ def run_scenario(scenario: Scenario, handle, gpu: GpuChoice, *, seconds: float, 
     """Serve ``conversations`` for ``seconds`` (or until ``stop``); the tool
     calls in flight then finish, and every conversation gets a last model step."""
     services = tools.Services(seed)
-    model = agent.Model(model_kernel(handle, gpu),
-                        trace_api.get_tracer("agent_otel.demo", tracer_provider=handle.tracer_provider))
+    model = agent.Model(model_kernel(handle, gpu))
     deadline = time.monotonic() + seconds
     scenario.serve(model, scenario.tools(services), services, conversations,
                    lambda: stop.is_set() or time.monotonic() >= deadline)

@@ -240,8 +240,11 @@ def test_the_report_knows_the_size_of_the_pool_asyncio_made_for_the_tools(hooked
 def test_uninstrument_restores_langchain_exactly(spans):
     from langchain_core.tools import Tool
 
+    from langchain_core.tracers import context
+
     hooked_points = [(BaseTool, "run"), (BaseTool, "arun"), (StructuredTool, "ainvoke"), (Tool, "ainvoke")]
     before = [vars(owner)[name] for owner, name in hooked_points]
+    configure_hooks_before = list(context._configure_hooks)
     run_in_executor_before = vars(asyncio.BaseEventLoop)["run_in_executor"]
     agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=["langchain"])
     assert vars(BaseTool)["run"] is not before[0]
@@ -249,5 +252,76 @@ def test_uninstrument_restores_langchain_exactly(spans):
 
     assert all(vars(owner)[name] is original for (owner, name), original in zip(hooked_points, before))
     assert vars(asyncio.BaseEventLoop)["run_in_executor"] is run_in_executor_before
+    assert context._configure_hooks == configure_hooks_before  # the model-call handler is gone
     fetch_page.invoke({"url": "z"})
     assert spans.tools() == []
+
+
+def test_each_model_call_of_a_langgraph_agent_is_a_model_span(hooked, spans):
+    require_framework("langchain", "langgraph")
+    hooked("langchain")
+    graph = _react_graph([fetch_page], _three_page_turns())
+
+    graph.invoke({"messages": [HumanMessage("fetch three pages")]})
+
+    calls = spans.models("FakeMessagesListChatModel")
+    assert len(calls) == 2  # asked for the tools, then answered
+    for span in calls:
+        assert span.name == "chat FakeMessagesListChatModel"
+        assert span.attributes["gen_ai.operation.name"] == "chat"
+    first_answer_end = min(s.end_time for s in calls)
+    assert all(first_answer_end <= tool.start_time for tool in spans.tools("fetch_page"))
+
+
+def test_a_streamed_chat_model_call_has_usage_and_time_to_first_chunk(hooked, spans):
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessageChunk
+    from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+
+    class SlowModel(BaseChatModel):
+        """Answers in three chunks after a first-token delay, reporting its usage like providers do."""
+
+        @property
+        def _llm_type(self) -> str:
+            return "slow"
+
+        def _get_ls_params(self, stop=None, **kwargs):
+            return {"ls_provider": "acme", "ls_model_name": "acme-large", "ls_model_type": "chat"}
+
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            message = AIMessage("a b c", usage_metadata={"input_tokens": 7, "output_tokens": 3, "total_tokens": 10})
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+        def _stream(self, messages, stop=None, run_manager=None, **kwargs):
+            time.sleep(SLEEP_S)
+            for i, word in enumerate(["a ", "b ", "c"]):
+                usage = {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10} if i == 2 else None
+                chunk = ChatGenerationChunk(message=AIMessageChunk(content=word, usage_metadata=usage))
+                if run_manager:
+                    run_manager.on_llm_new_token(word, chunk=chunk)
+                yield chunk
+                time.sleep(0.05)
+
+    hooked("langchain")
+    model = SlowModel()
+
+    assert "".join(chunk.content for chunk in model.stream("hi")) == "a b c"
+    assert model.invoke("hi").content == "a b c"
+
+    streamed, invoked = sorted(spans.models("acme-large"), key=lambda s: s.start_time)
+    for span in (streamed, invoked):
+        assert span.name == "chat acme-large"
+        assert span.attributes["gen_ai.provider.name"] == "acme"
+        assert span.attributes["gen_ai.usage.input_tokens"] == 7
+        assert span.attributes["gen_ai.usage.output_tokens"] == 3
+    assert SLEEP_S * 0.95 <= streamed.attributes["gen_ai.response.time_to_first_chunk"] < SLEEP_S + 2.0
+    assert "gen_ai.response.time_to_first_chunk" not in invoked.attributes
+
+
+def test_with_model_spans_off_no_model_call_is_recorded(hooked, spans):
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+
+    hooked("langchain", model_spans="off")
+
+    assert FakeMessagesListChatModel(responses=[AIMessage("ok")]).invoke("hi").content == "ok"
+    assert spans.models() == []

@@ -152,11 +152,58 @@ def test_a_hook_failure_runs_the_tool_untraced_with_one_warning(hooked, spans, c
 
 
 def test_uninstrument_restores_llamaindex_exactly(spans):
+    from llama_index.core.instrumentation import get_dispatcher
+
+    handlers_before = list(get_dispatcher().event_handlers)
     before = (vars(FunctionTool)["call"], vars(FunctionTool)["acall"])
     agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=["llamaindex"])
     assert vars(FunctionTool)["call"] is not before[0]
     agent_otel.uninstrument()
 
     assert (vars(FunctionTool)["call"], vars(FunctionTool)["acall"]) == before
+    assert get_dispatcher().event_handlers == handlers_before
     FunctionTool.from_defaults(fn=fetch_page).call(url="z")
     assert spans.tools() == []
+
+
+def test_each_llm_call_of_a_function_agent_is_a_streamed_model_span(hooked, spans):
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    hooked("llamaindex")
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(fn=fetch_page)],
+                          llm=scripted_llm([("fetch_page", {"url": "a"})]))
+
+    async def agent_turn():
+        return await agent.run("fetch a page")
+
+    assert str(asyncio.run(agent_turn())) == "all fetched"
+
+    calls = sorted(spans.models("MockFunctionCallingLLM"), key=lambda s: s.start_time)
+    assert len(calls) == 2  # asked for the tool, then answered: achat_with_tools streams, one span each
+    for span in calls:
+        assert span.name == "chat MockFunctionCallingLLM"
+        assert 0 <= span.attributes["gen_ai.response.time_to_first_chunk"] <= (span.end_time - span.start_time) / 1e9
+    (tool,) = spans.tools("fetch_page")
+    assert calls[0].end_time <= tool.start_time and tool.end_time <= calls[1].start_time
+
+
+def test_a_completion_and_a_failing_llm_call(hooked, spans):
+    from llama_index.core.llms.callbacks import llm_completion_callback
+    from llama_index.core.llms.mock import MockLLM
+
+    class BrokenLLM(MockLLM):
+        @llm_completion_callback()  # as every LLM integration's methods are
+        def complete(self, prompt, formatted=False, **kwargs):
+            raise TimeoutError("the model server timed out")
+
+    hooked("llamaindex")
+    assert MockLLM().complete("hello").text == "hello"
+    with pytest.raises(TimeoutError):
+        BrokenLLM().complete("hello")
+
+    ok, failed = sorted(spans.models("MockLLM"), key=lambda s: s.start_time)  # LlamaIndex's class_name()
+    assert ok.name == failed.name == "text_completion MockLLM"
+    assert ok.status.status_code.name == "UNSET"
+    assert failed.status.status_code.name == "ERROR"
+    assert failed.status.description == "the model server timed out"
+    assert failed.attributes["error.type"] == "_OTHER"  # LlamaIndex reports only the error's text

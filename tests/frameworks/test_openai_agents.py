@@ -141,3 +141,39 @@ def test_a_function_tool_also_decorated_with_agent_otel_tool_has_one_span(hooked
     (span,) = spans.tools("convert")
     assert span.attributes["gen_ai.tool.call.id"] == "call_x"
     assert span.attributes["agent.tool.executor"] == "asyncio-default"
+
+
+def test_each_model_call_of_the_run_is_a_model_span_with_its_usage(hooked, spans):
+    hooked("openai_agents")
+
+    class MeteredModel(ScriptedModel):
+        async def get_response(self, *args, **kwargs):
+            await asyncio.sleep(0.05)
+            response = await super().get_response(*args, **kwargs)
+            response.usage = Usage(requests=1, input_tokens=40, output_tokens=5, total_tokens=45)
+            return response
+
+    agent = Agent(name="support", tools=[ask_database], model=MeteredModel(
+        [[call("ask_database", {"query": "orders"}, "call_q")], [answer("done")]]))
+
+    assert asyncio.run(Runner.run(agent, "help me")).final_output == "done"
+
+    calls = sorted(spans.models("MeteredModel"), key=lambda s: s.start_time)
+    assert len(calls) == 2
+    for span in calls:
+        assert span.name == "chat MeteredModel"
+        assert span.attributes["gen_ai.usage.input_tokens"] == 40
+        assert span.attributes["gen_ai.usage.output_tokens"] == 5
+        assert (span.end_time - span.start_time) / 1e9 >= 0.05 * 0.95
+    (tool,) = spans.tools("ask_database")
+    assert calls[0].end_time <= tool.start_time and tool.end_time <= calls[1].start_time
+
+
+def test_a_model_that_reports_no_usage_gets_none_recorded(hooked, spans):
+    hooked("openai_agents")
+    agent = Agent(name="support", tools=[], model=ScriptedModel([[answer("hi")]]))
+
+    assert asyncio.run(Runner.run(agent, "hello")).final_output == "hi"
+
+    (span,) = spans.models("ScriptedModel")
+    assert "gen_ai.usage.input_tokens" not in span.attributes

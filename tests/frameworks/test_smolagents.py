@@ -111,3 +111,49 @@ def test_a_version_the_hook_does_not_understand_is_skipped_with_one_warning(span
     assert vars(Tool)["__call__"] is original_call  # the part hooked before the failure was undone
     assert spans.tools() == []
     assert len([r for r in caplog.records if "smolagents" in r.getMessage()]) == 1
+
+
+def test_each_model_call_of_the_agent_is_a_model_span(hooked, spans):
+    from smolagents.monitoring import TokenUsage
+
+    class MeteredModel(ScriptedModel):
+        def generate(self, *args, **kwargs):
+            time.sleep(0.05)
+            message = super().generate(*args, **kwargs)  # one call, though two generate methods run
+            message.token_usage = TokenUsage(input_tokens=30, output_tokens=4)
+            return message
+
+    hooked("smolagents")
+    model = MeteredModel([[call("fetch_page", {"url": "a"}, "c0")], [call("final_answer", {"answer": "ok"}, "c1")]])
+    agent = ToolCallingAgent(tools=[fetch_page], model=model, verbosity_level=0)
+
+    assert agent.run("fetch a page") == "ok"
+
+    calls = sorted(spans.models("scripted"), key=lambda s: s.start_time)
+    assert len(calls) == 2
+    for span in calls:
+        assert span.name == "chat scripted"
+        assert span.attributes["gen_ai.usage.input_tokens"] == 30
+        assert span.attributes["gen_ai.usage.output_tokens"] == 4
+        assert (span.end_time - span.start_time) / 1e9 >= 0.05 * 0.95
+    (tool,) = spans.tools("fetch_page")
+    assert calls[0].end_time <= tool.start_time and tool.end_time <= calls[1].start_time
+
+
+def test_uninstrument_restores_every_model_class(spans):
+    generate_before = vars(ScriptedModel)["generate"]
+    agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=["smolagents"])
+
+    class LaterModel(ScriptedModel):  # defined while hooked
+        def generate(self, *args, **kwargs):
+            return super().generate(*args, **kwargs)
+
+    later_generate = vars(LaterModel)["generate"]
+    assert vars(ScriptedModel)["generate"] is not generate_before
+    agent_otel.uninstrument()
+
+    assert vars(ScriptedModel)["generate"] is generate_before
+    assert "__init_subclass__" not in vars(Model)
+    assert vars(LaterModel)["generate"] is not later_generate  # unwrapped too
+    LaterModel([[call("final_answer", {"answer": "ok"}, "c0")]]).generate([])
+    assert spans.models() == []

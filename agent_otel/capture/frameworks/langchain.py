@@ -18,6 +18,17 @@ Hooked, in ``langchain_core.tools``:
   a thread pool of ``max_concurrency`` workers; each submission is marked so
   its span starts at submission.
 
+Model calls: a callback handler, added to every run's callback manager
+through ``langchain_core.tracers.context.register_configure_hook`` (as
+LangSmith's tracer is), records each chat model or LLM call as a GenAI
+model span (``chat {model}`` / ``text_completion {model}``): the model name
+from LangChain's ``ls_model_name`` metadata or the invocation parameters
+(else the model's class name), ``gen_ai.provider.name`` from
+``ls_provider``, token usage from the message's ``usage_metadata`` or the
+provider's ``token_usage``, time to first chunk when the answer streams.
+Only while ``agent_otel.capture.models.hooks_record()`` (the
+``model_spans`` setting).
+
 Name, description and tool call id come from the tool and the ``ToolCall``.
 A ``ToolException`` that the tool handles itself (``handle_tool_error``)
 returns a ``ToolMessage`` with status "error": the span's outcome is then
@@ -27,15 +38,18 @@ returns a ``ToolMessage`` with status "error": the span's outcome is then
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 from concurrent.futures import Executor
 from typing import Any, Optional
 
+from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import (MarkedWork, async_call, hook_event_loop, meta, sync_call,
                                           unhook_event_loop)
 from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
 from agent_otel.capture.patching import Patches, importable
+from agent_otel.semconv import GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMPLETION
 
 FRAMEWORK = "langchain"
 _patches = Patches()
@@ -53,6 +67,7 @@ def instrument() -> None:
 
         _patches.wrap(tool_node, "get_executor_for_config", _wrap_get_executor_for_config)
     _patches.apply(hook_event_loop, unhook_event_loop)
+    _patches.apply(_add_model_call_handler, _remove_model_call_handler)
 
 
 def uninstrument() -> None:
@@ -138,6 +153,97 @@ def _wrap_get_executor_for_config(original):
             yield _ToolCallSubmitter(executor)
 
     return get_executor_for_config
+
+
+# ---- model calls -------------------------------------------------------------
+
+# The variable our configure hook reads: its default is the handler, so
+# every context (every thread) sees it. A new one per instrument().
+_model_calls_var: Optional[contextvars.ContextVar] = None
+
+
+def _add_model_call_handler() -> None:
+    global _model_calls_var
+    from langchain_core.tracers import context
+
+    _model_calls_var = contextvars.ContextVar("agent_otel_model_calls", default=_model_call_handler_class()())
+    context.register_configure_hook(_model_calls_var, True)
+
+
+def _remove_model_call_handler() -> None:
+    global _model_calls_var
+    from langchain_core.tracers import context
+
+    context._configure_hooks[:] = [hook for hook in context._configure_hooks if hook[0] is not _model_calls_var]
+    _model_calls_var = None
+
+
+def _model_call_handler_class():
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class ModelCalls(BaseCallbackHandler):
+        """Each chat model and LLM call of a run as a model span; ignores every other event."""
+
+        run_inline = True  # called in the caller's context, also from async code
+        raise_error = False
+        ignore_chain = ignore_agent = ignore_retriever = ignore_retry = ignore_custom_event = True
+
+        def __init__(self):
+            self.calls: dict = {}  # run id -> ModelCall
+
+        def on_chat_model_start(self, serialized, messages, *, run_id, metadata=None, **kwargs):
+            self._start(run_id, GEN_AI_OPERATION_CHAT, serialized, metadata, kwargs)
+
+        def on_llm_start(self, serialized, prompts, *, run_id, metadata=None, **kwargs):
+            self._start(run_id, GEN_AI_OPERATION_TEXT_COMPLETION, serialized, metadata, kwargs)
+
+        def on_llm_new_token(self, token, *, run_id, **kwargs):
+            call = self.calls.get(run_id)
+            if call is not None:
+                call.first_chunk()
+
+        def on_llm_end(self, response, *, run_id, **kwargs):
+            call = self.calls.pop(run_id, None)
+            if call is not None:
+                try:
+                    _read_usage(call, response)
+                finally:
+                    call.end()
+
+        def on_llm_error(self, error, *, run_id, **kwargs):
+            call = self.calls.pop(run_id, None)
+            if call is not None:
+                call.end(error if isinstance(error, BaseException) else None)
+
+        def _start(self, run_id, operation, serialized, metadata, kwargs):
+            if not models.hooks_record():
+                return
+            metadata = metadata or {}
+            params = kwargs.get("invocation_params") or {}
+            model = (metadata.get("ls_model_name") or params.get("model") or params.get("model_name")
+                     or params.get("model_id") or (serialized or {}).get("name")
+                     or ((serialized or {}).get("id") or ["unknown"])[-1])
+            call = models.ModelCall.start(model, operation, metadata.get("ls_provider"))
+            if call is not None:
+                self.calls[run_id] = call
+
+    return ModelCalls
+
+
+def _read_usage(call, response) -> None:
+    """Token usage and the answering model, from an ``LLMResult``."""
+    generations = getattr(response, "generations", None) or [[]]
+    first = generations[0][0] if generations and generations[0] else None
+    message = getattr(first, "message", None)
+    usage = getattr(message, "usage_metadata", None)
+    llm_output = getattr(response, "llm_output", None) or {}
+    if usage:
+        call.usage(usage.get("input_tokens"), usage.get("output_tokens"))
+    else:
+        token_usage = llm_output.get("token_usage") or {}
+        call.usage(token_usage.get("prompt_tokens"), token_usage.get("completion_tokens"))
+    call.response_model = ((getattr(message, "response_metadata", None) or {}).get("model_name")
+                           or llm_output.get("model_name"))
 
 
 class LangChainInstrumentor(FrameworkInstrumentor):

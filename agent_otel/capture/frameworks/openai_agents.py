@@ -17,6 +17,14 @@ Hooked, in ``agents.tool`` and ``agents.run_internal.tool_execution``:
   turns a tool's exception into an error message for the model; the hook
   notes the exception so the span still records it (outcome ``error``,
   ``error.type`` the exception's class). The model sees the same message.
+- ``get_response_with_retry`` / ``stream_response_with_retry`` (as
+  ``agents.run_internal.run_loop`` calls them): one model call each, a
+  GenAI model span ``chat {model}`` with the model's name (its ``model``
+  attribute, else its class), ``gen_ai.provider.name`` ``openai`` for the
+  SDK's OpenAI models, token usage when the response reports any, and, when
+  streamed, the time to the first event. Only while
+  ``agent_otel.capture.models.hooks_record()`` (the ``model_spans``
+  setting).
 """
 
 from __future__ import annotations
@@ -25,6 +33,10 @@ import contextvars
 import functools
 from typing import Optional
 
+from opentelemetry import context as context_api
+from opentelemetry import trace as trace_api
+
+from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import async_call, hook_event_loop, meta, unhook_event_loop
 from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
@@ -57,6 +69,10 @@ def instrument() -> None:
     _patches.wrap(tool_execution, "_invoke_function_tool_with_metadata", _wrap_invoke)
     _patches.wrap(tool_module, "maybe_invoke_function_tool_failure_error_function", _wrap_failure_function)
     _patches.apply(hook_event_loop, unhook_event_loop)
+    from agents.run_internal import run_loop
+
+    _patches.wrap(run_loop, "get_response_with_retry", _wrap_get_response)
+    _patches.wrap(run_loop, "stream_response_with_retry", _wrap_stream_response)
 
 
 def uninstrument() -> None:
@@ -97,6 +113,72 @@ def _wrap_failure_function(original):
         return await original(*args, **kwargs)
 
     return maybe_invoke_function_tool_failure_error_function
+
+
+# ---- model calls -------------------------------------------------------------
+
+def _start_model_call(kwargs):
+    """A model call's span, for the model the runner asks (the owner of its retry-advice method)."""
+    if not models.hooks_record():
+        return None
+    model = getattr(kwargs.get("get_retry_advice"), "__self__", None)
+    name = getattr(model, "model", None)
+    provider = "openai" if type(model).__module__.startswith("agents.models.openai") else None
+    return models.ModelCall.start(name if isinstance(name, str) and name else type(model).__name__,
+                                  provider=provider)
+
+
+def _read_usage(call, usage) -> None:
+    if usage is not None and (getattr(usage, "requests", 0) or getattr(usage, "input_tokens", 0)
+                              or getattr(usage, "output_tokens", 0)):
+        call.usage(getattr(usage, "input_tokens", None), getattr(usage, "output_tokens", None))
+
+
+def _wrap_get_response(original):
+    @functools.wraps(original)
+    async def get_response_with_retry(*args, **kwargs):
+        call = _start_model_call(kwargs)
+        if call is None:
+            return await original(*args, **kwargs)
+        token = context_api.attach(trace_api.set_span_in_context(call.span))
+        try:
+            response = await original(*args, **kwargs)
+        except BaseException as exc:
+            context_api.detach(token)
+            call.end(exc)
+            raise
+        context_api.detach(token)
+        try:
+            _read_usage(call, getattr(response, "usage", None))
+        finally:
+            call.end()
+        return response
+
+    return get_response_with_retry
+
+
+def _wrap_stream_response(original):
+    @functools.wraps(original)
+    async def stream_response_with_retry(*args, **kwargs):
+        call = _start_model_call(kwargs)
+        if call is None:
+            async for event in original(*args, **kwargs):
+                yield event
+            return
+        try:
+            async for event in original(*args, **kwargs):
+                call.first_chunk()
+                if getattr(event, "type", None) == "response.completed":
+                    response = getattr(event, "response", None)
+                    _read_usage(call, getattr(response, "usage", None))
+                    call.response_model = getattr(response, "model", None)
+                yield event
+        except BaseException as exc:
+            call.end(None if isinstance(exc, GeneratorExit) else exc)
+            raise
+        call.end()
+
+    return stream_response_with_retry
 
 
 class OpenAIAgentsInstrumentor(FrameworkInstrumentor):

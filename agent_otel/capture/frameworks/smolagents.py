@@ -13,6 +13,14 @@ Hooked:
   ``max_tool_threads`` workers. The hook's pool marks each submitted call,
   so its span starts at submission and queue time is real.
 
+Model calls: ``generate`` and ``generate_stream`` of ``smolagents.models.Model``
+and of every subclass that overrides them (each model class does; ones
+defined later too) become GenAI model spans ``chat {model_id}`` with the
+token usage the model reports and, when streamed, the time to the first
+delta. A model method calling another of the same model is one call. Only
+while ``agent_otel.capture.models.hooks_record()`` (the ``model_spans``
+setting).
+
 Name and description come from the ``Tool``. smolagents does not pass the
 model's tool call id down to the tool, so spans carry none.
 """
@@ -22,6 +30,10 @@ from __future__ import annotations
 import contextvars
 import functools
 
+from opentelemetry import context as context_api
+from opentelemetry import trace as trace_api
+
+from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import MarkedWork, meta, sync_call
 from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
@@ -37,6 +49,10 @@ def instrument() -> None:
 
     _patches.wrap(Tool, "__call__", _wrap_call)
     _patches.wrap(agents, "ThreadPoolExecutor", _tool_call_pool)
+    from smolagents.models import Model
+
+    _patches.wrap_overrides(Model, "generate", _wrap_generate)
+    _patches.wrap_overrides(Model, "generate_stream", _wrap_generate_stream)
 
 
 def uninstrument() -> None:
@@ -68,6 +84,81 @@ def _tool_call_pool(pool_class):
 
     ToolCallPool.__name__ = ToolCallPool.__qualname__ = pool_class.__name__
     return ToolCallPool
+
+
+# ---- model calls -------------------------------------------------------------
+
+# The model whose call is being recorded in this context: its inner calls are the same call.
+_in_model_call: contextvars.ContextVar = contextvars.ContextVar("agent_otel_smolagents_model", default=None)
+
+
+def _start_model_call(model):
+    if _in_model_call.get() is model or not models.hooks_record():
+        return None
+    name = getattr(model, "model_id", None)
+    return models.ModelCall.start(name if isinstance(name, str) and name else type(model).__name__)
+
+
+def _wrap_generate(original):
+    @functools.wraps(original)
+    def generate(self, *args, **kwargs):
+        call = _start_model_call(self)
+        if call is None:
+            return original(self, *args, **kwargs)
+        inner = _in_model_call.set(self)
+        token = context_api.attach(trace_api.set_span_in_context(call.span))
+        try:
+            message = original(self, *args, **kwargs)
+        except BaseException as exc:
+            context_api.detach(token)
+            _in_model_call.reset(inner)
+            call.end(exc)
+            raise
+        context_api.detach(token)
+        _in_model_call.reset(inner)
+        usage = getattr(message, "token_usage", None)
+        if usage is not None:
+            call.usage(getattr(usage, "input_tokens", None), getattr(usage, "output_tokens", None))
+        call.end()
+        return message
+
+    return generate
+
+
+def _wrap_generate_stream(original):
+    @functools.wraps(original)
+    def generate_stream(self, *args, **kwargs):
+        call = _start_model_call(self)
+        if call is None:
+            return (yield from original(self, *args, **kwargs))
+        input_tokens = output_tokens = 0
+        reported = False
+        deltas = original(self, *args, **kwargs)
+        try:
+            while True:
+                inner = _in_model_call.set(self)  # only while the model's own code runs
+                try:
+                    delta = next(deltas)
+                except StopIteration:
+                    break
+                finally:
+                    _in_model_call.reset(inner)
+                call.first_chunk()
+                usage = getattr(delta, "token_usage", None)
+                if usage is not None:
+                    reported = True
+                    input_tokens += getattr(usage, "input_tokens", 0) or 0
+                    output_tokens += getattr(usage, "output_tokens", 0) or 0
+                yield delta
+        except BaseException as exc:
+            deltas.close()
+            call.end(None if isinstance(exc, GeneratorExit) else exc)
+            raise
+        if reported:
+            call.usage(input_tokens, output_tokens)
+        call.end()
+
+    return generate_stream
 
 
 class SmolagentsInstrumentor(FrameworkInstrumentor):

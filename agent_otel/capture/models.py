@@ -1,0 +1,296 @@
+"""Model calls and agent runs as GenAI spans, for agents nothing else traces.
+
+Usage::
+
+    with agent_otel.agent_span("support"):                   # one turn: invoke_agent support
+        with agent_otel.model_span("llama-3-70b", provider="vllm") as call:
+            for chunk in client.stream(prompt):
+                call.first_chunk()                           # time to first token (once)
+                ...
+            call.usage(input_tokens=812, output_tokens=64)
+
+A model call is a ``{operation} {model}`` span (kind CLIENT) per the
+OpenTelemetry GenAI conventions: ``gen_ai.operation.name`` (``chat``,
+``text_completion``, ``generate_content``), ``gen_ai.request.model``,
+``gen_ai.provider.name`` when known, and, when reported,
+``gen_ai.usage.input_tokens`` / ``output_tokens``, ``gen_ai.response.model``
+and ``gen_ai.response.time_to_first_chunk`` (s). An agent run is an
+``invoke_agent {name}`` span. They put the other half of the turn, the model
+keeping the GPU busy, on the same timeline as the tool calls; the report
+reads them, and the same spans from other instrumentations.
+
+The framework hooks record model spans too (``ModelCall.start`` /
+``end``), governed by the ``model_spans`` setting: ``auto`` (the default)
+records them unless another GenAI instrumentation is active in the process
+(``peer_instrumentation()``: OpenInference, or OpenLLMetry's and the
+OpenTelemetry contrib's GenAI instrumentations), ``on`` always, ``off``
+never. ``model_span`` and ``agent_span`` are the application's own calls
+and always record while instrumented. Without ``instrument()`` everything
+here calls straight through.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from opentelemetry import context as context_api
+from opentelemetry import trace as trace_api
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.recorder import error_type_of
+from agent_otel.clock import OFFSET_NS, perf_counter_ns
+from agent_otel.semconv import (ERROR_TYPE, GEN_AI_AGENT_NAME, GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_INVOKE_AGENT,
+                                GEN_AI_OPERATION_NAME, GEN_AI_PROVIDER_NAME, GEN_AI_REQUEST_MODEL,
+                                GEN_AI_REQUEST_STREAM, GEN_AI_RESPONSE_MODEL, GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+                                GEN_AI_USAGE_INPUT_TOKENS, GEN_AI_USAGE_OUTPUT_TOKENS, agent_span_name,
+                                model_span_name)
+
+MODEL_SPANS_MODES = ("auto", "on", "off")
+_mode = "auto"  # the model_spans setting, set by instrument()
+
+# Instrumentations that record model calls themselves: every OpenInference
+# instrumentation, and these OpenLLMetry / OpenTelemetry contrib ones
+# (``opentelemetry.instrumentation.{name}``).
+_PEER_PREFIX = "openinference.instrumentation."
+_PEER_MODULES = frozenset(f"opentelemetry.instrumentation.{name}" for name in (
+    "langchain", "llamaindex", "openai_agents", "crewai", "haystack", "openai", "openai_v2", "anthropic",
+    "bedrock", "vertexai", "google_genai", "google_generativeai", "cohere", "mistralai", "groq", "ollama",
+    "together", "replicate", "transformers", "watsonx", "sagemaker", "alephalpha", "writer", "litellm",
+))
+
+
+def configure(mode: str) -> None:
+    """Set the ``model_spans`` mode (``instrument()`` does)."""
+    global _mode
+    _mode = mode
+
+
+def peer_instrumentation() -> Optional[str]:
+    """The module of an active instrumentation that records model calls, or None.
+
+    Found among the OpenTelemetry instrumentors (``BaseInstrumentor``
+    subclasses, singletons) that are instrumented now, so a peer started
+    after ``instrument()`` is noticed at the next model call.
+    """
+    base = _base_instrumentor()
+    if base is None:
+        return None
+    pending = list(base.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        module = cls.__module__
+        if not (module.startswith(_PEER_PREFIX) or module.rsplit(".", 1)[0] in _PEER_MODULES
+                or module in _PEER_MODULES):
+            continue
+        instance = cls.__dict__.get("_instance")
+        if instance is not None and getattr(instance, "_is_instrumented_by_opentelemetry", False):
+            return module
+    return None
+
+
+def _base_instrumentor():
+    module = sys.modules.get("opentelemetry.instrumentation.instrumentor")
+    return getattr(module, "BaseInstrumentor", None)
+
+
+def hooks_record() -> bool:
+    """Whether the framework hooks record model spans now."""
+    if _recorder.current is None or _mode == "off":
+        return False
+    return _mode == "on" or peer_instrumentation() is None
+
+
+def _now_ns() -> int:
+    return perf_counter_ns() + OFFSET_NS
+
+
+class ModelCall:
+    """One model call's span, from ``start`` to ``end``.
+
+    Not made current (the hooks start and end it from callbacks, where a
+    context attached in one might never be detached); ``model_span`` makes
+    it current.
+    """
+
+    __slots__ = ("span", "start_ns", "first_chunk_ns", "input_tokens", "output_tokens", "response_model")
+
+    def __init__(self, span, start_ns: int):
+        self.span = span
+        self.start_ns = start_ns
+        self.first_chunk_ns = 0
+        self.input_tokens: Optional[int] = None
+        self.output_tokens: Optional[int] = None
+        self.response_model: Optional[str] = None
+
+    @classmethod
+    def start(cls, model: str, operation: str = GEN_AI_OPERATION_CHAT, provider: Optional[str] = None,
+              stream: Optional[bool] = None, context=None) -> Optional["ModelCall"]:
+        """Start a model call's span (None when not instrumented)."""
+        rec = _recorder.current
+        if rec is None:
+            return None
+        model = str(model) if model else "unknown"
+        attributes: dict[str, Any] = {GEN_AI_OPERATION_NAME: operation, GEN_AI_REQUEST_MODEL: model}
+        if provider:
+            attributes[GEN_AI_PROVIDER_NAME] = str(provider)
+        if stream is not None:
+            attributes[GEN_AI_REQUEST_STREAM] = bool(stream)
+        start_ns = _now_ns()
+        span = rec.tracer.start_span(model_span_name(operation, model), context=context, kind=SpanKind.CLIENT,
+                                     attributes=attributes, start_time=start_ns)
+        return cls(span, start_ns)
+
+    def first_chunk(self) -> None:
+        """The first chunk of a streamed answer arrived (later calls change nothing)."""
+        if not self.first_chunk_ns:
+            self.first_chunk_ns = _now_ns()
+
+    def usage(self, input_tokens: Optional[int] = None, output_tokens: Optional[int] = None) -> None:
+        """The tokens the model reported using."""
+        if isinstance(input_tokens, int) and not isinstance(input_tokens, bool) and input_tokens >= 0:
+            self.input_tokens = input_tokens
+        if isinstance(output_tokens, int) and not isinstance(output_tokens, bool) and output_tokens >= 0:
+            self.output_tokens = output_tokens
+
+    def end(self, exc: Optional[BaseException] = None, error: Optional[tuple[str, str]] = None) -> None:
+        """End the call; ``exc`` is the exception it raised, ``error`` an (error.type, message)
+        where the framework reports a failure without the exception object."""
+        now = _now_ns()
+        span = self.span
+        attributes: dict[str, Any] = {}
+        if self.input_tokens is not None:
+            attributes[GEN_AI_USAGE_INPUT_TOKENS] = self.input_tokens
+        if self.output_tokens is not None:
+            attributes[GEN_AI_USAGE_OUTPUT_TOKENS] = self.output_tokens
+        if self.response_model:
+            attributes[GEN_AI_RESPONSE_MODEL] = str(self.response_model)
+        if self.first_chunk_ns:
+            attributes[GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = (self.first_chunk_ns - self.start_ns) / 1e9
+        if exc is not None:
+            attributes[ERROR_TYPE] = error_type_of(exc)
+            span.record_exception(exc, timestamp=now, escaped=True)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        elif error is not None:
+            attributes[ERROR_TYPE] = error[0]
+            span.set_status(Status(StatusCode.ERROR, error[1]))
+        if attributes:
+            span.set_attributes(attributes)
+        span.end(end_time=now)
+
+
+class _Unrecorded:
+    """What ``model_span`` yields when not instrumented: every method does nothing."""
+
+    span = trace_api.INVALID_SPAN
+    response_model = None
+
+    def first_chunk(self) -> None:
+        pass
+
+    def usage(self, input_tokens: Optional[int] = None, output_tokens: Optional[int] = None) -> None:
+        pass
+
+
+_UNRECORDED = _Unrecorded()
+
+
+class model_span:
+    """One model call as a GenAI span, current while the block runs.
+
+    ::
+
+        with agent_otel.model_span("gpt-4o", provider="openai") as call:
+            reply = client.chat(...)
+            call.usage(input_tokens=reply.usage.prompt_tokens, output_tokens=reply.usage.completion_tokens)
+
+    ``operation``: ``chat`` (default), ``text_completion`` or
+    ``generate_content``. Yields the call: ``call.first_chunk()`` when a
+    streamed answer's first chunk arrives, ``call.usage(input_tokens=,
+    output_tokens=)``, ``call.response_model = ...``. An exception is
+    recorded (``error.type``) and passes through unchanged. Works with
+    ``with`` and ``async with``.
+    """
+
+    __slots__ = ("_model", "_operation", "_provider", "_stream", "_call", "_token")
+
+    def __init__(self, model: str, *, operation: str = GEN_AI_OPERATION_CHAT, provider: Optional[str] = None,
+                 stream: Optional[bool] = None):
+        self._model = model
+        self._operation = operation
+        self._provider = provider
+        self._stream = stream
+        self._call: Optional[ModelCall] = None
+        self._token = None
+
+    def __enter__(self):
+        call = self._call = ModelCall.start(self._model, self._operation, self._provider, self._stream)
+        if call is None:
+            return _UNRECORDED
+        self._token = context_api.attach(trace_api.set_span_in_context(call.span))
+        return call
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        call, self._call = self._call, None
+        if call is not None:
+            context_api.detach(self._token)
+            call.end(exc)
+        return False
+
+    async def __aenter__(self):
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        return self.__exit__(exc_type, exc, tb)
+
+
+class agent_span:
+    """One agent run (a turn, a request) as an ``invoke_agent {name}`` span, current while the block runs.
+
+    ::
+
+        with agent_otel.agent_span("support"):
+            answer = agent.run(question)
+
+    The report splits each such span's time into model, tool queue, tool
+    exec and other time (docs/report.md). An exception is recorded and
+    passes through unchanged.
+    """
+
+    __slots__ = ("_name", "_span", "_token")
+
+    def __init__(self, name: str):
+        self._name = str(name)
+        self._span = None
+        self._token = None
+
+    def __enter__(self):
+        rec = _recorder.current
+        if rec is None:
+            return trace_api.INVALID_SPAN
+        self._span = rec.tracer.start_span(
+            agent_span_name(self._name), attributes={GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_INVOKE_AGENT,
+                                                     GEN_AI_AGENT_NAME: self._name},
+            start_time=_now_ns())
+        self._token = context_api.attach(trace_api.set_span_in_context(self._span))
+        return self._span
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        span, self._span = self._span, None
+        if span is not None:
+            context_api.detach(self._token)
+            now = _now_ns()
+            if exc is not None:
+                span.set_attribute(ERROR_TYPE, error_type_of(exc))
+                span.record_exception(exc, timestamp=now, escaped=True)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            span.end(end_time=now)
+        return False
+
+    async def __aenter__(self):
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        return self.__exit__(exc_type, exc, tb)
