@@ -123,7 +123,8 @@ def test_opentelemetry_instrument_loads_the_hooks_with_no_code_change(every_fram
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["A", "b!"]
+    # (OpenInference's and OpenLLMetry's instrumentations, where installed, load too and add their own spans.)
     names = [span["name"] for line in traces.read_text().splitlines()
              for resource in json.loads(line)["resourceSpans"]
-             for scope in resource["scopeSpans"] for span in scope["spans"]]
+             for scope in resource["scopeSpans"] if scope["scope"]["name"] == "agent_otel" for span in scope["spans"]]
     assert names == ["execute_tool lookup"]  # smolagents' hook was turned off
