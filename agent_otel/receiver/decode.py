@@ -1,0 +1,126 @@
+"""A received ``ExportTraceServiceRequest`` -> tool calls, the report's way.
+
+The report's reader (``agent_otel.report.reader.TraceReader``) is the one
+place a span becomes a record: which spans are tool calls, when a call
+started executing, its outcome, a call seen from two sides (MCP client and
+server) counted once. The blame service uses it too, so a tool call means
+the same thing live and offline: each protobuf span is given to it in the
+OTLP/JSON shape it reads (hex ids, camelCase keys, ``AnyValue`` objects),
+with only the fields it reads (ids, name, times, the attributes it looks
+at, events, status).
+
+Spans that are not tool spans, and spans with a field the reader cannot
+read, are refused one by one (the sender hears how many, and why, in the
+OTLP partial success); a span sent twice counts once.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import Counter
+from dataclasses import dataclass, field
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from agent_otel.exporters.otlp_json import SpanFormatError
+from agent_otel.records import ToolCall
+from agent_otel.report.reader import WANTED_ATTRIBUTES, TraceReader, printable
+from agent_otel.semconv import AGENT_GPU_POOL, GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME
+
+# Why a span was refused (the ``reason`` label of agent_otel_received_spans_total).
+NOT_A_TOOL_SPAN = "not_a_tool_span"
+MALFORMED_SPAN = "malformed"
+
+
+@dataclass
+class Decoded:
+    """The tool calls of one request, and the spans refused, by reason
+    (with one example message per reason)."""
+
+    calls: list[ToolCall] = field(default_factory=list)
+    refused: Counter = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+    duplicates: int = 0
+
+    def refuse(self, reason: str, message: str, count: int = 1) -> None:
+        self.refused[reason] += count
+        self.examples.setdefault(reason, message)
+
+
+def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
+    """The tool calls in ``request``, each with the GPU pool of its resource."""
+    decoded = Decoded()
+    reader = TraceReader()
+    data = reader.data
+    for resource_spans in request.resource_spans:
+        pool = _pool(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                if len(span.trace_id) != 16 or len(span.span_id) != 8:
+                    decoded.refuse(MALFORMED_SPAN, f"span {printable(span.name)!r} has a {len(span.trace_id)}-byte "
+                                   f"trace_id and a {len(span.span_id)}-byte span_id (OTLP: 16 and 8)")
+                    continue
+                calls, duplicates = len(data.calls), data.duplicate_count
+                try:
+                    reader.add(_span_json(span), 0, pool)
+                except SpanFormatError as exc:
+                    decoded.refuse(MALFORMED_SPAN, f"span {printable(span.name)!r}: {exc}")
+                    continue
+                if data.duplicate_count > duplicates:
+                    decoded.duplicates += 1
+                elif len(data.calls) == calls:
+                    decoded.refuse(NOT_A_TOOL_SPAN, f"span {printable(span.name)!r} has no "
+                                   f"{GEN_AI_OPERATION_NAME}={GEN_AI_OPERATION_EXECUTE_TOOL}")
+    before = data.duplicate_count
+    reader.finish()  # a call seen from two sides counts once
+    decoded.duplicates += data.duplicate_count - before
+    decoded.calls = data.calls
+    return decoded
+
+
+def _pool(attributes) -> str:
+    for item in attributes:
+        if item.key == AGENT_GPU_POOL:
+            value = item.value
+            return printable(value.string_value.strip()) if value.WhichOneof("value") == "string_value" else ""
+    return ""
+
+
+def _span_json(span) -> dict:
+    """The fields of a protobuf ``Span`` the reader reads, in the OTLP/JSON shape."""
+    encoded = {
+        "traceId": span.trace_id.hex(),
+        "spanId": span.span_id.hex(),
+        "name": span.name,
+        "startTimeUnixNano": span.start_time_unix_nano,
+        "endTimeUnixNano": span.end_time_unix_nano,
+        "attributes": [{"key": item.key, "value": _value(item.value)}
+                       for item in span.attributes if item.key in WANTED_ATTRIBUTES],
+        "status": {"code": span.status.code},
+    }
+    if span.parent_span_id:
+        encoded["parentSpanId"] = span.parent_span_id.hex()
+    if span.events:
+        encoded["events"] = [{"name": event.name, "timeUnixNano": event.time_unix_nano} for event in span.events]
+    return encoded
+
+
+def _value(value: AnyValue) -> dict:
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return {"stringValue": value.string_value}
+    if kind == "int_value":
+        return {"intValue": value.int_value}
+    if kind == "double_value":
+        return {"doubleValue": value.double_value}
+    if kind == "bool_value":
+        return {"boolValue": value.bool_value}
+    if kind == "array_value":
+        return {"arrayValue": {"values": [_value(item) for item in value.array_value.values]}}
+    if kind == "kvlist_value":
+        return {"kvlistValue": {"values": [{"key": item.key, "value": _value(item.value)}
+                                           for item in value.kvlist_value.values]}}
+    if kind == "bytes_value":
+        return {"bytesValue": base64.b64encode(value.bytes_value).decode("ascii")}
+    return {}
