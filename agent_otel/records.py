@@ -64,12 +64,19 @@ class ToolCall:
         return self.end_ns != 0
 
 
+# A GpuSample's utilization when the data for the stretch it covers was
+# lost (e.g. the driver's sample buffer overflowed): missing, never idle
+# and never busy. Test with ``utilization != utilization`` or math.isnan.
+MISSING = float("nan")
+
+
 class GpuSample(NamedTuple):
     """One utilization reading of one GPU.
 
     ``utilization`` is a ratio in 0..1 covering the sample period that ends
-    at ``timestamp_ns``. ``gpu`` is the device index as a string (the
-    Prometheus label value).
+    at ``timestamp_ns``, or ``MISSING`` (NaN): the stretch since the
+    previous sample of that GPU is missing data. ``gpu`` is the device index
+    as a string (the Prometheus label value).
     """
 
     gpu: str

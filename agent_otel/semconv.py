@@ -255,8 +255,12 @@ METRIC_GPU_UTILIZATION: Final = "agent_gpu_utilization_ratio"
 METRIC_GPU_IDLE: Final = "agent_gpu_idle_seconds_total"
 METRIC_GPU_IDLE_BLOCKED: Final = "agent_gpu_idle_blocked_seconds_total"
 METRIC_GPU_IDLE_UNATTRIBUTED: Final = "agent_gpu_idle_unattributed_seconds_total"
+METRIC_GPU_UNDERUSED: Final = "agent_gpu_underused_seconds_total"
+METRIC_GPU_UNDERUSED_BLOCKED: Final = "agent_gpu_underused_blocked_seconds_total"
+METRIC_GPU_UNDERUSED_UNATTRIBUTED: Final = "agent_gpu_underused_unattributed_seconds_total"
 METRIC_SPANS_DROPPED: Final = "agent_otel_spans_dropped_total"
 METRIC_GPU_ERRORS: Final = "agent_otel_gpu_errors_total"
+METRIC_GPU_MISSING: Final = "agent_otel_gpu_missing_seconds_total"
 # remedies
 METRIC_TOOL_FALLBACKS: Final = "agent_tool_fallbacks_total"
 METRIC_TOOL_RETRIES: Final = "agent_tool_retries_total"
@@ -292,8 +296,15 @@ METRICS: Final[dict[str, MetricSpec]] = {spec.name: spec for spec in (
     MetricSpec(METRIC_GPU_IDLE_BLOCKED, COUNTER, (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
                "GPU idle time while tool calls were in flight, by tool and phase."),
     MetricSpec(METRIC_GPU_IDLE_UNATTRIBUTED, COUNTER, _GPU, "GPU idle time with no tool call in flight."),
+    MetricSpec(METRIC_GPU_UNDERUSED, COUNTER, _GPU,
+               "GPU capacity left unused, (1 - utilization) x time, in GPU-seconds (idle windows included)."),
+    MetricSpec(METRIC_GPU_UNDERUSED_BLOCKED, COUNTER, (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
+               "Unused GPU capacity while tool calls were in flight, by tool and phase."),
+    MetricSpec(METRIC_GPU_UNDERUSED_UNATTRIBUTED, COUNTER, _GPU, "Unused GPU capacity with no tool call in flight."),
     MetricSpec(METRIC_SPANS_DROPPED, COUNTER, (), "Spans lost: export queue full or export failed."),
     MetricSpec(METRIC_GPU_ERRORS, COUNTER, (LABEL_REASON,), "GPU sampling problems, by reason."),
+    MetricSpec(METRIC_GPU_MISSING, COUNTER, _GPU,
+               "GPU time whose utilization samples were lost: neither idle nor busy."),
     MetricSpec(METRIC_TOOL_FALLBACKS, COUNTER, _TOOL, "Tool calls answered by their fallback.", remedy=True),
     MetricSpec(METRIC_TOOL_RETRIES, COUNTER, _TOOL, "Tool call attempts retried after a failure or timeout.",
                remedy=True),

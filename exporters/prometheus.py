@@ -198,7 +198,11 @@ class Metrics:
         self.gpu_idle = _counter(spec[semconv.METRIC_GPU_IDLE], r)
         self.gpu_idle_blocked = _counter(spec[semconv.METRIC_GPU_IDLE_BLOCKED], r)
         self.gpu_idle_unattributed = _counter(spec[semconv.METRIC_GPU_IDLE_UNATTRIBUTED], r)
+        self.gpu_underused = _counter(spec[semconv.METRIC_GPU_UNDERUSED], r)
+        self.gpu_underused_blocked = _counter(spec[semconv.METRIC_GPU_UNDERUSED_BLOCKED], r)
+        self.gpu_underused_unattributed = _counter(spec[semconv.METRIC_GPU_UNDERUSED_UNATTRIBUTED], r)
         self.gpu_errors = _counter(spec[semconv.METRIC_GPU_ERRORS], r)
+        self.gpu_missing = _counter(spec[semconv.METRIC_GPU_MISSING], r)
         self.spans_dropped = _counter(spec[semconv.METRIC_SPANS_DROPPED], r)
         # Set by instrument(): where the scrape-time gauges read from, and a
         # hook that brings the counters up to date before a scrape.

@@ -111,3 +111,21 @@ def test_a_writer_thread_and_readers_at_once():
     assert 450 < len(expected) < 550
     assert horizon.overlapping(at(0), at(100)) == expected
     assert horizon.dropped == 0
+
+
+def test_calls_an_open_window_still_needs_are_kept_past_the_horizon():
+    horizon = CallHorizon(horizon_s=1, max_calls=100)
+    horizon.keep_from(at(2))  # the part of an open window not blamed yet starts at 2 s
+    horizon.add_many([finished("needed", 0, 3), finished("done", 0, 1.5), finished("late", 9, 10)])
+
+    # 10 - 1 = 9 s is the age cutoff; "needed" ends after 2 s and stays, "done" does not.
+    assert [c.tool for c in horizon.overlapping(at(0), at(20))] == ["needed", "late"]
+    horizon.keep_from(None)  # the window closed
+    assert [c.tool for c in horizon.overlapping(at(0), at(20))] == ["late"]
+
+
+def test_keeping_calls_never_lifts_the_count_bound():
+    horizon = CallHorizon(horizon_s=1, max_calls=2)
+    horizon.keep_from(at(0))
+    horizon.add_many([finished(f"t{i}", i, i + 0.5) for i in range(4)])
+    assert len(horizon) == 2 and horizon.dropped == 2

@@ -186,6 +186,38 @@ def test_a_busy_sample_closes_the_window_at_the_previous_sample():
     assert detector.open_since("0") is None
 
 
+def test_a_stall_of_0_6_s_is_a_window_whatever_the_grid_phase():
+    # Busy until 2.03 s, idle until 2.63 s: 0.6 s hold only two or three whole
+    # sample periods of 1/6 s (0.33 or 0.5 s), but the busy periods at either
+    # edge were partly idle, and with them the stall lasts 0.6 s: a window at
+    # every phase of the grid, each edge within one period.
+    for phase in (0.0, 0.04, 0.09, 0.13):
+        samples = nvml_like([(0, 2.03), (2.63, 5.0)], phase, 5.0)
+        [window] = find_idle_windows(samples, threshold=0.1, min_idle_s=0.5)
+        assert window.start_ns / S == pytest.approx(2.03, abs=PERIOD)
+        assert window.end_ns / S == pytest.approx(2.63, abs=PERIOD)
+
+
+def test_a_stall_shorter_than_the_minimum_with_its_edges_is_still_no_window():
+    for phase in (0.0, 0.04, 0.09, 0.13):
+        samples = nvml_like([(0, 2.03), (2.5, 5.0)], phase, 5.0)  # 0.47 s
+        assert find_idle_windows(samples, threshold=0.1, min_idle_s=0.5) == []
+
+
+def test_a_busy_sample_between_two_idle_stretches_counts_for_the_first():
+    # 0-0.4 s idle, a 0.5 sample (0.4-0.5 s), 0.5-0.9 s idle, then busy at 10%+ idle parts.
+    first = [GpuSample("0", t * S // 10, 0.0) for t in range(0, 5)]
+    between = [GpuSample("0", 5 * S // 10, 0.5)]
+    second = [GpuSample("0", t * S // 10, 0.0) for t in range(6, 10)]
+    end = [GpuSample("0", 10 * S // 10, 0.2)]
+
+    windows = find_idle_windows(first + between + second + end, min_idle_s=0.45)
+
+    # 0.4 s + 0.05 s counts for the first; the second has 0.4 s + 0.08 s of the last sample.
+    assert seconds(windows) == [("0", 0.0, 0.4), ("0", 0.5, 0.9)]
+    assert find_idle_windows(first + between + second + end, min_idle_s=0.47) == [windows[1]]
+
+
 def test_samples_that_go_back_in_time_are_dropped():
     samples = [GpuSample("0", t * S, 0.0) for t in range(0, 5)]
     samples.append(GpuSample("0", 2 * S, 1.0))  # late and out of order: ignored

@@ -1,14 +1,18 @@
-"""The recent finished tool calls the live path attributes idle windows to.
+"""The recent finished tool calls the live path attributes GPU time to.
 
-An idle window is only known once the GPU samples covering it have
-arrived, a little after the calls that caused it have finished, so the live
-loop keeps the finished calls of the last ``horizon_s`` seconds and asks for
-the ones that overlap each new window. Memory stays bounded twice over:
-calls that ended more than ``horizon_s`` before the newest end seen are
-pruned, and past ``max_calls`` the oldest are dropped (and counted in
-``dropped``). A window longer than the horizon, or a burst of more than
-``max_calls`` calls, loses its oldest calls: their idle time then shows as
-unattributed.
+GPU time is only known once the samples covering it have arrived, a little
+after the calls that were in flight then have finished, so the live engine
+keeps the finished calls of the last ``horizon_s`` seconds and asks for the
+ones that overlap each new stretch. Memory stays bounded twice over: calls
+that ended more than ``horizon_s`` before the newest end seen are pruned,
+and past ``max_calls`` the oldest are dropped (and counted in ``dropped``).
+
+The age bound never removes what blame still needs: the engine says, after
+each batch, from when on it may still ask (``keep_from``: the part of an
+open idle window not yet blamed), and calls ending after that stay however
+old they are. So a window longer than the horizon is blamed like a short
+one; only a burst of more than ``max_calls`` calls loses its oldest calls
+(their time then shows as unattributed).
 
 Calls still in flight are not stored here; the live loop passes them to
 ``attribute`` separately.
@@ -41,6 +45,7 @@ class CallHorizon:
         self._ends: list[int] = []
         self._calls: list[ToolCall] = []
         self._newest_ns = 0
+        self._keep_from_ns: int | None = None
         self._dropped = 0
 
     def add(self, call: ToolCall) -> None:
@@ -64,6 +69,12 @@ class CallHorizon:
             first = bisect_right(self._ends, start_ns)
             return [call for call in self._calls[first:] if call.submit_ns < min(end_ns, call.end_ns)]
 
+    def keep_from(self, ns: int | None) -> None:
+        """Keep the calls that end after ``ns`` whatever their age (None: no floor)."""
+        with self._lock:
+            self._keep_from_ns = ns
+            self._prune()
+
     @property
     def dropped(self) -> int:
         """How many calls were dropped to stay within ``max_calls``."""
@@ -75,7 +86,10 @@ class CallHorizon:
             return len(self._calls)
 
     def _prune(self) -> None:
-        expired = bisect_left(self._ends, self._newest_ns - self.horizon_ns)
+        cutoff = self._newest_ns - self.horizon_ns
+        if self._keep_from_ns is not None:
+            cutoff = min(cutoff, self._keep_from_ns)
+        expired = bisect_left(self._ends, cutoff)
         excess = len(self._calls) - expired - self.max_calls
         if excess > 0:
             self._dropped += excess

@@ -1,15 +1,16 @@
 """The GPU timeline while the agent runs.
 
-GPU samples arrive on the sampler thread; the idle detector turns them into
-idle windows; each closed window is attributed to the tool calls that were
-in flight (finished ones from the bounded horizon, plus those still
-running) with the same ``attribute()`` the offline report uses; and the
-result leaves as ``gpu.idle`` spans and the GPU metrics of the contract.
+GPU samples arrive on the sampler thread and go, with the tool calls in
+flight and the finished ones, into a ``BlameEngine``
+(``agent_otel.attribution.engine``): the same ``attribute()`` the offline
+report uses, applied as the samples come. What it returns leaves here: the
+increments go to the GPU counters of the contract at once (so a stall shows
+on them while it lasts), and each idle window that closes leaves as
+``gpu.idle`` spans carrying the totals the counters received for it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Optional
 
@@ -17,26 +18,23 @@ from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-from agent_otel.attribution import WindowAttribution, attribute
+from agent_otel.attribution.engine import MAX_HORIZON_CALLS, BlameEngine, BlameUpdate, ClosedWindow
 from agent_otel.gpu.logs import GpuLogWriter
-from agent_otel.attribution.horizon import CallHorizon
 from agent_otel.config import DEFAULTS
-from agent_otel.records import IdleWindow, ToolCall
 from agent_otel.gpu.sampler import GpuSampler
-from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, IdleDetector
+from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
+from agent_otel.records import ToolCall
 from agent_otel.semconv import (AGENT_TOOL_PHASE, GPU_IDLE_BLOCKED_BY, GPU_IDLE_BLOCKED_DURATION, GPU_IDLE_DURATION,
-                                GPU_IDLE_UNATTRIBUTED_DURATION, GPU_INDEX, GPU_UTILIZATION_AVG, GPU_UUID, PHASE_EXEC,
-                                PHASE_QUEUE, SPAN_GPU_IDLE)
+                                GPU_IDLE_UNATTRIBUTED_DURATION, GPU_INDEX, GPU_UTILIZATION_AVG, GPU_UUID,
+                                SPAN_GPU_IDLE)
 
 logger = logging.getLogger("agent_otel.gpu")
 
-# Finished calls kept for attribution: enough for a long idle window on a
-# busy agent, small enough to bound memory (~330 bytes a call: ~17 MB).
-MAX_HORIZON_CALLS = 50_000
+__all__ = ["MAX_HORIZON_CALLS", "LiveTimeline", "start_live_timeline"]
 
 
 class LiveTimeline:
-    """Samples -> idle windows -> attribution -> spans and metrics, in process."""
+    """Samples -> blame -> spans and metrics, in process."""
 
     def __init__(self, source, *, tracer: trace_api.Tracer, metrics, recorder=None, pipeline=None,
                  poll_interval_s: float = DEFAULTS.gpu_poll_interval,
@@ -48,16 +46,18 @@ class LiveTimeline:
         self.recorder = recorder
         self.pipeline = pipeline
         uuids = {device.index: device.uuid for device in source.devices() if device.uuid}
-        # A poll interval above a second spaces idle samples out: widen the
-        # gap that ends a window with it, or sparse idle reads as no data.
-        self.detector = IdleDetector(idle_threshold, min_idle_s, uuids=uuids,
-                                     max_gap_s=max(DEFAULT_MAX_GAP_S, 3 * poll_interval_s))
-        self.horizon = CallHorizon(horizon_s, MAX_HORIZON_CALLS)
+        # A source that vouches for its gaps (NVML: idle where its buffer ran
+        # dry, marked where data was lost) needs no gap limit; for the others
+        # a poll interval above a second spaces samples out: widen the limit
+        # with it, or sparse samples read as missing data.
+        max_gap_s = None if getattr(source, "reports_gaps", False) else max(DEFAULT_MAX_GAP_S, 3 * poll_interval_s)
+        self.engine = BlameEngine(idle_threshold=idle_threshold, min_idle_s=min_idle_s, max_gap_s=max_gap_s,
+                                  uuids=uuids, horizon_s=horizon_s, max_calls=MAX_HORIZON_CALLS)
         self.log = GpuLogWriter(log_path) if log_path else None
         self.sampler = GpuSampler(source, poll_interval_s, self.on_samples)
         self._reported_errors: dict[str, int] = {}
         if pipeline is not None:
-            pipeline.consumers.append(self.horizon.add_many)
+            pipeline.consumers.append(self.engine.add_finished)
 
     def start(self) -> None:
         self.sampler.start()
@@ -65,8 +65,7 @@ class LiveTimeline:
     def shutdown(self, timeout_s: float = 2.0) -> None:
         self.sampler.shutdown(timeout_s)
         # Close the windows still open: the stall at the end of a run counts too.
-        for window in self.detector.flush():
-            self.on_window(window)
+        self.apply(self.engine.flush(self._in_flight()))
         self._count_source_errors()
         if self.log is not None:
             self.log.close()
@@ -74,48 +73,52 @@ class LiveTimeline:
     def on_samples(self, samples) -> None:
         latest = {}
         for sample in samples:
-            latest[sample.gpu] = sample.utilization
+            if not is_missing(sample.utilization):
+                latest[sample.gpu] = sample.utilization
         for gpu, utilization in latest.items():
             self.metrics.gpu_utilization.labels(gpu).set(utilization)
         if self.log is not None:
             self.log.write(samples)
-        for window in self.detector.feed(samples):
-            self.on_window(window)
+        self.apply(self.engine.feed(samples, self._in_flight()))
         self._count_source_errors()
 
-    def on_window(self, window: IdleWindow) -> WindowAttribution:
-        (result,) = attribute([window], self._calls_during(window))
-        self._count(result)
-        self._emit_spans(result)
-        return result
+    def apply(self, update: BlameUpdate) -> None:
+        """Counters first, then the spans of the windows that closed."""
+        self._count(update)
+        for closed in update.closed:
+            self._emit_spans(closed)
 
-    def _calls_during(self, window: IdleWindow) -> list[ToolCall]:
+    def _in_flight(self) -> list[ToolCall]:
+        """The calls in flight, read before the finished ones are drained
+        into the engine: a call finishing meanwhile is then in one or both
+        (the recorder appends a finished call before it leaves the table)."""
         if self.recorder is None:
             return []
+        running = list(self.recorder.inflight.values())
         if self.pipeline is not None:
-            self.pipeline.drain()  # calls that just finished reach the horizon first
-        calls = {id(call): call for call in self.horizon.overlapping(window.start_ns, window.end_ns)}
-        for call in list(self.recorder.inflight.values()):
-            if id(call) in calls or call.submit_ns >= window.end_ns:
-                continue
-            snapshot = dataclasses.replace(call)  # the hot path may change the original meanwhile
-            if snapshot.start_ns == 0:  # still queued now, so queued for the whole window
-                snapshot.start_ns = window.end_ns
-            calls[id(call)] = snapshot
-        return list(calls.values())
+            self.pipeline.drain()
+        return running
 
-    def _count(self, result: WindowAttribution) -> None:
-        metrics, gpu = self.metrics, result.window.gpu
-        metrics.gpu_idle.labels(gpu).inc(result.window.seconds)
-        metrics.gpu_idle_unattributed.labels(gpu).inc(result.unattributed_s)
-        for share in result.shares:
-            tool = metrics.tool_label(share.call.tool)
-            if share.queue_s > 0:
-                metrics.gpu_idle_blocked.labels(gpu, tool, PHASE_QUEUE).inc(share.queue_s)
-            if share.exec_s > 0:
-                metrics.gpu_idle_blocked.labels(gpu, tool, PHASE_EXEC).inc(share.exec_s)
+    def _count(self, update: BlameUpdate) -> None:
+        metrics, label = self.metrics, self.metrics.tool_label
+        idle, underused = update.idle, update.underused
+        for gpu, seconds in idle.idle_s.items():
+            metrics.gpu_idle.labels(gpu).inc(seconds)
+        for gpu, seconds in idle.unattributed_s.items():
+            metrics.gpu_idle_unattributed.labels(gpu).inc(seconds)
+        for (gpu, tool, phase), seconds in idle.blocked_s.items():
+            metrics.gpu_idle_blocked.labels(gpu, label(tool), phase).inc(seconds)
+        for gpu, seconds in underused.underused_s.items():
+            metrics.gpu_underused.labels(gpu).inc(seconds)
+        for gpu, seconds in underused.unattributed_s.items():
+            metrics.gpu_underused_unattributed.labels(gpu).inc(seconds)
+        for (gpu, tool, phase), seconds in underused.blocked_s.items():
+            metrics.gpu_underused_blocked.labels(gpu, label(tool), phase).inc(seconds)
+        for gpu, seconds in update.missing_s.items():
+            metrics.gpu_missing.labels(gpu).inc(seconds)
 
-    def _emit_spans(self, result: WindowAttribution) -> None:
+    def _emit_spans(self, closed: ClosedWindow) -> None:
+        result = closed.attribution
         window = result.window
         links = []
         for share in result.shares:
@@ -126,7 +129,7 @@ class LiveTimeline:
                                             AGENT_TOOL_PHASE: share.phase}))
         attributes: dict[str, AttributeValue] = {
             GPU_INDEX: window.gpu,
-            GPU_IDLE_DURATION: window.seconds,
+            GPU_IDLE_DURATION: closed.idle_s,  # what agent_gpu_idle_seconds_total received for it
             GPU_UTILIZATION_AVG: window.utilization_avg,
             GPU_IDLE_UNATTRIBUTED_DURATION: result.unattributed_s,
         }

@@ -442,7 +442,9 @@ class GpuLogWriter:
     read them back. Times are local, like nvidia-smi's, to the millisecond.
 
     ``instrument(gpu_log_file=...)`` uses it to keep the samples the live
-    timeline saw: the report then draws the utilization curve too.
+    timeline saw: the report then draws the utilization curve too. A
+    ``MISSING`` sample (data lost) is written ``[N/A]``, which the reader
+    skips: the gap it leaves is missing data there too.
     """
 
     HEADER = "timestamp, index, utilization.gpu [%]\n"
@@ -459,7 +461,8 @@ class GpuLogWriter:
         for sample in samples:
             moment = datetime.fromtimestamp(sample.timestamp_ns / 1e9)
             stamp = moment.strftime("%Y/%m/%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
-            lines.append(f"{stamp}, {sample.gpu}, {round(sample.utilization * 100)} %\n")
+            value = "[N/A]" if sample.utilization != sample.utilization else f"{round(sample.utilization * 100)} %"
+            lines.append(f"{stamp}, {sample.gpu}, {value}\n")
         self._file.writelines(lines)
 
     def close(self) -> None:

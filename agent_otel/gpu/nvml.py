@@ -13,19 +13,36 @@ at the cost of one call per GPU per poll. Devices without samples fall back
 to ``nvmlDeviceGetUtilizationRates`` once per poll. Processes are never
 enumerated (those calls take milliseconds and serialize in the driver).
 
-Two facts shape the code:
+Three facts shape the code:
 
 - An idle GPU stops producing samples (the call returns nothing or raises
-  ``NVMLError_NotFound``). Silence is idleness, so a device with no new
-  sample for ``idle_after_s`` gets a synthetic 0% sample at poll time (the
-  timeline counts it idle back to the last real sample), and when samples
-  resume, one more where the first new sample's period began (so the idle
-  stretch ends there, not at the last poll).
+  ``NVMLError_NotFound``): the buffer runs dry. So a gap between two
+  consecutive real samples longer than the device's measured sample period
+  (``agent_otel.gpu.timeline.is_gap``) is idle time, however short: when
+  samples resume, a 0% sample is added where the first new sample's period
+  began, and the timeline counts the gap idle. While the silence goes on, a
+  device with no new sample for ``idle_after_s`` gets a synthetic 0% sample
+  at each poll (one sample period before the poll, the latest moment the
+  silence proves idle), so a stall still going on is visible.
+- The buffer is a ring of limited depth. Data lost rather than never
+  recorded (the sampler thread was away longer than the ring holds, and the
+  ring came back full with a gap before it) is missing data: a ``MISSING``
+  sample marks the stretch, it is counted in ``errors["samples_lost"]`` and
+  logged once, and the timeline counts it neither idle nor busy. The depth
+  is learned as the largest batch NVML has returned (the first poll returns
+  the whole ring); where it is underestimated, lost data is assumed more
+  often, never idle time.
 - The sample timestamps are microseconds on a clock the driver picks: the
   Unix epoch on some, time since boot (CLOCK_BOOTTIME) on others. The first
   sample seen tells which (it is close to one and decades from the other);
   samples are converted to epoch ns, and the raw value is kept for the next
   call's ``last_seen``.
+
+The sample period is measured per device: the lower quartile of the last
+64 spacings between consecutive samples (the spacings while busy are one
+period; the gaps while idle are longer). Until two samples have been seen,
+NVIDIA's longest documented period (1 s) stands in, so no gap is taken for
+idle before the period is known.
 
 Nothing here raises into the application: no bindings, no library, no GPU,
 no permission, an unsupported device or a GPU lost mid-run each give one log
@@ -39,19 +56,22 @@ import collections
 import logging
 import time
 import warnings
-from typing import Optional
-
-from agent_otel.records import GpuSample
+from typing import Callable, Optional
 
 from agent_otel.gpu.sources import GpuDevice
+from agent_otel.gpu.timeline import is_gap
+from agent_otel.records import MISSING, GpuSample
 
 log = logging.getLogger("agent_otel.gpu")
 
 # The longest sample period NVML uses (NVIDIA documents 1/6 s to 1 s): a
 # device silent for longer than this has stopped sampling because it is idle.
 DEFAULT_IDLE_AFTER_S = 1.0
-# Assumed until two consecutive samples show the device's own period.
-DEFAULT_SAMPLE_PERIOD_NS = 1_000_000_000 // 6
+# Assumed until two consecutive samples show the device's own period: the
+# longest documented, so that no gap is read as idle before it is measured.
+UNMEASURED_PERIOD_NS = 1_000_000_000
+# Spacings kept per device to measure its sample period.
+PERIOD_SPACINGS = 64
 
 # NVML error class -> the kind counted in ``errors`` (a Prometheus label).
 _ERROR_KINDS = {
@@ -105,8 +125,8 @@ def clock_offset_ns(clock: str) -> int:
 
 class _Device:
     __slots__ = (
-        "handle", "info", "mode", "last_seen", "clock", "period_ns",
-        "last_real_ns", "last_emitted_ns", "silent", "active",
+        "handle", "info", "mode", "last_seen", "clock", "spacings", "period_ns",
+        "last_real_ns", "last_emitted_ns", "depth", "polled_ns", "lost_s", "active",
     )
 
     def __init__(self, handle, info: GpuDevice):
@@ -115,11 +135,22 @@ class _Device:
         self.mode = "samples"  # or "rates" once samples turn out unsupported
         self.last_seen = 0  # raw NVML timestamp (µs) of the newest sample read
         self.clock: Optional[str] = None
-        self.period_ns = DEFAULT_SAMPLE_PERIOD_NS
+        self.spacings: collections.deque[int] = collections.deque(maxlen=PERIOD_SPACINGS)
+        self.period_ns = UNMEASURED_PERIOD_NS
         self.last_real_ns = 0  # newest real sample, converted
         self.last_emitted_ns = 0  # newest sample returned by poll()
-        self.silent = False  # the newest sample returned was a synthetic idle one
+        self.depth = 0  # the most samples one GetSamples call returned: the ring holds at least this many
+        self.polled_ns = 0  # when GetSamples last answered (samples, or a dry buffer)
+        self.lost_s = 0.0  # seconds of samples lost to ring overflows
         self.active = True
+
+    def measure(self, spacing_ns: int) -> None:
+        """Add one spacing between consecutive real samples to the period estimate."""
+        if spacing_ns <= 0:
+            return
+        self.spacings.append(spacing_ns)
+        ordered = sorted(self.spacings)
+        self.period_ns = ordered[(len(ordered) - 1) // 4]
 
 
 class NvmlSource:
@@ -132,6 +163,9 @@ class NvmlSource:
     """
 
     kind = "nvml"
+    # It vouches for the gaps between its samples: idle where its buffer ran
+    # dry, MISSING samples where data was lost.
+    reports_gaps = True
 
     def __init__(
         self,
@@ -139,11 +173,13 @@ class NvmlSource:
         *,
         idle_after_s: float = DEFAULT_IDLE_AFTER_S,
         quiet: bool = False,
+        clock: Callable[[], int] = time.time_ns,
     ):
         self.errors: collections.Counter = collections.Counter()
         self.reason: Optional[str] = None
+        self._clock = clock
         self._idle_after_ns = round(idle_after_s * 1e9)
-        self._opened_ns = time.time_ns()
+        self._opened_ns = clock()
         self._nvml = None
         self._devices: list[_Device] = []
         self._logged: set[tuple[str, str]] = set()
@@ -158,6 +194,22 @@ class NvmlSource:
 
     def devices(self) -> list[GpuDevice]:
         return [device.info for device in self._devices if device.active]
+
+    def describe(self) -> dict[str, dict]:
+        """What was learned about each device's sampling, by index: the
+        mode (``samples`` or ``rates``), the timestamp clock, the measured
+        sample period (None until measured), the ring depth seen and the
+        seconds of samples lost to ring overflows."""
+        return {
+            device.info.index: {
+                "mode": device.mode,
+                "clock": device.clock,
+                "sample_period_s": device.period_ns / 1e9 if device.spacings else None,
+                "buffer_depth_seen": device.depth,
+                "lost_s": round(device.lost_s, 6),
+            }
+            for device in self._devices
+        }
 
     def poll(self) -> list[GpuSample]:
         samples: list[GpuSample] = []
@@ -238,7 +290,7 @@ class NvmlSource:
 
     def _poll_device(self, device: _Device) -> list[GpuSample]:
         nvml = self._nvml
-        now_ns = time.time_ns()
+        now_ns = self._clock()
         if device.mode == "samples":
             try:
                 value_type, raw = nvml.nvmlDeviceGetSamples(
@@ -254,41 +306,73 @@ class NvmlSource:
         return self._from_rate(device, nvml.nvmlDeviceGetUtilizationRates(device.handle).gpu, now_ns)
 
     def _from_samples(self, device: _Device, value_type, raw, now_ns: int) -> list[GpuSample]:
+        polled_before, device.polled_ns = device.polled_ns, now_ns
         fresh = sorted((s for s in raw if s.timeStamp > device.last_seen), key=lambda s: s.timeStamp)
         if not fresh:
-            silent_since = max(device.last_real_ns, self._opened_ns)
-            if now_ns - silent_since >= self._idle_after_ns and now_ns > device.last_emitted_ns:
-                device.last_emitted_ns = now_ns
-                device.silent = True
-                return [GpuSample(device.info.index, now_ns, 0.0)]
-            return []
+            return self._silence(device, now_ns)
+        # The ring held at least as many samples as the largest batch before
+        # this one; a batch that large, after a poll later than that many
+        # periods, may have lost what came before it.
+        full = device.depth > 0 and len(fresh) >= device.depth and (
+            now_ns - polled_before > device.depth * device.period_ns
+        )
+        device.depth = max(device.depth, len(raw))
+        first_read = device.last_seen == 0
         device.last_seen = fresh[-1].timeStamp
         if device.clock is None:
             device.clock = detect_clock(device.last_seen)
             log.info("GPU %s: NVML sample timestamps are on the %s clock", device.info.index, device.clock)
         offset = clock_offset_ns(device.clock)
         field = _VALUE_FIELDS.get(value_type, "uiVal")
-        samples = []
-        for sample in fresh:
+        samples: list[GpuSample] = []
+        for position, sample in enumerate(fresh):
             t = sample.timeStamp * 1000 + offset
-            if 0 < t - device.last_real_ns < self._idle_after_ns:
-                device.period_ns = t - device.last_real_ns
-            device.last_real_ns = max(device.last_real_ns, t)
+            previous = device.last_real_ns
+            gap = bool(previous) and is_gap(t - previous, device.period_ns)
+            period_start = t - device.period_ns
+            if previous and t > previous:
+                device.measure(t - previous)
+            device.last_real_ns = max(previous, t)
             # Skip what predates this source, and what arrived after a
             # synthetic idle sample already covered its time.
             if t < self._opened_ns or t <= device.last_emitted_ns:
                 continue
-            if device.silent and t - device.period_ns > device.last_emitted_ns:
-                # The silence lasted until this sample's period began: say
-                # so, or the timeline would stretch this sample back to the
-                # last synthetic one (up to a poll interval too early).
-                samples.append(GpuSample(device.info.index, t - device.period_ns, 0.0))
-            device.silent = False
+            if gap and period_start > device.last_emitted_ns:
+                if position == 0 and full and not first_read:
+                    # The ring came back full: what was before it was overwritten.
+                    self._lost(device, period_start - max(previous, device.last_emitted_ns), now_ns - polled_before)
+                    samples.append(GpuSample(device.info.index, period_start, MISSING))
+                else:
+                    # The buffer ran dry: the GPU was idle until this sample's period began.
+                    samples.append(GpuSample(device.info.index, period_start, 0.0))
             device.last_emitted_ns = t
             samples.append(GpuSample(device.info.index, t, _ratio(getattr(sample.sampleValue, field))))
         return samples
 
+    def _silence(self, device: _Device, now_ns: int) -> list[GpuSample]:
+        """No new sample: once silent for ``idle_after_s``, a synthetic idle
+        sample up to one period before now (the buffer ran dry, and could
+        not have lost anything: it received nothing)."""
+        silent_since = max(device.last_real_ns, self._opened_ns)
+        at = now_ns - min(device.period_ns, self._idle_after_ns)
+        if now_ns - silent_since >= self._idle_after_ns and at > device.last_emitted_ns:
+            device.last_emitted_ns = at
+            return [GpuSample(device.info.index, at, 0.0)]
+        return []
+
+    def _lost(self, device: _Device, lost_ns: int, away_ns: int) -> None:
+        self.errors["samples_lost"] += 1
+        device.lost_s += lost_ns / 1e9
+        self._log_once(
+            device, "samples_lost",
+            f"NVML's sample buffer overflowed while the sampler was away ({away_ns / 1e9:.1f} s since its "
+            f"previous poll; the buffer holds at least {device.depth} samples, "
+            f"{device.depth * device.period_ns / 1e9:.1f} s): {lost_ns / 1e9:.1f} s of samples lost, counted as "
+            "missing data, neither idle nor busy (logged once; counted each time)",
+        )
+
     def _from_rate(self, device: _Device, percent, now_ns: int) -> list[GpuSample]:
+        # One read per poll stands for the whole poll interval: no gaps to read.
         if now_ns <= device.last_emitted_ns:
             return []
         device.last_emitted_ns = now_ns

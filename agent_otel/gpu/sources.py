@@ -42,6 +42,9 @@ class GpuSource(Protocol):
     # Problems the source degraded around, by kind (e.g. "gpu_lost"),
     # exported as agent_otel_gpu_errors_total. poll() never raises.
     errors: collections.Counter
+    # Optional (read with getattr, default False): True when the source
+    # vouches for every gap between its samples, marking lost data itself
+    # with MISSING samples (NvmlSource), so the timeline needs no gap limit.
 
     def devices(self) -> list[GpuDevice]:
         """The GPUs being sampled."""

@@ -1,0 +1,204 @@
+"""Live blame that holds while a stall lasts, and however long it lasts.
+
+The real ``LiveTimeline`` (engine, Prometheus counters, ``gpu.idle`` spans)
+over the real ``NvmlSource`` and a stand-in driver that runs dry while the
+GPU idles, on a clock the test moves (``tests/helpers/nvml_driver.py``):
+the ground truth is the script, to the nanosecond.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+
+import pytest
+
+pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py provides the real NVML error classes")
+
+from opentelemetry import trace  # noqa: E402
+
+from agent_otel.attribution import attribute  # noqa: E402
+from agent_otel.attribution.live import LiveTimeline  # noqa: E402
+from agent_otel.exporters.prometheus import Metrics  # noqa: E402
+from agent_otel.gpu.nvml import NvmlSource  # noqa: E402
+from agent_otel.pipeline import Pipeline  # noqa: E402
+from agent_otel.records import NS_PER_S, IdleWindow, ToolCall  # noqa: E402
+from tests.helpers.nvml_driver import DriverGpu, StandInNvml, VirtualClock  # noqa: E402
+
+PERIOD_S = 1 / 6
+POLL_NS = NS_PER_S // 2  # the default poll interval
+
+
+class FakeRecorder:
+    """The two tables of agent_otel's recorder the live timeline reads."""
+
+    def __init__(self):
+        self.inflight: dict[int, ToolCall] = {}
+        self.finished: collections.deque = collections.deque()
+
+
+class Agent:
+    """A scripted agent and GPU on a virtual clock, with the live timeline polled every 0.5 s."""
+
+    def __init__(self, monkeypatch, *, horizon_s=120.0, keeps_zeros=False, depth=120):
+        self.clock = VirtualClock()
+        self.gpu = DriverGpu(self.clock, period_s=PERIOD_S, keeps_zeros=keeps_zeros, depth=depth)
+        monkeypatch.setitem(sys.modules, "pynvml", StandInNvml([self.gpu]))
+        self.metrics = Metrics()
+        self.recorder = FakeRecorder()
+        self.pipeline = Pipeline(self.recorder, None, self.metrics)
+        self.timeline = LiveTimeline(NvmlSource(clock=self.clock), tracer=trace.get_tracer("test"),
+                                     metrics=self.metrics, recorder=self.recorder, pipeline=self.pipeline,
+                                     horizon_s=horizon_s)
+        self.origin = self.clock()
+        self.next_poll = self.origin
+        self.calls: list[ToolCall] = []
+        self.starved = False
+
+    def at(self, seconds: float) -> int:
+        return self.origin + round(seconds * NS_PER_S)
+
+    def run_until(self, seconds: float) -> None:
+        """Move time on, polling every 0.5 s (unless the sampler is starved)."""
+        until = self.at(seconds)
+        while self.next_poll <= until:
+            self.clock.advance_to(self.next_poll)
+            if not self.starved:
+                self.timeline.on_samples(self.timeline.source.poll())
+            self.next_poll += POLL_NS
+        self.clock.advance_to(until)
+
+    def start(self, tool: str) -> ToolCall:
+        call = ToolCall(tool, "direct", self.clock(), self.clock(), trace_id=len(self.calls) + 1,
+                        span_id=len(self.calls) + 1)
+        self.calls.append(call)
+        self.recorder.inflight[id(call)] = call
+        return call
+
+    def end(self, call: ToolCall) -> None:
+        call.end_ns = self.clock()
+        self.recorder.finished.append(call)
+        del self.recorder.inflight[id(call)]
+
+    def counter(self, name: str, **labels) -> float:
+        return self.metrics.registry.get_sample_value(name, {"gpu": "0", **labels}) or 0.0
+
+
+def test_a_stall_still_going_on_shows_on_the_counters_split_by_the_tools_in_flight(monkeypatch, spans):
+    agent = Agent(monkeypatch)
+    agent.run_until(1.0)  # the model generates
+    stall = agent.clock()
+    agent.gpu.set(0.0)
+    hung = agent.start("hung_tool")  # 1 s on; it hangs until 8 s
+    readings = []
+
+    def read():
+        blamed = agent.counter("agent_gpu_idle_blocked_seconds_total", tool="hung_tool", phase="exec")
+        readings.append((agent.clock(), blamed, agent.counter("agent_gpu_idle_seconds_total")))
+        # Blamed up to one sample period before now (the latest moment the
+        # silence proves idle), from a start within one period of the truth.
+        [(start, blamed_to)] = agent.timeline.engine.open_windows().values()
+        assert abs(start - stall) <= PERIOD_S * NS_PER_S
+        assert agent.clock() - blamed_to == pytest.approx(PERIOD_S * NS_PER_S, abs=2_000)
+        assert readings[-1][2] == pytest.approx((blamed_to - start) / NS_PER_S, abs=1e-9)
+
+    agent.run_until(3.0)
+    read()
+    helper = agent.start("lookup")  # 3 s on, in flight with hung_tool until 8 s
+    agent.run_until(6.0)
+    read()
+    agent.run_until(8.0)
+    read()
+    assert not [s for s in spans.all() if s.name == "gpu.idle"]  # the window has not closed
+
+    # The counters move while the stall lasts, behind the newest poll by no
+    # more than one sample period (the silence proves idle up to then).
+    for now, _hung_s, idle_s in readings:
+        assert (now - stall) / NS_PER_S - 2 * PERIOD_S <= idle_s <= (now - stall) / NS_PER_S
+    assert readings[0][1] < readings[1][1] < readings[2][1]
+    # Split by the tools in flight at each instant: hung_tool alone, then
+    # with lookup from 3 s on, each at half rate.
+    first_now, first_hung, first_idle = readings[0]
+    assert first_hung == pytest.approx(first_idle, abs=1e-9)
+    lookup = agent.counter("agent_gpu_idle_blocked_seconds_total", tool="lookup", phase="exec")
+    _, last_hung, last_idle = readings[2]
+    assert lookup + last_hung == pytest.approx(last_idle, abs=1e-9)  # nothing unattributed
+    # lookup's half of 3 s to the newest evidence (8 s less one period).
+    assert lookup == pytest.approx((8.0 - PERIOD_S - 3.0) / 2, abs=1e-3)
+
+    agent.end(helper)
+    agent.end(hung)
+    agent.gpu.set(1.0)
+    agent.run_until(10.0)
+    agent.timeline.shutdown()
+
+    # The window's spans carry exactly what the counters accrued.
+    [window] = [s for s in spans.all() if s.name == "gpu.idle" and s.parent is None]
+    children = [s for s in spans.all() if s.name == "gpu.idle" and s.parent is not None]
+    idle_total = agent.counter("agent_gpu_idle_seconds_total")
+    assert window.attributes["gpu.idle.duration"] == pytest.approx(idle_total, abs=1e-9)
+    assert window.attributes["gpu.idle.unattributed_duration"] == pytest.approx(
+        agent.counter("agent_gpu_idle_unattributed_seconds_total"), abs=1e-9)
+    by_tool = {}
+    for child in children:
+        by_tool[agent.calls[child.parent.span_id - 1].tool] = child.attributes["gpu.idle.blocked_duration"]
+    assert by_tool == {
+        "hung_tool": pytest.approx(agent.counter("agent_gpu_idle_blocked_seconds_total", tool="hung_tool",
+                                                 phase="exec"), abs=1e-9),
+        "lookup": pytest.approx(agent.counter("agent_gpu_idle_blocked_seconds_total", tool="lookup",
+                                              phase="exec"), abs=1e-9),
+    }
+    assert window.attributes["gpu.idle.blocked_by"] == "hung_tool"
+    # And the whole stall, now that it is over, is within a sample period of the truth (1-8 s).
+    assert (window.start_time - stall) / NS_PER_S == pytest.approx(0.0, abs=PERIOD_S)
+    assert idle_total == pytest.approx(7.0, abs=PERIOD_S)
+
+
+def offline(agent: Agent, start_ns: int, end_ns: int) -> dict[str, float]:
+    """The same window attributed offline, against every call of the run."""
+    [full] = attribute([IdleWindow("0", start_ns, end_ns, 0.0)], agent.calls)
+    totals: dict[str, float] = {}
+    for share in full.shares:
+        totals[share.call.tool] = totals.get(share.call.tool, 0.0) + share.blocked_s
+    return totals
+
+
+@pytest.mark.parametrize("starved", [False, True], ids=["polled", "one-batch"])
+def test_a_window_longer_than_the_horizon_is_blamed_like_a_short_one(monkeypatch, spans, starved):
+    # Horizon 1 s; the GPU idles 6 s. "crawl" runs the first 2 s of it and
+    # ends; "ping" calls finish every 0.4 s, which moves the horizon on;
+    # "summarize" runs the last 3 s. With starved=True no sample arrives
+    # during the stall: the whole window comes in one batch afterwards.
+    agent = Agent(monkeypatch, horizon_s=1.0)
+    agent.run_until(1.0)
+    agent.gpu.set(0.0)
+    agent.starved = starved
+    crawl = agent.start("crawl")
+    t = 1.0
+    summarize = None
+    while t < 7.0 - 1e-9:
+        ping = agent.start("ping")
+        agent.run_until(t + 0.05)
+        agent.end(ping)
+        if crawl.end_ns == 0 and t >= 3.0 - 1e-9:
+            agent.end(crawl)
+        if summarize is None and t >= 4.0 - 1e-9:
+            summarize = agent.start("summarize")
+        t += 0.4
+        agent.run_until(t)
+    agent.run_until(7.0)
+    agent.end(summarize)
+    agent.gpu.set(1.0)
+    agent.starved = False
+    agent.run_until(8.0)
+    agent.timeline.pipeline.drain()
+    agent.timeline.shutdown()
+
+    assert agent.timeline.engine.horizon.dropped == 0
+    [window] = [s for s in spans.all() if s.name == "gpu.idle" and s.parent is None]
+    assert window.attributes["gpu.idle.duration"] == pytest.approx(6.0, abs=PERIOD_S)
+    live = {tool: agent.counter("agent_gpu_idle_blocked_seconds_total", tool=tool, phase="exec")
+            for tool in ("crawl", "ping", "summarize")}
+    expected = offline(agent, window.start_time, window.end_time)
+    assert live == {tool: pytest.approx(seconds, abs=1e-6) for tool, seconds in expected.items()}
+    assert live["crawl"] > 0.9  # the part the old horizon lost once crawl ended more than 1 s before
