@@ -201,9 +201,11 @@ def test_a_live_process_exports_the_contract_with_its_types_and_labels(live_scra
             assert labels == set(spec.labels), (sample.name, sample.labels, spec.labels)
             if sample.name.endswith("_bucket") and sample.labels["le"] != "+Inf":
                 assert float(sample.labels["le"]) in spec.buckets, sample
-    # Every metric had samples, except the GPU error counter (a simulated GPU never fails).
+    # Every metric had samples, except the GPU error and missing-data counters
+    # (a simulated GPU never fails, and never loses samples).
     silent = {name for name, family in ours.items() if not family.samples and not during.get(name, family).samples}
-    assert silent <= {semconv.METRIC_GPU_ERRORS.removesuffix("_total")}, silent
+    assert silent <= {semconv.METRIC_GPU_ERRORS.removesuffix("_total"),
+                      semconv.METRIC_GPU_MISSING.removesuffix("_total")}, silent
     phases = {sample.labels["phase"] for sample in during[semconv.METRIC_TOOL_INFLIGHT].samples}
     assert phases == set(semconv.PHASES)
     outcomes = {sample.labels["outcome"] for sample in after[semconv.METRIC_TOOL_CALLS.removesuffix("_total")].samples}
