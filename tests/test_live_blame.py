@@ -202,3 +202,20 @@ def test_a_window_longer_than_the_horizon_is_blamed_like_a_short_one(monkeypatch
     expected = offline(agent, window.start_time, window.end_time)
     assert live == {tool: pytest.approx(seconds, abs=1e-6) for tool, seconds in expected.items()}
     assert live["crawl"] > 0.9  # the part the old horizon lost once crawl ended more than 1 s before
+
+
+def test_the_engine_of_a_gpu_pool_blames_only_that_pools_calls():
+    from agent_otel.attribution.engine import BlameEngine
+    from agent_otel.records import GpuSample
+
+    t0 = 1_700_000_000 * NS_PER_S
+    engine = BlameEngine(max_gap_s=None, pool="vllm-a")
+    ours = ToolCall("search", "direct", t0, t0, pool="vllm-a")
+    theirs = ToolCall("search_b", "direct", t0, t0, pool="vllm-b")
+    samples = [GpuSample("0", t0 + i * NS_PER_S // 10, 0.0 if i else 1.0) for i in range(11)]
+
+    update = engine.feed(samples, [ours, theirs])
+
+    assert update.idle.blocked_s == {("vllm-a/0", "search", "exec"): pytest.approx(1.0)}
+    assert update.underused.blocked_s == {("vllm-a/0", "search", "exec"): pytest.approx(1.0)}
+    assert engine.open_windows() == {"0": (t0, t0 + NS_PER_S)}

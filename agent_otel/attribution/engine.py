@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Sequence
 
 from agent_otel.attribution.horizon import CallHorizon
-from agent_otel.attribution.rule import BlameTotals, CallShare, UnderuseTotals, WindowAttribution, attribute
+from agent_otel.attribution.rule import (
+    BlameTotals, CallShare, UnderuseTotals, WindowAttribution, attribute, gpu_key,
+)
 from agent_otel.config import DEFAULTS
 from agent_otel.gpu.timeline import IdleDetector, is_missing
 from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, LoopBlock, ToolCall
@@ -78,10 +80,10 @@ class BlameUpdate:
 class _Piece:
     """The part of an idle window one batch covers: an ``Interval``."""
 
-    __slots__ = ("gpu", "start_ns", "end_ns")
+    __slots__ = ("gpu", "start_ns", "end_ns", "pool")
 
-    def __init__(self, gpu: str, start_ns: int, end_ns: int):
-        self.gpu, self.start_ns, self.end_ns = gpu, start_ns, end_ns
+    def __init__(self, gpu: str, start_ns: int, end_ns: int, pool: str):
+        self.gpu, self.start_ns, self.end_ns, self.pool = gpu, start_ns, end_ns, pool
 
 
 class _OpenWindow:
@@ -123,7 +125,10 @@ class BlameEngine:
     """Samples + calls -> counter increments + closed windows; see the module docstring.
 
     ``max_gap_s`` is the detector's (None when the source vouches for the
-    gaps between its samples, as the NVML source does).
+    gaps between its samples, as the NVML source does). ``pool`` is the GPU
+    pool the samples come from: only calls of that pool are blamed
+    (``ToolCall.pool``; "" for a process that declared none), and the GPU
+    keys of the update are ``gpu_key``'s (``"pool/0"``).
     """
 
     def __init__(
@@ -135,8 +140,10 @@ class BlameEngine:
         uuids: Optional[dict[str, str]] = None,
         horizon_s: float = DEFAULTS.attribution_horizon,
         max_calls: int = MAX_HORIZON_CALLS,
+        pool: str = "",
     ):
-        self.detector = IdleDetector(idle_threshold, min_idle_s, max_gap_s=max_gap_s, uuids=uuids)
+        self.pool = pool
+        self.detector = IdleDetector(idle_threshold, min_idle_s, max_gap_s=max_gap_s, uuids=uuids, pool=pool)
         self.horizon = CallHorizon(horizon_s, max_calls)
         self._open: dict[str, _OpenWindow] = {}
         self._newest_ns = 0
@@ -183,7 +190,8 @@ class BlameEngine:
         for segment in step.segments:
             self._newest_ns = max(self._newest_ns, segment.end_ns)
             if is_missing(segment.utilization):
-                update.missing_s[segment.gpu] = update.missing_s.get(segment.gpu, 0.0) + segment.seconds
+                key = gpu_key(segment)
+                update.missing_s[key] = update.missing_s.get(key, 0.0) + segment.seconds
             elif segment.end_ns > segment.start_ns:
                 segments.append(segment)
         intervals: list = [piece for piece, _, _ in pieces] + segments
@@ -201,22 +209,22 @@ class BlameEngine:
         current = self._open.get(gpu)
         if current is not None and current.start_ns == start_ns:
             start_ns = current.accrued_to
-        return _Piece(gpu, start_ns, max(start_ns, end_ns))
+        return _Piece(gpu, start_ns, max(start_ns, end_ns), self.pool)
 
     def _accrue(self, piece: _Piece, start: int, window: Optional[IdleWindow], result: WindowAttribution,
                 originals: dict[int, ToolCall], update: BlameUpdate) -> None:
-        gpu = piece.gpu
+        gpu, label = piece.gpu, gpu_key(piece)
         current = self._open.get(gpu)
         if current is None or current.start_ns != start:
             current = self._open[gpu] = _OpenWindow(start)
         if piece.end_ns > piece.start_ns:
             seconds = (piece.end_ns - piece.start_ns) / NS_PER_S
-            update.idle.idle_s[gpu] = update.idle.idle_s.get(gpu, 0.0) + seconds
-            update.idle.unattributed_s[gpu] = update.idle.unattributed_s.get(gpu, 0.0) + result.unattributed_s
+            update.idle.idle_s[label] = update.idle.idle_s.get(label, 0.0) + seconds
+            update.idle.unattributed_s[label] = update.idle.unattributed_s.get(label, 0.0) + result.unattributed_s
             for share in result.shares:
                 for phase, blocked in ((PHASE_QUEUE, share.queue_s), (PHASE_EXEC, share.exec_s)):
                     if blocked > 0.0:
-                        key = (gpu, share.call.tool, phase)
+                        key = (label, share.call.tool, phase)
                         update.idle.blocked_s[key] = update.idle.blocked_s.get(key, 0.0) + blocked
             current.add(result, originals)
             current.idle_s += seconds

@@ -133,7 +133,8 @@ class IdleDetector:
 
     ``max_gap_s``: a spacing longer than this between two samples of a GPU
     is missing data; None when the source vouches for its gaps (see the
-    module docstring).
+    module docstring). ``pool``: the GPU pool the windows and segments
+    belong to (``IdleWindow.pool``).
     """
 
     def __init__(
@@ -143,6 +144,7 @@ class IdleDetector:
         *,
         max_gap_s: Optional[float] = DEFAULT_MAX_GAP_S,
         uuids: Optional[dict[str, str]] = None,
+        pool: str = "",
     ):
         # The bounds of the gpu_idle_threshold and gpu_min_idle settings (agent_otel.config).
         check("gpu_idle_threshold", threshold, "idle threshold")
@@ -153,6 +155,7 @@ class IdleDetector:
         self.min_idle_ns = round(min_idle_s * NS_PER_S)
         self.max_gap_ns = None if max_gap_s is None else round(max_gap_s * NS_PER_S)
         self.uuids = dict(uuids or {})
+        self.pool = pool  # the GPU pool the windows and segments belong to ("" for none)
         self._gpus: dict[str, _GpuState] = {}
 
     def feed(self, samples: Iterable[GpuSample]) -> list[IdleWindow]:
@@ -243,7 +246,7 @@ class IdleDetector:
             # Missing data: neither idle nor busy. An open window ends at its
             # last evidence of idleness; coverage starts afresh at t.
             state.missing_ns += t - covered_from
-            segments.append(UtilizationSegment(sample.gpu, covered_from, t, MISSING))
+            segments.append(UtilizationSegment(sample.gpu, covered_from, t, MISSING, self.pool))
             covered_from = None
             if state.run is not None:
                 self._emit(sample.gpu, state.run, closed)
@@ -252,7 +255,7 @@ class IdleDetector:
             state.spare_ns = 0
             return  # a marker: it carries no reading of its own
         if covered_from is not None:
-            segments.append(UtilizationSegment(sample.gpu, covered_from, t, utilization))
+            segments.append(UtilizationSegment(sample.gpu, covered_from, t, utilization, self.pool))
         run = state.run
         spare, state.spare_ns = state.spare_ns, 0
         if utilization <= self.threshold:
@@ -289,6 +292,7 @@ class IdleDetector:
                 end_ns=run.end_ns,
                 utilization_avg=run.weighted_sum / duration,
                 uuid=self.uuids.get(gpu),
+                pool=self.pool,
             )
         )
 
