@@ -135,6 +135,12 @@ class Settings:
         "the resource attribute `agent.gpu.pool`; blame then happens in the pool's blame service, not here "
         "([docs/attribution.md](docs/attribution.md#gpu-pools))", env=("AGENT_OTEL_GPU_POOL",),
         shown_default="none: this process's own GPUs")
+    loop_monitor: bool = setting(
+        True, "watch asyncio event loops for blocking ([telemetry.md](docs/telemetry.md#event-loop-blocking))",
+        env=("AGENT_OTEL_LOOP_MONITOR",))
+    loop_block_threshold: float = setting(
+        0.1, "seconds an event loop must be blocked to record an `asyncio.loop.blocked` span",
+        env=("AGENT_OTEL_LOOP_BLOCK_THRESHOLD",), low=0.01, high=60, unit="s")
 
 
 # The defaults, for code that takes a setting as a parameter (the GPU timeline, the report).

@@ -21,6 +21,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 from agent_otel.capture import executors, frameworks, models, recorder as _recorder
+from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
 from agent_otel.config import Settings, load_settings
 from agent_otel.errors import ConfigError
 from agent_otel.pipeline import Pipeline
@@ -52,6 +53,7 @@ class Instrumentation:
         self.recorder: Optional[Recorder] = None
         self.monitor: Optional[executors.ExecutorMonitor] = None
         self.pipeline: Optional[Pipeline] = None
+        self.loop_monitor: Optional[LoopMonitor] = None
         self.tracer: Optional[trace_api.Tracer] = None
         self.gpu_timeline = None  # agent_otel.attribution.live.LiveTimeline, when a GPU is sampled
         self.background: list = []  # other parts with shutdown(timeout_s): GPU timeline, frameworks
@@ -240,7 +242,12 @@ def _setup(handle: Instrumentation) -> None:
                                redact=settings.redact)
     handle.recorder.remedy_metrics = handle.metrics.remedies
     handle.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
-    handle.pipeline = Pipeline(handle.recorder, handle.monitor, handle.metrics)
+    if settings.loop_monitor:
+        handle.loop_monitor = LoopMonitor(tracer, threshold_s=settings.loop_block_threshold,
+                                          max_stack_chars=settings.max_attribute_length)
+        handle.metrics.loop_lags = handle.loop_monitor.lags
+        handle.metrics.thread_label = thread_label
+    handle.pipeline = Pipeline(handle.recorder, handle.monitor, handle.metrics, loop_monitor=handle.loop_monitor)
     handle.metrics.inflight_calls = lambda: list(handle.recorder.inflight.values())
     if handle.monitor is not None:
         handle.metrics.executor_stats = handle.monitor.snapshot
@@ -259,6 +266,13 @@ def _setup(handle: Instrumentation) -> None:
     frameworks.instrument_frameworks(settings.frameworks)
     handle.background.append(frameworks.FrameworkHooks())
     handle.pipeline.start()
+    if handle.loop_monitor is not None:
+        handle.background.append(handle.loop_monitor)
+        try:
+            handle.loop_monitor.install()
+        except Exception as exc:  # an event loop class we do not understand: no loop monitor
+            logger.warning("agent-otel: cannot watch asyncio event loops (%s: %s); loop blocking is "
+                           "not measured", type(exc).__name__, exc)
     if settings.gpu != "off" and not handle.gpu_pool:
         from agent_otel.attribution.live import start_live_timeline
 

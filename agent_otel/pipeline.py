@@ -1,7 +1,7 @@
 """The background thread between capture and outputs.
 
 It drains the finished ``ToolCall`` records and executor waits that the hot
-path appended, observes them in the Prometheus metrics, and hands each batch
+path appended (and the loop monitor's finished ``LoopBlock`` records), observes them in the Prometheus metrics, and hands each batch
 to the other consumers (the live GPU attribution). A scrape drains first, so
 /metrics is exact at the moment it is read.
 """
@@ -18,9 +18,10 @@ logger = logging.getLogger("agent_otel")
 
 
 class Pipeline:
-    def __init__(self, recorder, monitor, metrics, interval_s: float = 0.25):
+    def __init__(self, recorder, monitor, metrics, interval_s: float = 0.25, loop_monitor=None):
         self._recorder = recorder
         self._monitor = monitor
+        self._loop_monitor = loop_monitor
         self._metrics = metrics
         self._interval_s = interval_s
         self.consumers: list[Callable[[list[ToolCall]], None]] = []
@@ -45,12 +46,15 @@ class Pipeline:
             while finished:
                 batch.append(finished.popleft())
             waits = self._monitor.waits if self._monitor is not None else ()
+            blocks = self._loop_monitor.finished if self._loop_monitor is not None else ()
             try:
                 with self._metrics.lock:
                     for call in batch:
                         self._metrics.observe_call(call)
                     while waits:
                         self._metrics.observe_wait(*waits.popleft())
+                    while blocks:
+                        self._metrics.observe_block(blocks.popleft())
             except Exception as exc:
                 self._log_once("metrics", exc)
             for consumer in self.consumers:

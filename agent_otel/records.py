@@ -46,6 +46,9 @@ class ToolCall:
     # made it); "" for a process that declared none. Blame joins a call only
     # with the idle windows of its own pool (docs/attribution.md).
     pool: str = ""
+    # CPU time the call's thread spent during exec, where one thread ran all
+    # of it (sync tools); None where that cannot be measured (coroutines).
+    cpu_ns: Optional[int] = None
 
     @property
     def queue_seconds(self) -> float:
@@ -54,6 +57,10 @@ class ToolCall:
     @property
     def exec_seconds(self) -> float:
         return (self.end_ns - self.start_ns) / NS_PER_S
+
+    @property
+    def cpu_seconds(self) -> Optional[float]:
+        return None if self.cpu_ns is None else self.cpu_ns / NS_PER_S
 
     @property
     def duration_seconds(self) -> float:

@@ -108,9 +108,12 @@ def agent_span_name(agent: str) -> str:
 
 ERROR_TYPE: Final = "error.type"  # stable
 SERVICE_NAME: Final = "service.name"  # stable (a resource attribute)
-# Read by the report when another instrumentation recorded it; agent-otel
-# does not set it.
+# On asyncio.loop.blocked spans (the loop's thread); the report also reads
+# thread.name on tool spans when another instrumentation recorded it.
 THREAD_NAME: Final = "thread.name"
+THREAD_ID: Final = "thread.id"
+# The top frames of a blocked loop's thread when no tool call held it.
+CODE_STACKTRACE: Final = "code.stacktrace"
 # error.type of a call the framework reports as failed without an exception
 # (an MCP result with isError, a LangChain ToolMessage with status "error"):
 # the OpenTelemetry MCP conventions' value.
@@ -124,6 +127,8 @@ ERROR_TYPE_OTHER: Final = "_OTHER"
 SPAN_EXECUTE_TOOL_PREFIX: Final = GEN_AI_OPERATION_EXECUTE_TOOL + " "
 # A GPU idle window (root of its own trace), and its share under a tool span.
 SPAN_GPU_IDLE: Final = "gpu.idle"
+# A stretch in which an asyncio event loop was blocked (root of its own trace).
+SPAN_LOOP_BLOCKED: Final = "asyncio.loop.blocked"
 # One batch of a batched tool (remedies): "batch {gen_ai.tool.name}".
 SPAN_BATCH_PREFIX: Final = "batch "
 
@@ -148,6 +153,7 @@ def batch_span_name(tool: str) -> str:
 # On a tool span
 AGENT_TOOL_QUEUE_DURATION: Final = "agent.tool.queue.duration"  # s, request to start of execution
 AGENT_TOOL_EXEC_DURATION: Final = "agent.tool.exec.duration"  # s, execution
+AGENT_TOOL_EXEC_CPU_TIME: Final = "agent.tool.exec.cpu_time"  # s, CPU time of its thread during exec (sync calls)
 AGENT_TOOL_EXECUTOR: Final = "agent.tool.executor"  # the executor's name (EXECUTOR_* below)
 AGENT_EXECUTOR_MAX_WORKERS: Final = "agent.executor.max_workers"  # the pool's max_workers
 AGENT_TOOL_OUTCOME: Final = "agent.tool.outcome"  # one of OUTCOMES
@@ -172,6 +178,11 @@ GPU_IDLE_BLOCKED_DURATION: Final = "gpu.idle.blocked_duration"  # s, one tool's 
 
 # On the resource: the GPU pool a process's tool calls can block (docs/telemetry.md, GPU pools)
 AGENT_GPU_POOL: Final = "agent.gpu.pool"
+# On asyncio.loop.blocked spans (and their links)
+ASYNCIO_LOOP_BLOCKED_BY: Final = "asyncio.loop.blocked_by"  # the blocking tool, or BLOCKED_BY_UNKNOWN
+ASYNCIO_LOOP_BLOCKED_DURATION: Final = "asyncio.loop.blocked.duration"  # s
+ASYNCIO_LOOP_WAITING_CALLS: Final = "asyncio.loop.waiting_calls"  # tool calls that waited for the loop
+ASYNCIO_LOOP_ROLE: Final = "asyncio.loop.role"  # on each link: LOOP_ROLE_BLOCKING or LOOP_ROLE_WAITING
 
 # ---------------------------------------------------------------- values
 
@@ -200,6 +211,11 @@ POOL_REJECTION_CALLER_RUNS: Final = "caller_runs"
 # The tool label value of every tool name beyond tool_name_limit.
 OTHER_TOOL: Final = "_other"
 
+LOOP_ROLE_BLOCKING: Final = "blocking"  # the link to the tool call that blocked the loop
+LOOP_ROLE_WAITING: Final = "waiting"  # a link to a tool call that waited for the loop
+# asyncio.loop.blocked_by, and the tool label of its metric, when no tool call held the loop.
+BLOCKED_BY_UNKNOWN: Final = "unknown"
+
 # ---------------------------------------------------------------- Prometheus labels
 
 LABEL_TOOL: Final = "tool"
@@ -208,6 +224,7 @@ LABEL_EXECUTOR: Final = "executor"
 LABEL_PHASE: Final = "phase"
 LABEL_GPU: Final = "gpu"
 LABEL_REASON: Final = "reason"
+LABEL_THREAD: Final = "thread"
 # The exemplar label of the duration and exec histograms.
 EXEMPLAR_TRACE_ID: Final = "trace_id"
 
@@ -261,6 +278,8 @@ METRIC_GPU_UNDERUSED_UNATTRIBUTED: Final = "agent_gpu_underused_unattributed_sec
 METRIC_SPANS_DROPPED: Final = "agent_otel_spans_dropped_total"
 METRIC_GPU_ERRORS: Final = "agent_otel_gpu_errors_total"
 METRIC_GPU_MISSING: Final = "agent_otel_gpu_missing_seconds_total"
+METRIC_LOOP_BLOCKED: Final = "agent_asyncio_loop_blocked_seconds_total"
+METRIC_LOOP_LAG: Final = "agent_asyncio_loop_lag_seconds"
 # remedies
 METRIC_TOOL_FALLBACKS: Final = "agent_tool_fallbacks_total"
 METRIC_TOOL_RETRIES: Final = "agent_tool_retries_total"
@@ -305,6 +324,10 @@ METRICS: Final[dict[str, MetricSpec]] = {spec.name: spec for spec in (
     MetricSpec(METRIC_GPU_ERRORS, COUNTER, (LABEL_REASON,), "GPU sampling problems, by reason."),
     MetricSpec(METRIC_GPU_MISSING, COUNTER, _GPU,
                "GPU time whose utilization samples were lost: neither idle nor busy."),
+    MetricSpec(METRIC_LOOP_BLOCKED, COUNTER, _TOOL,
+               "Time an asyncio event loop was blocked, by the tool call that blocked it (unknown: none)."),
+    MetricSpec(METRIC_LOOP_LAG, GAUGE, (LABEL_THREAD,),
+               "How late the event loop's latest heartbeat ran; while it is blocked, how long so far."),
     MetricSpec(METRIC_TOOL_FALLBACKS, COUNTER, _TOOL, "Tool calls answered by their fallback.", remedy=True),
     MetricSpec(METRIC_TOOL_RETRIES, COUNTER, _TOOL, "Tool call attempts retried after a failure or timeout.",
                remedy=True),

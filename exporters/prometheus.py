@@ -20,8 +20,8 @@ from prometheus_client.exposition import start_http_server
 
 from agent_otel import semconv
 from agent_otel.config import DEFAULTS
-from agent_otel.records import ToolCall
-from agent_otel.semconv import EXEMPLAR_TRACE_ID, OTHER_TOOL, PHASE_EXEC, PHASE_QUEUE, MetricSpec
+from agent_otel.records import LoopBlock, ToolCall
+from agent_otel.semconv import BLOCKED_BY_UNKNOWN, EXEMPLAR_TRACE_ID, OTHER_TOOL, PHASE_EXEC, PHASE_QUEUE, MetricSpec
 
 
 def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
@@ -131,7 +131,7 @@ class _LiveGauges:
 
     SPECS = tuple(semconv.METRICS[name] for name in (
         semconv.METRIC_TOOL_INFLIGHT, semconv.METRIC_EXECUTOR_QUEUE_DEPTH, semconv.METRIC_EXECUTOR_ACTIVE_WORKERS,
-        semconv.METRIC_EXECUTOR_MAX_WORKERS))
+        semconv.METRIC_EXECUTOR_MAX_WORKERS, semconv.METRIC_LOOP_LAG))
 
     def __init__(self, metrics: "Metrics"):
         self._metrics = metrics
@@ -144,7 +144,7 @@ class _LiveGauges:
         metrics = self._metrics
         if metrics.before_collect is not None:
             metrics.before_collect()
-        inflight_spec, queue_depth_spec, active_spec, max_workers_spec = self.SPECS
+        inflight_spec, queue_depth_spec, active_spec, max_workers_spec, lag_spec = self.SPECS
         inflight = _gauge_family(inflight_spec)
         counts: dict[tuple[str, str], int] = {}
         for call in metrics.inflight_calls():
@@ -170,6 +170,15 @@ class _LiveGauges:
         yield queue_depth
         yield active
         yield max_workers
+
+        lag = _gauge_family(lag_spec)
+        lags: dict[str, float] = {}
+        for thread, seconds in metrics.loop_lags():
+            thread = metrics.thread_label(thread)
+            lags[thread] = max(seconds, lags.get(thread, 0.0))
+        for thread, seconds in sorted(lags.items()):
+            lag.add_metric([thread], seconds)
+        yield lag
 
 
 class Metrics:
@@ -204,10 +213,13 @@ class Metrics:
         self.gpu_errors = _counter(spec[semconv.METRIC_GPU_ERRORS], r)
         self.gpu_missing = _counter(spec[semconv.METRIC_GPU_MISSING], r)
         self.spans_dropped = _counter(spec[semconv.METRIC_SPANS_DROPPED], r)
+        self.loop_blocked = _counter(spec[semconv.METRIC_LOOP_BLOCKED], r)
         # Set by instrument(): where the scrape-time gauges read from, and a
         # hook that brings the counters up to date before a scrape.
         self.inflight_calls: Callable[[], Iterable[ToolCall]] = lambda: ()
         self.executor_stats: Callable[[], Iterable] = lambda: ()
+        self.loop_lags: Callable[[], Iterable[tuple[str, float]]] = lambda: ()
+        self.thread_label: Callable[[str], str] = str
         self.before_collect: Optional[Callable[[], None]] = None
         self._children: dict[tuple, tuple] = {}
         self.remedies = RemedyMetrics(r, self.tool_label)
@@ -231,6 +243,10 @@ class Metrics:
         self.duration.observe(duration, (call.end_ns - call.submit_ns) / 1e9, call.trace_id)
         self.queue.observe(queue, (call.start_ns - call.submit_ns) / 1e9)
         self.exec.observe(exec_, (call.end_ns - call.start_ns) / 1e9, call.trace_id)
+
+    def observe_block(self, block: LoopBlock) -> None:
+        """One finished stretch of a blocked event loop. Pipeline thread."""
+        self.loop_blocked.labels(self.tool_label(block.tool) if block.tool else BLOCKED_BY_UNKNOWN).inc(block.seconds)
 
     def observe_wait(self, executor: str, seconds: float) -> None:
         """One submission's wait for a worker. Pipeline thread, holding ``lock``."""

@@ -12,7 +12,8 @@ on them while it lasts), and each idle window that closes leaves as
 from __future__ import annotations
 
 import logging
-from typing import Optional
+import time
+from typing import Callable, Optional
 
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
@@ -23,7 +24,7 @@ from agent_otel.gpu.logs import GpuLogWriter
 from agent_otel.config import DEFAULTS
 from agent_otel.gpu.sampler import GpuSampler
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
-from agent_otel.records import ToolCall
+from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
 from agent_otel.semconv import (AGENT_TOOL_PHASE, GPU_IDLE_BLOCKED_BY, GPU_IDLE_BLOCKED_DURATION, GPU_IDLE_DURATION,
                                 GPU_IDLE_UNATTRIBUTED_DURATION, GPU_INDEX, GPU_UTILIZATION_AVG, GPU_UUID,
                                 SPAN_GPU_IDLE)
@@ -39,8 +40,12 @@ class LiveTimeline:
     def __init__(self, source, *, tracer: trace_api.Tracer, metrics, recorder=None, pipeline=None,
                  poll_interval_s: float = DEFAULTS.gpu_poll_interval,
                  idle_threshold: float = DEFAULTS.gpu_idle_threshold, min_idle_s: float = DEFAULTS.gpu_min_idle,
-                 horizon_s: float = DEFAULTS.attribution_horizon, log_path: Optional[str] = None):
+                 horizon_s: float = DEFAULTS.attribution_horizon, log_path: Optional[str] = None,
+                 loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None):
         self.source = source
+        # (start_ns, end_ns) -> the event-loop blocks overlapping it (the loop monitor's)
+        self.loop_blocks = loop_blocks
+        self.horizon_s = horizon_s
         self.tracer = tracer
         self.metrics = metrics
         self.recorder = recorder
@@ -65,7 +70,7 @@ class LiveTimeline:
     def shutdown(self, timeout_s: float = 2.0) -> None:
         self.sampler.shutdown(timeout_s)
         # Close the windows still open: the stall at the end of a run counts too.
-        self.apply(self.engine.flush(self._in_flight()))
+        self.apply(self.engine.flush(self._in_flight(), self._blocks()))
         self._count_source_errors()
         if self.log is not None:
             self.log.close()
@@ -79,7 +84,7 @@ class LiveTimeline:
             self.metrics.gpu_utilization.labels(gpu).set(utilization)
         if self.log is not None:
             self.log.write(samples)
-        self.apply(self.engine.feed(samples, self._in_flight()))
+        self.apply(self.engine.feed(samples, self._in_flight(), self._blocks()))
         self._count_source_errors()
 
     def apply(self, update: BlameUpdate) -> None:
@@ -87,6 +92,15 @@ class LiveTimeline:
         self._count(update)
         for closed in update.closed:
             self._emit_spans(closed)
+
+    def _blocks(self) -> list[LoopBlock]:
+        """The event-loop blocks (the loop monitor's) of the stretch a batch
+        of samples can blame: the attribution horizon up to now, and a block
+        still going on."""
+        if self.loop_blocks is None:
+            return []
+        now = time.time_ns()
+        return self.loop_blocks(now - round(self.horizon_s * NS_PER_S), now + NS_PER_S)
 
     def _in_flight(self) -> list[ToolCall]:
         """The calls in flight, read before the finished ones are drained
@@ -183,6 +197,7 @@ def start_live_timeline(handle) -> Optional[LiveTimeline]:
     timeline = LiveTimeline(source, tracer=handle.tracer, metrics=handle.metrics, recorder=handle.recorder,
                             pipeline=handle.pipeline, poll_interval_s=settings.gpu_poll_interval,
                             idle_threshold=settings.gpu_idle_threshold, min_idle_s=settings.gpu_min_idle,
-                            horizon_s=settings.attribution_horizon, log_path=settings.gpu_log_file)
+                            horizon_s=settings.attribution_horizon, log_path=settings.gpu_log_file,
+                            loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor else None)
     timeline.start()
     return timeline

@@ -23,7 +23,8 @@ from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.config import DEFAULTS
 from agent_otel.capture.meta import ToolMeta
 from agent_otel.records import ToolCall
-from agent_otel.semconv import (AGENT_EXECUTOR_MAX_WORKERS, AGENT_TOOL_EXEC_DURATION, AGENT_TOOL_EXECUTOR,
+from agent_otel.semconv import (AGENT_EXECUTOR_MAX_WORKERS, AGENT_TOOL_EXEC_CPU_TIME, AGENT_TOOL_EXEC_DURATION,
+                                AGENT_TOOL_EXECUTOR,
                                 AGENT_TOOL_OUTCOME, AGENT_TOOL_QUEUE_DURATION, ERROR_TYPE, EVENT_EXEC_START,
                                 EXECUTOR_DIRECT, GEN_AI_TOOL_CALL_ID, OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK,
                                 OUTCOME_TIMEOUT, SCOPE_NAME)
@@ -182,7 +183,9 @@ class Recorder:
         if call.start_ns != call.submit_ns:  # as in begin(): only when execution began later
             active.span.add_event(EVENT_EXEC_START, timestamp=call.start_ns)
 
-    def end(self, active: ActiveCall, exc: Optional[BaseException] = None) -> None:
+    def end(self, active: ActiveCall, exc: Optional[BaseException] = None, cpu_ns: Optional[int] = None) -> None:
+        """End a call: with ``exc`` as its error, and ``cpu_ns``, the CPU time
+        its thread spent running it, where the caller measured that."""
         now = perf_counter_ns() + OFFSET_NS
         call = active.call
         if call is None:
@@ -197,6 +200,9 @@ class Recorder:
                 span.record_exception(exc, timestamp=now, escaped=True)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
         attributes = {AGENT_TOOL_EXEC_DURATION: (now - call.start_ns) / 1e9}
+        if cpu_ns is not None:
+            call.cpu_ns = cpu_ns
+            attributes[AGENT_TOOL_EXEC_CPU_TIME] = cpu_ns / 1e9
         if call.outcome != OUTCOME_OK:
             attributes[AGENT_TOOL_OUTCOME] = call.outcome
         if active.started_late:

@@ -13,12 +13,16 @@ decorator (``agent_otel/capture/wrappers.py``) adds the remedies on top.
 from __future__ import annotations
 
 import functools
+import sys
+from asyncio import _get_running_loop
+from time import thread_time_ns
 from typing import Callable, Optional
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 
 from agent_otel.capture import recorder as _recorder
+from agent_otel.capture import stacks
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, is_async_gen, is_coroutine, is_gen, meta_for, name_of
 from agent_otel.capture.recorder import ActiveCall
 from agent_otel.semconv import GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, TOOL_TYPE_FUNCTION
@@ -52,20 +56,24 @@ def _record_arguments(rec, active: ActiveCall, args, kwargs) -> None:
 
 
 def _wrap_function(fn, meta: ToolMeta):
+    # A sync tool runs on one thread from start to end: that thread's CPU
+    # clock over the call is the call's CPU time (agent.tool.exec.cpu_time).
     def wrapper(*args, **kwargs):
         rec = _recorder.current
         if rec is None:
             return fn(*args, **kwargs)
         active = rec.begin(meta)
         _record_arguments(rec, active, args, kwargs)
+        cpu = thread_time_ns()
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            rec.end(active, exc)
+            rec.end(active, exc, thread_time_ns() - cpu)
             raise
+        cpu = thread_time_ns() - cpu
         if rec.record_results:
             rec.record_payload(active.span, GEN_AI_TOOL_CALL_RESULT, result)
-        rec.end(active)
+        rec.end(active, None, cpu)
         return result
 
     return wrapper
@@ -172,6 +180,12 @@ def _wrap_async_generator(fn, meta: ToolMeta):
     return wrapper
 
 
+# The loop monitor finds the calls these wrappers run in their ``active`` local.
+stacks.register(stacks.inner_code(_wrap_function), sync=True)
+for _wrap in (_wrap_coroutine, _wrap_generator, _wrap_async_generator):
+    stacks.register(stacks.inner_code(_wrap))
+
+
 class tool_span:
     """The context-manager form of ``@tool``, for code that runs a tool inline.
 
@@ -181,10 +195,13 @@ class tool_span:
             result = search(query)
 
     Works with ``with`` and ``async with``; yields the span (a non-recording
-    one when not instrumented). Exceptions pass through unchanged.
+    one when not instrumented). Exceptions pass through unchanged. A plain
+    ``with`` outside any running event loop runs on one thread, and its CPU
+    time is recorded; ``async with``, or ``with`` in a coroutine, may let
+    other coroutines run on the thread meanwhile, and is not.
     """
 
-    __slots__ = ("_meta", "_call_id", "_recorder", "_active")
+    __slots__ = ("_meta", "_call_id", "_recorder", "_active", "_cpu", "_frame")
 
     def __init__(self, name: str, *, call_id: Optional[str] = None,
                  description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION):
@@ -192,22 +209,37 @@ class tool_span:
         self._call_id = call_id
         self._recorder = None
         self._active: Optional[ActiveCall] = None
+        self._cpu: Optional[int] = None
+        self._frame = 0
 
     def __enter__(self):
+        span = self._enter()
+        if self._active is not None and _get_running_loop() is None:
+            self._cpu = thread_time_ns()
+        return span
+
+    def _enter(self):
         rec = self._recorder = _recorder.current
         if rec is None:
             return trace_api.INVALID_SPAN
         self._active = rec.begin(self._meta, self._call_id)
+        # The block runs in the caller's frame (of __enter__ or __aenter__):
+        # the loop monitor finds the call there.
+        frame = sys._getframe(2)
+        self._frame = id(frame)
+        stacks.enter_inline(frame, self._active)
         return self._active.span
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if self._active is not None:
             active, self._active = self._active, None
-            self._recorder.end(active, exc)
+            cpu, self._cpu = self._cpu, None
+            stacks.exit_inline(self._frame)
+            self._recorder.end(active, exc, None if cpu is None else thread_time_ns() - cpu)
         return False
 
     async def __aenter__(self):
-        return self.__enter__()
+        return self._enter()
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
         return self.__exit__(exc_type, exc, tb)

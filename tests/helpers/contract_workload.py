@@ -3,7 +3,7 @@
     python tests/helpers/contract_workload.py
 
 On a simulated GPU (clearly named so), it runs plain tool calls, calls
-through a ThreadPoolExecutor, and the remedies (a bounded pool that
+through a ThreadPoolExecutor, a sync tool that blocks an asyncio loop, and the remedies (a bounded pool that
 rejects, a timeout with a retry and a fallback, a result cache that
 evicts, a batched tool); scrapes its own /metrics twice, once while a
 tool call sits in the queue and one runs (so the in-flight gauge has
@@ -13,6 +13,7 @@ separated by a line "----".
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import urllib.request
@@ -71,6 +72,17 @@ def main() -> None:
     def embed(texts: list[str]) -> list[int]:
         return [len(t) for t in texts]
 
+    @agent_otel.tool
+    def parse(text: str) -> str:
+        time.sleep(0.25)  # sync, called from a coroutine: it blocks the event loop
+        return text
+
+    async def agent_loop() -> None:
+        parse("doc")  # a blocked loop: asyncio.loop.blocked, blocked seconds by tool
+        await asyncio.to_thread(release.wait, 10)  # the loop stays watched (its lag gauge) until the end
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(agent_loop(),), name="agent-loop")
+    loop_thread.start()
     gpu.run_kernel(0.1)  # the model thinks; then the GPU waits for the tools
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tools") as executor:
         running = executor.submit(blocked_until_released)
@@ -79,6 +91,7 @@ def main() -> None:
         during = scrape(handle.prometheus_url)
         release.set()
         running.result(), queued.result()
+    loop_thread.join()
     search("direct")
     try:
         flaky()

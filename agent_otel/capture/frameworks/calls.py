@@ -27,11 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+from time import thread_time_ns
 from typing import Any, Callable, Optional
 
 from opentelemetry.trace import Status, StatusCode
 
 from agent_otel.capture import recorder as _recorder
+from agent_otel.capture import stacks
 from agent_otel.capture.executors import executor_name
 from agent_otel.capture.patching import warn_once
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, meta_for
@@ -45,7 +47,7 @@ def meta(name: str, description: Optional[str] = None, tool_type: str = TOOL_TYP
     return meta_for(str(name), description or None, tool_type)
 
 
-def end_with_error_result(rec: Recorder, active: ActiveCall, message: str) -> None:
+def end_with_error_result(rec: Recorder, active: ActiveCall, message: str, cpu_ns: Optional[int] = None) -> None:
     """End a call whose result says it failed, though nothing was raised."""
     call = active.call
     if call is not None:
@@ -53,7 +55,7 @@ def end_with_error_result(rec: Recorder, active: ActiveCall, message: str) -> No
         call.error_type = ERROR_TYPE_TOOL_ERROR
         active.span.set_attribute(ERROR_TYPE, ERROR_TYPE_TOOL_ERROR)
         active.span.set_status(Status(StatusCode.ERROR, message))
-    rec.end(active)
+    rec.end(active, None, cpu_ns)
 
 
 def _begin(rec: Recorder, framework: str, describe: Callable[[], tuple], handed_off: bool = False
@@ -68,7 +70,8 @@ def _begin(rec: Recorder, framework: str, describe: Callable[[], tuple], handed_
         return None
 
 
-def _finish(rec: Recorder, active: ActiveCall, result: Any, failed: Optional[Callable[[Any], Any]]) -> None:
+def _finish(rec: Recorder, active: ActiveCall, result: Any, failed: Optional[Callable[[Any], Any]],
+            cpu_ns: Optional[int] = None) -> None:
     """End a call that returned: as an error when ``failed(result)`` says so."""
     error = None
     if failed is not None:
@@ -77,11 +80,11 @@ def _finish(rec: Recorder, active: ActiveCall, result: Any, failed: Optional[Cal
         except Exception:
             error = None
     if error is None:
-        rec.end(active)
+        rec.end(active, None, cpu_ns)
     elif isinstance(error, BaseException):
-        rec.end(active, error)
+        rec.end(active, error, cpu_ns)
     else:
-        end_with_error_result(rec, active, str(error))
+        end_with_error_result(rec, active, str(error), cpu_ns)
 
 
 def sync_call(framework: str, original: Callable, args: tuple, kwargs: dict,
@@ -98,12 +101,13 @@ def sync_call(framework: str, original: Callable, args: tuple, kwargs: dict,
     active = _begin(rec, framework, describe)
     if active is None:
         return original(*args, **kwargs)
+    cpu = thread_time_ns()  # one thread runs the whole call: its CPU time is the call's
     try:
         result = original(*args, **kwargs)
     except BaseException as exc:
-        rec.end(active, exc)
+        rec.end(active, exc, thread_time_ns() - cpu)
         raise
-    _finish(rec, active, result, failed)
+    _finish(rec, active, result, failed, thread_time_ns() - cpu)
     return result
 
 
@@ -175,6 +179,11 @@ async def async_call(framework: str, original: Callable, args: tuple, kwargs: di
         _settle(handoff, framework, raised=False)
     _finish(rec, active, result, failed)
     return result
+
+
+# The loop monitor finds the calls these run in their ``active`` local.
+stacks.register(sync_call.__code__, sync=True)
+stacks.register(async_call.__code__)
 
 
 def _settle(handoff: _Handoff, framework: str, raised: bool) -> None:
