@@ -12,7 +12,6 @@ on them while it lasts), and each idle window that closes leaves as
 from __future__ import annotations
 
 import logging
-import time
 from typing import Callable, Optional
 
 from opentelemetry import trace as trace_api
@@ -21,6 +20,7 @@ from opentelemetry.util.types import AttributeValue
 
 from agent_otel.attribution.engine import MAX_HORIZON_CALLS, BlameEngine, BlameUpdate, ClosedWindow
 from agent_otel.gpu.logs import GpuLogWriter
+from agent_otel.clock import now_ns
 from agent_otel.config import DEFAULTS
 from agent_otel.gpu.sampler import GpuSampler
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
@@ -99,7 +99,7 @@ class LiveTimeline:
         still going on."""
         if self.loop_blocks is None:
             return []
-        now = time.time_ns()
+        now = now_ns()
         return self.loop_blocks(now - round(self.horizon_s * NS_PER_S), now + NS_PER_S)
 
     def _in_flight(self) -> list[ToolCall]:
@@ -178,7 +178,6 @@ class LiveTimeline:
 
 def start_live_timeline(handle) -> Optional[LiveTimeline]:
     """Open the configured GPU source and start the timeline; None without a GPU."""
-    from agent_otel.clock import now_ns
     from agent_otel.gpu.sources import open_gpu_source
 
     settings = handle.settings
