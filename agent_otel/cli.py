@@ -23,7 +23,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``command``, only that subcommand's module is
+    imported (the others' arguments are not needed to run it)."""
     parser = argparse.ArgumentParser(
         prog="agent-otel",
         description="Trace LLM agent tool calls and find the ones that leave the GPU idle.",
@@ -31,15 +33,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"agent-otel {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(command_parser)
-        command_parser.set_defaults(_module=module)
+        if command is None or name == command:
+            module = importlib.import_module(module_name)
+            module.add_arguments(command_parser)
+            command_parser.set_defaults(_module=module)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    args = build_parser(chosen if chosen in COMMANDS else None).parse_args(argv)
     try:
         return int(args._module.run(args) or 0)
     except AgentOtelError as exc:

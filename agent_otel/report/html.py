@@ -168,9 +168,19 @@ def _timeline_data(analysis: Analysis) -> dict:
 
 
 def _cell(value: object, digits: int | None = None) -> str:
-    """A right-aligned number cell; ``digits`` fixes the decimals of a float."""
-    text = f"{value:.{digits}f}" if digits is not None else str(value)
+    """A right-aligned number cell; ``digits`` is at most the decimals of a
+    float (fewer for large values, so a million calls' seconds still fit)."""
+    text = _number(value, digits) if digits is not None else str(value)  # type: ignore[arg-type]
     return f'<td class="num">{html.escape(text)}</td>'
+
+
+def _number(value: float, digits: int) -> str:
+    """``digits`` decimals below 10, one below 1000, none above: 4 significant figures or so."""
+    if abs(value) >= 1000:
+        digits = 0
+    elif abs(value) >= 10:
+        digits = min(digits, 1)
+    return f"{value:.{digits}f}"
 
 
 def _tools_table(report: dict) -> str:
@@ -187,8 +197,8 @@ def _tools_table(report: dict) -> str:
             f'<tr data-tool="{html.escape(t["tool"], quote=True)}">'
             f"{_cell(rank)}<td class=\"name\">{html.escape(t['tool'])}</td>"
             f"{_cell(t['gpu_idle_blocked_s'], 3)}"
-            f"<td class=\"split\">{bar}<span class=\"split-text\">{t['gpu_idle_blocked_queue_s']:.3f} / "
-            f"{t['gpu_idle_blocked_exec_s']:.3f}</span></td>"
+            f"<td class=\"split\">{bar}<span class=\"split-text\">{_number(t['gpu_idle_blocked_queue_s'], 3)} / "
+            f"{_number(t['gpu_idle_blocked_exec_s'], 3)}</span></td>"
             f"{_cell(t['calls'])}{_cell(t['errors'])}{_cell(t['duration_p95_s'], 3)}</tr>"
         )
     body = "".join(rows) or '<tr><td colspan="7">no tool calls</td></tr>'

@@ -32,6 +32,7 @@ from __future__ import annotations
 import gc
 import math
 import re
+from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional
@@ -194,75 +195,141 @@ class TraceReader:
     def __init__(self) -> None:
         self.data = TraceData()
         self.name = ""
-        self._seen: set[int] = set()  # trace_id << 64 | span_id of every span read
-        self._parents: list[int] = []  # per call: trace_id << 64 | parent span id (0: none)
-        self._referenced: dict[int, int] = {}  # parent keys of tool and child spans (interned)
-        self._live: dict[int, float] = {}  # parent key -> seconds blamed by gpu.idle children
+        self._seen = _SeenSpans()  # every span read, by its ids
+        self._parents = array("Q")  # per call: its parent's span id (0: none), 8 bytes each
+        self._live: dict[int, float] = {}  # trace_id << 64 | parent span id -> seconds blamed by gpu.idle children
         self._strings: dict[str, str] = {}
+        self._last_trace_id = -1
 
     # -- one span: recognise its kind, keep what the analysis needs ------
 
     def add(self, span: dict, line: int, pool: str = "") -> None:
+        """One span: recognise its kind and keep what the analysis needs.
+
+        Every field has a fast path for what exporters write (ids and times
+        as strings, attribute values as one-key objects) and falls back to
+        ``exporters.otlp_json``'s validating readers for anything else,
+        which either read it or raise ``SpanFormatError``.
+        """
         data = self.data
-        trace_id = hex_id(span.get("traceId"), 32, "traceId")
-        key = trace_id << 64 | hex_id(span.get("spanId"), 16, "spanId")
-        if key in self._seen:
+        trace, span_id = span.get("traceId"), span.get("spanId")
+        if type(trace) is str and type(span_id) is str and len(trace) == 32 and len(span_id) == 16:
+            try:
+                key = int(trace + span_id, 16)
+            except ValueError:
+                key = _key(span)
+        else:
+            key = _key(span)
+        if not self._seen.add(key):
             data.duplicate_count += 1
             return
-        self._seen.add(key)
         data.span_count += 1
-        start_ns, end_ns = span_times(span)
-        if not data.start_ns or start_ns < data.start_ns:
+        start_ns, end_ns = span.get("startTimeUnixNano"), span.get("endTimeUnixNano")
+        if type(start_ns) is str and type(end_ns) is str and len(start_ns) <= 20 and len(end_ns) <= 20:
+            try:
+                start_ns, end_ns = int(start_ns), int(end_ns)
+            except ValueError:
+                start_ns, end_ns = span_times(span)
+            else:
+                if not 0 < start_ns <= end_ns < _UINT64_END:
+                    start_ns, end_ns = span_times(span)
+        else:
+            start_ns, end_ns = span_times(span)
+        if start_ns < data.start_ns or not data.start_ns:
             data.start_ns = start_ns
         if end_ns > data.end_ns:
             data.end_ns = end_ns
-        found = _wanted(span.get("attributes"))
+        items = span.get("attributes")
+        if items:
+            try:
+                found = {item["key"]: item["value"] for item in items}
+            except (TypeError, KeyError, AttributeError):
+                found = _wanted(items)  # validates: raises, or reads what the fast path could not
+        else:
+            found = _NOTHING
         operation = found.get(GEN_AI_OPERATION_NAME)
-        if operation is not None and any_value(operation, GEN_AI_OPERATION_NAME) == GEN_AI_OPERATION_EXECUTE_TOOL:
-            self._tool_call(span, found, trace_id, key, start_ns, end_ns, pool)
+        if operation is not None:
+            if type(operation) is dict and "stringValue" in operation:
+                operation = operation["stringValue"]
+            else:
+                operation = any_value(operation, GEN_AI_OPERATION_NAME)
+        if operation == GEN_AI_OPERATION_EXECUTE_TOOL:
+            self._tool_call(span, found, key, start_ns, end_ns, pool)
         elif span.get("name") == SPAN_GPU_IDLE:
             if GPU_IDLE_BLOCKED_DURATION in found:
-                self._live_share(span, found, trace_id)
+                self._live_share(span, found, key)
             else:
                 self._idle_window(span, found, start_ns, end_ns, pool)
         # A new kind of span: recognise it here and turn it into a record.
 
-    def _tool_call(self, span: dict, found: dict, trace_id: int, key: int, start_ns: int, end_ns: int,
-                   pool: str) -> None:
+    def _tool_call(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
         data = self.data
-        tool = self._text(found, GEN_AI_TOOL_NAME)
+        text, strings = self._text, self._strings
+        # The fields every tool span has, read inline (a string value in
+        # printable ASCII); anything else goes through _text.
+        value = found.get(GEN_AI_TOOL_NAME)
+        tool = value.get("stringValue") if type(value) is dict else None
+        if type(tool) is str and tool.isascii():
+            tool = strings.setdefault(tool, tool)
+        else:
+            tool = text(found, GEN_AI_TOOL_NAME)
         if not tool:
             name = span.get("name")
             prefix = SPAN_EXECUTE_TOOL_PREFIX
             tool = self._name(name[len(prefix):]) if type(name) is str and name.startswith(prefix) else "unknown"
-        outcome = self._text(found, AGENT_TOOL_OUTCOME)
-        if outcome not in OUTCOMES:
+        value = found.get(AGENT_TOOL_OUTCOME)
+        outcome = _OUTCOMES.get(value.get("stringValue")) if type(value) is dict else None  # the shared constant
+        if outcome is None:
+            outcome = _OUTCOMES.get(text(found, AGENT_TOOL_OUTCOME))  # type: ignore[arg-type]
+        if outcome is None:
             status = span.get("status")
             code = nanos(status.get("code", 0), "status.code") if type(status) is dict else 0
             outcome = OUTCOME_ERROR if code == STATUS_ERROR else OUTCOME_OK
-        workers = self._value(found, AGENT_EXECUTOR_MAX_WORKERS)
+        workers = found.get(AGENT_EXECUTOR_MAX_WORKERS)
+        if workers is not None:
+            workers = any_value(workers, AGENT_EXECUTOR_MAX_WORKERS)
+            if type(workers) is not int or workers <= 0:
+                workers = None
+        value = found.get(AGENT_TOOL_EXECUTOR)
+        executor = value.get("stringValue") if type(value) is dict else None
+        if type(executor) is str and executor.isascii() and executor:
+            executor = strings.setdefault(executor, executor)
+        else:
+            executor = text(found, AGENT_TOOL_EXECUTOR) or UNKNOWN_EXECUTOR
+        value = found.get(GEN_AI_TOOL_CALL_ID)
+        call_id = value.get("stringValue") if type(value) is dict else None
+        if type(call_id) is not str or not call_id.isascii():
+            call_id = text(found, GEN_AI_TOOL_CALL_ID, False)
         call = ToolCall(
             tool,
-            self._text(found, AGENT_TOOL_EXECUTOR) or UNKNOWN_EXECUTOR,
+            executor,
             start_ns,
             self._exec_start(span, found, start_ns, end_ns),
             end_ns,
             outcome,
-            self._text(found, GEN_AI_TOOL_CALL_ID, share=False),
-            trace_id,
-            key & 0xFFFF_FFFF_FFFF_FFFF,
-            self._text(found, ERROR_TYPE),
-            self._text(found, THREAD_NAME),
-            workers if type(workers) is int and workers > 0 else None,
+            call_id,
+            self._trace_id(key),
+            key & _SPAN_ID_MASK,
+            text(found, ERROR_TYPE) if ERROR_TYPE in found else None,
+            text(found, THREAD_NAME) if THREAD_NAME in found else None,
+            workers,
             pool,
         )
         # Everything that can raise first: a span that fails adds nothing.
-        timeout = self._seconds(span, found, AGENT_TOOL_TIMEOUT)
-        parent = self._parent(span, trace_id)
+        timeout = self._seconds(span, found, AGENT_TOOL_TIMEOUT) if AGENT_TOOL_TIMEOUT in found else None
+        parent = self._parent(span)
         data.calls.append(call)
         self._parents.append(parent)
         if timeout is not None and timeout > 0:
             data.timeouts[tool] = min(timeout, data.timeouts.get(tool, math.inf))
+
+    def _trace_id(self, key: int) -> int:
+        """The trace id, one int shared by the calls of a trace that come one after another."""
+        trace_id = key >> 64
+        if trace_id == self._last_trace_id:
+            return self._last_trace_id
+        self._last_trace_id = trace_id
+        return trace_id
 
     def _exec_start(self, span: dict, found: dict, start_ns: int, end_ns: int) -> int:
         """When execution began, kept inside the span."""
@@ -274,10 +341,16 @@ class TraceReader:
                 if type(event) is not dict:
                     raise SpanFormatError("events[] is not a JSON object")
                 if event.get("name") == EVENT_EXEC_START:
-                    time_ns = nanos(event.get("timeUnixNano", 0), "events[].timeUnixNano")
+                    time_ns = event.get("timeUnixNano", 0)
+                    if type(time_ns) is not str or not 0 < len(time_ns) <= 20 or not time_ns.isdigit():
+                        time_ns = nanos(time_ns, "events[].timeUnixNano")
+                    time_ns = int(time_ns)
                     if time_ns:
-                        return min(max(time_ns, start_ns), end_ns)
-        queue_s = self._seconds(span, found, AGENT_TOOL_QUEUE_DURATION) or 0.0
+                        # the span's own int where they are equal: one object, not two
+                        return start_ns if time_ns <= start_ns else end_ns if time_ns >= end_ns else time_ns
+        queue_s = self._seconds(span, found, AGENT_TOOL_QUEUE_DURATION)
+        if not queue_s:
+            return start_ns
         return min(start_ns + round(queue_s * NS_PER_S), end_ns)
 
     def _idle_window(self, span: dict, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
@@ -293,21 +366,27 @@ class TraceReader:
             )
         )
 
-    def _live_share(self, span: dict, found: dict, trace_id: int) -> None:
+    def _live_share(self, span: dict, found: dict, key: int) -> None:
         self._gpu(span, found)  # a child span names its GPU, like a window
         blocked = self._seconds(span, found, GPU_IDLE_BLOCKED_DURATION) or 0.0
-        parent = self._parent(span, trace_id)
+        parent = self._parent(span)
         if parent:
+            parent = (key >> 64) << 64 | parent
             self._live[parent] = self._live.get(parent, 0.0) + blocked
         if self.data.live_blocked_s is None:
             self.data.live_blocked_s = {}
 
-    def _parent(self, span: dict, trace_id: int) -> int:
-        parent_id = hex_id(span.get("parentSpanId"), 16, "parentSpanId")
-        if not parent_id:
+    def _parent(self, span: dict) -> int:
+        """The parent's span id (0 for a root span)."""
+        parent = span.get("parentSpanId")
+        if not parent:
             return 0
-        key = trace_id << 64 | parent_id
-        return self._referenced.setdefault(key, key)
+        if type(parent) is str and len(parent) == 16:
+            try:
+                return int(parent, 16)
+            except ValueError:
+                pass
+        return hex_id(parent, 16, "parentSpanId")
 
     # -- after the last span: join what refers to other spans ----------
 
@@ -315,14 +394,21 @@ class TraceReader:
         """Drop calls seen from two sides, and give the live path's blame
         to the tools whose spans the children hang under."""
         data = self.data
-        referenced = self._referenced
+        self._seen = _SeenSpans()
+        # The calls other spans hang under: found by span id, then checked by trace.
+        parent_ids = set(self._parents)
+        parent_ids.update(key & _SPAN_ID_MASK for key in self._live)
+        parent_ids.discard(0)
         tool_of: dict[int, str] = {}
         for call in data.calls:
-            key = call.trace_id << 64 | call.span_id
-            if key in referenced:
-                tool_of[key] = call.tool
+            if call.span_id in parent_ids:
+                tool_of[call.trace_id << 64 | call.span_id] = call.tool
         if tool_of:
-            kept = [call for call, parent in zip(data.calls, self._parents) if tool_of.get(parent) != call.tool]
+            kept = [
+                call
+                for call, parent in zip(data.calls, self._parents)
+                if not parent or tool_of.get(call.trace_id << 64 | parent) != call.tool
+            ]
             data.duplicate_count += len(data.calls) - len(kept)
             data.calls = kept
         if data.live_blocked_s is not None:
@@ -330,8 +416,7 @@ class TraceReader:
                 tool = tool_of.get(parent)
                 if tool is not None:
                     data.live_blocked_s[tool] = data.live_blocked_s.get(tool, 0.0) + seconds
-        self._seen.clear()
-        self._parents.clear()
+        self._parents = array("Q")
 
     # -- fields ----------------------------------------------------------
 
@@ -344,25 +429,49 @@ class TraceReader:
         value = found.get(key)
         if value is None:
             return None
-        value = any_value(value, key)
-        if value is None:
-            return None
-        return self._name(value if type(value) is str else str(value), share)
-
-    def _name(self, text: str, share: bool = True) -> str:
+        text = value.get("stringValue") if type(value) is dict else None
+        if type(text) is not str:
+            text = any_value(value, key)
+            if text is None:
+                return None
+            if type(text) is not str:
+                text = str(text)
         if not text.isascii():
             text = printable(text)
         return self._strings.setdefault(text, text) if share else text
 
+    def _name(self, text: str) -> str:
+        if not text.isascii():
+            text = printable(text)
+        return self._strings.setdefault(text, text)
+
     def _gpu(self, span: dict, found: dict) -> str:
+        index = found.get(GPU_INDEX)
+        if type(index) is dict:
+            number = index.get("intValue")
+            if type(number) is str:
+                gpu = self._strings.get(number)
+                if gpu is not None:  # an index seen before
+                    return gpu
         index = self._value(found, GPU_INDEX)
         if type(index) is bool or type(index) not in (int, str) or str(index) == "":
             raise SpanFormatError(f"span {_name_of(span)!r} has no {GPU_INDEX} (got {index!r})")
-        return self._name(str(index))
+        gpu = self._name(str(index))
+        raw = found[GPU_INDEX].get("intValue") if type(found[GPU_INDEX]) is dict else None
+        if type(raw) is str and raw == gpu:
+            self._strings[raw] = gpu
+        return gpu
 
     def _seconds(self, span: dict, found: dict, key: str) -> Optional[float]:
         """A non-negative number attribute, or None when absent."""
-        value = self._value(found, key)
+        value = found.get(key)
+        if value is None:
+            return None
+        if type(value) is dict:
+            number = value.get("doubleValue")
+            if type(number) is float and 0.0 <= number < _INF:
+                return number
+        value = any_value(value, key)
         if value is None:
             return None
         if type(value) is bool or type(value) not in (int, float) or not value >= 0 or math.isinf(value):  # type: ignore[operator]
@@ -371,6 +480,58 @@ class TraceReader:
 
 
 _NOTHING: dict = {}
+_UINT64_END = 1 << 64
+_INF = math.inf
+_OUTCOMES = {outcome: outcome for outcome in OUTCOMES}
+_SPAN_ID_MASK = (1 << 64) - 1
+
+
+class _SeenSpans:
+    """The spans read so far, for counting a span seen twice once: a set of
+    64-bit hashes of (trace id, span id), open-addressed in an array (16
+    bytes a span where a set of ints takes about 90). Two different spans
+    share a hash with a probability of about 3e-8 in a million."""
+
+    __slots__ = ("_table", "_mask", "_count")
+
+    def __init__(self) -> None:
+        self._table = array("Q", bytes(8 * 1024))
+        self._mask = 1023
+        self._count = 0
+
+    def add(self, key: int) -> bool:
+        """Add a span's ``trace_id << 64 | span_id``; False if it was there."""
+        value = (hash((key,)) & _SPAN_ID_MASK) or 1  # a tuple's hash mixes the bits; 0 marks an empty slot
+        table, mask = self._table, self._mask
+        slot = value & mask
+        while True:
+            found = table[slot]
+            if not found:
+                break
+            if found == value:
+                return False
+            slot = (slot + 1) & mask
+        table[slot] = value
+        self._count += 1
+        if self._count * 2 > mask:
+            self._grow()
+        return True
+
+    def _grow(self) -> None:
+        old = self._table
+        self._mask = mask = len(old) * 2 - 1
+        self._table = table = array("Q", bytes(8 * (mask + 1)))
+        for value in old:
+            if value:
+                slot = value & mask
+                while table[slot]:
+                    slot = (slot + 1) & mask
+                table[slot] = value
+
+
+def _key(span: dict) -> int:
+    """trace id << 64 | span id, validated (empty ids are 0)."""
+    return hex_id(span.get("traceId"), 32, "traceId") << 64 | hex_id(span.get("spanId"), 16, "spanId")
 
 
 def _wanted(items: object) -> dict:

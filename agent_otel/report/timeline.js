@@ -61,7 +61,7 @@
     } else {
       div.dataset.tool = t.lane.tool;
       div.title = t.lane.tool;
-      div.innerHTML = esc(t.lane.tool) + '<span class="sub">' + t.lane.count + (t.lane.count === 1 ? " call, " : " calls, ") + t.lane.blocked_s.toFixed(2) + " s blocked</span>";
+      div.innerHTML = esc(t.lane.tool) + '<span class="sub">' + compact(t.lane.count) + (t.lane.count === 1 ? " call, " : " calls, ") + compact(t.lane.blocked_s) + " s blocked</span>";
     }
     labels.appendChild(div);
   });
@@ -92,6 +92,16 @@
     return 10 * mag;
   }
 
+  // 25240 -> "25.2k", 6490.76 -> "6.49k", 12.345 -> "12.3", 0.123 -> "0.12": lane labels stay one short line
+  function compact(value) {
+    var units = [[1e9, "G"], [1e6, "M"], [1e3, "k"]];
+    for (var i = 0; i < units.length; i++) {
+      if (Math.abs(value) >= units[i][0]) return (value / units[i][0]).toPrecision(3).replace(/\.?0+$/, "") + units[i][1];
+    }
+    if (Number.isInteger(value)) return String(value);
+    return value.toPrecision(3).replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "");
+  }
+
   function fmtTime(ms, step) {
     var digits = Math.max(0, Math.min(6, -Math.floor(Math.log10(step / 1000))));
     return (ms / 1000).toFixed(digits) + " s";
@@ -113,7 +123,8 @@
       var gx = Math.round((t - v0) * scale) + 0.5;
       ctx.moveTo(gx, AXIS_H - 6);
       ctx.lineTo(gx, H);
-      ctx.fillText(fmtTime(t, step), gx + 3, AXIS_H / 2);
+      var label = fmtTime(t, step), width = ctx.measureText(label).width;
+      ctx.fillText(label, Math.min(gx + 3, W - width - 3), AXIS_H / 2);  // the last label stays inside
     }
     ctx.stroke();
     ctx.strokeStyle = "#d0d7de";
@@ -141,8 +152,11 @@
       ctx.fillRect(x0, tr.y, w, tr.h);
     }
     if (!g.t.length) {
+      var note = "no utilization samples (idle windows from gpu.idle spans)";
+      ctx.fillStyle = "rgba(255, 255, 255, 0.85)";  // readable over the idle shading
+      ctx.fillRect(4, tr.y + tr.h / 2 - 8, ctx.measureText(note).width + 6, 16);
       ctx.fillStyle = "#656d76";
-      ctx.fillText("no utilization samples (idle windows from gpu.idle spans)", 6, tr.y + tr.h / 2);
+      ctx.fillText(note, 7, tr.y + tr.h / 2);
       return;
     }
     // The utilization curve: each sample covers the period ending at its

@@ -1,0 +1,331 @@
+"""How fast and how lean ``agent-otel report`` is, next to the parse floor.
+
+Usage::
+
+    .venv/bin/python bench/report.py            # 10k, 100k and 1M spans (about 15 minutes on 2 cores)
+    .venv/bin/python bench/report.py --quick    # 10k and 100k spans, fewer rounds (a smoke run)
+
+The workload is what agent-otel writes for an agent: per turn an agent span
+(a framework's), two tool calls (one direct, one queued in a pool, with its
+``exec.start`` event) and, every other turn, a window-level ``gpu.idle``
+span with a per-tool ``gpu.idle`` child under a tool span; 512 spans per
+line, as the batch span processor exports them. Tool spans are about half
+of all spans.
+
+Each variant runs in a process of its own, after its imports (the
+report's, about 0.2 CPU-seconds once per run, are printed apart), and reports
+its CPU time (``time.process_time``: other load on the machine disturbs it
+less than wall-clock time) and its peak resident memory (``ru_maxrss``).
+Rounds are interleaved (every variant once per round, in a rotating
+order) and each figure is the median of the rounds, with min and max.
+
+- ``json.loads``: a plain loop of the standard library's ``json.loads``
+  over the file's lines, the floor the report is held to;
+- ``orjson.loads``: the same with orjson, the parser the report uses;
+- ``report``: ``agent-otel report FILE --format json`` (read, attribute,
+  every statistic, the JSON on stdout), as a user runs it.
+
+Then: a 65 MB GPU log (``--query-gpu`` csv, 2M samples) with the 10k-span
+traces, and ``/dev/zero`` as traces and ``/dev/urandom`` as a GPU log, each
+with its peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import orjson
+
+T0 = 1_772_442_000_000_000_000  # 2026-03-02T09:00:00Z
+PER_LINE = 512
+TOOLS = [f"tool_{i:02d}" for i in range(20)]
+RESOURCE = {
+    "attributes": [
+        {"key": "service.name", "value": {"stringValue": "research-agent"}},
+        {"key": "telemetry.sdk.language", "value": {"stringValue": "python"}},
+        {"key": "telemetry.sdk.name", "value": {"stringValue": "opentelemetry"}},
+        {"key": "telemetry.sdk.version", "value": {"stringValue": "1.45.2"}},
+    ]
+}
+SCOPE = {"name": "agent_otel", "version": "0.1.0"}
+
+# Goals (issue 15 item 1, issue 16 item 5)
+GOAL_RATIO = 2.0  # report / json.loads
+GOAL_GROWTH = 1.10  # cost per span at 1M / at 100k
+GOAL_MB_1M = 300.0
+GOAL_MB_GPU_LOG = 200.0
+GOAL_MB_HOSTILE = 1024.0
+
+
+# ---------------------------------------------------------------- the workload
+
+
+def _s(key: str, value: str) -> dict:
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def _d(key: str, value: float) -> dict:
+    return {"key": key, "value": {"doubleValue": value}}
+
+
+def _i(key: str, value: int) -> dict:
+    return {"key": key, "value": {"intValue": str(value)}}
+
+
+def _span(rng: random.Random, trace: str, parent: str, name: str, start: int, end: int, attributes: list, events=()) -> dict:
+    span = {
+        "traceId": trace,
+        "spanId": f"{rng.getrandbits(64):016x}",
+        "name": name,
+        "kind": 1,
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(end),
+        "attributes": attributes,
+        "flags": 256,
+        "status": {},
+    }
+    if parent:
+        span["parentSpanId"] = parent
+    if events:
+        span["events"] = list(events)
+    return span
+
+
+def spans_of_turns(rng: random.Random):
+    """Spans in the order a batch processor exports them (children first)."""
+    t = T0
+    turn = 0
+    while True:
+        turn += 1
+        trace = f"{rng.getrandbits(128):032x}"
+        agent_id = f"{rng.getrandbits(64):016x}"
+        begin = t
+        calls = []
+        for kind in ("direct", "pool"):
+            tool = rng.choice(TOOLS)
+            submit = t + rng.randrange(1_000_000, 50_000_000)
+            queue = 0 if kind == "direct" else rng.randrange(0, 400_000_000)
+            start = submit + queue
+            end = start + rng.randrange(20_000_000, 2_000_000_000)
+            attributes = [
+                _s("gen_ai.operation.name", "execute_tool"), _s("gen_ai.tool.name", tool), _s("gen_ai.tool.type", "function"),
+                _s("gen_ai.tool.call.id", f"call_{rng.getrandbits(96):024x}"), _d("agent.tool.queue.duration", queue / 1e9),
+                _s("agent.tool.executor", "direct" if kind == "direct" else "io"), _s("agent.tool.outcome", "ok"),
+                _d("agent.tool.exec.duration", (end - start) / 1e9),
+            ]
+            events = ()
+            if kind == "pool":
+                attributes.append(_i("agent.executor.max_workers", 8))
+                events = ({"timeUnixNano": str(start), "name": "exec.start"},)
+            span = _span(rng, trace, agent_id, f"execute_tool {tool}", submit, end, attributes, events)
+            calls.append(span)
+            t = max(t, end) if kind == "direct" else t
+        finish = max(int(c["endTimeUnixNano"]) for c in calls) + rng.randrange(1_000_000, 300_000_000)
+        yield from calls
+        if turn % 2 == 0:  # the GPU waited on this turn's tools
+            call = calls[0]
+            a, b = int(call["startTimeUnixNano"]), int(call["endTimeUnixNano"])
+            window_trace = f"{rng.getrandbits(128):032x}"
+            yield _span(rng, window_trace, "", "gpu.idle", a, b, [
+                _i("gpu.index", 0), _s("gpu.uuid", "GPU-8f3c1f7e-5d2a-4b6e-9c1d-2f4e6a8b0c1d"),
+                _d("gpu.idle.duration", (b - a) / 1e9), _d("gpu.utilization.avg", 0.03),
+                _s("gpu.idle.blocked_by", call["name"][len("execute_tool "):]), _d("gpu.idle.unattributed_duration", 0.0),
+            ])
+            yield _span(rng, trace, call["spanId"], "gpu.idle", a, b, [
+                _i("gpu.index", 0), _d("gpu.idle.blocked_duration", (b - a) / 1e9), _s("agent.tool.phase", "exec"),
+            ])
+        yield _span(rng, trace, "", "invoke_agent research", begin, finish, [
+            _s("gen_ai.operation.name", "invoke_agent"), _s("gen_ai.agent.name", "research"),
+        ])
+        t = finish
+
+
+def write_traces(path: str, count: int, seed: int = 1) -> None:
+    rng = random.Random(seed)
+    spans = spans_of_turns(rng)
+    with open(path, "wb") as out:
+        for first in range(0, count, PER_LINE):
+            batch = [next(spans) for _ in range(min(PER_LINE, count - first))]
+            request = {"resourceSpans": [{"resource": RESOURCE, "scopeSpans": [{"scope": SCOPE, "spans": batch}]}]}
+            out.write(orjson.dumps(request) + b"\n")
+
+
+def write_gpu_log(path: str, megabytes: float) -> int:
+    """A ``--query-gpu=timestamp,index,utilization.gpu --format=csv`` log of
+    about ``megabytes`` MB: 8 GPUs sampled every 200 ms. Returns its samples."""
+    rng = random.Random(2)
+    samples = 0
+    with open(path, "w", encoding="ascii") as out:
+        out.write("timestamp, index, utilization.gpu [%]\n")
+        t = T0 // 1_000_000  # ms
+        size = 0
+        while size < megabytes * 1e6:
+            stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(t // 1000)) + f".{t % 1000:03d}"
+            lines = "".join(f"{stamp}, {gpu}, {rng.choice((0, 3, 45, 90, 97))} %\n" for gpu in range(8))
+            out.write(lines)
+            size += len(lines)
+            samples += 8
+            t += 200
+    return samples
+
+
+# ---------------------------------------------------------------- one measurement, in a process of its own
+
+
+def child(variant: str, args: list[str]) -> None:
+    """Run one variant after its imports; print its CPU seconds and peak RSS as JSON."""
+    if variant == "start-up":
+        start = time.process_time()
+        from agent_otel.cli import build_parser
+
+        build_parser("report")
+        print(json.dumps({"cpu_s": time.process_time() - start, "peak_mb": 0, "exit": 0}))
+        return
+    if variant in ("json.loads", "orjson.loads"):
+        loads = json.loads if variant == "json.loads" else orjson.loads
+        start = time.process_time()
+        with open(args[0], "rb") as lines:
+            for line in lines:
+                loads(line)
+        seconds = time.process_time() - start
+        exit_code = 0
+    else:
+        from agent_otel.cli import build_parser, main
+
+        build_parser("report")  # its imports, timed apart (start-up)
+        sys.stdout = open(os.devnull, "w")
+        start = time.process_time()
+        exit_code = main(["report", *args])
+        seconds = time.process_time() - start
+        sys.stdout = sys.__stdout__
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"cpu_s": seconds, "peak_mb": peak, "exit": exit_code}))
+
+
+def measure(variant: str, *args: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, __file__, "--child", variant, *args], capture_output=True, text=True, timeout=1800
+    )
+    if result.returncode != 0 and not result.stdout.strip():
+        raise RuntimeError(f"{variant} failed: {result.stderr}")
+    return {**json.loads(result.stdout.strip().splitlines()[-1]), "stderr": result.stderr.strip()}
+
+
+# ---------------------------------------------------------------- the run
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
+
+
+def run_scaling(sizes: list[int], rounds: dict[int, int], directory: str) -> dict[int, dict]:
+    variants = ["json.loads", "orjson.loads", "report"]
+    results: dict[int, dict] = {}
+    print("Report time and memory against the parse floor; each figure: median [min-max] over interleaved rounds.")
+    print(f"{'spans':>9} {'file MB':>8} {'rounds':>6}  {'json.loads µs/span':>22} {'orjson.loads µs/span':>22} "
+          f"{'report µs/span':>22} {'report / json.loads':>22} {'goal':>6} {'report peak MB':>22}")
+    for size in sizes:
+        path = os.path.join(directory, f"traces-{size}.jsonl")
+        write_traces(path, size)
+        runs: dict[str, list[dict]] = {v: [] for v in variants}
+        for number in range(rounds[size]):
+            order = variants[number % len(variants):] + variants[: number % len(variants)]
+            for variant in order:
+                args = [path] if variant != "report" else [path, "--format", "json"]
+                runs[variant].append(measure(variant, *args))
+        per_span = {v: [r["cpu_s"] / size * 1e6 for r in runs[v]] for v in variants}
+        ratios = [r["cpu_s"] / j["cpu_s"] for r, j in zip(runs["report"], runs["json.loads"])]
+        peak = [r["peak_mb"] for r in runs["report"]]
+        results[size] = {"per_span": per_span, "ratios": ratios, "peak": peak}
+        print(f"{size:>9} {os.path.getsize(path) / 1e6:>8.0f} {rounds[size]:>6}  "
+              f"{spread(per_span['json.loads']):>22} {spread(per_span['orjson.loads']):>22} "
+              f"{spread(per_span['report']):>22} {spread(ratios):>22} {'<= ' + str(GOAL_RATIO):>6} "
+              f"{spread(peak, '{:.0f}'):>22}")
+        if size != max(sizes):
+            os.remove(path)
+    return results
+
+
+def run_growth(results: dict[int, dict]) -> bool:
+    ok = True
+    if 100_000 in results and 1_000_000 in results:
+        at_100k = statistics.median(results[100_000]["per_span"]["report"])
+        at_1m = statistics.median(results[1_000_000]["per_span"]["report"])
+        growth = at_1m / at_100k
+        ok = growth <= GOAL_GROWTH
+        print(f"cost per span, 1M / 100k: {growth:.3f} (goal <= {GOAL_GROWTH:.2f}: {'met' if ok else 'NOT MET'})")
+        peak = statistics.median(results[1_000_000]["peak"])
+        met = peak < GOAL_MB_1M
+        ok = ok and met
+        print(f"peak memory at 1M spans: {spread(results[1_000_000]['peak'], '{:.0f}')} MB "
+              f"(goal < {GOAL_MB_1M:.0f} MB: {'met' if met else 'NOT MET'})")
+    for size, result in results.items():
+        met = statistics.median(result["ratios"]) <= GOAL_RATIO
+        ok = ok and met
+        print(f"report / json.loads at {size} spans: {statistics.median(result['ratios']):.2f} "
+              f"(goal <= {GOAL_RATIO}: {'met' if met else 'NOT MET'})")
+    return ok
+
+
+def run_inputs(directory: str, megabytes: float) -> bool:
+    traces = os.path.join(directory, "traces-10k.jsonl")
+    write_traces(traces, 10_000)
+    log = os.path.join(directory, "gpu.csv")
+    samples = write_gpu_log(log, megabytes)
+    ok = True
+    print()
+    startup = [measure("start-up")["cpu_s"] for _ in range(3)]
+    print(f"Start-up of agent-otel report (its imports, once per run, not in the figures above): "
+          f"{spread(startup)} CPU s")
+    print()
+    print("Large and hostile inputs (one run each): peak memory of the report process")
+    runs = [
+        (f"10k spans + a {os.path.getsize(log) / 1e6:.0f} MB GPU log ({samples / 1e6:.1f}M samples)",
+         [traces, "--gpu-log", log, "--tz", "UTC", "--format", "json"], 0, GOAL_MB_GPU_LOG),
+        ("/dev/zero as traces", ["/dev/zero"], 2, GOAL_MB_HOSTILE),
+        ("/dev/urandom as a GPU log", [traces, "--gpu-log", "/dev/urandom"], 2, GOAL_MB_HOSTILE),
+    ]
+    for label, args, expected_exit, goal in runs:
+        result = measure("report", *args)
+        met = result["exit"] == expected_exit and result["peak_mb"] < goal
+        ok = ok and met
+        said = f"; said: {result['stderr']}" if expected_exit else ""
+        print(f"  {label}: exit {result['exit']}, {result['cpu_s']:.2f} CPU s, peak {result['peak_mb']:.0f} MB "
+              f"(goal: exit {expected_exit}, < {goal:.0f} MB: {'met' if met else 'NOT MET'}){said}")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10k and 100k spans, 3 rounds")
+    parser.add_argument("--gpu-log-mb", type=float, default=65.0, help="size of the large GPU log (default 65)")
+    parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child[0], args.child[1:])
+        return 0
+    sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
+    rounds = {10_000: 3 if args.quick else 7, 100_000: 3 if args.quick else 5, 1_000_000: 3}
+    import orjson as _orjson  # noqa: F401  (reported below)
+
+    print(f"python {sys.version.split()[0]}, orjson {orjson.__version__}, {os.cpu_count()} CPUs; "
+          f"{'quick run' if args.quick else 'full run'}; CPU seconds per process, after its imports")
+    with tempfile.TemporaryDirectory(prefix="agent-otel-bench-report-") as directory:
+        results = run_scaling(sizes, rounds, directory)
+        ok = run_growth(results)
+        ok = run_inputs(directory, args.gpu_log_mb) and ok
+    print(f"\nall goals met: {'yes' if ok else 'NO'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
