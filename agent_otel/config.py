@@ -84,7 +84,8 @@ class Settings:
         5.0, "seconds `shutdown()` may take at most", env=("AGENT_OTEL_SHUTDOWN_TIMEOUT",), low=0, high=3600,
         unit="s")
     max_queue_size: int = setting(
-        2048, "spans waiting for export at most; more are dropped and counted in `agent_otel_spans_dropped_total`",
+        2048, "spans waiting for export at most, per sink; when full, tool spans take the place of derived ones, "
+        "and spans no sink could take are counted in `agent_otel_spans_dropped_total{kind}`",
         env=("OTEL_BSP_MAX_QUEUE_SIZE",), low=1, high=10_000_000)
     export_batch_size: int = setting(
         512, "spans per export at most", env=("OTEL_BSP_MAX_EXPORT_BATCH_SIZE",), low=1, high=10_000_000)
@@ -94,6 +95,9 @@ class Settings:
     tool_name_limit: int = setting(
         200, "distinct `tool` label values before `_other`", env=("AGENT_OTEL_TOOL_NAME_LIMIT",), low=1,
         high=10_000_000)
+    executor_name_limit: int = setting(
+        50, "distinct `executor` label values (pool names) before `_other`", env=("AGENT_OTEL_EXECUTOR_NAME_LIMIT",),
+        low=1, high=10_000_000)
     instrument_executors: bool = setting(True, "hook `ThreadPoolExecutor.submit`", env=("AGENT_OTEL_EXECUTORS",))
     frameworks: Optional[tuple[str, ...]] = setting(
         None, "comma list of framework hooks to install (`\"\"`: none)", env=("AGENT_OTEL_FRAMEWORKS",),

@@ -12,21 +12,23 @@ raise ``ConfigError`` before anything is changed.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
+from agent_otel import forks
 from agent_otel.capture import executors, frameworks, models, recorder as _recorder
 from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
 from agent_otel.config import Settings, load_settings
 from agent_otel.errors import ConfigError
 from agent_otel.pipeline import Pipeline
 from agent_otel.capture.recorder import Recorder
-from agent_otel.exporters.batch import BatchSpanProcessor
+from agent_otel.exporters.batch import BatchSpanProcessor, SpanLosses
 from agent_otel.exporters.prometheus import Metrics, MetricsServer
 from agent_otel.semconv import AGENT_GPU_POOL, SCOPE_NAME, SERVICE_NAME
 from agent_otel.version import __version__
@@ -35,6 +37,14 @@ logger = logging.getLogger("agent_otel")
 
 _lock = threading.RLock()
 _handle: Optional["Instrumentation"] = None
+
+
+def _reinit_after_fork() -> None:
+    global _lock
+    _lock = threading.RLock()
+
+
+forks.after_fork_in_child(_reinit_after_fork)
 
 
 class Instrumentation:
@@ -48,7 +58,10 @@ class Instrumentation:
         self.tracer_provider: Optional[TracerProvider] = None
         self.owns_provider = False
         self.span_processors: list[BatchSpanProcessor] = []
-        self.metrics = Metrics(tool_name_limit=settings.tool_name_limit, gpu_pool=gpu_pool)
+        self.metrics = Metrics(tool_name_limit=settings.tool_name_limit,
+                               executor_name_limit=settings.executor_name_limit, gpu_pool=gpu_pool)
+        # Shared by the span processors: a span is dropped when every one of them lost it.
+        self.losses = SpanLosses(self.metrics.dropped)
         self.metrics_server: Optional[MetricsServer] = None
         self.recorder: Optional[Recorder] = None
         self.monitor: Optional[executors.ExecutorMonitor] = None
@@ -69,17 +82,19 @@ class Instrumentation:
         if self.pipeline is not None:
             self.pipeline.drain()
         deadline = time.monotonic() + timeout_s
-        done = True
-        for processor in self.span_processors:
-            remaining = max(0.0, deadline - time.monotonic())
-            done = _bounded(lambda p=processor, r=remaining: p.force_flush(int(r * 1000)), remaining) and done
-        return done
+        return not _finish([(processor.sink, lambda timeout, p=processor: p.force_flush(int(timeout * 1000)))
+                            for processor in self.span_processors], deadline)
 
     def shutdown(self, timeout_s: Optional[float] = None) -> bool:
-        """Undo ``instrument()``; export what is pending. Returns within ``timeout_s``
-        (``shutdown_timeout``, 5 s by default) even if an exporter never answers,
-        plus up to 0.5 s to close /metrics (so its port is free on return);
-        returns False if something was still exporting then."""
+        """Undo ``instrument()``; export what is pending.
+
+        Returns within ``timeout_s`` (``shutdown_timeout``, 5 s by default)
+        even if an exporter never answers, plus up to 0.5 s to close
+        /metrics (so its port is free on return). Returns True only when
+        every background part (GPU sampling, the pipeline, each span
+        export) finished and flushed in that time; otherwise False, after
+        one log line naming the parts still running.
+        """
         global _handle
         with _lock:
             if self._closed:
@@ -88,42 +103,98 @@ class Instrumentation:
             if _handle is self:
                 _handle = None
         timeout_s = self.settings.shutdown_timeout if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
+        start = time.monotonic()
+        deadline = start + timeout_s
         executors.uninstall()
-        for part in reversed(self.background):
-            _bounded(lambda p=part: p.shutdown(max(0.0, deadline - time.monotonic())),
-                     max(0.0, deadline - time.monotonic()))
+        unfinished: list[str] = []
+        # The GPU timeline first (it closes the open windows into spans), with
+        # at most half the time, so a GPU driver that hangs leaves the export
+        # the other half; then the pipeline; then every exporter at once.
+        background_deadline = start + timeout_s / 2
+        unfinished += _finish([(_part_name(part), part.shutdown) for part in reversed(self.background)],
+                              background_deadline)
         if self.pipeline is not None:
-            self.pipeline.shutdown(max(0.0, min(1.0, deadline - time.monotonic())))
+            unfinished += _finish([("the metrics pipeline", self.pipeline.shutdown)], deadline)
         _recorder.current = None
-        finished = True
-        for processor in self.span_processors:
-            remaining = max(0.0, deadline - time.monotonic())
-            finished = _bounded(lambda p=processor, r=remaining: p.shutdown(r), remaining) and finished
+        unfinished += _finish([(f"span export to {processor.sink}", processor.shutdown)
+                               for processor in self.span_processors], deadline)
         if self.metrics_server is not None:
-            self.metrics_server.shutdown()
-        return finished
+            unfinished += _finish([("the /metrics server", lambda _timeout: self.metrics_server.shutdown())],
+                                  max(deadline, time.monotonic() + 0.5))
+        if unfinished:
+            logger.warning("agent-otel: shutdown did not finish within %.1f s: %s still running; spans "
+                           "not exported by then are counted in agent_otel_spans_dropped_total",
+                           timeout_s, ", ".join(unfinished))
+            return False
+        return True
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child (after every part put itself right): /metrics stays the
+        parent's; a ``multiprocessing`` child flushes its spans when it exits."""
+        self.metrics_server = None
+        if not self._closed:
+            _flush_when_multiprocessing_child_exits(self)
 
 
-def _bounded(work, timeout_s: float) -> bool:
-    """Run ``work`` on a daemon thread and wait at most ``timeout_s`` for it.
+def _flush_when_multiprocessing_child_exits(handle: Instrumentation) -> None:
+    """A ``multiprocessing`` child ends with ``os._exit``, which runs no ``atexit``
+    hook: ask multiprocessing to flush the child's spans as it finishes."""
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is None:
+        return
 
-    Exporters can block on a network peer that never answers; the agent's
-    shutdown must not wait for them.
+    def finalize_at_exit(handle: Instrumentation) -> None:
+        # Called by multiprocessing in the child, after it cleared the parent's finalizers.
+        mp_util.Finalize(handle, handle.shutdown, exitpriority=10)
+
+    mp_util.register_after_fork(handle, finalize_at_exit)
+
+
+def _part_name(part) -> str:
+    return getattr(part, "part_name", None) or type(part).__name__
+
+
+def _finish(parts: list[tuple[str, Callable[[float], object]]], deadline: float) -> list[str]:
+    """Run each ``shutdown(timeout_s)`` at once, each on a daemon thread, until ``deadline``;
+    the names of those that did not return True by then.
+
+    A part can block on a peer that never answers (an OTLP endpoint, a GPU
+    driver); the agent's shutdown must not wait for it.
     """
-    outcome = {"ok": False}
+    outcomes: dict[str, bool] = {}
+    threads = []
+    # Each part gets a little less than the time left, to say how it ended
+    # (count the spans it could not export) before the caller stops waiting.
+    own_deadline = deadline - min(0.05, max(deadline - time.monotonic(), 0.0) / 10)
+    for name, shutdown in parts:
+        def run(name=name, shutdown=shutdown):
+            try:
+                outcomes[name] = shutdown(max(0.0, own_deadline - time.monotonic())) is not False
+            except Exception as exc:
+                logger.warning("agent-otel: shutting down %s failed (%s: %s)", name, type(exc).__name__, exc)
+                outcomes[name] = False
 
-    def run():
-        try:
-            result = work()
-            outcome["ok"] = result is not False
-        except Exception:
-            logger.exception("agent-otel shutdown step failed")
+        thread = threading.Thread(target=run, name="agent-otel-shutdown", daemon=True)
+        thread.start()
+        threads.append((name, thread))
+    unfinished = []
+    for name, thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive() or not outcomes.get(name, False):
+            unfinished.append(name)
+    return unfinished
 
-    thread = threading.Thread(target=run, name="agent-otel-shutdown", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    return outcome["ok"] and not thread.is_alive()
+
+def _sink_name(exporter, settings: Settings) -> str:
+    """How the log lines name where spans go: "OTLP/gRPC localhost:4317", "traces file t.jsonl"."""
+    path = getattr(exporter, "path", None)
+    if path is not None:
+        return f"traces file {path}"
+    endpoint = getattr(exporter, "_endpoint", None)  # the SDK's OTLP exporters keep it there
+    if "otlp" in type(exporter).__module__:
+        protocol = "gRPC" if settings.otlp_protocol == "grpc" else "HTTP"
+        return f"OTLP/{protocol} {endpoint}" if endpoint else f"OTLP/{protocol}"
+    return type(exporter).__name__
 
 
 def _span_exporters(settings: Settings) -> list:
@@ -176,7 +247,7 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
         processor = BatchSpanProcessor(exporter, max_queue_size=settings.max_queue_size,
                                        batch_size=settings.export_batch_size,
                                        interval_s=settings.export_interval,
-                                       on_drop=handle.metrics.spans_dropped.inc)
+                                       losses=handle.losses, sink=_sink_name(exporter, settings))
         provider.add_span_processor(processor)
         handle.span_processors.append(processor)
     handle.tracer_provider = provider
@@ -280,6 +351,8 @@ def _setup(handle: Instrumentation) -> None:
         if timeline is not None:
             handle.background.append(timeline)
             handle.gpu_timeline = timeline
+    # Last, so that in a forked child it runs after every part above put itself right.
+    forks.after_fork_in_child(handle.reinit_after_fork)
 
 
 def pool_of(resource_attributes) -> str:

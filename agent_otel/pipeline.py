@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable, Optional
 
+from agent_otel import forks
+from agent_otel.problems import Problems
 from agent_otel.records import ToolCall
 
 logger = logging.getLogger("agent_otel")
@@ -27,12 +30,22 @@ class Pipeline:
         self.consumers: list[Callable[[list[ToolCall]], None]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._failures_logged: set[str] = set()
+        self._problems = Problems(logger)
         self._thread: Optional[threading.Thread] = None
+        forks.after_fork_in_child(self.reinit_after_fork)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="agent-otel-pipeline", daemon=True)
         self._thread.start()
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child: fresh locks, and the thread started again if it ran."""
+        self._lock = threading.Lock()
+        running = self._thread is not None and not self._stop.is_set()
+        self._stop = threading.Event()
+        self._thread = None
+        if running:
+            self.start()
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -56,21 +69,32 @@ class Pipeline:
                     while blocks:
                         self._metrics.observe_block(blocks.popleft())
             except Exception as exc:
-                self._log_once("metrics", exc)
+                self._failed("metrics", exc)
             for consumer in self.consumers:
                 try:
                     consumer(batch)
                 except Exception as exc:
-                    self._log_once(getattr(consumer, "__qualname__", repr(consumer)), exc)
+                    self._failed(getattr(consumer, "__qualname__", repr(consumer)), exc)
 
-    def _log_once(self, where: str, exc: Exception) -> None:
-        if where not in self._failures_logged:
-            self._failures_logged.add(where)
-            logger.warning("agent-otel pipeline step %s failed (%s: %s); telemetry may be incomplete",
-                           where, type(exc).__name__, exc)
+    def _failed(self, where: str, exc: Exception) -> None:
+        self._problems.report((where, type(exc).__name__),
+                              "agent-otel pipeline step %s failed (%s: %s); telemetry may be incomplete",
+                              where, type(exc).__name__, exc)
 
-    def shutdown(self, timeout_s: float) -> None:
+    def shutdown(self, timeout_s: float) -> bool:
+        """Stop the thread and drain what is left; True if both happened within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                return False
+        if not self._lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+            return False
+        self._lock.release()
         self.drain()
+        return True
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()

@@ -208,13 +208,20 @@ EXECUTOR_ANYIO: Final = "anyio"  # anyio's worker threads (anyio.to_thread.run_s
 
 POOL_REJECTION_CALLER_RUNS: Final = "caller_runs"
 
-# The tool label value of every tool name beyond tool_name_limit.
+# The tool label value of every tool name beyond tool_name_limit (and of every
+# executor, GPU and reason label value beyond its own limit).
 OTHER_TOOL: Final = "_other"
 
 LOOP_ROLE_BLOCKING: Final = "blocking"  # the link to the tool call that blocked the loop
 LOOP_ROLE_WAITING: Final = "waiting"  # a link to a tool call that waited for the loop
 # asyncio.loop.blocked_by, and the tool label of its metric, when no tool call held the loop.
 BLOCKED_BY_UNKNOWN: Final = "unknown"
+# Kinds of span (the kind label of agent_otel_spans_dropped_total). When the
+# export queue is full, a derived span is the one dropped.
+SPAN_KIND_TOOL: Final = "tool"  # execute_tool spans
+SPAN_KIND_DERIVED: Final = "derived"  # made from other spans: the per-call gpu.idle children
+SPAN_KIND_OTHER: Final = "other"  # the rest: gpu.idle windows, batch spans, other libraries' spans
+SPAN_KINDS: Final = (SPAN_KIND_TOOL, SPAN_KIND_DERIVED, SPAN_KIND_OTHER)
 
 # ---------------------------------------------------------------- Prometheus labels
 
@@ -225,6 +232,7 @@ LABEL_PHASE: Final = "phase"
 LABEL_GPU: Final = "gpu"
 LABEL_REASON: Final = "reason"
 LABEL_THREAD: Final = "thread"
+LABEL_KIND: Final = "kind"  # of agent_otel_spans_dropped_total: one of SPAN_KINDS
 # The exemplar label of the duration and exec histograms.
 EXEMPLAR_TRACE_ID: Final = "trace_id"
 
@@ -320,7 +328,8 @@ METRICS: Final[dict[str, MetricSpec]] = {spec.name: spec for spec in (
     MetricSpec(METRIC_GPU_UNDERUSED_BLOCKED, COUNTER, (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
                "Unused GPU capacity while tool calls were in flight, by tool and phase."),
     MetricSpec(METRIC_GPU_UNDERUSED_UNATTRIBUTED, COUNTER, _GPU, "Unused GPU capacity with no tool call in flight."),
-    MetricSpec(METRIC_SPANS_DROPPED, COUNTER, (), "Spans lost: export queue full or export failed."),
+    MetricSpec(METRIC_SPANS_DROPPED, COUNTER, (LABEL_KIND,),
+               "Spans no sink could take (export queue full, export failed), by kind of span."),
     MetricSpec(METRIC_GPU_ERRORS, COUNTER, (LABEL_REASON,), "GPU sampling problems, by reason."),
     MetricSpec(METRIC_GPU_MISSING, COUNTER, _GPU,
                "GPU time whose utilization samples were lost: neither idle nor busy."),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from agent_otel.config import DEFAULTS
 from agent_otel.semconv import (
+    LABEL_KIND,
     METRIC_GPU_IDLE,
     METRIC_GPU_IDLE_BLOCKED,
     METRIC_GPU_IDLE_UNATTRIBUTED,
@@ -155,9 +156,12 @@ def build():
         ),
         stat_panel(
             "Spans dropped by the toolkit",
-            "Spans the toolkit could not export over the dashboard range (queue full or exporter down).",
+            "Spans no sink could take over the dashboard range (export queue full or exporter down), by kind: "
+            "tool (execute_tool spans: calls missing from the traces), derived (per-call gpu.idle children, "
+            "dropped first when the queue is full), other.",
             "short",
-            query(f"sum(increase({METRIC_SPANS_DROPPED}{selector()}[{RANGE}]))", "dropped", "A"),
+            query(f"sum by ({LABEL_KIND}) (increase({METRIC_SPANS_DROPPED}{selector()}[{RANGE}]))",
+                  f"{{{{{LABEL_KIND}}}}}", "A"),
             thresholds(GOOD, (1, BAD)),
             width=24,
             height=3,

@@ -41,6 +41,8 @@ import orjson
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from agent_otel import forks
+from agent_otel.appending import AppendFile
 from agent_otel.errors import ConfigError, InputError
 from agent_otel.inputs import STDIN, Input, MiB, open_input
 
@@ -210,49 +212,57 @@ class OtlpJsonFileExporter(SpanExporter):
 
     The file is opened (created if missing, appended to if not) when the
     exporter is made, so a bad path fails at start-up with a ``ConfigError``.
-    After that, nothing raises into the caller: a failed write is logged and
-    reported to the span processor as ``FAILURE``. Each line is flushed as
-    it is written, so a crash loses at most the batch in flight.
+    After that, nothing raises into the caller: a failed write (a full disk)
+    leaves no partial line behind, logs one line without a traceback and is
+    reported to the span processor as ``FAILURE`` (agent-otel's processor
+    counts the spans, and says it once, then once a minute). Each line is
+    one ``write()`` to a file opened with ``O_APPEND``, so a crash loses at
+    most the batch in flight, and processes forked from the one that opened
+    it append whole lines to the same file.
     """
 
     def __init__(self, path: str):
         self.path = str(path)
         try:
-            self._file = open(self.path, "a", encoding="utf-8")
+            self._file = AppendFile(self.path)
         except OSError as exc:
             raise ConfigError("traces file", self.path, f"a writable file ({exc.strerror})") from None
         self._lock = threading.Lock()
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def reinit_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._file.reopen()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if not spans:
             return SpanExportResult.SUCCESS
         try:
             line = encode_spans_json(spans) + "\n"
-            with self._lock:
-                if self._file.closed:
-                    return SpanExportResult.FAILURE
-                self._file.write(line)
-                self._file.flush()
-        except Exception:  # telemetry must never break the agent
-            _logger.exception("could not write %d spans to %s", len(spans), self.path)
+        except Exception as exc:  # telemetry must never break the agent
+            _logger.warning("could not encode %d spans for %s (%s: %s)", len(spans), self.path,
+                            type(exc).__name__, exc)
             return SpanExportResult.FAILURE
+        with self._lock:
+            if self._file.closed:
+                return SpanExportResult.FAILURE
+            try:
+                self._file.append(line)
+            except OSError as exc:
+                _logger.warning("could not write %d spans to %s (%s)", len(spans), self.path,
+                                exc.strerror or exc)
+                return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        with self._lock:
-            if not self._file.closed:
-                try:
-                    self._file.flush()
-                except OSError:
-                    return False
-        return True
+        return True  # every line is written when exported
 
     def shutdown(self) -> None:
         with self._lock:
             try:
                 self._file.close()
-            except OSError:
-                _logger.exception("could not close %s", self.path)
+            except OSError as exc:
+                _logger.warning("could not close %s (%s)", self.path, exc.strerror or exc)
 
 
 # ---------------------------------------------------------------- reading

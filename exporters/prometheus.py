@@ -18,10 +18,19 @@ from prometheus_client.core import Exemplar, GaugeMetricFamily, HistogramMetricF
 from prometheus_client.utils import floatToGoString
 from prometheus_client.exposition import start_http_server
 
-from agent_otel import semconv
+from agent_otel import forks, semconv
 from agent_otel.config import DEFAULTS
 from agent_otel.records import LoopBlock, ToolCall
-from agent_otel.semconv import BLOCKED_BY_UNKNOWN, EXEMPLAR_TRACE_ID, OTHER_TOOL, PHASE_EXEC, PHASE_QUEUE, MetricSpec
+from agent_otel.semconv import (BLOCKED_BY_UNKNOWN, EXEMPLAR_TRACE_ID, OTHER_TOOL, PHASE_EXEC, PHASE_QUEUE, SPAN_KINDS,
+                                MetricSpec)
+from agent_otel.text import LABEL_VALUE_LIMIT, valid_text
+
+OTHER = OTHER_TOOL  # the label value of every value past a label's limit
+# Distinct values of the labels whose values come from outside, besides
+# ``tool`` (tool_name_limit) and ``executor`` (executor_name_limit).
+GPU_LABEL_LIMIT = 64
+REASON_LABEL_LIMIT = 64
+THREAD_LABEL_LIMIT = 64
 
 
 def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
@@ -40,22 +49,37 @@ def _gauge_family(spec: MetricSpec) -> GaugeMetricFamily:
     return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
 
 
-class ToolNames:
-    """Caps the number of distinct ``tool`` label values; the rest become ``_other``."""
+class LabelValues:
+    """Makes a label's values safe and few.
+
+    Each value from outside (a tool name from an MCP server, a pool's
+    thread name prefix, a GPU index from a log) is made valid UTF-8 and at
+    most ``LABEL_VALUE_LIMIT`` characters, once; past ``limit`` distinct
+    values, the rest become ``_other``. A value seen before costs one dict
+    lookup.
+    """
 
     def __init__(self, limit: int):
         self.limit = limit
-        self._seen: set[str] = set()
+        self._labels: dict[str, str] = {}  # value as given -> label value
         self._lock = threading.Lock()
+        forks.after_fork_in_child(self.reinit_after_fork)
 
-    def __call__(self, name: str) -> str:
-        if name in self._seen:
-            return name
+    def __call__(self, value: str) -> str:
+        label = self._labels.get(value)
+        if label is not None:
+            return label
         with self._lock:
-            if len(self._seen) < self.limit:
-                self._seen.add(name)
-                return name
-        return OTHER_TOOL
+            label = self._labels.get(value)
+            if label is None:
+                distinct = len(self._labels)
+                label = valid_text(value, LABEL_VALUE_LIMIT) if distinct < self.limit else OTHER
+                if distinct < 4 * self.limit:  # remember _other too, but not forever
+                    self._labels[value] = label
+        return label
+
+    def reinit_after_fork(self) -> None:
+        self._lock = threading.Lock()
 
 
 class PipelineHistogram:
@@ -112,17 +136,17 @@ class PipelineHistogram:
 
 
 class _Locked:
-    """Collects a collector under the lock its writer holds while writing."""
+    """Collects a collector under the lock its writer holds while writing (``Metrics.lock``)."""
 
-    def __init__(self, collector, lock):
+    def __init__(self, collector, metrics: "Metrics"):
         self._collector = collector
-        self._lock = lock
+        self._metrics = metrics
 
     def describe(self):
         return self._collector.describe()
 
     def collect(self):
-        with self._lock:
+        with self._metrics.lock:
             return self._collector.collect()
 
 
@@ -159,7 +183,7 @@ class _LiveGauges:
         max_workers = _gauge_family(max_workers_spec)
         totals: dict[str, list[int]] = {}
         for stats in metrics.executor_stats():
-            row = totals.setdefault(stats.name, [0, 0, 0])
+            row = totals.setdefault(metrics.executor_label(stats.name), [0, 0, 0])
             row[0] += max(stats.queued, 0)
             row[1] += max(stats.active, 0)
             row[2] += stats.max_workers or 0
@@ -174,7 +198,7 @@ class _LiveGauges:
         lag = _gauge_family(lag_spec)
         lags: dict[str, float] = {}
         for thread, seconds in metrics.loop_lags():
-            thread = metrics.thread_label(thread)
+            thread = metrics.thread_values(metrics.thread_label(thread))
             lags[thread] = max(seconds, lags.get(thread, 0.0))
         for thread, seconds in sorted(lags.items()):
             lag.add_metric([thread], seconds)
@@ -185,9 +209,15 @@ class Metrics:
     """Every metric of the telemetry contract, in its own registry."""
 
     def __init__(self, *, tool_name_limit: int = DEFAULTS.tool_name_limit,
+                 executor_name_limit: int = DEFAULTS.executor_name_limit,
                  registry: Optional[CollectorRegistry] = None, gpu_pool: str = ""):
         self.registry = registry or CollectorRegistry(auto_describe=True)
-        self.tool_label = ToolNames(tool_name_limit)
+        # Every label whose values come from outside goes through one of these.
+        self.tool_label = LabelValues(tool_name_limit)
+        self.executor_label = LabelValues(executor_name_limit)
+        self.gpu_label = LabelValues(GPU_LABEL_LIMIT)
+        self.reason_label = LabelValues(REASON_LABEL_LIMIT)
+        self.thread_values = LabelValues(THREAD_LABEL_LIMIT)  # after thread_label's folding
         spec = semconv.METRICS
         r = self.registry
         # Registered first: its collect() brings the counters up to date
@@ -202,7 +232,7 @@ class Metrics:
         self.exec = PipelineHistogram(spec[semconv.METRIC_TOOL_EXEC])
         self.executor_wait = PipelineHistogram(spec[semconv.METRIC_EXECUTOR_WAIT])
         for histogram in (self.duration, self.queue, self.exec, self.executor_wait):
-            r.register(_Locked(histogram, self.lock))
+            r.register(_Locked(histogram, self))
         self.gpu_utilization = _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r)
         self.gpu_idle = _counter(spec[semconv.METRIC_GPU_IDLE], r)
         self.gpu_idle_blocked = _counter(spec[semconv.METRIC_GPU_IDLE_BLOCKED], r)
@@ -214,6 +244,8 @@ class Metrics:
         self.gpu_missing = _counter(spec[semconv.METRIC_GPU_MISSING], r)
         self.spans_dropped = _counter(spec[semconv.METRIC_SPANS_DROPPED], r)
         self.loop_blocked = _counter(spec[semconv.METRIC_LOOP_BLOCKED], r)
+        for kind in SPAN_KINDS:  # every kind shows, at 0, before anything is lost
+            self.spans_dropped.labels(kind)
         # Set by instrument(): where the scrape-time gauges read from, and a
         # hook that brings the counters up to date before a scrape.
         self.inflight_calls: Callable[[], Iterable[ToolCall]] = lambda: ()
@@ -222,22 +254,35 @@ class Metrics:
         self.thread_label: Callable[[str], str] = str
         self.before_collect: Optional[Callable[[], None]] = None
         self._children: dict[tuple, tuple] = {}
-        self.remedies = RemedyMetrics(r, self.tool_label)
+        self.remedies = RemedyMetrics(r, self.tool_label, self.executor_label)
         if gpu_pool:
             # The resource attribute the pool rules join on, the way the
             # OpenTelemetry Prometheus exporters expose resource attributes.
             Info("target", "Resource attributes of this process: its GPU pool (agent.gpu.pool).",
                  registry=r).info({"agent_gpu_pool": gpu_pool})
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child: no lock may stay held by a thread that is gone."""
+        self.lock = threading.RLock()
+        for collector in list(getattr(self.registry, "_collector_to_names", {})):
+            _reinit_client_locks(collector)
+        _reinit_client_locks(self.registry)
+
+    def dropped(self, kind: str, count: int) -> None:
+        """Spans of ``kind`` that no sink could take (``exporters.batch.SpanLosses`` calls it)."""
+        self.spans_dropped.labels(kind).inc(count)
 
     def observe_call(self, call: ToolCall) -> None:
         """Count one finished tool call. Runs on the pipeline thread, holding ``lock``."""
-        tool = self.tool_label(call.tool)
-        key = (tool, call.executor, call.outcome)
+        key = (call.tool, call.executor, call.outcome)
         children = self._children.get(key)
         if children is None:
+            tool, executor = self.tool_label(call.tool), self.executor_label(call.executor)
             children = (self.calls.labels(tool, call.outcome), self.duration.child(tool),
-                        self.queue.child(tool, call.executor), self.exec.child(tool))
-            self._children[key] = children
+                        self.queue.child(tool, executor), self.exec.child(tool))
+            if len(self._children) < 100_000:
+                self._children[key] = children
         calls, duration, queue, exec_ = children
         calls.inc()
         self.duration.observe(duration, (call.end_ns - call.submit_ns) / 1e9, call.trace_id)
@@ -250,7 +295,42 @@ class Metrics:
 
     def observe_wait(self, executor: str, seconds: float) -> None:
         """One submission's wait for a worker. Pipeline thread, holding ``lock``."""
-        self.executor_wait.observe(self.executor_wait.child(executor), seconds)
+        self.executor_wait.observe(self.executor_wait.child(self.executor_label(executor)), seconds)
+
+
+def _reinit_client_locks(obj, depth: int = 0) -> None:
+    """Make every lock prometheus_client keeps in ``obj`` (and its children) free again.
+
+    prometheus_client takes a lock per metric, per labelled child and per
+    value, and does nothing at fork: a lock another thread held then would
+    hang the child's next scrape. The locks are found by type among the
+    attributes of prometheus_client's own objects, so the walk follows the
+    library's layout without naming it.
+    """
+    if depth > 4 or not type(obj).__module__.startswith("prometheus_client"):
+        return
+    for name, value in list(vars(obj).items()) if hasattr(obj, "__dict__") else ():
+        if isinstance(value, _LOCK_TYPES):
+            reinit = getattr(value, "_at_fork_reinit", None)
+            if reinit is not None:
+                reinit()
+            else:
+                setattr(obj, name, type(value)())
+        elif isinstance(value, dict):
+            for child in list(value.values()):
+                _reinit_client_locks(child, depth + 1)
+        elif isinstance(value, (list, tuple)):
+            for child in value:
+                _reinit_client_locks(child, depth + 1)
+        else:
+            _reinit_client_locks(value, depth + 1)
+    for name in getattr(type(obj), "__slots__", ()):
+        value = getattr(obj, name, None)
+        if isinstance(value, _LOCK_TYPES) and hasattr(value, "_at_fork_reinit"):
+            value._at_fork_reinit()
+
+
+_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 
 
 # ---------------------------------------------------------------- remedies
@@ -260,10 +340,11 @@ class Metrics:
 
 
 class RemedyMetrics:
-    def __init__(self, registry: CollectorRegistry, tool_label: ToolNames):
+    def __init__(self, registry: CollectorRegistry, tool_label: LabelValues, executor_label: LabelValues):
         r = registry
         spec = semconv.METRICS
         self._tool_label = tool_label
+        self._executor_label = executor_label
         self.fallbacks = _counter(spec[semconv.METRIC_TOOL_FALLBACKS], r)
         self.retries = _counter(spec[semconv.METRIC_TOOL_RETRIES], r)
         self.rejections = _counter(spec[semconv.METRIC_TOOL_REJECTIONS], r)
@@ -289,7 +370,7 @@ class RemedyMetrics:
         self._child(self.retries, self._tool_label(tool)).inc()
 
     def rejection(self, tool: str, executor: str) -> None:
-        self._child(self.rejections, self._tool_label(tool) if tool else "", executor).inc()
+        self._child(self.rejections, self._tool_label(tool) if tool else "", self._executor_label(executor)).inc()
 
     def cache_hit(self, tool: str) -> None:
         self._child(self.cache_hits, self._tool_label(tool)).inc()
@@ -308,7 +389,7 @@ class RemedyMetrics:
             wait.observe(seconds)
 
     def abandoned(self, executor: str, change: int) -> None:
-        self._child(self.abandoned_workers, executor).inc(change)
+        self._child(self.abandoned_workers, self._executor_label(executor)).inc(change)
 
 
 class MetricsServer:
@@ -319,12 +400,32 @@ class MetricsServer:
         self._thread.name = "agent-otel-metrics-server"
         self.address = address
         self.port = self._httpd.server_port
+        self.serving = True
+        forks.after_fork_in_child(self.reinit_after_fork)
 
     @property
     def url(self) -> str:
         host = f"[{self.address}]" if ":" in self.address else self.address
         return f"http://{host}:{self.port}/metrics"
 
-    def shutdown(self) -> None:
+    def reinit_after_fork(self) -> None:
+        """In a forked child: the port stays the parent's; close the child's copy of its socket.
+
+        (Its serving thread is not in the child; ``shutdown()`` would wait for
+        that thread for good.)
+        """
+        self.serving = False
+        try:
+            self._httpd.socket.close()
+        except OSError:
+            pass
+
+    def shutdown(self) -> bool:
+        """Stop serving and free the port; True if the server thread ended (it does within 0.5 s)."""
+        if not self.serving:
+            return True
+        self.serving = False
         self._httpd.shutdown()
         self._httpd.server_close()
+        self._thread.join(1.0)
+        return not self._thread.is_alive()

@@ -112,7 +112,7 @@ def test_shutdown_returns_in_bounded_time_even_if_a_poll_is_stuck(caplog):
     assert stopped is False
     assert took < 2.0
     assert source.closed == 0  # not closed under a running poll
-    assert "did not stop within 0.2 s" in caplog.text
+    assert sampler.running  # left behind; instrument()'s shutdown names it in its one line
     release.set()
 
 

@@ -24,6 +24,7 @@ import threading
 from bisect import bisect_left, bisect_right
 from typing import Iterable
 
+from agent_otel import forks
 from agent_otel.errors import ConfigError
 from agent_otel.records import NS_PER_S, ToolCall
 
@@ -47,6 +48,12 @@ class CallHorizon:
         self._newest_ns = 0
         self._keep_from_ns: int | None = None
         self._dropped = 0
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child: the calls kept are the parent's, blamed by the parent."""
+        self._lock = threading.Lock()
+        self._ends, self._calls = [], []
 
     def add(self, call: ToolCall) -> None:
         self.add_many((call,))

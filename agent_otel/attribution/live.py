@@ -18,6 +18,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
+from agent_otel import forks
 from agent_otel.attribution.engine import MAX_HORIZON_CALLS, BlameEngine, BlameUpdate, ClosedWindow
 from agent_otel.gpu.logs import GpuLogWriter
 from agent_otel.clock import now_ns
@@ -28,6 +29,8 @@ from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
 from agent_otel.semconv import (AGENT_TOOL_PHASE, GPU_IDLE_BLOCKED_BY, GPU_IDLE_BLOCKED_DURATION, GPU_IDLE_DURATION,
                                 GPU_IDLE_UNATTRIBUTED_DURATION, GPU_INDEX, GPU_UTILIZATION_AVG, GPU_UUID,
                                 SPAN_GPU_IDLE)
+from agent_otel.problems import Problems
+from agent_otel.text import NAME_LIMIT, valid_text
 
 logger = logging.getLogger("agent_otel.gpu")
 
@@ -36,6 +39,8 @@ __all__ = ["MAX_HORIZON_CALLS", "LiveTimeline", "start_live_timeline"]
 
 class LiveTimeline:
     """Samples -> blame -> spans and metrics, in process."""
+
+    part_name = "GPU sampling"
 
     def __init__(self, source, *, tracer: trace_api.Tracer, metrics, recorder=None, pipeline=None,
                  poll_interval_s: float = DEFAULTS.gpu_poll_interval,
@@ -59,21 +64,37 @@ class LiveTimeline:
         self.engine = BlameEngine(idle_threshold=idle_threshold, min_idle_s=min_idle_s, max_gap_s=max_gap_s,
                                   uuids=uuids, horizon_s=horizon_s, max_calls=MAX_HORIZON_CALLS)
         self.log = GpuLogWriter(log_path) if log_path else None
-        self.sampler = GpuSampler(source, poll_interval_s, self.on_samples)
+        self._problems = Problems(logger)
         self._reported_errors: dict[str, int] = {}
         if pipeline is not None:
             pipeline.consumers.append(self.engine.add_finished)
+        # Before the sampler's own hook: in a child, the log is gone before sampling restarts.
+        forks.after_fork_in_child(self.reinit_after_fork)
+        self.sampler = GpuSampler(source, poll_interval_s, self.on_samples)
 
     def start(self) -> None:
         self.sampler.start()
 
-    def shutdown(self, timeout_s: float = 2.0) -> None:
-        self.sampler.shutdown(timeout_s)
+    def reinit_after_fork(self) -> None:
+        """In a forked child: the parent keeps writing the GPU log (the same samples);
+        the child samples and blames its own tool calls (the sampler restarts itself)."""
+        log, self.log = self.log, None
+        if log is not None:
+            log.close()  # the child's copy of the file only
+
+    def shutdown(self, timeout_s: float = 2.0) -> bool:
+        """Stop sampling, close the open windows; True if the sampler stopped within ``timeout_s``."""
+        stopped = self.sampler.shutdown(timeout_s)
         # Close the windows still open: the stall at the end of a run counts too.
         self.apply(self.engine.flush(self._in_flight(), self._blocks()))
         self._count_source_errors()
         if self.log is not None:
             self.log.close()
+        return stopped
+
+    @property
+    def running(self) -> bool:
+        return self.sampler.running
 
     def on_samples(self, samples) -> None:
         latest = {}
@@ -81,9 +102,14 @@ class LiveTimeline:
             if not is_missing(sample.utilization):
                 latest[sample.gpu] = sample.utilization
         for gpu, utilization in latest.items():
-            self.metrics.gpu_utilization.labels(gpu).set(utilization)
+            self.metrics.gpu_utilization.labels(self.metrics.gpu_label(gpu)).set(utilization)
         if self.log is not None:
-            self.log.write(samples)
+            try:
+                self.log.write(samples)
+            except OSError as exc:
+                self._problems.report(("gpu log", exc.errno), "agent-otel: could not write GPU samples to %s "
+                                      "(%s); they are missing from the GPU log", self.log.path,
+                                      exc.strerror or exc)
         self.apply(self.engine.feed(samples, self._in_flight(), self._blocks()))
         self._count_source_errors()
 
@@ -114,26 +140,27 @@ class LiveTimeline:
         return running
 
     def _count(self, update: BlameUpdate) -> None:
-        metrics, label = self.metrics, self.metrics.tool_label
+        metrics, label, gpu_label = self.metrics, self.metrics.tool_label, self.metrics.gpu_label
         idle, underused = update.idle, update.underused
         for gpu, seconds in idle.idle_s.items():
-            metrics.gpu_idle.labels(gpu).inc(seconds)
+            metrics.gpu_idle.labels(gpu_label(gpu)).inc(seconds)
         for gpu, seconds in idle.unattributed_s.items():
-            metrics.gpu_idle_unattributed.labels(gpu).inc(seconds)
+            metrics.gpu_idle_unattributed.labels(gpu_label(gpu)).inc(seconds)
         for (gpu, tool, phase), seconds in idle.blocked_s.items():
-            metrics.gpu_idle_blocked.labels(gpu, label(tool), phase).inc(seconds)
+            metrics.gpu_idle_blocked.labels(gpu_label(gpu), label(tool), phase).inc(seconds)
         for gpu, seconds in underused.underused_s.items():
-            metrics.gpu_underused.labels(gpu).inc(seconds)
+            metrics.gpu_underused.labels(gpu_label(gpu)).inc(seconds)
         for gpu, seconds in underused.unattributed_s.items():
-            metrics.gpu_underused_unattributed.labels(gpu).inc(seconds)
+            metrics.gpu_underused_unattributed.labels(gpu_label(gpu)).inc(seconds)
         for (gpu, tool, phase), seconds in underused.blocked_s.items():
-            metrics.gpu_underused_blocked.labels(gpu, label(tool), phase).inc(seconds)
+            metrics.gpu_underused_blocked.labels(gpu_label(gpu), label(tool), phase).inc(seconds)
         for gpu, seconds in update.missing_s.items():
-            metrics.gpu_missing.labels(gpu).inc(seconds)
+            metrics.gpu_missing.labels(gpu_label(gpu)).inc(seconds)
 
     def _emit_spans(self, closed: ClosedWindow) -> None:
         result = closed.attribution
         window = result.window
+        gpu = valid_text(window.gpu, NAME_LIMIT)  # from a GPU log, when replayed
         links = []
         for share in result.shares:
             if share.call.trace_id:
@@ -142,13 +169,13 @@ class LiveTimeline:
                 links.append(Link(context, {GPU_IDLE_BLOCKED_DURATION: share.blocked_s,
                                             AGENT_TOOL_PHASE: share.phase}))
         attributes: dict[str, AttributeValue] = {
-            GPU_INDEX: window.gpu,
+            GPU_INDEX: gpu,
             GPU_IDLE_DURATION: closed.idle_s,  # what agent_gpu_idle_seconds_total received for it
             GPU_UTILIZATION_AVG: window.utilization_avg,
             GPU_IDLE_UNATTRIBUTED_DURATION: result.unattributed_s,
         }
         if window.uuid:
-            attributes[GPU_UUID] = window.uuid
+            attributes[GPU_UUID] = valid_text(window.uuid, NAME_LIMIT)
         if result.blocked_by:
             attributes[GPU_IDLE_BLOCKED_BY] = result.blocked_by
         # Each window is the root of its own trace: the GPU's timeline is not
@@ -163,7 +190,7 @@ class LiveTimeline:
                                                   trace_flags=TraceFlags(TraceFlags.SAMPLED)))
             child = self.tracer.start_span(
                 SPAN_GPU_IDLE, context=trace_api.set_span_in_context(parent),
-                attributes={GPU_INDEX: window.gpu, GPU_IDLE_BLOCKED_DURATION: share.blocked_s,
+                attributes={GPU_INDEX: gpu, GPU_IDLE_BLOCKED_DURATION: share.blocked_s,
                             AGENT_TOOL_PHASE: share.phase},
                 start_time=share.start_ns)
             child.end(end_time=share.end_ns)
@@ -172,7 +199,7 @@ class LiveTimeline:
         for reason, count in self.sampler.stats()["errors"].items():
             new = count - self._reported_errors.get(reason, 0)
             if new > 0:
-                self.metrics.gpu_errors.labels(reason).inc(new)
+                self.metrics.gpu_errors.labels(self.metrics.reason_label(reason)).inc(new)
                 self._reported_errors[reason] = count
 
 
@@ -190,7 +217,7 @@ def start_live_timeline(handle) -> Optional[LiveTimeline]:
         # Asked for NVML where it does not work: the source logged why;
         # count it, and sample nothing.
         for reason, count in getattr(source, "errors", {}).items():
-            handle.metrics.gpu_errors.labels(reason).inc(count)
+            handle.metrics.gpu_errors.labels(handle.metrics.reason_label(reason)).inc(count)
         source.close()
         return None
     timeline = LiveTimeline(source, tracer=handle.tracer, metrics=handle.metrics, recorder=handle.recorder,

@@ -23,6 +23,8 @@ from typing import Callable, Optional
 
 from opentelemetry import context as context_api
 
+from agent_otel import forks
+from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.capture import recorder as _recorder
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta
@@ -45,7 +47,7 @@ def executor_name(executor: ThreadPoolExecutor) -> str:
         return EXECUTOR_ASYNCIO_DEFAULT
     if not prefix or _NUMBERED.fullmatch(prefix):
         return EXECUTOR_UNNAMED
-    return prefix
+    return valid_text(prefix, NAME_LIMIT)
 
 
 class ExecutorStats:
@@ -87,6 +89,20 @@ class ExecutorStats:
 # the monitor, so a per-monitor list would miss pools used before.
 _all_stats: "weakref.WeakSet[ExecutorStats]" = weakref.WeakSet()
 _all_stats_lock = threading.Lock()  # a WeakSet must not grow while a scrape lists it
+
+
+def _reinit_after_fork() -> None:
+    """In a forked child: fresh locks, and no submission queued or running (those were the parent's)."""
+    global _all_stats_lock
+    _all_stats_lock = threading.Lock()
+    for stats in list(_all_stats):
+        stats._lock = threading.Lock()
+        stats.queued = stats.active = 0
+    if _monitor is not None:
+        _monitor.waits.clear()
+
+
+forks.after_fork_in_child(_reinit_after_fork)
 
 
 class ExecutorMonitor:
@@ -132,9 +148,10 @@ def tool_name_of(target: Callable) -> Optional[str]:
     if isinstance(mark, ToolMeta):
         return mark.name
     try:
-        return mark(target)  # framework hooks know the name only from the instance
+        name = mark(target)  # framework hooks know the name only from the instance
     except Exception:
         return None
+    return valid_text(name, NAME_LIMIT) if name is not None else None
 
 
 _original_submit = ThreadPoolExecutor.submit

@@ -51,6 +51,7 @@ from typing import Any, Optional
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
+from agent_otel import forks
 from agent_otel.capture import stacks
 from agent_otel.capture.patching import Patches
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
@@ -164,6 +165,22 @@ class LoopMonitor:
         self._thread: Optional[threading.Thread] = None
         self._closed = False
         self.patches = Patches()
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child: only the forking thread (and the loop it runs, if any) is
+        left; the other loops' watches and the parent's blocks go, the watchdog restarts."""
+        self._lock = threading.Lock()
+        self.wake = threading.Event()
+        me = threading.get_ident()
+        self._watches = {key: watch for key, watch in self._watches.items() if watch.thread_id == me}
+        self._retired = []
+        self.finished.clear()
+        self.recent.clear()
+        self._thread = None
+        if self._watches and not self._closed:
+            self._thread = threading.Thread(target=self._run, name="agent-otel-loop-monitor", daemon=True)
+            self._thread.start()
 
     # ------------------------------------------------------------ which loops
 

@@ -15,6 +15,10 @@ from typing import Callable, Optional
 from agent_otel.semconv import (AGENT_TOOL_EXECUTOR, AGENT_TOOL_OUTCOME, AGENT_TOOL_QUEUE_DURATION, EXECUTOR_DIRECT,
                                 GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME, GEN_AI_TOOL_DESCRIPTION,
                                 GEN_AI_TOOL_NAME, GEN_AI_TOOL_TYPE, OUTCOME_OK, TOOL_TYPE_FUNCTION, tool_span_name)
+from agent_otel.text import NAME_LIMIT, valid_text
+
+# The longest tool description put on a span, in characters.
+DESCRIPTION_LIMIT = 4096
 
 # Set on every wrapper that starts a tool call, so the executor hook can tell
 # a submitted tool from other work. Holds the ``ToolMeta``, or a function
@@ -28,6 +32,10 @@ class ToolMeta:
     __slots__ = ("name", "description", "tool_type", "span_name", "start_attributes", "direct_attributes")
 
     def __init__(self, name: str, description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION):
+        # Names come from anywhere (MCP servers, model output): made valid once, here.
+        name = valid_text(name, NAME_LIMIT)
+        description = valid_text(description, DESCRIPTION_LIMIT) if description else description
+        tool_type = valid_text(tool_type, NAME_LIMIT)
         self.name = name
         self.description = description
         self.tool_type = tool_type

@@ -19,6 +19,8 @@ from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 
+from agent_otel import forks
+from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.config import DEFAULTS
 from agent_otel.capture.meta import ToolMeta
@@ -100,6 +102,12 @@ class Recorder:
         # Finished calls waiting for the pipeline thread. deque.append and
         # popleft are atomic, so the hot path takes no lock.
         self.finished: deque[ToolCall] = deque()
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child: the calls in flight and finished are the parent's to count."""
+        self.inflight.clear()
+        self.finished.clear()
 
     def running(self, meta: ToolMeta):
         """The current span when it is this tool's own span, else None.
@@ -133,7 +141,7 @@ class Recorder:
             self.inflight[id(call)] = call
             attributes = meta.direct_attributes
         if call_id is not None:
-            call.call_id = call_id
+            call.call_id = call_id = valid_text(call_id, NAME_LIMIT)
             attributes = {**attributes, GEN_AI_TOOL_CALL_ID: call_id}
         span = self.tracer.start_span(meta.span_name, attributes=attributes, start_time=call.submit_ns)
         span_context = span.get_span_context()
@@ -162,7 +170,7 @@ class Recorder:
         self.inflight[id(call)] = call
         attributes = {**meta.start_attributes, AGENT_TOOL_OUTCOME: OUTCOME_OK}  # end() writes only other outcomes
         if call_id is not None:
-            call.call_id = call_id
+            call.call_id = call_id = valid_text(call_id, NAME_LIMIT)
             attributes = {**attributes, GEN_AI_TOOL_CALL_ID: call_id}
         span = self.tracer.start_span(meta.span_name, attributes=attributes, start_time=now)
         span_context = span.get_span_context()

@@ -40,6 +40,7 @@ from datetime import datetime, timezone, tzinfo
 from typing import Iterator, Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from agent_otel.appending import AppendFile
 from agent_otel.errors import ConfigError, InputError
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, GAP_SPACINGS, IdleDetector
 from agent_otel.inputs import Input, MiB, open_input
@@ -450,20 +451,23 @@ class GpuLogWriter:
     HEADER = "timestamp, index, utilization.gpu [%]\n"
 
     def __init__(self, path: str):
+        self.path = path
         try:
-            self._file = open(path, "w", encoding="utf-8")
+            self._file = AppendFile(path, truncate=True)
+            self._file.append(self.HEADER)
         except OSError as exc:
             raise ConfigError("gpu_log_file", path, f"a writable file ({exc.strerror or exc})") from None
-        self._file.write(self.HEADER)
 
     def write(self, samples) -> None:
+        """Append the samples' lines in one write (a full disk raises ``OSError``; nothing is half written)."""
         lines = []
         for sample in samples:
             moment = datetime.fromtimestamp(sample.timestamp_ns / 1e9)
             stamp = moment.strftime("%Y/%m/%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
             value = "[N/A]" if sample.utilization != sample.utilization else f"{round(sample.utilization * 100)} %"
             lines.append(f"{stamp}, {sample.gpu}, {value}\n")
-        self._file.writelines(lines)
+        if lines:
+            self._file.append("".join(lines))
 
     def close(self) -> None:
         self._file.close()

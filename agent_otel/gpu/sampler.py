@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Callable
 
+from agent_otel import forks
 from agent_otel.config import check
 from agent_otel.records import GpuSample
 
@@ -55,9 +56,25 @@ class GpuSampler:
         self._logged: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+        self._started = False
+        forks.after_fork_in_child(self.reinit_after_fork)
 
     def start(self) -> None:
+        self._started = True
         self._thread.start()
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child: poll again, on a thread of its own, if the parent was polling."""
+        running = self._started and not self._stop.is_set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+        self._started = False
+        if running:
+            self.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     def shutdown(self, timeout_s: float = 2.0) -> bool:
         """Stop polling (after one last poll) and close the source.
@@ -70,8 +87,7 @@ class GpuSampler:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            log.warning("the GPU sampler did not stop within %.1f s; leaving it behind", timeout_s)
+        if self._thread.is_alive():  # the caller says so (instrument()'s shutdown names it)
             return False
         try:
             self.source.close()

@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Callable, Iterator, Optional, Sequence
 
+from agent_otel import forks
 from agent_otel.records import NS_PER_S, GpuSample
 
 from agent_otel.gpu.sources import GpuDevice
@@ -88,6 +89,16 @@ class SimulatedGpu:
         self._driven = {label: _Steps() for label in labels}
         self._depth = {label: 0 for label in labels}
         self._next_ns = {label: self._start_ns + self._period_ns for label in labels}
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child: the parent's threads that kept it busy are not here."""
+        self._lock = threading.Lock()
+        now = self._clock()
+        for gpu, depth in self._depth.items():
+            if depth:
+                self._depth[gpu] = 0
+                self._driven[gpu].set(now, 0.0)
 
     def _script_changes(self, phases: Sequence[tuple[float, float]]) -> list[tuple[int, float]]:
         changes, t = [], self._start_ns
@@ -122,6 +133,8 @@ class SimulatedGpu:
 
     def _leave(self, gpu: str) -> None:
         with self._lock:
+            if self._depth[gpu] == 0:  # entered in a parent process before a fork
+                return
             self._depth[gpu] -= 1
             if self._depth[gpu] == 0:
                 self._driven[gpu].set(self._clock(), 0.0)

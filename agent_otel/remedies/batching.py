@@ -38,6 +38,7 @@ from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, Status, StatusCode
 
+from agent_otel import forks
 from agent_otel.capture import recorder as _recorder
 from agent_otel.errors import ConfigError
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, first_doc_line, name_of
@@ -88,6 +89,12 @@ class BatchedTool:
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
         setattr(self, TOOL_MARK, self.meta)
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child: the open batch is the parent's (its flusher runs there)."""
+        self._lock = threading.Lock()
+        self._open = None
 
     def __call__(self, item):
         """One item in, its result out; blocks until its batch has run."""

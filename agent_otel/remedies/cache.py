@@ -23,6 +23,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Hashable, Optional, Protocol
 
+from agent_otel import forks
 from agent_otel.errors import ConfigError
 
 logger = logging.getLogger("agent_otel")
@@ -45,6 +46,10 @@ class MemoryStore:
         self.max_entries = max_entries
         self._entries: OrderedDict[Hashable, tuple[float, object]] = OrderedDict()
         self._lock = threading.Lock()
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def reinit_after_fork(self) -> None:
+        self._lock = threading.Lock()  # the entries stay: a fork-inherited cache is still right
 
     def get(self, key: Hashable) -> object:
         with self._lock:

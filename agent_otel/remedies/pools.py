@@ -27,6 +27,7 @@ import threading
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Callable, Optional
 
+from agent_otel import forks
 from agent_otel.errors import AgentOtelError, ConfigError
 from agent_otel.capture.executors import submitted_target, tool_name_of
 from agent_otel.remedies import telemetry
@@ -75,9 +76,19 @@ class ToolPool(Executor):
         self.kind = kind
         self.rejection = rejection
         self.processes = processes
-        self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
-        self._process_pool = ProcessPoolExecutor(max_workers=workers) if processes else None
-        self._slots = threading.Semaphore(workers + queue_limit)
+        self._start()
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def _start(self) -> None:
+        self._threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.name)
+        self._process_pool = ProcessPoolExecutor(max_workers=self.workers) if self.processes else None
+        self._slots = threading.Semaphore(self.workers + self.queue_limit)
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child: the parent's workers are not here; a pool that waited
+        for them would hang every call. The child gets workers of its own (the
+        calls queued at fork are the parent's)."""
+        self._start()
 
     def settings(self) -> dict:
         return {"workers": self.workers, "queue_limit": self.queue_limit, "kind": self.kind,
@@ -135,6 +146,14 @@ def _ran_here(fn: Callable, args: tuple, kwargs: dict) -> Future:
 
 _pools: dict[str, ToolPool] = {}
 _lock = threading.Lock()
+
+
+def _reinit_after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+forks.after_fork_in_child(_reinit_after_fork)
 
 
 def _validated(name: object, workers, queue_limit, kind, rejection, processes) -> dict:

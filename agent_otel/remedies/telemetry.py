@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
+from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.capture import recorder as _recorder
 from agent_otel.clock import now_ns
 from agent_otel.capture.meta import ToolMeta
@@ -71,6 +72,7 @@ class CallTelemetry(_Notes):
 
     def __init__(self, rec: _recorder.Recorder, meta: ToolMeta, executor: str):
         super().__init__()
+        executor = valid_text(executor, NAME_LIMIT)  # a pool's name, as the user wrote it
         pending = worker_local.pending
         if pending is not None and pending.tool == meta.name:
             # The user submitted this tool to an executor of their own: the

@@ -26,6 +26,7 @@ import sys
 import threading
 from typing import Optional
 
+from agent_otel import forks
 from agent_otel.errors import ConfigError
 from agent_otel.capture.patching import VersionNotUnderstood, importable, logger, warn_once
 
@@ -45,6 +46,14 @@ _hooked: dict[str, object] = {}  # name -> its hook module, while hooked
 _pending: set[str] = set()  # names to hook when their framework is imported
 _hooking: set[str] = set()  # names whose hook is being installed right now
 _generation = 0  # a pending hook registered before the last uninstrument does nothing
+
+
+def _reinit_after_fork() -> None:
+    global _lock
+    _lock = threading.RLock()
+
+
+forks.after_fork_in_child(_reinit_after_fork)
 
 
 def _disabled_by_environment() -> set[str]:
@@ -167,6 +176,8 @@ def pending() -> list[str]:
 
 class FrameworkHooks:
     """The ``Instrumentation.background`` part that removes the hooks at shutdown."""
+
+    part_name = "the framework hooks"
 
     def shutdown(self, timeout_s: float) -> bool:
         uninstrument_frameworks()

@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional
 
 from opentelemetry.trace import Status, StatusCode
 
+from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture import stacks
 from agent_otel.capture.executors import executor_name
@@ -333,7 +334,7 @@ class MarkedWork:
 
     def __init__(self, fn: Callable, tool: str):
         self.fn = fn
-        self.tool = tool
+        self.tool = valid_text(tool, NAME_LIMIT)  # as ToolMeta makes the name the span claims it by
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)

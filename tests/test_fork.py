@@ -1,0 +1,229 @@
+"""fork() after instrument(): children never hang, export their own spans; the parent goes on.
+
+Each scenario runs in a fresh interpreter (its own tracer provider, its own
+threads to fork from). Children run under a hard timeout enforced by the
+parent, so a child that hangs fails the test instead of hanging CI.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is not available on this platform")
+
+
+def run_script(code: str, timeout: float = 240) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
+                            text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    outcome["stderr"] = result.stderr
+    return outcome
+
+
+def spans_in(path) -> list[dict]:
+    spans = []
+    with open(path) as lines:
+        for line in lines:
+            for resource_spans in json.loads(line)["resourceSpans"]:
+                for scope_spans in resource_spans["scopeSpans"]:
+                    spans += scope_spans["spans"]
+    return spans
+
+
+def tool_of(span: dict) -> str:
+    return next(a["value"]["stringValue"] for a in span["attributes"] if a["key"] == "gen_ai.tool.name")
+
+
+# Shared by the scenarios: an instrumented process whose threads hold every
+# lock agent-otel has as often as they can (tool calls on four threads, pool
+# submissions, /metrics scrapes, a simulated GPU sampled every 10 ms, a
+# small export batch so the export thread is always busy).
+BUSY_PARENT = """
+    import json, os, signal, sys, threading, time
+    from concurrent.futures import ThreadPoolExecutor
+    from prometheus_client import generate_latest
+    import agent_otel
+
+    TRACES = "TRACES_PATH"
+    handle = agent_otel.instrument(service_name="forking", traces_file=TRACES, traces_exporters="none",
+                                   gpu="simulated", gpu_poll_interval=0.01, gpu_min_idle=0.01,
+                                   export_batch_size=8, export_interval=0.05, frameworks=(),
+                                   prometheus_port=0)
+
+    @agent_otel.tool
+    def parent_tool(x):
+        return x
+
+    @agent_otel.tool
+    def child_tool(x):
+        return x
+
+    stop = threading.Event()
+    parent_calls = [0] * 6
+
+    def call_tools(slot):
+        pool = ThreadPoolExecutor(2, thread_name_prefix=f"pool{slot}")
+        while not stop.is_set():
+            parent_tool(slot)
+            pool.submit(parent_tool, slot).result()
+            parent_calls[slot] += 2
+        pool.shutdown()
+
+    def scrape(slot):
+        while not stop.is_set():
+            generate_latest(handle.metrics.registry)
+
+    def model_calls(slot):
+        # The GPU busy 20 ms in 50: idle windows open and close all the time.
+        gpu = handle.gpu_timeline.source
+        while not stop.is_set():
+            gpu.run_kernel(0.02)
+            time.sleep(0.03)
+
+    threads = [threading.Thread(target=call_tools, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=scrape, args=(4,)), threading.Thread(target=model_calls, args=(5,))]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+
+    def wait_child(pid, timeout_s):
+        # A child that does not finish in time is killed and counted as a hang.
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.005)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return "hang"
+"""
+
+
+def busy_parent(traces) -> str:
+    return BUSY_PARENT.replace('"TRACES_PATH"', repr(str(traces)))
+
+
+def test_two_hundred_forks_while_four_threads_make_tool_calls(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    result = run_script(busy_parent(traces) + f"""
+    outcomes = {{}}
+    for number in range(200):
+        pid = os.fork()
+        if pid == 0:
+            # The child: a tool call, a scrape, a pool submission, then shutdown.
+            code = 1
+            try:
+                child_tool(number)
+                with ThreadPoolExecutor(1) as pool:
+                    pool.submit(child_tool, number).result()
+                text = generate_latest(handle.metrics.registry).decode()
+                assert 'tool="child_tool"' in text
+                code = 0 if handle.shutdown(timeout_s=5.0) else 3
+            finally:
+                os._exit(code)
+        outcome = wait_child(pid, 20.0)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    stop.set()
+    for thread in threads:
+        thread.join()
+    calls = sum(parent_calls)
+    parent_tool("after")
+    shut = handle.shutdown()
+    print(json.dumps({{"outcomes": {{str(k): v for k, v in outcomes.items()}}, "parent_calls": calls + 1,
+                      "shutdown": shut}}))
+    """, timeout=600)
+    assert result["outcomes"] == {"0": 200}, result  # no hang, no failure, every child's shutdown True
+    assert result["shutdown"] is True, result["stderr"]
+    spans = spans_in(traces)
+    tools = [tool_of(s) for s in spans if s["name"].startswith("execute_tool")]
+    # Every child exported its own two calls; the parent lost none of its own.
+    assert tools.count("child_tool") == 400
+    assert tools.count("parent_tool") == result["parent_calls"]
+
+
+def test_a_prefork_child_exports_its_spans_while_it_runs(tmp_path):
+    """A long-lived worker (gunicorn --preload style): its export, pipeline and GPU
+    sampling restart by themselves; spans reach the file while it still runs."""
+    traces = tmp_path / "traces.jsonl"
+    result = run_script(busy_parent(traces) + f"""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(ready_r)
+            from agent_otel.capture import recorder
+            names = {{t.name for t in threading.enumerate()}}
+            for i in range(2000):
+                child_tool(i)
+            # No flush, no shutdown: the restarted threads do the work.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and (recorder.current.finished or handle.span_processors[0].pending):
+                time.sleep(0.01)
+            calls = handle.metrics.registry.get_sample_value(
+                "agent_tool_calls_total", {{"tool": "child_tool", "outcome": "ok"}})
+            report = {{"threads": sorted(names), "finished_left": len(recorder.current.finished),
+                      "counted": calls}}
+            os.write(ready_w, (json.dumps(report) + "\\n").encode())
+            time.sleep(2.0)  # still alive while the parent reads the file
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(ready_w)
+    child = json.loads(os.read(ready_r, 65536).decode())
+    with open({str(traces)!r}) as file:
+        exported_while_alive = file.read().count("execute_tool child_tool")
+    outcome = wait_child(pid, 30.0)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    handle.shutdown()
+    print(json.dumps({{"child": child, "exported_while_alive": exported_while_alive, "outcome": outcome}}))
+    """)
+    child = result["child"]
+    assert result["outcome"] == 0
+    assert {"agent-otel-span-export", "agent-otel-pipeline", "agent-otel-gpu-sampler"} <= set(child["threads"])
+    assert child["finished_left"] == 0  # the pipeline drained the child's calls: no growing queue
+    assert child["counted"] == 2000  # counted in the child's metrics, by the restarted pipeline
+    # The 2000 spans are in lines of many spans each: count spans, not lines.
+    assert len([s for s in spans_in(traces) if s["name"] == "execute_tool child_tool"]) == 2000
+    assert result["exported_while_alive"] > 0
+
+
+def test_multiprocessing_with_the_fork_start_method(tmp_path):
+    """Process and Pool children (which end with os._exit, no atexit) flush their spans as they exit."""
+    traces = tmp_path / "traces.jsonl"
+    result = run_script(busy_parent(traces) + f"""
+    import multiprocessing
+    context = multiprocessing.get_context("fork")
+
+    def work(count):
+        for i in range(count):
+            child_tool(i)
+
+    processes = [context.Process(target=work, args=(50,)) for _ in range(4)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(60)
+    codes = [process.exitcode for process in processes]
+    pool = context.Pool(2)
+    squares = pool.map(child_tool, range(100))
+    pool.close()
+    pool.join()
+    stop.set()
+    for thread in threads:
+        thread.join()
+    handle.shutdown()
+    print(json.dumps({{"codes": codes, "pool_ok": squares == list(range(100))}}))
+    """)
+    assert result["codes"] == [0, 0, 0, 0] and result["pool_ok"], result
+    tools = [tool_of(s) for s in spans_in(traces) if s["name"].startswith("execute_tool")]
+    assert tools.count("child_tool") == 4 * 50 + 100
