@@ -152,6 +152,8 @@ class LoopBlock:
     tool: Optional[str] = None
     blocker: Optional[tuple[int, int]] = None
     waiting: tuple[tuple[int, int], ...] = ()
+    pool: str = ""  # the GPU pool of the process whose loop it was (as ToolCall.pool)
+    stack: Optional[str] = None  # the loop thread's top frames, when no tool call held it
 
     @property
     def seconds(self) -> float:

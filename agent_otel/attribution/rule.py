@@ -397,7 +397,7 @@ def _cut_at_blocks(calls: list[ToolCall], blocks: Sequence[LoopBlock]) -> tuple[
         tool = blocker.tool if blocker is not None else (block.tool or "unknown")
         piece = ToolCall(tool, "direct", block.start_ns, block.start_ns, block.end_ns,
                          trace_id=block.blocker[0], span_id=block.blocker[1],
-                         pool=blocker.pool if blocker is not None else "")
+                         pool=blocker.pool if blocker is not None else block.pool)
         if blocker is not None:
             pieces_of[id(piece)] = blocker
         result.append(piece)

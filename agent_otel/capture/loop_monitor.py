@@ -393,12 +393,12 @@ class LoopMonitor:
             blocks = []
         with self._lock:  # readers see the episode or its blocks, never neither
             watch.episode = None
-            self.recent.extend(block for block, _stack in blocks)
-        for block, stack in blocks:
+            self.recent.extend(blocks)
+        for block in blocks:
             self.finished.append(block)
-            self._emit_span(block, watch.thread_id, stack)
+            self._emit_span(block, watch.thread_id)
 
-    def _emit_span(self, block: LoopBlock, thread_id: int, stack: Optional[str]) -> None:
+    def _emit_span(self, block: LoopBlock, thread_id: int) -> None:
         links = []
         if block.blocker is not None:
             links.append(Link(_span_context(block.blocker), {ASYNCIO_LOOP_ROLE: LOOP_ROLE_BLOCKING}))
@@ -411,8 +411,8 @@ class LoopMonitor:
             THREAD_ID: thread_id,
             THREAD_NAME: block.thread,
         }
-        if stack is not None:
-            attributes[CODE_STACKTRACE] = stack
+        if block.stack is not None:
+            attributes[CODE_STACKTRACE] = block.stack
         # Its own trace, like a GPU idle window: a blocked loop stalls every
         # coroutine on it, not one agent turn; the links lead to the calls.
         span = self.tracer.start_span(SPAN_LOOP_BLOCKED, context=trace_api.set_span_in_context(trace_api.INVALID_SPAN),
@@ -436,7 +436,7 @@ class LoopMonitor:
                 end = ended + OFFSET_NS if ended is not None else 0
                 if (end or now + OFFSET_NS) - episode.segments[0].start_ns < self.threshold_ns:
                     continue
-                for block, _stack in _blocks(watch.thread_name, episode.segments, episode.waiting, end):
+                for block in _blocks(watch.thread_name, episode.segments, episode.waiting, end):
                     if block.start_ns < end_ns and (block.end_ns == 0 or block.end_ns > start_ns):
                         found.append(block)
         return found
@@ -477,10 +477,9 @@ class LoopMonitor:
         return True
 
 
-def _blocks(thread: str, segments: list[_Segment], waiting: dict[int, ToolCall],
-            end_ns: int) -> list[tuple[LoopBlock, Optional[str]]]:
+def _blocks(thread: str, segments: list[_Segment], waiting: dict[int, ToolCall], end_ns: int) -> list[LoopBlock]:
     """One block's segments as ``LoopBlock`` records (the last one open when
-    ``end_ns`` is 0), each with its stack text (when no tool call held the loop)."""
+    ``end_ns`` is 0), each with the stack text when no tool call held the loop."""
     waiting_keys = tuple((call.trace_id, call.span_id) for call in waiting.values() if call.span_id)
     blocks = []
     for segment, following in zip(segments, [*segments[1:], None]):
@@ -489,8 +488,8 @@ def _blocks(thread: str, segments: list[_Segment], waiting: dict[int, ToolCall],
             continue
         blocker = segment.blocker
         key = (blocker.trace_id, blocker.span_id) if blocker is not None and blocker.span_id else None
-        blocks.append((LoopBlock(thread, segment.start_ns, segment_end, blocker.tool if blocker is not None else None,
-                                 key, tuple(k for k in waiting_keys if k != key)), segment.stack))
+        blocks.append(LoopBlock(thread, segment.start_ns, segment_end, blocker.tool if blocker is not None else None,
+                                key, tuple(k for k in waiting_keys if k != key), stack=segment.stack))
     return blocks
 
 

@@ -26,6 +26,9 @@ DOCS = {
     "set_timeout": "docs/remedies.md#timeouts",
     "batch_calls": "docs/remedies.md#batching",
     "idle_not_tools": "docs/remedies.md#when-no-remedy-applies",
+    "offload_from_loop": "docs/remedies.md#calling-from-async-code",
+    "use_process_pool": "docs/remedies.md#pools",
+    "use_async_io": "docs/remedies.md#calling-from-async-code",
 }
 
 TIMEOUT_P99S = 2.0  # a timeout of 2x p99 lets nearly every healthy call finish
@@ -67,6 +70,24 @@ def suggest_batch(largest_burst: int, burst_gap_s: float) -> str:
     return f"@agent_otel.batch(max_size={max_size}, window_ms={window_ms})"
 
 
+def suggest_process_pool(tool: str) -> str:
+    """A process pool of the tool's own: CPU-bound Python runs in parallel only in processes."""
+    return f'agent_otel.pool("{tool}", kind="cpu", processes=True)\n@agent_otel.tool(pool="{tool}")'
+
+
+def suggest_offload(tool: str, cpu_bound: bool) -> str:
+    """Off the event loop: a pool of the tool's own (processes when it is
+    CPU-bound), awaited with ``.aio()`` from async code."""
+    pool = suggest_process_pool(tool) if cpu_bound else f'agent_otel.pool("{tool}")\n@agent_otel.tool(pool="{tool}")'
+    return f"{pool}\n# in async code: result = await {tool}.aio(...)   (or: await asyncio.to_thread({tool}, ...))"
+
+
+def suggest_async_io(tool: str) -> str:
+    """An I/O-bound tool: overlap its waits (a pool of threads, awaited from async code)."""
+    return (f'agent_otel.pool("{tool}")\n@agent_otel.tool(pool="{tool}")\n'
+            f"# in async code: result = await {tool}.aio(...)   (or an async client)")
+
+
 def snippet_for(kind: str, evidence: dict) -> Optional[str]:
     """The remedy code for one recommendation of the report, or None when no block applies."""
     if kind == "set_timeout":
@@ -77,4 +98,10 @@ def snippet_for(kind: str, evidence: dict) -> Optional[str]:
         return suggest_isolation(evidence["tool"], evidence["suggested_workers"])
     if kind == "batch_calls":
         return suggest_batch(evidence["largest_burst"], evidence["burst_gap_s"])
+    if kind == "offload_from_loop" and evidence.get("tool"):
+        return suggest_offload(evidence["tool"], evidence.get("wait_kind") in ("cpu", "gil"))
+    if kind == "use_process_pool":
+        return suggest_process_pool(evidence["tool"])
+    if kind == "use_async_io":
+        return suggest_async_io(evidence["tool"])
     return None

@@ -30,10 +30,12 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from agent_otel.attribution import BlameTotals, WindowAttribution, attribute, gpu_key
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
-from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
+from agent_otel.records import NS_PER_S, IdleWindow, LoopBlock, ToolCall
 from agent_otel.report.reader import TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
 from agent_otel.report.stats import max_overlap, percentile
+from agent_otel.report.waits import (CpuStats, LoopBlockStats, LoopStats, cpu_stats, loop_block_stats, loops_json,
+                                     tool_json)
 from agent_otel.semconv import ERROR_OUTCOMES, PHASE_EXEC, PHASE_QUEUE
 
 GPU_FROM_LOGS = "gpu-log"
@@ -54,6 +56,9 @@ class ToolStats:
     blocked_exec_s: float = 0.0
     live_blocked_s: Optional[float] = None
     timeout_s: Optional[float] = None
+    cpu: Optional[CpuStats] = None  # the CPU time of its calls that carry one (waits.py)
+    loop: Optional[LoopBlockStats] = None  # the event-loop blocks it caused
+    loop_idle_blocked_s: float = 0.0  # GPU idle blamed on it while it blocked a loop
 
     @property
     def blocked_s(self) -> float:
@@ -120,6 +125,9 @@ class Analysis:
     empty_inputs: list[str] = field(default_factory=list)  # trace inputs with nothing in them
     warnings: list[str] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
+    loop_blocks: list[LoopBlock] = field(default_factory=list)  # asyncio.loop.blocked spans
+    loops: list[LoopStats] = field(default_factory=list)  # per event loop thread, most blocked first
+    loop_unknown: Optional[LoopBlockStats] = None  # blocks no tool call held
 
     @property
     def seconds(self) -> float:
@@ -184,11 +192,14 @@ def _analyse(
         analysis.warnings.append("no tool spans (gen_ai.operation.name = execute_tool) in the traces")
     observed = _gpu_inputs(analysis, traces, gpu_log_paths, tz, gpu_pool)
     analysis.warnings.extend(_pool_warnings(analysis.calls, analysis.windows))
-    analysis.attributions = attribute(analysis.windows, _in_windows(analysis.calls, analysis.windows))
+    analysis.loop_blocks = traces.loop_blocks
+    in_windows = _in_windows(analysis.calls, analysis.windows)
+    analysis.attributions = attribute(analysis.windows, in_windows, analysis.loop_blocks)
     totals = BlameTotals()
     for window_attribution in analysis.attributions:
         totals.add(window_attribution)
     analysis.tools = _tool_stats(analysis.calls, totals, traces)
+    _add_waits(analysis, in_windows)
     analysis.executors = _executor_stats(analysis.calls)
     analysis.gpus = _gpu_stats(analysis, totals, observed)
     analysis.recommendations = recommend(analysis)
@@ -331,6 +342,34 @@ def _sorted_seconds(nanoseconds: Iterable[int]) -> array:
     return array("d", map(truediv, ordered, repeat(NS_PER_S, len(ordered))))
 
 
+def _add_waits(analysis: Analysis, in_windows: list[ToolCall]) -> None:
+    """Each tool's CPU share and event-loop blocks (``waits.py``), and the
+    GPU idle time blamed on a tool while it blocked a loop: the blame of the
+    idle windows cut to its blocks."""
+    cpu = cpu_stats(analysis.calls)
+    by_tool, analysis.loops = loop_block_stats(analysis.loop_blocks)
+    analysis.loop_unknown = by_tool.get(None)
+    pieces: list[IdleWindow] = []
+    blockers: list[tuple[int, int]] = []
+    for block in analysis.loop_blocks:
+        if block.blocker is None or not block.end_ns:
+            continue
+        for window in analysis.windows:  # few blocks: a plain scan
+            a, b = max(window.start_ns, block.start_ns), min(window.end_ns, block.end_ns)
+            if a < b and window.pool == block.pool:
+                pieces.append(dataclasses.replace(window, start_ns=a, end_ns=b))
+                blockers.append(block.blocker)
+    during: dict[str, float] = defaultdict(float)
+    for blocker, result in zip(blockers, attribute(pieces, in_windows, analysis.loop_blocks) if pieces else ()):
+        for share in result.shares:
+            if (share.call.trace_id, share.call.span_id) == blocker:
+                during[share.call.tool] += share.blocked_s
+    for tool in analysis.tools:
+        tool.cpu = cpu.get(tool.tool)
+        tool.loop = by_tool.get(tool.tool)
+        tool.loop_idle_blocked_s = during.get(tool.tool, 0.0)
+
+
 def _executor_stats(calls: Sequence[ToolCall]) -> list[ExecutorStats]:
     by_executor: dict[str, list[ToolCall]] = defaultdict(list)
     for call in calls:
@@ -419,6 +458,7 @@ def report_json(analysis: Analysis) -> dict:
                 "gpu_idle_blocked_live_s": None if t.live_blocked_s is None else _s(t.live_blocked_s),
                 "executors": t.executors,
                 "timeout_s": t.timeout_s,
+                **tool_json(t.cpu, t.loop, t.loop_idle_blocked_s),
             }
             for t in analysis.tools
         ],
@@ -446,6 +486,7 @@ def report_json(analysis: Analysis) -> dict:
             }
             for g in analysis.gpus
         ],
+        "event_loops": loops_json(analysis.loops),
         "recommendations": [r.to_json() for r in analysis.recommendations],
         "inputs": {
             "traces": analysis.trace_paths,

@@ -18,7 +18,10 @@ window:
   an ``IdleWindow``;
 - **per-tool ``gpu.idle`` child spans** (with ``gpu.idle.blocked_duration``)
   hold what the live path blamed: summed per tool, to compare with the
-  report's own attribution.
+  report's own attribution;
+- **``asyncio.loop.blocked`` spans** become a ``LoopBlock``: the blocking
+  call and the waiting ones from the span's links (``asyncio.loop.role``),
+  the tool from ``asyncio.loop.blocked_by``.
 
 Every record carries the GPU pool its process declared: the resource
 attribute ``agent.gpu.pool`` ("" for none).
@@ -49,9 +52,17 @@ from agent_otel.exporters.otlp_json import (
     resource_spans,
     span_times,
 )
-from agent_otel.records import NS_PER_S, IdleWindow, ToolCall
+from agent_otel.records import NS_PER_S, IdleWindow, LoopBlock, ToolCall
 from agent_otel.semconv import (
     AGENT_EXECUTOR_MAX_WORKERS,
+    AGENT_TOOL_EXEC_CPU_TIME,
+    ASYNCIO_LOOP_BLOCKED_BY,
+    ASYNCIO_LOOP_ROLE,
+    BLOCKED_BY_UNKNOWN,
+    CODE_STACKTRACE,
+    LOOP_ROLE_BLOCKING,
+    LOOP_ROLE_WAITING,
+    SPAN_LOOP_BLOCKED,
     AGENT_GPU_POOL,
     AGENT_TOOL_EXECUTOR,
     AGENT_TOOL_OUTCOME,
@@ -77,6 +88,10 @@ from agent_otel.semconv import (
     THREAD_NAME,
 )
 
+# A blocked loop's stack text is kept up to this many characters (the span
+# already bounds it; this bounds what a hostile input can make us hold).
+MAX_STACK_CHARS = 4096
+
 # The executor of a tool span that names none (another library's span).
 UNKNOWN_EXECUTOR = "unknown"
 
@@ -93,8 +108,11 @@ WANTED_ATTRIBUTES = frozenset(
         AGENT_TOOL_TIMEOUT,
         AGENT_TOOL_PHASE,
         AGENT_EXECUTOR_MAX_WORKERS,
+        AGENT_TOOL_EXEC_CPU_TIME,
         ERROR_TYPE,
         THREAD_NAME,
+        ASYNCIO_LOOP_BLOCKED_BY,
+        CODE_STACKTRACE,
         GPU_INDEX,
         GPU_UUID,
         GPU_IDLE_DURATION,
@@ -110,6 +128,7 @@ class TraceData:
 
     calls: list[ToolCall] = field(default_factory=list)
     idle_windows: list[IdleWindow] = field(default_factory=list)
+    loop_blocks: list[LoopBlock] = field(default_factory=list)
     # tool -> seconds the live path's gpu.idle child spans blamed on it;
     # None when the traces hold no such spans
     live_blocked_s: Optional[dict[str, float]] = None
@@ -260,6 +279,8 @@ class TraceReader:
                 self._live_share(span, found, key)
             else:
                 self._idle_window(span, found, start_ns, end_ns, pool)
+        elif span.get("name") == SPAN_LOOP_BLOCKED:
+            self._loop_block(span, found, start_ns, end_ns, pool)
         # A new kind of span: recognise it here and turn it into a record.
 
     def _tool_call(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
@@ -300,6 +321,7 @@ class TraceReader:
         call_id = value.get("stringValue") if type(value) is dict else None
         if type(call_id) is not str or not call_id.isascii():
             call_id = text(found, GEN_AI_TOOL_CALL_ID, False)
+        cpu_s = self._seconds(span, found, AGENT_TOOL_EXEC_CPU_TIME) if AGENT_TOOL_EXEC_CPU_TIME in found else None
         call = ToolCall(
             tool,
             executor,
@@ -314,6 +336,7 @@ class TraceReader:
             text(found, THREAD_NAME) if THREAD_NAME in found else None,
             workers,
             pool,
+            None if cpu_s is None else round(cpu_s * NS_PER_S),
         )
         # Everything that can raise first: a span that fails adds nothing.
         timeout = self._seconds(span, found, AGENT_TOOL_TIMEOUT) if AGENT_TOOL_TIMEOUT in found else None
@@ -363,6 +386,45 @@ class TraceReader:
                 utilization_avg=0.0 if utilization is None else utilization,
                 uuid=self._text(found, GPU_UUID),
                 pool=pool,
+            )
+        )
+
+    def _loop_block(self, span: dict, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
+        blocker: Optional[tuple[int, int]] = None
+        waiting = []
+        links = span.get("links")
+        if links:
+            if type(links) is not list:
+                raise SpanFormatError("links is not a JSON array")
+            for link in links:
+                if type(link) is not dict:
+                    raise SpanFormatError("links[] is not a JSON object")
+                role = None
+                attributes = link.get("attributes")
+                if attributes:
+                    if type(attributes) is not list:
+                        raise SpanFormatError("links[].attributes is not a JSON array")
+                    for item in attributes:
+                        if type(item) is dict and item.get("key") == ASYNCIO_LOOP_ROLE:
+                            role = any_value(item.get("value"), ASYNCIO_LOOP_ROLE)
+                key = (hex_id(link.get("traceId"), 32, "links[].traceId"),
+                       hex_id(link.get("spanId"), 16, "links[].spanId"))
+                if role == LOOP_ROLE_BLOCKING:
+                    blocker = key
+                elif role == LOOP_ROLE_WAITING:
+                    waiting.append(key)
+        tool = self._text(found, ASYNCIO_LOOP_BLOCKED_BY)
+        stack = self._text(found, CODE_STACKTRACE, share=False)
+        self.data.loop_blocks.append(
+            LoopBlock(
+                thread=self._text(found, THREAD_NAME) or "",
+                start_ns=start_ns,
+                end_ns=end_ns,
+                tool=None if tool in (None, "", BLOCKED_BY_UNKNOWN) else tool,
+                blocker=blocker,
+                waiting=tuple(waiting),
+                pool=pool,
+                stack=None if stack is None else stack[-MAX_STACK_CHARS:],
             )
         )
 

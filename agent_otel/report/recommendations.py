@@ -24,6 +24,21 @@ Kinds:
 - ``idle_not_tools``: a GPU idle for at least 1 s and 10% of the time it
   was observed, more than half of it with no tool call in flight: the
   stall is elsewhere, and tuning tools will not recover it.
+- ``offload_from_loop``: a tool whose calls blocked an asyncio event loop
+  for 0.5 s or more in all (``asyncio.loop.blocked`` spans). Suggests
+  calling it off the loop: a pool of its own (of processes when it is
+  CPU-bound) awaited with ``.aio()``, or ``asyncio.to_thread``. With subject
+  ``unknown`` when code that is no tool blocked the loop that long: no
+  remedy, the evidence names the top of its stack.
+- ``use_process_pool``: a CPU-bound or GIL-bound tool (``waits.py``: its
+  exec is at least 60% CPU, or that share collapses when other calls run in
+  parallel) that held the GPU idle 1 s or more while executing. Suggests
+  a process pool.
+- ``use_async_io``: an I/O-bound tool (its exec is at most 25% CPU) that
+  held the GPU idle 1 s or more while executing. Suggests overlapping its
+  waits: async, or a pool of threads (a process pool would not help).
+  Neither of these two fires for a tool ``offload_from_loop`` names: its
+  remedy already follows the kind.
 """
 
 from __future__ import annotations
@@ -35,11 +50,13 @@ from agent_otel.records import NS_PER_S
 from agent_otel.remedies.suggest import DOCS, snippet_for, suggested_timeout
 from agent_otel.report.reader import UNKNOWN_EXECUTOR
 from agent_otel.report.stats import max_overlap, percentile
+from agent_otel.report.waits import KIND_CPU, KIND_GIL, KIND_IO
 
 if TYPE_CHECKING:
     from agent_otel.report.analysis import Analysis
 
-KINDS = ("raise_pool_workers", "set_timeout", "isolate_tool", "batch_calls", "idle_not_tools")
+KINDS = ("raise_pool_workers", "set_timeout", "isolate_tool", "batch_calls", "idle_not_tools", "offload_from_loop",
+         "use_process_pool", "use_async_io")
 
 # Executors that are not pools: nothing to size.
 NOT_POOLS = ("direct", UNKNOWN_EXECUTOR)
@@ -59,6 +76,8 @@ BURST_SHARE = 0.3
 MIN_IDLE_S = 1.0  # idle_not_tools
 MIN_IDLE_SHARE = 0.10
 UNATTRIBUTED_SHARE = 0.5
+MIN_LOOP_BLOCKED_S = 0.5  # offload_from_loop: blocked loop seconds, in all
+MIN_EXEC_IDLE_S = 1.0  # use_process_pool, use_async_io: GPU idle blamed on the tool's exec
 
 
 @dataclass
@@ -92,6 +111,7 @@ def recommend(analysis: Analysis) -> list[Recommendation]:
         *_isolate_tool(analysis),
         *_batch_calls(analysis),
         *_idle_not_tools(analysis),
+        *_waits(analysis),
     ]
 
 
@@ -318,3 +338,127 @@ def _idle_not_tools(analysis: Analysis) -> list[Recommendation]:
             )
         )
     return found
+
+
+def _share(value) -> str:
+    return "?" if value is None else f"{value:.0%}"
+
+
+def _waits(analysis: Analysis) -> list[Recommendation]:
+    """offload_from_loop, then use_process_pool and use_async_io for the other tools."""
+    found = []
+    offloaded = set()
+    for tool in analysis.tools:
+        loop = tool.loop
+        if loop is None or loop.blocked_s < MIN_LOOP_BLOCKED_S:
+            continue
+        offloaded.add(tool.tool)
+        cpu = tool.cpu
+        kind = cpu.kind if cpu is not None else None
+        threads = sorted(loop.threads)
+        how = ("a process pool awaited with .aio() (it is CPU-bound: a thread would still hold the GIL)"
+               if kind in (KIND_CPU, KIND_GIL) else "await it with .aio() on a pool of its own, or asyncio.to_thread")
+        found.append(
+            Recommendation(
+                kind="offload_from_loop",
+                subject=tool.tool,
+                message=(
+                    f'call tool="{tool.tool}" off the event loop: its calls blocked the loop of '
+                    f"{', '.join(threads)} {loop.blocks} time{'s' if loop.blocks != 1 else ''} for "
+                    f"{_g(loop.blocked_s)} s in all (longest {_g(loop.longest_s)} s), while up to "
+                    f"{loop.most_waiting} other tool call{'s' if loop.most_waiting != 1 else ''} waited for the loop, "
+                    f"and {_g(tool.loop_idle_blocked_s)} GPU-s of GPU idle time meanwhile are blamed on it. A sync "
+                    f"function called from a coroutine holds the loop's thread: {how}."
+                ),
+                evidence={
+                    "tool": tool.tool,
+                    "blocks": loop.blocks,
+                    "loop_blocked_s": _s(loop.blocked_s),
+                    "longest_block_s": _s(loop.longest_s),
+                    "threads": threads,
+                    "most_waiting_calls": loop.most_waiting,
+                    "gpu_idle_blocked_loop_s": _s(tool.loop_idle_blocked_s),
+                    "wait_kind": kind,
+                    "exec_cpu_share": None if cpu is None or cpu.share is None else round(cpu.share, 4),
+                },
+            )
+        )
+    unknown = analysis.loop_unknown
+    if unknown is not None and unknown.blocked_s >= MIN_LOOP_BLOCKED_S:
+        top = _innermost_frame(unknown.stack)
+        found.append(
+            Recommendation(
+                kind="offload_from_loop",
+                subject="unknown",
+                message=(
+                    f"code that is not a tool blocked the event loop of {', '.join(sorted(unknown.threads))} "
+                    f"{unknown.blocks} time{'s' if unknown.blocks != 1 else ''} for {_g(unknown.blocked_s)} s in all "
+                    f"(longest {_g(unknown.longest_s)} s)"
+                    + (f", in the longest at {top}" if top else "")
+                    + "; the asyncio.loop.blocked spans carry the loop thread's stack (code.stacktrace). "
+                    "Move that work off the loop (asyncio.to_thread, or a pool), or make it a tool to have it traced."
+                ),
+                evidence={
+                    "tool": None,
+                    "blocks": unknown.blocks,
+                    "loop_blocked_s": _s(unknown.blocked_s),
+                    "longest_block_s": _s(unknown.longest_s),
+                    "threads": sorted(unknown.threads),
+                    "most_waiting_calls": unknown.most_waiting,
+                    "innermost_frame": top,
+                },
+            )
+        )
+    for tool in analysis.tools:
+        cpu = tool.cpu
+        if tool.tool in offloaded or cpu is None or tool.blocked_exec_s < MIN_EXEC_IDLE_S:
+            continue
+        kind = cpu.kind
+        evidence = {
+            "tool": tool.tool,
+            "measured_calls": cpu.all.calls,
+            "exec_cpu_share": None if cpu.share is None else round(cpu.share, 4),
+            "exec_cpu_share_alone": None if cpu.alone_share is None else round(cpu.alone_share, 4),
+            "exec_cpu_share_parallel": None if cpu.parallel_share is None else round(cpu.parallel_share, 4),
+            "wait_kind": kind,
+            "gpu_idle_blocked_exec_s": _s(tool.blocked_exec_s),
+        }
+        held = f"it held the GPU idle {_g(tool.blocked_exec_s)} GPU-s executing"
+        if kind == KIND_GIL:
+            message = (
+                f'tool="{tool.tool}" is GIL-bound: alone {_share(cpu.alone_share)} of its exec time was on the CPU, '
+                f"with other calls running in parallel only {_share(cpu.parallel_share)}: its threads take turns on "
+                f"the interpreter lock, so more threads make each call slower; {held}. Give it a process pool "
+                "(or, if the host was short of cores, check its load: that lowers the share too)."
+            )
+        elif kind == KIND_CPU:
+            message = (
+                f'tool="{tool.tool}" is CPU-bound: {_share(cpu.alone_share or cpu.share)} of its exec time was on '
+                f"the CPU over {cpu.all.calls} calls; {held}. Threads cannot run Python in parallel: "
+                "give it a process pool."
+            )
+        elif kind == KIND_IO:
+            message = (
+                f'tool="{tool.tool}" waits: only {_share(cpu.share)} of its exec time was on the CPU over '
+                f"{cpu.all.calls} calls (I/O, a lock or a remote service); {held}. Overlap its waits with the "
+                "agent's other work: call it async (an async client, or .aio() on a pool of its own); a process "
+                "pool would not help."
+            )
+        else:
+            continue
+        found.append(Recommendation(kind="use_async_io" if kind == KIND_IO else "use_process_pool",
+                                    subject=tool.tool, message=message, evidence=evidence))
+    return found
+
+
+def _innermost_frame(stack) -> Optional[str]:
+    """'file:line in function' of the last frame of a Python traceback text."""
+    if not stack:
+        return None
+    frames = [line.strip() for line in stack.splitlines() if line.strip().startswith("File ")]
+    if not frames:
+        return None
+    parts = frames[-1].split(", ")
+    if len(parts) == 3 and parts[1].startswith("line ") and parts[2].startswith("in "):
+        return f"{parts[0][5:].strip(chr(34))}:{parts[1][5:]} in {parts[2][3:]}"
+    return frames[-1]

@@ -56,6 +56,10 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
     out.append(paint(BOLD, "GPUs"))
     out.extend(_gpus(report["gpus"], width, paint))
     out.append("")
+    if report["event_loops"]:
+        out.append(paint(BOLD, "Event loops, by time blocked (asyncio.loop.blocked spans)"))
+        out.extend(_loops(report["event_loops"], width, paint))
+        out.append("")
     out.append(paint(BOLD, "Recommendations"))
     if not report["recommendations"]:
         out.append("  none: the data shows nothing to change")
@@ -115,6 +119,38 @@ def _tools(tools: list[dict], width: Optional[int], paint: _Painter) -> list[str
             _sec(t["exec_p95_s"]),
         ]
         for t in tools
+    ]
+    # Shown when the traces hold the data: CPU time (sync calls) and blocked event loops.
+    if any(t["loop_blocks"] for t in tools):
+        columns.append(Column("LOOP BLOCKED", 1))
+        for row, t in zip(rows, tools):
+            row.append(_sec(t["loop_blocked_s"]) if t["loop_blocks"] else "0")
+    if any(t["exec_cpu_share"] is not None for t in tools):
+        columns.append(Column("CPU", 3))
+        for row, t in zip(rows, tools):
+            share, kind = t["exec_cpu_share"], t["wait_kind"]
+            row.append("-" if share is None else f"{share:.0%}" + (f" {kind}" if kind else ""))
+    return _table(columns, rows, width, paint)
+
+
+def _loops(loops: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
+    columns = [
+        Column("THREAD", 0, left=True),
+        Column("BLOCKS", 0),
+        Column("BLOCKED", 0),
+        Column("LONGEST", 1),
+        Column("BLOCKED BY", 2, left=True),
+    ]
+    rows = [
+        [
+            _name(loop["thread"], width),
+            str(loop["blocks"]),
+            _sec(loop["blocked_s"]),
+            _sec(loop["longest_s"]),
+            ", ".join(f"{visible(by['tool'])} {_sec(by['blocked_s'])}" for by in loop["by_tool"][:3])
+            + (", ..." if len(loop["by_tool"]) > 3 else ""),
+        ]
+        for loop in loops
     ]
     return _table(columns, rows, width, paint)
 

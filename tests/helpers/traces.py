@@ -61,6 +61,7 @@ class RecordedRun:
         thread: str | None = None,
         timeout: float | None = None,
         exec_event: bool = True,
+        cpu: float | None = None,
     ) -> trace.Span:
         """One tool call requested at ``submit``, executing from ``start``
         to ``end`` (seconds after T0)."""
@@ -79,6 +80,8 @@ class RecordedRun:
             attributes["thread.name"] = thread
         if timeout is not None:
             attributes["agent.tool.timeout"] = timeout
+        if cpu is not None:
+            attributes["agent.tool.exec.cpu_time"] = cpu
         span = self.tracer.start_span(f"execute_tool {tool}", attributes=attributes, start_time=ns(submit))
         if exec_event:
             span.add_event("exec.start", timestamp=ns(start))
@@ -111,6 +114,26 @@ class RecordedRun:
             attributes={"gpu.index": gpu, "gpu.idle.blocked_duration": blocked, "agent.tool.phase": phase},
             start_time=ns(start),
         )
+        span.end(end_time=ns(end))
+
+    def loop_block(self, start: float, end: float, blocker: trace.Span | None = None, waiting=(),
+                   thread: str = "MainThread", stack: str | None = None) -> None:
+        """An asyncio.loop.blocked span, as the loop monitor exports it."""
+        links = []
+        if blocker is not None:
+            links.append(trace.Link(blocker.get_span_context(), {"asyncio.loop.role": "blocking"}))
+        links += [trace.Link(span.get_span_context(), {"asyncio.loop.role": "waiting"}) for span in waiting]
+        attributes = {
+            "asyncio.loop.blocked_by": blocker.attributes["gen_ai.tool.name"] if blocker is not None else "unknown",
+            "asyncio.loop.blocked.duration": end - start,
+            "asyncio.loop.waiting_calls": len(waiting),
+            "thread.id": 1,
+            "thread.name": thread,
+        }
+        if stack is not None:
+            attributes["code.stacktrace"] = stack
+        span = self.tracer.start_span("asyncio.loop.blocked", context=trace.set_span_in_context(trace.INVALID_SPAN),
+                                      attributes=attributes, links=links, start_time=ns(start))
         span.end(end_time=ns(end))
 
     def close(self) -> None:

@@ -1,0 +1,235 @@
+"""What each tool waits on, and which tools blocked an event loop.
+
+**CPU share.** A sync call's span carries the CPU time its thread spent
+during exec (``agent.tool.exec.cpu_time``). A tool's CPU share is its
+calls' CPU time over their exec time, over the calls that carry one:
+near 1 the tool computes (it wants a process pool: threads take turns on
+the GIL), near 0 it waits (I/O, a lock, a remote service: async or more
+threads overlap those waits).
+
+**Alone and in parallel.** Each measured call's *contention* is how many
+other threads were busy on the CPU, on average, while it executed: the
+sum, over the other measured calls executing at each instant, of their
+own CPU share, integrated over the call's exec and divided by its length.
+A call is *alone* below 0.1 and *in parallel* from 0.5. A CPU-bound tool
+whose share in parallel falls to at most 0.6 of its share alone is
+**GIL-bound**: its threads take turns on the interpreter lock, so more
+threads make each call slower and only processes run it at once. (An
+oversubscribed host lowers the share too: the thread waits for a core;
+the evidence names both numbers.)
+
+**Kinds** (``wait_kind``): ``gil`` as above; ``cpu`` at a share of 0.6 or
+more (alone, when at least 3 calls ran alone; else over all calls);
+``io`` at 0.25 or less; ``mixed`` in between; None with fewer than 3
+measured calls.
+
+**Event loops.** ``asyncio.loop.blocked`` spans (``LoopBlock`` records),
+summed per tool (None: no tool call held the loop) and per loop thread.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Optional, Sequence
+
+from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
+from agent_otel.semconv import BLOCKED_BY_UNKNOWN as UNKNOWN
+
+CPU_BOUND_SHARE = 0.6
+IO_BOUND_SHARE = 0.25
+GIL_COLLAPSE = 0.6  # in parallel, a GIL-bound tool keeps at most this fraction of its share alone
+ALONE_BELOW = 0.1  # contention (other busy threads, on average) under which a call ran alone
+PARALLEL_FROM = 0.5  # ... and from which it ran in parallel
+MIN_KIND_CALLS = 3
+
+KIND_CPU = "cpu"
+KIND_GIL = "gil"
+KIND_IO = "io"
+KIND_MIXED = "mixed"
+
+
+@dataclass
+class _Sums:
+    calls: int = 0
+    exec_s: float = 0.0
+    cpu_s: float = 0.0
+
+    def add(self, exec_s: float, cpu_s: float) -> None:
+        self.calls += 1
+        self.exec_s += exec_s
+        self.cpu_s += cpu_s
+
+    @property
+    def share(self) -> Optional[float]:
+        return min(1.0, self.cpu_s / self.exec_s) if self.calls and self.exec_s > 0 else None
+
+
+@dataclass
+class CpuStats:
+    """One tool's CPU time over its measured calls: all, alone, in parallel."""
+
+    all: _Sums = field(default_factory=_Sums)
+    alone: _Sums = field(default_factory=_Sums)
+    parallel: _Sums = field(default_factory=_Sums)
+
+    @property
+    def share(self) -> Optional[float]:
+        return self.all.share
+
+    @property
+    def alone_share(self) -> Optional[float]:
+        return self.alone.share if self.alone.calls >= MIN_KIND_CALLS else None
+
+    @property
+    def parallel_share(self) -> Optional[float]:
+        return self.parallel.share if self.parallel.calls >= MIN_KIND_CALLS else None
+
+    @property
+    def kind(self) -> Optional[str]:
+        if self.all.calls < MIN_KIND_CALLS or self.share is None:
+            return None
+        alone, parallel = self.alone_share, self.parallel_share
+        if alone is not None and parallel is not None and alone >= CPU_BOUND_SHARE and parallel <= GIL_COLLAPSE * alone:
+            return KIND_GIL
+        share = alone if alone is not None else self.share
+        if share >= CPU_BOUND_SHARE:
+            return KIND_CPU
+        if share <= IO_BOUND_SHARE:
+            return KIND_IO
+        return KIND_MIXED
+
+
+def cpu_stats(calls: Sequence[ToolCall]) -> dict[str, CpuStats]:
+    """Per tool, the CPU time of its calls that carry one, split by contention."""
+    measured = [call for call in calls if call.cpu_ns is not None and call.end_ns > call.start_ns]
+    stats: dict[str, CpuStats] = {}
+    if not measured:
+        return stats
+    contention = _contention(measured)
+    for call, others in zip(measured, contention):
+        tool = stats.setdefault(call.tool, CpuStats())
+        exec_s, cpu_s = call.exec_seconds, call.cpu_ns / NS_PER_S  # type: ignore[operator]
+        tool.all.add(exec_s, cpu_s)
+        if others < ALONE_BELOW:
+            tool.alone.add(exec_s, cpu_s)
+        elif others >= PARALLEL_FROM:
+            tool.parallel.add(exec_s, cpu_s)
+    return stats
+
+
+def _contention(calls: list[ToolCall]) -> list[float]:
+    """For each call, the other calls' CPU busyness while it executed, on
+    average: ∫ (W(t) - its own rate) dt / its exec, where W(t) is the sum
+    of the CPU rates (cpu / exec) of the calls executing at t.
+
+    One sort of the exec boundaries; W is constant between them, so its
+    integral at any instant is one binary search away.
+    """
+    rates = [min(1.0, call.cpu_ns / (call.end_ns - call.start_ns)) for call in calls]  # type: ignore[operator]
+    events = sorted([(call.start_ns, rate) for call, rate in zip(calls, rates)]
+                    + [(call.end_ns, -rate) for call, rate in zip(calls, rates)])
+    times = [time for time, _ in events]
+    level = list(accumulate(change for _, change in events))  # W on [times[i], times[i + 1])
+    integral = list(accumulate((level[i] * (times[i + 1] - times[i]) for i in range(len(times) - 1)), initial=0.0))
+
+    def at(time: int) -> float:
+        i = bisect_right(times, time) - 1
+        return integral[i] + level[i] * (time - times[i]) if i >= 0 else 0.0
+
+    result = []
+    for call, rate in zip(calls, rates):
+        length = call.end_ns - call.start_ns
+        busy = at(call.end_ns) - at(call.start_ns) - rate * length
+        result.append(max(0.0, busy / length))
+    return result
+
+
+@dataclass
+class LoopBlockStats:
+    """The blocks one tool (or no tool: ``tool`` None) caused."""
+
+    tool: Optional[str]
+    blocks: int = 0
+    blocked_s: float = 0.0
+    longest_s: float = 0.0
+    threads: set[str] = field(default_factory=set)
+    most_waiting: int = 0  # the most tool calls one block kept waiting
+    stack: Optional[str] = None  # no tool: the loop thread's stack in the longest block
+
+    def add(self, block: LoopBlock) -> None:
+        self.blocks += 1
+        self.blocked_s += block.seconds
+        if block.seconds >= self.longest_s:
+            self.longest_s = block.seconds
+            if block.stack is not None:
+                self.stack = block.stack
+        self.threads.add(block.thread)
+        self.most_waiting = max(self.most_waiting, len(block.waiting))
+
+
+@dataclass
+class LoopStats:
+    """One event loop (by its thread's name): its blocks, by tool."""
+
+    thread: str
+    blocks: int = 0
+    blocked_s: float = 0.0
+    longest_s: float = 0.0
+    by_tool: dict[Optional[str], float] = field(default_factory=dict)
+
+
+def loop_block_stats(blocks: Sequence[LoopBlock]) -> tuple[dict[Optional[str], LoopBlockStats], list[LoopStats]]:
+    """The blocks per blocking tool (None: no tool), and per loop thread
+    (most blocked first)."""
+    by_tool: dict[Optional[str], LoopBlockStats] = {}
+    by_thread: dict[str, LoopStats] = {}
+    for block in blocks:
+        if not block.end_ns:
+            continue
+        by_tool.setdefault(block.tool, LoopBlockStats(block.tool)).add(block)
+        loop = by_thread.setdefault(block.thread, LoopStats(block.thread))
+        loop.blocks += 1
+        loop.blocked_s += block.seconds
+        loop.longest_s = max(loop.longest_s, block.seconds)
+        loop.by_tool[block.tool] = loop.by_tool.get(block.tool, 0.0) + block.seconds
+    loops = sorted(by_thread.values(), key=lambda loop: (-loop.blocked_s, loop.thread))
+    return by_tool, loops
+
+
+def _s(seconds: float) -> float:
+    return round(seconds, 6)
+
+
+def _ratio(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(value, 4)
+
+
+def tool_json(cpu: Optional[CpuStats], loop: Optional[LoopBlockStats], loop_idle_s: float) -> dict:
+    """The keys a tool's entry in the report's JSON gains from these stats."""
+    return {
+        "exec_cpu_s": None if cpu is None else _s(cpu.all.cpu_s),
+        "exec_cpu_share": None if cpu is None else _ratio(cpu.share),
+        "exec_cpu_share_alone": None if cpu is None else _ratio(cpu.alone_share),
+        "exec_cpu_share_parallel": None if cpu is None else _ratio(cpu.parallel_share),
+        "wait_kind": None if cpu is None else cpu.kind,
+        "loop_blocks": 0 if loop is None else loop.blocks,
+        "loop_blocked_s": 0.0 if loop is None else _s(loop.blocked_s),
+        "loop_blocked_longest_s": 0.0 if loop is None else _s(loop.longest_s),
+        "gpu_idle_blocked_loop_s": _s(loop_idle_s),
+    }
+
+
+def loops_json(loops: Sequence[LoopStats]) -> list[dict]:
+    return [
+        {
+            "thread": loop.thread,
+            "blocks": loop.blocks,
+            "blocked_s": _s(loop.blocked_s),
+            "longest_s": _s(loop.longest_s),
+            "by_tool": [{"tool": tool if tool is not None else UNKNOWN, "blocked_s": _s(seconds)}
+                        for tool, seconds in sorted(loop.by_tool.items(), key=lambda item: (-item[1], item[0] or ""))],
+        }
+        for loop in loops
+    ]
