@@ -2,8 +2,9 @@
 
 import pytest
 
-from agent_otel.remedies.suggest import (DOCS, snippet_for, suggest_batch, suggest_isolation,
-                                         suggest_pool_workers, suggest_timeout, suggested_timeout)
+from agent_otel.remedies.suggest import (DOCS, snippet_for, suggest_async_io, suggest_batch, suggest_isolation,
+                                         suggest_offload, suggest_pool_workers, suggest_process_pool, suggest_timeout,
+                                         suggested_timeout)
 
 
 @pytest.mark.parametrize("p99_s, timeout_s", [(1.4, 2.8), (0.123, 0.25), (7.0, 14.0), (64.0, 130.0)])
@@ -42,4 +43,11 @@ def test_snippet_for_reads_the_evidence_the_report_writes():
     assert snippet_for("batch_calls", {"tool": "embed", "largest_burst": 9, "burst_gap_s": 0.05}) == \
         suggest_batch(9, 0.05)
     assert snippet_for("idle_not_tools", {"gpu": "0"}) is None
-    assert set(DOCS) == {"raise_pool_workers", "set_timeout", "isolate_tool", "batch_calls", "idle_not_tools"}
+    assert snippet_for("offload_from_loop", {"tool": "lookup", "wait_kind": "io"}) == suggest_offload("lookup", False)
+    assert snippet_for("offload_from_loop", {"tool": "parse", "wait_kind": "gil"}) == suggest_offload("parse", True)
+    assert "processes=True" in suggest_offload("parse", True) and "await parse.aio(...)" in suggest_offload("parse", True)
+    assert snippet_for("offload_from_loop", {"tool": None}) is None  # code that is no tool
+    assert snippet_for("use_process_pool", {"tool": "render"}) == suggest_process_pool("render")
+    assert snippet_for("use_async_io", {"tool": "fetch"}) == suggest_async_io("fetch")
+    assert set(DOCS) == {"raise_pool_workers", "set_timeout", "isolate_tool", "batch_calls", "idle_not_tools",
+                         "offload_from_loop", "use_process_pool", "use_async_io"}
