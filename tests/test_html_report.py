@@ -104,11 +104,12 @@ def test_chromium_draws_lanes_and_the_ranked_table_without_console_errors(page, 
 
     rows = [e for e in dom.found if e["tag"] == "tr" and "data-tool" in e["attrs"]]
     assert [r["attrs"]["data-tool"] for r in rows] == ["embed", "search", "</script><b>odd"]
-    cells = [[c["text"] for c in dom.found[dom.found.index(r) + 1:] if c["tag"] == "td"][:7] for r in rows]
-    assert cells[0][:3] == ["1", "embed", "1.500"]
-    assert cells[0][3] == "0.000 / 1.500"
-    assert cells[1][:4] == ["2", "search", "1.000", "0.250 / 0.750"]
-    assert cells[2][5] == "1"  # errors
+    cells = [[c["text"] for c in dom.found[dom.found.index(r) + 1:] if c["tag"] == "td"][:8] for r in rows]
+    # rank, tool, unused capacity blamed (GPU-s), blocked idle, queue / exec, calls, errors
+    assert cells[0][:2] == ["1", "embed"] and 1.5 < float(cells[0][2]) < 1.7
+    assert cells[0][3:5] == ["1.500", "0.000 / 1.500"]
+    assert cells[1][:2] == ["2", "search"] and cells[1][3:5] == ["1.000", "0.250 / 0.750"]
+    assert cells[2][6] == "1"  # errors
     assert dom.where(id="recommendations")
 
 

@@ -49,5 +49,6 @@ def test_snippet_for_reads_the_evidence_the_report_writes():
     assert snippet_for("offload_from_loop", {"tool": None}) is None  # code that is no tool
     assert snippet_for("use_process_pool", {"tool": "render"}) == suggest_process_pool("render")
     assert snippet_for("use_async_io", {"tool": "fetch"}) == suggest_async_io("fetch")
+    assert snippet_for("overlap_tool_with_gpu", {"tool": "search", "gpu": "0"}) is None
     assert set(DOCS) == {"raise_pool_workers", "set_timeout", "isolate_tool", "batch_calls", "idle_not_tools",
-                         "offload_from_loop", "use_process_pool", "use_async_io"}
+                         "offload_from_loop", "use_process_pool", "use_async_io", "overlap_tool_with_gpu"}

@@ -34,9 +34,10 @@ CONTRACT_KEYS = {
 ADDED_KEYS = {
     "tools": {"gpu_idle_blocked_live_s", "executors", "timeout_s",
               "exec_cpu_s", "exec_cpu_share", "exec_cpu_share_alone", "exec_cpu_share_parallel", "wait_kind",
-              "loop_blocks", "loop_blocked_s", "loop_blocked_longest_s", "gpu_idle_blocked_loop_s"},
+              "loop_blocks", "loop_blocked_s", "loop_blocked_longest_s", "gpu_idle_blocked_loop_s",
+              "gpu_underused_blocked_s", "gpu_underused_blocked_queue_s", "gpu_underused_blocked_exec_s"},
     "executors": {"max_concurrent_exec", "peak_in_flight", "tools"},
-    "gpus": {"uuid"},
+    "gpus": {"uuid", "underused_s", "underused_blocked_s", "underused_unattributed_s", "missing_s", "utilization_avg"},
 }
 
 
@@ -79,10 +80,16 @@ def test_idle_time_is_blamed_on_the_calls_in_flight_queue_and_exec_apart(stalled
     assert tools["search"]["gpu_idle_blocked_queue_s"] == pytest.approx(0.25)
     assert tools["search"]["gpu_idle_blocked_exec_s"] == pytest.approx(0.75)
     assert tools["search"]["gpu_idle_blocked_s"] == pytest.approx(1.0)
-    assert report["gpus"] == [
-        {"gpu": "0", "busy_s": pytest.approx(6.0), "idle_s": pytest.approx(3.0), "idle_blocked_s": pytest.approx(2.5),
-         "idle_unattributed_s": pytest.approx(0.5), "uuid": None}
-    ]
+    [gpu] = report["gpus"]
+    assert {key: gpu[key] for key in CONTRACT_KEYS["gpus"] | {"uuid"}} == {
+        "gpu": "0", "busy_s": pytest.approx(6.0), "idle_s": pytest.approx(3.0), "idle_blocked_s": pytest.approx(2.5),
+        "idle_unattributed_s": pytest.approx(0.5), "uuid": None}
+    # Unused capacity from the log's samples (0.1 s apart, 85% busy but 3% in 2-5 s), by the same rule:
+    # embed 1-4 s and search 3-4.5 s in flight, four 0.1 s searches later, nobody the rest of the time.
+    assert gpu["underused_s"] == pytest.approx(0.15 * 6 + 0.97 * 3)
+    assert gpu["underused_blocked_s"] == pytest.approx(0.15 * 1 + 0.97 * 2.5 + 0.15 * 4 * 0.1)
+    assert gpu["underused_blocked_s"] + gpu["underused_unattributed_s"] == pytest.approx(gpu["underused_s"])
+    assert gpu["missing_s"] == 0.0
     assert report["inputs"]["gpu_source"] == "gpu-log"
     assert report["inputs"]["gpu_logs"][0]["overlaps_traces"] is True
     assert report["inputs"]["warnings"] == []
@@ -210,9 +217,10 @@ def test_the_table_ranks_tools_and_fits_the_terminal(stalled_run):
                        idle_threshold=0.1, min_idle_s=0.5)
     plain = render(analysis)
     assert "\x1b[" not in plain
-    rows = plain.split("Tools, by GPU idle time")[1].splitlines()
-    assert rows[2].split()[:4] == ["embed", "1.500", "0.000", "1.500"]
-    assert rows[3].split()[:4] == ["search", "1.000", "0.250", "0.750"]
+    rows = plain.split("Tools, by GPU capacity they left unused")[1].splitlines()
+    # TOOL, UNUSED (GPU-s of capacity blamed), BLOCKED (idle), IN QUEUE, IN EXEC
+    assert rows[2].split()[:5] == ["embed", "1.605", "1.500", "0.000", "1.500"]  # 0.15 + 0.97 + 0.97 / 2
+    assert rows[3].split()[:5] == ["search", "1.030", "1.000", "0.250", "0.750"]  # 0.97 / 2 + 0.97 / 2 + 4 x 0.015
     assert "EXEC P95" in plain
 
     narrow = render(analysis, width=60, colour=True)

@@ -42,7 +42,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agent_otel.appending import AppendFile
 from agent_otel.errors import ConfigError, InputError
-from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, GAP_SPACINGS, IdleDetector
+from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, GAP_SPACINGS, IdleDetector, TimelineStep
 from agent_otel.inputs import Input, MiB, open_input
 from agent_otel.records import NS_PER_S, GpuSample, IdleWindow
 
@@ -189,18 +189,25 @@ class GpuLog(Sequence):
         median = nth(middle) if total % 2 else (nth(middle - 1) + nth(middle)) / 2
         return median / NS_PER_S
 
-    def idle_windows(self, threshold: float, min_idle_s: float) -> list[IdleWindow]:
-        """The idle windows ``timeline.find_idle_windows`` finds in these
-        samples (same detector, same gap limit), without a list of every sample."""
+    def steps(self, threshold: float, min_idle_s: float, pool: str = "") -> Iterator[TimelineStep]:
+        """Run ``timeline.read_timeline``'s detector (same gap limit) over
+        these samples a chunk at a time: each step holds the windows that
+        closed in it and the stretches it covered (``MISSING`` where a gap
+        left data missing); the last step the windows still open at the end.
+        No list of every sample or stretch is ever built."""
         max_gap_s = max(DEFAULT_MAX_GAP_S, GAP_SPACINGS * self.median_spacing_s())
-        detector = IdleDetector(threshold, min_idle_s, max_gap_s=max_gap_s, uuids=self.uuids)
-        windows: list[IdleWindow] = []
+        detector = IdleDetector(threshold, min_idle_s, max_gap_s=max_gap_s, uuids=self.uuids, pool=pool)
         for series in self.series.values():
             gpu, times, values = series.gpu, series.times, series.values
             for first in range(0, len(times), _CHUNK):
                 chunk = [GpuSample(gpu, t, u) for t, u in zip(times[first : first + _CHUNK], values[first : first + _CHUNK])]
-                windows.extend(detector.feed(chunk))
-        windows.extend(detector.flush())
+                yield detector.step(chunk)
+        yield TimelineStep(detector.flush(), [])
+
+    def idle_windows(self, threshold: float, min_idle_s: float) -> list[IdleWindow]:
+        """The idle windows ``timeline.find_idle_windows`` finds in these
+        samples (same detector, same gap limit), without a list of every sample."""
+        windows = [window for step in self.steps(threshold, min_idle_s) for window in step.windows]
         windows.sort(key=lambda w: (w.start_ns, w.gpu))
         return windows
 

@@ -29,6 +29,7 @@ DOCS = {
     "offload_from_loop": "docs/remedies.md#calling-from-async-code",
     "use_process_pool": "docs/remedies.md#pools",
     "use_async_io": "docs/remedies.md#calling-from-async-code",
+    "overlap_tool_with_gpu": "docs/remedies.md#when-the-gpu-waits-on-a-tool",
 }
 
 TIMEOUT_P99S = 2.0  # a timeout of 2x p99 lets nearly every healthy call finish

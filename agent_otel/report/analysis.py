@@ -14,6 +14,13 @@ as ``gpu_pool`` ("" by default: the pool of processes that declared none).
 
 Percentiles: see ``stats.percentile``. Seconds in the JSON are rounded to
 the microsecond.
+
+From a GPU log the report also knows the GPUs' unused capacity,
+``(1 - utilization) x time``, and blames it by the same rule
+(``agent_otel.report.underuse``): the ``gpu_underused_*`` keys, ``null``
+when GPU idle time comes from ``gpu.idle`` spans alone. Tools are ranked by
+it when it is known (a tool that drags the GPU from 95% to 30% ranks above
+one that idled it for half a second), else by their blamed idle time.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
 from agent_otel.records import NS_PER_S, IdleWindow, LoopBlock, ToolCall
 from agent_otel.report.reader import TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
+from agent_otel.report.underuse import Underuse, read_underuse
 from agent_otel.report.stats import max_overlap, percentile
 from agent_otel.report.waits import (CpuStats, LoopBlockStats, LoopStats, cpu_stats, loop_block_stats, loops_json,
                                      tool_json)
@@ -59,10 +67,25 @@ class ToolStats:
     cpu: Optional[CpuStats] = None  # the CPU time of its calls that carry one (waits.py)
     loop: Optional[LoopBlockStats] = None  # the event-loop blocks it caused
     loop_idle_blocked_s: float = 0.0  # GPU idle blamed on it while it blocked a loop
+    # Unused GPU capacity blamed on the tool (GPU-seconds); None without utilization samples.
+    underused_queue_s: Optional[float] = None
+    underused_exec_s: Optional[float] = None
 
     @property
     def blocked_s(self) -> float:
         return self.blocked_queue_s + self.blocked_exec_s
+
+    @property
+    def underused_s(self) -> Optional[float]:
+        if self.underused_queue_s is None or self.underused_exec_s is None:
+            return None
+        return self.underused_queue_s + self.underused_exec_s
+
+    @property
+    def rank_s(self) -> float:
+        """What the tools are ranked by: unused capacity where known, else idle time."""
+        underused = self.underused_s
+        return self.blocked_s if underused is None else underused
 
 
 @dataclass
@@ -87,6 +110,12 @@ class GpuStats:
     idle_blocked_s: float
     idle_unattributed_s: float
     uuid: Optional[str] = None
+    # From utilization samples (a GPU log); None without them.
+    underused_s: Optional[float] = None
+    underused_blocked_s: Optional[float] = None
+    underused_unattributed_s: Optional[float] = None
+    missing_s: Optional[float] = None
+    utilization_avg: Optional[float] = None
 
     @property
     def busy_s(self) -> float:
@@ -128,6 +157,7 @@ class Analysis:
     loop_blocks: list[LoopBlock] = field(default_factory=list)  # asyncio.loop.blocked spans
     loops: list[LoopStats] = field(default_factory=list)  # per event loop thread, most blocked first
     loop_unknown: Optional[LoopBlockStats] = None  # blocks no tool call held
+    underuse: Optional[Underuse] = None  # unused GPU capacity, from a GPU log
 
     @property
     def seconds(self) -> float:
@@ -190,15 +220,15 @@ def _analyse(
     )
     if traces.span_count and not traces.calls:
         analysis.warnings.append("no tool spans (gen_ai.operation.name = execute_tool) in the traces")
+    analysis.loop_blocks = traces.loop_blocks
     observed = _gpu_inputs(analysis, traces, gpu_log_paths, tz, gpu_pool)
     analysis.warnings.extend(_pool_warnings(analysis.calls, analysis.windows))
-    analysis.loop_blocks = traces.loop_blocks
     in_windows = _in_windows(analysis.calls, analysis.windows)
     analysis.attributions = attribute(analysis.windows, in_windows, analysis.loop_blocks)
     totals = BlameTotals()
     for window_attribution in analysis.attributions:
         totals.add(window_attribution)
-    analysis.tools = _tool_stats(analysis.calls, totals, traces)
+    analysis.tools = _tool_stats(analysis.calls, totals, traces, analysis.underuse)
     _add_waits(analysis, in_windows)
     analysis.executors = _executor_stats(analysis.calls)
     analysis.gpus = _gpu_stats(analysis, totals, observed)
@@ -228,9 +258,13 @@ def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[s
             logs.append(log)
         combined = GpuLog.merge(logs)
         del logs
-        windows = combined.idle_windows(analysis.idle_threshold, analysis.min_idle_s)
-        if gpu_pool:
-            windows = [dataclasses.replace(window, pool=gpu_pool) for window in windows]
+        steps = combined.steps(analysis.idle_threshold, analysis.min_idle_s, pool=gpu_pool)
+        windows, analysis.underuse = read_underuse(steps, analysis.calls, start, end, analysis.loop_blocks)
+        windows.sort(key=lambda w: (w.start_ns, w.gpu))
+        for gpu, seconds in sorted(analysis.underuse.missing_s.items()):
+            analysis.warnings.append(
+                f"GPU {gpu}: {seconds:.3g} s of its utilization samples are missing (gaps in the GPU log): "
+                "that time is neither idle nor busy, and nothing is blamed for it")
         observed: dict[str, float] = {}
         for gpu, series in combined.series.items():
             key = f"{gpu_pool}/{gpu}" if gpu_pool else gpu
@@ -307,7 +341,8 @@ def _clip(windows: Sequence[IdleWindow], start: int, end: int) -> list[IdleWindo
     return clipped
 
 
-def _tool_stats(calls: Sequence[ToolCall], totals: BlameTotals, traces: TraceData) -> list[ToolStats]:
+def _tool_stats(calls: Sequence[ToolCall], totals: BlameTotals, traces: TraceData,
+                underuse: Optional[Underuse] = None) -> list[ToolStats]:
     by_tool: dict[str, list[ToolCall]] = defaultdict(list)
     for call in calls:
         by_tool[call.tool].append(call)
@@ -315,6 +350,10 @@ def _tool_stats(calls: Sequence[ToolCall], totals: BlameTotals, traces: TraceDat
     blocked: dict[tuple[str, str], float] = defaultdict(float)
     for (_gpu, tool, phase), seconds in totals.blocked_s.items():
         blocked[(tool, phase)] += seconds
+    underused: dict[tuple[str, str], float] = defaultdict(float)
+    if underuse is not None:
+        for (_gpu, tool, phase), seconds in underuse.totals.blocked_s.items():
+            underused[(tool, phase)] += seconds
     stats = []
     for tool, tool_calls in by_tool.items():
         stats.append(
@@ -330,9 +369,11 @@ def _tool_stats(calls: Sequence[ToolCall], totals: BlameTotals, traces: TraceDat
                 blocked_exec_s=blocked[(tool, PHASE_EXEC)],
                 live_blocked_s=None if live is None else live.get(tool, 0.0),
                 timeout_s=traces.timeouts.get(tool),
+                underused_queue_s=None if underuse is None else underused[(tool, PHASE_QUEUE)],
+                underused_exec_s=None if underuse is None else underused[(tool, PHASE_EXEC)],
             )
         )
-    stats.sort(key=lambda s: (-round(s.blocked_s, 6), -s.calls, s.tool))
+    stats.sort(key=lambda s: (-round(s.rank_s, 6), -round(s.blocked_s, 6), -s.calls, s.tool))
     return stats
 
 
@@ -411,6 +452,18 @@ def _gpu_stats(analysis: Analysis, totals: BlameTotals, observed: dict[str, floa
         )
         for gpu in set(observed) | set(totals.idle_s)
     ]
+    underuse = analysis.underuse
+    if underuse is not None:
+        underused_blocked: dict[str, float] = defaultdict(float)
+        for (gpu, _tool, _phase), seconds in underuse.totals.blocked_s.items():
+            underused_blocked[gpu] += seconds
+        for stats in gpus:
+            stats.underused_s = underuse.totals.underused_s.get(stats.gpu, 0.0)
+            stats.underused_blocked_s = underused_blocked[stats.gpu]
+            stats.underused_unattributed_s = underuse.totals.unattributed_s.get(stats.gpu, 0.0)
+            stats.missing_s = underuse.missing_s.get(stats.gpu, 0.0)
+            observed_share = underuse.observed.get(stats.gpu)
+            stats.utilization_avg = observed_share.mean if observed_share and observed_share.ns else None
     gpus.sort(key=lambda g: (not g.gpu.isdecimal(), int(g.gpu) if g.gpu.isdecimal() else 0, g.gpu))
     return gpus
 
@@ -426,6 +479,10 @@ def rfc3339(ns: int) -> str:
 
 def _s(seconds: float) -> float:
     return round(seconds, 6)
+
+
+def _maybe(seconds: Optional[float]) -> Optional[float]:
+    return None if seconds is None else round(seconds, 6)
 
 
 def report_json(analysis: Analysis) -> dict:
@@ -459,6 +516,9 @@ def report_json(analysis: Analysis) -> dict:
                 "executors": t.executors,
                 "timeout_s": t.timeout_s,
                 **tool_json(t.cpu, t.loop, t.loop_idle_blocked_s),
+                "gpu_underused_blocked_s": _maybe(t.underused_s),
+                "gpu_underused_blocked_queue_s": _maybe(t.underused_queue_s),
+                "gpu_underused_blocked_exec_s": _maybe(t.underused_exec_s),
             }
             for t in analysis.tools
         ],
@@ -483,6 +543,11 @@ def report_json(analysis: Analysis) -> dict:
                 "idle_blocked_s": _s(g.idle_blocked_s),
                 "idle_unattributed_s": _s(g.idle_unattributed_s),
                 "uuid": g.uuid,
+                "underused_s": _maybe(g.underused_s),
+                "underused_blocked_s": _maybe(g.underused_blocked_s),
+                "underused_unattributed_s": _maybe(g.underused_unattributed_s),
+                "missing_s": _maybe(g.missing_s),
+                "utilization_avg": None if g.utilization_avg is None else round(g.utilization_avg, 4),
             }
             for g in analysis.gpus
         ],

@@ -143,11 +143,15 @@ def _timeline_data(analysis: Analysis) -> dict:
     for gpu in analysis.gpus:
         samples = analysis.samples.get(gpu.gpu, [])
         windows = [a for a in analysis.attributions if gpu_key(a.window) == gpu.gpu]
+        curve = analysis.underuse.blocked_curve.get(gpu.gpu) if analysis.underuse is not None else None
+        starts, ends, ratios = curve if curve is not None else ((), (), ())
         gpus.append(
             {
                 "gpu": gpu.gpu,
                 "t": [ms(s.timestamp_ns) for s in samples],
                 "u": [round(s.utilization, 4) for s in samples],
+                # Per stretch: the share of capacity unused while tool calls were in flight.
+                "unused": {"start": [ms(t) for t in starts], "end": [ms(t) for t in ends], "blamed": list(ratios)},
                 "idle": {
                     "start": [ms(a.window.start_ns) for a in windows],
                     "end": [ms(a.window.end_ns) for a in windows],
@@ -183,8 +187,14 @@ def _number(value: float, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
+def _known_cell(value: float | None, digits: int) -> str:
+    """A number known only with utilization samples: ``-`` without them."""
+    return _cell("-") if value is None else _cell(value, digits)
+
+
 def _tools_table(report: dict) -> str:
     rows = []
+    known = any(t["gpu_underused_blocked_s"] is not None for t in report["tools"])
     total = max((t["gpu_idle_blocked_s"] for t in report["tools"]), default=0.0) or 1.0
     for rank, t in enumerate(report["tools"], start=1):
         queue_pc = 100 * t["gpu_idle_blocked_queue_s"] / total
@@ -193,19 +203,23 @@ def _tools_table(report: dict) -> str:
             f'<span class="bar"><span class="q" style="width:{queue_pc:.1f}%"></span>'
             f'<span class="e" style="width:{exec_pc:.1f}%"></span></span>'
         )
+        unused = t["gpu_underused_blocked_s"]
         rows.append(
             f'<tr data-tool="{html.escape(t["tool"], quote=True)}">'
             f"{_cell(rank)}<td class=\"name\">{html.escape(t['tool'])}</td>"
+            f"{_known_cell(unused, 3)}"
             f"{_cell(t['gpu_idle_blocked_s'], 3)}"
             f"<td class=\"split\">{bar}<span class=\"split-text\">{_number(t['gpu_idle_blocked_queue_s'], 3)} / "
             f"{_number(t['gpu_idle_blocked_exec_s'], 3)}</span></td>"
             f"{_cell(t['calls'])}{_cell(t['errors'])}{_cell(t['duration_p95_s'], 3)}</tr>"
         )
-    body = "".join(rows) or '<tr><td colspan="7">no tool calls</td></tr>'
+    body = "".join(rows) or '<tr><td colspan="8">no tool calls</td></tr>'
+    title = "Tools, by GPU capacity they left unused" if known else "Tools, by GPU idle time they blocked"
     return (
-        '<section><h2>Tools, by GPU idle time they blocked</h2><table id="tools-table"><thead><tr>'
-        '<th>#</th><th>tool</th><th title="GPU-seconds">blocked idle s</th><th>queue / exec s</th>'
-        "<th>calls</th><th>errors</th><th>p95 s</th></tr></thead>"
+        f'<section><h2>{title}</h2><table id="tools-table"><thead><tr>'
+        '<th>#</th><th>tool</th><th title="GPU-seconds of capacity unused while its calls were in flight, by the '
+        'attribution rule (needs a GPU log)">unused s</th><th title="GPU-seconds">blocked idle s</th>'
+        "<th>queue / exec s</th><th>calls</th><th>errors</th><th>p95 s</th></tr></thead>"
         f"<tbody>{body}</tbody></table></section>"
     )
 
@@ -230,12 +244,16 @@ def _gpus_table(report: dict) -> str:
         )
     rows = "".join(
         f"<tr><td class=\"name\">{html.escape(g['gpu'])}</td>{_cell(g['busy_s'], 1)}{_cell(g['idle_s'], 1)}"
-        f"{_cell(g['idle_blocked_s'], 1)}{_cell(g['idle_unattributed_s'], 1)}</tr>"
+        f"{_cell(g['idle_blocked_s'], 1)}{_cell(g['idle_unattributed_s'], 1)}"
+        f"{_known_cell(g['underused_s'], 1)}{_known_cell(g['underused_blocked_s'], 1)}"
+        f"{_known_cell(g['missing_s'], 1)}</tr>"
         for g in report["gpus"]
     )
     return (
         '<section><h2>GPUs</h2><table id="gpus-table"><thead><tr><th>gpu</th><th>busy s</th><th>idle s</th>'
-        f"<th>blocked s</th><th>unattributed s</th></tr></thead><tbody>{rows}</tbody></table></section>"
+        "<th>blocked s</th><th>unattributed s</th><th title=\"(1 - utilization) x time\">unused s</th>"
+        "<th>unused by tools s</th><th title=\"samples lost: neither idle nor busy\">missing s</th>"
+        f"</tr></thead><tbody>{rows}</tbody></table></section>"
     )
 
 

@@ -39,6 +39,11 @@ Kinds:
   waits: async, or a pool of threads (a process pool would not help).
   Neither of these two fires for a tool ``offload_from_loop`` names: its
   remedy already follows the kind.
+- ``overlap_tool_with_gpu``: from utilization samples (a GPU log), a tool
+  blamed for at least 1 GPU-second and 10% of a GPU's unused capacity,
+  during whose calls that GPU ran at least 20 points below its utilization
+  the rest of the time (95% -> 30% while it runs). The GPU waits on the
+  tool: keep it fed while the tool runs, or make the tool shorter.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ if TYPE_CHECKING:
     from agent_otel.report.analysis import Analysis
 
 KINDS = ("raise_pool_workers", "set_timeout", "isolate_tool", "batch_calls", "idle_not_tools", "offload_from_loop",
-         "use_process_pool", "use_async_io")
+         "use_process_pool", "use_async_io", "overlap_tool_with_gpu")
 
 # Executors that are not pools: nothing to size.
 NOT_POOLS = ("direct", UNKNOWN_EXECUTOR)
@@ -78,6 +83,9 @@ MIN_IDLE_SHARE = 0.10
 UNATTRIBUTED_SHARE = 0.5
 MIN_LOOP_BLOCKED_S = 0.5  # offload_from_loop: blocked loop seconds, in all
 MIN_EXEC_IDLE_S = 1.0  # use_process_pool, use_async_io: GPU idle blamed on the tool's exec
+MIN_UNDERUSED_S = 1.0  # overlap_tool_with_gpu: GPU-seconds of unused capacity blamed on the tool
+MIN_UNDERUSED_SHARE = 0.10  # ... and this share of the GPU's unused capacity
+MIN_DIP = 0.20  # ... with utilization this much lower while its calls were in flight
 
 
 @dataclass
@@ -112,6 +120,7 @@ def recommend(analysis: Analysis) -> list[Recommendation]:
         *_batch_calls(analysis),
         *_idle_not_tools(analysis),
         *_waits(analysis),
+        *_overlap_tool_with_gpu(analysis),
     ]
 
 
@@ -120,8 +129,9 @@ def _s(seconds: float) -> float:
 
 
 def _g(seconds: float) -> str:
-    """Seconds for a message: two significant digits is what a reader acts on."""
-    return f"{seconds:.2g}"
+    """Seconds for a message: two significant digits is what a reader acts on
+    (whole seconds from 100 on, never 1e+02)."""
+    return f"{seconds:.0f}" if abs(seconds) >= 100 else f"{seconds:.2g}"
 
 
 def _raise_pool_workers(analysis: Analysis) -> list[Recommendation]:
@@ -462,3 +472,52 @@ def _innermost_frame(stack) -> Optional[str]:
     if len(parts) == 3 and parts[1].startswith("line ") and parts[2].startswith("in "):
         return f"{parts[0][5:].strip(chr(34))}:{parts[1][5:]} in {parts[2][3:]}"
     return frames[-1]
+def _overlap_tool_with_gpu(analysis: Analysis) -> list[Recommendation]:
+    underuse = analysis.underuse
+    if underuse is None:
+        return []  # no utilization samples: only idle windows are known
+    by_tool_gpu: dict[tuple[str, str], float] = {}
+    for (gpu, tool, _phase), seconds in underuse.totals.blocked_s.items():
+        by_tool_gpu[(tool, gpu)] = by_tool_gpu.get((tool, gpu), 0.0) + seconds
+    found = []
+    for tool in analysis.tools:  # in rank order
+        best = None
+        for gpu, total in sorted(underuse.totals.underused_s.items()):
+            blamed = by_tool_gpu.get((tool.tool, gpu), 0.0)
+            during = underuse.during.get((gpu, tool.tool))
+            observed = underuse.observed.get(gpu)
+            if not during or not observed or during.ns >= observed.ns:
+                continue
+            otherwise = (observed.used_ns - during.used_ns) / (observed.ns - during.ns)
+            dip = otherwise - during.mean
+            if blamed < MIN_UNDERUSED_S or not total or blamed < MIN_UNDERUSED_SHARE * total or dip < MIN_DIP:
+                continue
+            if best is None or blamed > best[1]:
+                best = (gpu, blamed, total, during.mean, otherwise, during.ns / NS_PER_S)
+        if best is None:
+            continue
+        gpu, blamed, total, while_running, otherwise, seconds = best
+        found.append(
+            Recommendation(
+                kind="overlap_tool_with_gpu",
+                subject=tool.tool,
+                message=(
+                    f'tool="{tool.tool}" leaves gpu="{gpu}" waiting: the GPU ran at {while_running:.0%} while its '
+                    f"calls were in flight ({_g(seconds)} s) and {otherwise:.0%} the rest of the time; "
+                    f"{_g(blamed)} GPU-s of capacity ({blamed / total:.0%} of what the GPU left unused) went unused "
+                    "on its account. Keep the GPU fed while it runs (other requests or agent sessions on the "
+                    "model meanwhile, start the call earlier, cache repeated calls) or make it shorter."
+                ),
+                evidence={
+                    "tool": tool.tool,
+                    "gpu": gpu,
+                    "calls": tool.calls,
+                    "underused_blocked_s": _s(blamed),
+                    "underused_share": round(blamed / total, 4),
+                    "utilization_during": round(while_running, 4),
+                    "utilization_otherwise": round(otherwise, 4),
+                    "in_flight_s": _s(seconds),
+                },
+            )
+        )
+    return found

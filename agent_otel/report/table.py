@@ -47,7 +47,11 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
     for warning in report["inputs"]["warnings"]:
         out.extend(paint(YELLOW, line) for line in _wrap("warning: " + visible(warning), width))
     out.append("")
-    out.append(paint(BOLD, "Tools, by GPU idle time they blocked (GPU-seconds)"))
+    underuse_known = any(t["gpu_underused_blocked_s"] is not None for t in report["tools"])
+    if underuse_known:
+        out.append(paint(BOLD, "Tools, by GPU capacity they left unused (GPU-seconds)"))
+    else:
+        out.append(paint(BOLD, "Tools, by GPU idle time they blocked (GPU-seconds)"))
     out.extend(_tools(report["tools"], width, paint))
     out.append("")
     out.append(paint(BOLD, "Executors"))
@@ -93,6 +97,7 @@ def _summary(report: dict) -> str:
 def _tools(tools: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
     columns = [
         Column("TOOL", 0, left=True),
+        Column("UNUSED", 0),
         Column("BLOCKED", 0),
         Column("IN QUEUE", 1),
         Column("IN EXEC", 1),
@@ -107,6 +112,7 @@ def _tools(tools: list[dict], width: Optional[int], paint: _Painter) -> list[str
     rows = [
         [
             _name(t["tool"], width),
+            _opt(t["gpu_underused_blocked_s"]),
             _sec(t["gpu_idle_blocked_s"]),
             _sec(t["gpu_idle_blocked_queue_s"]),
             _sec(t["gpu_idle_blocked_exec_s"]),
@@ -189,9 +195,15 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
         Column("IDLE", 0),
         Column("BLOCKED BY TOOLS", 0),
         Column("UNATTRIBUTED", 0),
+        Column("UTIL AVG", 1),
+        Column("UNUSED", 1),
+        Column("UNUSED BY TOOLS", 1),
+        Column("MISSING", 2),
     ]
     rows = [
-        [visible(g["gpu"]), _sec(g["busy_s"]), _sec(g["idle_s"]), _sec(g["idle_blocked_s"]), _sec(g["idle_unattributed_s"])]
+        [visible(g["gpu"]), _sec(g["busy_s"]), _sec(g["idle_s"]), _sec(g["idle_blocked_s"]), _sec(g["idle_unattributed_s"]),
+         "-" if g["utilization_avg"] is None else f"{g['utilization_avg']:.0%}", _opt(g["underused_s"]),
+         _opt(g["underused_blocked_s"]), _opt(g["missing_s"])]
         for g in gpus
     ]
     return _table(columns, rows, width, paint)
@@ -247,6 +259,11 @@ def _escape(ch: str) -> str:
     if code <= 0xFFFF:
         return f"\\u{code:04x}"
     return f"\\U{code:08x}"
+
+
+def _opt(seconds: Optional[float]) -> str:
+    """Seconds known only with utilization samples: ``-`` without them."""
+    return "-" if seconds is None else _sec(seconds)
 
 
 def _sec(seconds: float) -> str:

@@ -57,7 +57,8 @@
     div.style.height = t.h + "px";
     if (t.kind === "gpu") {
       div.dataset.gpu = t.gpu.gpu;
-      div.innerHTML = "GPU " + esc(t.gpu.gpu) + '<span class="sub">utilization %</span>';
+      div.innerHTML = "GPU " + esc(t.gpu.gpu) + '<span class="sub">utilization % · ' +
+        '<span class="unused-key">unused while tools ran</span></span>';
     } else {
       div.dataset.tool = t.lane.tool;
       div.title = t.lane.tool;
@@ -186,6 +187,30 @@
     ctx.lineWidth = 1.2;
     ctx.stroke();
     ctx.lineWidth = 1;
+    drawUnused(g.unused, top, h, scale);
+  }
+
+  // Capacity left unused while tool calls were in flight, blamed on them:
+  // hung from the top of the lane, so it sits in the gap above the
+  // utilization curve. Zoomed out, one bar per pixel column (its largest).
+  function drawUnused(un, top, h, scale) {
+    if (!un || !un.start.length) return;
+    ctx.fillStyle = "rgba(207, 34, 46, 0.35)";
+    var column = null, peak = 0;
+    for (var i = lowerBound(un.end, 0, un.end.length, v0); i < un.start.length && un.start[i] <= v1; i++) {
+      var a = (un.start[i] - v0) * scale, b = (un.end[i] - v0) * scale, r = un.blamed[i];
+      if (b - a >= 1) {  // wide enough to draw on its own
+        if (r > 0) ctx.fillRect(a, top, b - a, r * h);
+        continue;
+      }
+      if (column !== null && Math.floor(a) !== column) {
+        if (peak > 0) ctx.fillRect(column, top, 1, peak * h);
+        peak = 0;
+      }
+      column = Math.floor(a);
+      peak = Math.max(peak, r);
+    }
+    if (column !== null && peak > 0) ctx.fillRect(column, top, 1, peak * h);
   }
 
   function drawLane(tr, scale, index) {
@@ -341,6 +366,13 @@
     if (g.t.length) {
       var i = Math.min(lowerBound(g.t, 0, g.t.length, at), g.t.length - 1);
       out += rowHtml("utilization", (g.u[i] * 100).toFixed(0) + " %");
+    }
+    var un = g.unused;
+    if (un && un.start.length) {
+      var j = lowerBound(un.end, 0, un.end.length, at);
+      if (j < un.end.length && un.start[j] <= at) {
+        out += rowHtml("unused while tools ran", (un.blamed[j] * 100).toFixed(0) + " %");
+      }
     }
     var idle = g.idle;
     for (var k = 0; k < idle.start.length; k++) {
