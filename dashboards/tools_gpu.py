@@ -2,7 +2,8 @@
 
 Utilization and idle windows per GPU on top, then the idle time each
 tool (and phase: queued for a worker, or executing) is blamed for, the
-idle time nobody is blamed for, the calls in flight, and a ranking.
+idle time nobody is blamed for, the GPU capacity left unused (idle or
+partly busy) and who is blamed for it, the calls in flight, and a ranking.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from agent_otel.semconv import (
     METRIC_GPU_IDLE,
     METRIC_GPU_IDLE_BLOCKED,
     METRIC_GPU_IDLE_UNATTRIBUTED,
+    METRIC_GPU_UNDERUSED,
+    METRIC_GPU_UNDERUSED_BLOCKED,
+    METRIC_GPU_UNDERUSED_UNATTRIBUTED,
     METRIC_GPU_UTILIZATION,
     METRIC_SPANS_DROPPED,
     METRIC_TOOL_CALLS,
@@ -44,6 +48,11 @@ IDLE_TOTAL = f"(sum(increase({METRIC_GPU_IDLE}{GPU}[{RANGE}])) > 0)"
 def blamed(phase: str | None = None) -> str:
     matchers = GPU_TOOL if phase is None else selector('gpu=~"$gpu"', 'tool=~"$tool"', f'phase="{phase}"')
     return f"sum by (tool) (increase({METRIC_GPU_IDLE_BLOCKED}{matchers}[{RANGE}]))"
+
+
+def unused(phase: str | None = None) -> str:
+    matchers = GPU_TOOL if phase is None else selector('gpu=~"$gpu"', 'tool=~"$tool"', f'phase="{phase}"')
+    return f"sum by (tool) (increase({METRIC_GPU_UNDERUSED_BLOCKED}{matchers}[{RANGE}]))"
 
 
 def build():
@@ -125,6 +134,30 @@ def build():
             )],
         ),
         timeseries_panel(
+            "Unused GPU capacity blamed per tool and phase",
+            "GPU capacity left unused, (1 - utilization) x time, while each tool's calls were in flight, split by "
+            "phase. Unlike idle time it counts partial dips too: a GPU at 30% while a tool runs leaves 70% unused. "
+            "Grows while a stall lasts. 100% = one GPU's whole capacity.",
+            "percentunit",
+            [query(
+                f"sum by (tool, phase) (rate({METRIC_GPU_UNDERUSED_BLOCKED}{GPU_TOOL}[{RATE}]))",
+                "{{tool}} ({{phase}})", "A",
+            )],
+            stacked=True,
+        ),
+        timeseries_panel(
+            "Unused GPU capacity per GPU",
+            "Per GPU: capacity left unused, (1 - utilization) x time, and the part of it with no tool call in flight. "
+            "The gap between the two is what tools are blamed for.",
+            "percentunit",
+            [
+                query(f"sum by (gpu) (rate({METRIC_GPU_UNDERUSED}{GPU}[{RATE}]))", "GPU {{gpu}} unused", "A"),
+                query(f"sum by (gpu) (rate({METRIC_GPU_UNDERUSED_UNATTRIBUTED}{GPU}[{RATE}]))",
+                      "GPU {{gpu}} unused, no tool in flight", "B"),
+            ],
+            min_value=0,
+        ),
+        timeseries_panel(
             "Tool calls in flight",
             "Tool calls waiting for a worker (queue) or running (exec), per tool.",
             "short",
@@ -133,10 +166,13 @@ def build():
             width=24,
         ),
         table_panel(
-            "Tools ranked by blamed GPU idle time",
-            "Over the dashboard range: GPU idle seconds blamed on each tool, split by phase, next to its call count. "
-            "The top rows are where a faster tool, a bigger pool or overlapping work pays off most.",
+            "Tools ranked by GPU capacity left unused",
+            "Over the dashboard range: GPU-seconds of capacity left unused while each tool's calls were in flight "
+            "(idle or partly busy; the report ranks tools the same way), the GPU idle seconds blamed on it, split "
+            "by phase, and its call count. The top rows are where a faster tool, a bigger pool or overlapping "
+            "work pays off most.",
             [
+                query(unused(), "", "E", table_format=True),
                 query(blamed(), "", "A", table_format=True),
                 query(blamed(PHASE_QUEUE), "", "B", table_format=True),
                 query(blamed(PHASE_EXEC), "", "C", table_format=True),
@@ -144,14 +180,16 @@ def build():
             ],
             columns={
                 "tool": "Tool",
+                "Value #E": "GPU capacity unused",
                 "Value #A": "GPU idle blamed",
                 "Value #B": "while queued",
                 "Value #C": "while executing",
                 "Value #D": "Calls",
             },
-            sort_by="GPU idle blamed",
-            units={"GPU idle blamed": "s", "while queued": "s", "while executing": "s", "Calls": "short"},
-            # Seconds of idle GPU over the range: a minute is worth a look, five minutes a fix.
+            sort_by="GPU capacity unused",
+            units={"GPU capacity unused": "s", "GPU idle blamed": "s", "while queued": "s", "while executing": "s",
+                   "Calls": "short"},
+            # GPU-seconds over the range: a minute is worth a look, five minutes a fix.
             steps=thresholds(GOOD, (60, WARN), (300, BAD)),
         ),
         stat_panel(

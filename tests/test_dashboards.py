@@ -60,7 +60,8 @@ def test_dashboards_have_the_titles_and_panels_users_look_for():
     assert set(titles) == {"Agent tools vs GPU", "Tool latency and SLOs", "Executors"}
     assert {
         "GPU utilization per GPU", "GPU idle windows", "GPU idle blamed per tool and phase",
-        "Unattributed GPU idle", "Tool calls in flight", "Tools ranked by blamed GPU idle time",
+        "Unattributed GPU idle", "Tool calls in flight", "Tools ranked by GPU capacity left unused",
+        "Unused GPU capacity blamed per tool and phase", "Unused GPU capacity per GPU",
     } <= set(titles["Agent tools vs GPU"])
     assert {
         "Tool duration p50 / p95 / p99", "Queue time p50 / p95 / p99", "Exec time p50 / p95 / p99",
