@@ -68,9 +68,15 @@ class Settings:
         None, "the resource's `service.name`", env=("OTEL_SERVICE_NAME",), shown_default="`unknown_service`")
     traces_file: Optional[str] = setting(
         None, "also write spans as OTLP/JSON lines to this file", env=("AGENT_OTEL_TRACES_FILE",))
-    traces_exporters: tuple[str, ...] = setting(
-        ("otlp",), "comma list of `otlp`, `console`, `none`", env=("OTEL_TRACES_EXPORTER",),
-        choices=("otlp", "console", "none"), if_empty=_KEEP_DEFAULT)
+    traces_exporters: Optional[tuple[str, ...]] = setting(
+        None, "comma list of `otlp`, `console`, `none`", env=("OTEL_TRACES_EXPORTER",),
+        choices=("otlp", "console", "none"), if_empty=_KEEP_DEFAULT,
+        shown_default="`otlp` if an endpoint is set or a Collector answers on localhost, else a local file "
+        "([where spans go](docs/telemetry.md#where-spans-go))")
+    otlp_endpoint: Optional[str] = setting(
+        None, "where OTLP sends traces (gRPC: `host:4317`; HTTP: the full `.../v1/traces` URL); "
+        "`OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL) is read by the exporter as usual",
+        env=("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",), shown_default="the SDK's (localhost)")
     otlp_protocol: str = setting(
         "grpc", "`grpc` or `http/protobuf`",
         env=("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"), choices=("grpc", "http/protobuf"))

@@ -11,6 +11,7 @@ raise ``ConfigError`` before anything is changed.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import sys
 import threading
@@ -21,7 +22,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from agent_otel import forks
+from agent_otel import forks, sinks
 from agent_otel.capture import executors, frameworks, models, recorder as _recorder
 from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
 from agent_otel.config import Settings, load_settings
@@ -71,6 +72,7 @@ class Instrumentation:
         self.gpu_timeline = None  # agent_otel.attribution.live.LiveTimeline, when a GPU is sampled
         self.background: list = []  # other parts with shutdown(timeout_s): GPU timeline, frameworks
         self._closed = False
+        self.sinks = sinks.Plan(())  # where spans go (agent_otel.sinks), when agent-otel set up the exporters
 
     @property
     def prometheus_url(self) -> Optional[str]:
@@ -197,15 +199,16 @@ def _sink_name(exporter, settings: Settings) -> str:
     return type(exporter).__name__
 
 
-def _span_exporters(settings: Settings) -> list:
+def _span_exporters(settings: Settings, names: tuple[str, ...]) -> list:
     exporters = []
-    for name in settings.traces_exporters:
+    for name in names:
         if name == "otlp":
             if settings.otlp_protocol == "grpc":
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
             else:
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            exporters.append(OTLPSpanExporter())
+            endpoint = {"endpoint": settings.otlp_endpoint} if settings.otlp_endpoint else {}
+            exporters.append(OTLPSpanExporter(**endpoint))
         elif name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
             exporters.append(ConsoleSpanExporter())
@@ -228,7 +231,8 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
     if existing is _global_provider:
         # An earlier instrument() in this process set it (OpenTelemetry
         # allows that once); its processors were shut down, so add ours again.
-        provider, exporters = existing, _span_exporters(settings)
+        handle.sinks = sinks.plan(settings)
+        provider, exporters = existing, _span_exporters(settings, handle.sinks.exporters)
         handle.owns_provider = True
     elif isinstance(existing, TracerProvider):
         # The application configured OpenTelemetry itself: keep its provider
@@ -240,9 +244,13 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
             attributes[AGENT_GPU_POOL] = handle.gpu_pool
         provider = TracerProvider(resource=Resource.create(attributes))
         handle.owns_provider = True
-        exporters = _span_exporters(settings)
+        handle.sinks = sinks.plan(settings)
+        exporters = _span_exporters(settings, handle.sinks.exporters)
     if settings.traces_file:
         exporters.append(OtlpJsonFileExporter(settings.traces_file))
+    elif handle.sinks.default_file is not None:
+        exporters.append(OtlpJsonFileExporter(handle.sinks.default_file,
+                                              max_bytes=sinks.DEFAULT_FILE_LIMIT_BYTES))
     for exporter in exporters:
         processor = BatchSpanProcessor(exporter, max_queue_size=settings.max_queue_size,
                                        batch_size=settings.export_batch_size,
@@ -301,7 +309,35 @@ def start(settings: Settings) -> Instrumentation:
             handle.shutdown(timeout_s=1.0)
             raise
         _handle = handle
+        _at_exit_once(handle)
         return handle
+
+
+_exit_registered = False
+_chosen_files: list[sinks.Plan] = []  # plans whose traces file agent-otel chose: said at exit
+
+
+def _at_exit_once(handle: Instrumentation) -> None:
+    global _exit_registered
+    if handle.sinks.default_file is not None:
+        _chosen_files.append(handle.sinks)
+    if not _exit_registered:
+        _exit_registered = True
+        atexit.register(_at_exit)
+
+
+def _at_exit() -> None:
+    """At interpreter exit: shut down what is still instrumented (within
+    ``shutdown_timeout``), then say in one line where the traces are when
+    agent-otel chose the file (agent_otel.sinks)."""
+    with _lock:
+        handle = _handle
+    if handle is not None:
+        handle.shutdown()
+    for plan in _chosen_files:
+        line = sinks.exit_line(plan)
+        if line is not None:
+            logger.warning("%s", line)
 
 
 def _setup(handle: Instrumentation) -> None:

@@ -386,13 +386,15 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 def _what_failed(held: list[logging.LogRecord]) -> str:
-    """The last thing the exporter said while failing, as one line."""
-    for record in reversed(held):
-        if record.levelno >= logging.WARNING:
-            try:
-                return _one_line(record.getMessage())
-            except Exception:
-                return _one_line(str(record.msg))
+    """What the exporter said while failing, as one line: its error, else its
+    first warning (the cause; later ones are retries, or "shutdown in progress")."""
+    for level in (logging.ERROR, logging.WARNING):
+        for record in held:
+            if record.levelno >= level:
+                try:
+                    return _one_line(record.getMessage())
+                except Exception:
+                    return _one_line(str(record.msg))
     return "the exporter reported a failure"
 
 

@@ -31,6 +31,7 @@ import binascii
 import json
 import logging
 import math
+import os
 import re
 import threading
 from dataclasses import dataclass, field
@@ -221,10 +222,12 @@ class OtlpJsonFileExporter(SpanExporter):
     it append whole lines to the same file.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, max_bytes: Optional[int] = None):
         self.path = str(path)
+        self.max_bytes = max_bytes  # past this size nothing more is written (None: no limit)
         try:
             self._file = AppendFile(self.path)
+            self._size = os.path.getsize(self.path)
         except OSError as exc:
             raise ConfigError("traces file", self.path, f"a writable file ({exc.strerror})") from None
         self._lock = threading.Lock()
@@ -246,12 +249,17 @@ class OtlpJsonFileExporter(SpanExporter):
         with self._lock:
             if self._file.closed:
                 return SpanExportResult.FAILURE
+            if self.max_bytes is not None and self._size + len(line) > self.max_bytes:
+                _logger.warning("%s reached its limit of %d MB; later spans are not written", self.path,
+                                self.max_bytes // (1024 * 1024))
+                return SpanExportResult.FAILURE
             try:
                 self._file.append(line)
             except OSError as exc:
                 _logger.warning("could not write %d spans to %s (%s)", len(spans), self.path,
                                 exc.strerror or exc)
                 return SpanExportResult.FAILURE
+            self._size += len(line)
         return SpanExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

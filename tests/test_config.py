@@ -76,7 +76,7 @@ def test_environment_then_command_defaults_then_declared_defaults():
 
 
 @pytest.mark.parametrize(("name", "given", "value"), [
-    ("traces_exporters", "", ("otlp",)), ("traces_exporters", "OTLP, console", ("otlp", "console")),
+    ("traces_exporters", "", None), ("traces_exporters", "OTLP, console", ("otlp", "console")),
     ("frameworks", "", ()), ("frameworks", ["langchain"], ("langchain",)), ("gpu_devices", "", None),
     ("gpu", "Replay:/tmp/G.log", "replay:/tmp/G.log"), ("gpu", "NVML", "nvml"), ("sdk_disabled", "yes", True),
     ("prometheus_port", "0", 0), ("otlp_protocol", "HTTP/protobuf", "http/protobuf"),

@@ -1,0 +1,205 @@
+"""The one-line instrument() with nothing else running, and with an endpoint configured.
+
+The README's "In your agent" snippet is run literally, in a fresh
+interpreter with no OTEL_*/AGENT_OTEL_* variables, from a directory of its
+own: it must add at most 0.5 s at exit, say at most one line, and leave its
+traces where that line says, with the command that opens them.
+"""
+
+import http.server
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent_otel import sinks
+from agent_otel.config import load_settings
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+AGENT_OTEL = Path(sys.executable).with_name("agent-otel")
+
+
+def readme_snippet() -> str:
+    """The first Python block of the README's "In your agent" section, as written there."""
+    section = README.read_text().split("## In your agent", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
+    env.update(extra)
+    return env
+
+
+def run_until_exit(script: Path, env: dict, cwd: Path) -> tuple[float, str, str]:
+    """Run ``script``; seconds from its "end" line to the process exit, its stdout and stderr."""
+    process = subprocess.Popen([sys.executable, str(script)], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    first = process.stdout.readline()
+    ended = time.monotonic()
+    out, err = process.communicate(timeout=60)
+    exit_s = time.monotonic() - ended
+    assert process.returncode == 0, err
+    return exit_s, first + out, err
+
+
+def something_listens(port: int) -> bool:
+    return sinks.collector_answers("localhost", port)
+
+
+def test_the_readme_snippet_with_no_collector(tmp_path):
+    if something_listens(4317):
+        pytest.skip("something listens on localhost:4317 here: the snippet would export to it")
+    snippet = readme_snippet()
+    assert "agent_otel.instrument(" in snippet
+    call = '\nsearch("what is agent-otel?")\nprint("end", flush=True)\n'
+    agent = tmp_path / "agent.py"
+    agent.write_text(snippet + call)
+    # The same program without the one line: what exit costs anyway.
+    baseline = tmp_path / "baseline.py"
+    baseline.write_text("\n".join(line for line in snippet.splitlines() if "agent_otel.instrument(" not in line)
+                        + call)
+    added, errs = [], []
+    for round_ in range(3):
+        run_dir = tmp_path / f"run{round_}"
+        run_dir.mkdir()
+        exit_s, _, err = run_until_exit(agent, clean_env(), run_dir)
+        base_s, _, _ = run_until_exit(baseline, clean_env(), run_dir)
+        added.append(exit_s - base_s)
+        errs.append((run_dir, err))
+    assert statistics.median(added) <= 0.5, added
+
+    for run_dir, err in errs:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        (line,) = lines
+        assert "no OTLP endpoint is set" in line and "localhost:4317" in line
+        traces, html = re.search(r"agent-otel report (\S+) --html (\S+)$", line).groups()
+        assert (run_dir / traces).read_text().count('"execute_tool search"') == 1
+    # The command the line gives works, as given, from where the program ran.
+    run_dir, err = errs[0]
+    command = err.strip().split("to see them: ", 1)[1].split()
+    assert command[0] == "agent-otel" and command[-2] == "--html"
+    html = command[-1]
+    opened = subprocess.run([str(AGENT_OTEL), *command[1:]], cwd=run_dir, capture_output=True, text=True,
+                            timeout=120, env=clean_env())
+    assert opened.returncode == 0, opened.stderr
+    assert (run_dir / html).stat().st_size > 0
+    assert "search" in opened.stdout
+
+
+def test_a_configured_endpoint_that_is_down_is_used_and_bounded(tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agent = tmp_path / "agent.py"
+    agent.write_text(readme_snippet() + '\nsearch("x")\nprint("end", flush=True)\n')
+    env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}", AGENT_OTEL_SHUTDOWN_TIMEOUT="1")
+    exit_s, _, err = run_until_exit(agent, env, tmp_path)
+    assert exit_s < 1.0 + 1.5  # shutdown_timeout, plus interpreter teardown on a busy machine
+    assert not (tmp_path / sinks.DEFAULT_DIRECTORY).exists()  # OTLP was used: no file of its own
+    lines = err.strip().splitlines()
+    assert len(lines) <= 2, err  # the export failure once, and what shutdown left running
+    assert all("agent-otel:" in line for line in lines) and f"127.0.0.1:{port}" in lines[0]
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint that keeps what it receives."""
+
+    received: list = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        Receiver.received.append((self.path, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("how", ["argument", "OTEL_EXPORTER_OTLP_ENDPOINT"])
+def test_a_configured_endpoint_gets_the_spans(tmp_path, how):
+    Receiver.received = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        if how == "argument":
+            call = f'otlp_endpoint="http://127.0.0.1:{port}/v1/traces", otlp_protocol="http/protobuf"'
+            env = clean_env()
+        else:
+            call = ""
+            env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+                            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
+        agent = tmp_path / "agent.py"
+        agent.write_text(f"""
+import agent_otel
+agent_otel.instrument(service_name="support-agent", {call})
+@agent_otel.tool
+def search(q):
+    return q
+search("x")
+print("end", flush=True)
+""")
+        _, _, err = run_until_exit(agent, env, tmp_path)
+    finally:
+        server.shutdown()
+    assert err == ""
+    assert [path for path, _ in Receiver.received] == ["/v1/traces"]
+    assert b"execute_tool search" in Receiver.received[0][1]
+    assert not (tmp_path / sinks.DEFAULT_DIRECTORY).exists()
+
+
+def settings(**arguments):
+    return load_settings({"service_name": "s", **arguments}, environ={})
+
+
+def test_the_rule(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    monkeypatch.setitem(sinks.DEFAULT_PORTS, "grpc", listener.getsockname()[1])
+    try:
+        # 3. A Collector answers on the default endpoint: OTLP, as OpenTelemetry would.
+        assert sinks.plan(settings(), environ={}) == sinks.Plan(("otlp",))
+    finally:
+        listener.close()
+    # 4. Nothing there: no OTLP, a file of its own.
+    plan = sinks.plan(settings(), environ={})
+    assert plan.exporters == () and plan.default_file.startswith("agent-otel-traces/s-")
+    # ... unless traces_file says where.
+    assert sinks.plan(settings(traces_file="t.jsonl"), environ={}).default_file is None
+    # 1. Exporters named: exactly those, endpoint or not.
+    assert sinks.plan(settings(traces_exporters="otlp"), environ={}) == sinks.Plan(("otlp",))
+    assert sinks.plan(settings(traces_exporters="none"), environ={}) == sinks.Plan(())
+    # 2. An endpoint configured: OTLP.
+    assert sinks.plan(settings(), environ={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4317"}) == \
+        sinks.Plan(("otlp",))
+    assert sinks.plan(settings(otlp_endpoint="c:4317"), environ={}) == sinks.Plan(("otlp",))
+
+
+def test_the_default_file_is_capped(tmp_path):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from agent_otel.exporters.otlp_json import OtlpJsonFileExporter
+
+    exporter = OtlpJsonFileExporter(str(tmp_path / "t.jsonl"), max_bytes=2000)
+    tracer = TracerProvider().get_tracer("t")
+    results = []
+    for _ in range(10):
+        span = tracer.start_span("execute_tool search")
+        span.end()
+        results.append(exporter.export([span]))
+    assert SpanExportResult.SUCCESS in results and results[-1] is SpanExportResult.FAILURE
+    assert (tmp_path / "t.jsonl").stat().st_size <= 2000
