@@ -9,12 +9,15 @@ import textwrap
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from opentelemetry import trace
 
 import agent_otel
 from agent_otel.errors import ConfigError
+
+UNPATCHED_SUBMIT = vars(ThreadPoolExecutor)["submit"]  # at collection, before any test instruments
 
 
 def run_agent(code: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -47,14 +50,15 @@ def test_invalid_environment_names_the_variable(monkeypatch, env, setting, value
         agent_otel.instrument()
     assert setting in str(caught.value) and repr(value) in str(caught.value)
     # Nothing was left half-installed: no handle, no recorder, no executor
-    # hook, no agent-otel thread.
+    # hook or any other patch, no agent-otel thread.
     from concurrent.futures import ThreadPoolExecutor
 
-    from agent_otel.capture import executors, recorder
+    from agent_otel.capture import patching, recorder
     from agent_otel.instrumentation import current
     assert current() is None
     assert recorder.current is None
-    assert ThreadPoolExecutor.submit is not executors.submit_hook
+    assert vars(ThreadPoolExecutor)["submit"] is UNPATCHED_SUBMIT
+    assert patching.in_place() == []
     assert not [t.name for t in threading.enumerate() if t.name.startswith("agent-otel")]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import re
 import threading
 import weakref
@@ -25,9 +26,11 @@ from opentelemetry import context as context_api
 
 from agent_otel import forks
 from agent_otel.text import NAME_LIMIT, valid_text
+from agent_otel.capture import patching
 from agent_otel.capture import recorder as _recorder
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta
+from agent_otel.capture.patching import Patch
 from agent_otel.capture.recorder import worker_local
 from agent_otel.semconv import EXECUTOR_ASYNCIO_DEFAULT, EXECUTOR_UNNAMED
 
@@ -154,8 +157,28 @@ def tool_name_of(target: Callable) -> Optional[str]:
     return valid_text(name, NAME_LIMIT) if name is not None else None
 
 
-_original_submit = ThreadPoolExecutor.submit
+def submitted_tool(fn: Callable) -> Optional[str]:
+    """The tool a submission runs, if it is one: ``fn`` itself, or the callable a
+    wrapper put on top of it closes over (another instrumentor's submit hook,
+    installed after ours, hands us its own closure around the user's callable)."""
+    target = submitted_target(fn)
+    name = tool_name_of(target)
+    if name is not None or not inspect.isfunction(target):
+        return name
+    for cell in target.__closure__ or ():
+        try:
+            inner = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if callable(inner) and inner is not target:
+            name = tool_name_of(submitted_target(inner))
+            if name is not None:
+                return name
+    return None
+
+
 _monitor: Optional[ExecutorMonitor] = None
+_patch: Optional[Patch] = None
 
 
 class _Submission:
@@ -210,39 +233,55 @@ class _Submission:
                 rec.abandon(self.call, perf_counter_ns() + OFFSET_NS, self.parent_context)
 
 
-@functools.wraps(_original_submit)
-def submit_hook(self, fn, /, *args, **kwargs):
-    monitor = _monitor
-    if monitor is None:
-        return _original_submit(self, fn, *args, **kwargs)
-    stats = self.__dict__.get(_STATS_ATTRIBUTE) or monitor.stats_for(self)
-    submit_perf_ns = perf_counter_ns()
-    rec = _recorder.current
-    call = None
-    if rec is not None:
-        tool = tool_name_of(submitted_target(fn))
-        if tool is not None:
-            call = rec.queued(tool, stats.name, submit_perf_ns + OFFSET_NS, stats.max_workers)
-    submission = _Submission(monitor, stats, submit_perf_ns, context_api.get_current(), call, fn, args, kwargs)
-    stats.submitted()
-    try:
-        future = _original_submit(self, submission.run)
-    except BaseException:
-        stats.withdrawn()
-        if call is not None:
-            rec.inflight.pop(id(call), None)
-        raise
-    future.add_done_callback(submission.done)
-    return future
+def _submit_hook(original: Callable) -> Callable:
+    """The ``ThreadPoolExecutor.submit`` that times the submission, around ``original``
+    (the method as it was when the hook was installed: maybe another instrumentor's)."""
+
+    @functools.wraps(original)
+    def submit(self, fn, /, *args, **kwargs):
+        monitor = _monitor
+        if monitor is None:
+            return original(self, fn, *args, **kwargs)
+        stats = self.__dict__.get(_STATS_ATTRIBUTE) or monitor.stats_for(self)
+        submit_perf_ns = perf_counter_ns()
+        rec = _recorder.current
+        call = None
+        if rec is not None:
+            tool = submitted_tool(fn)
+            if tool is not None:
+                call = rec.queued(tool, stats.name, submit_perf_ns + OFFSET_NS, stats.max_workers)
+        submission = _Submission(monitor, stats, submit_perf_ns, context_api.get_current(), call, fn, args, kwargs)
+        stats.submitted()
+        try:
+            future = original(self, submission.run)
+        except BaseException:
+            stats.withdrawn()
+            if call is not None:
+                rec.inflight.pop(id(call), None)
+            raise
+        future.add_done_callback(submission.done)
+        return future
+
+    return submit
 
 
 def install(monitor: ExecutorMonitor) -> None:
-    global _monitor
+    """Time every submission to any ``ThreadPoolExecutor`` (through ``patching``)."""
+    global _monitor, _patch
     _monitor = monitor
-    ThreadPoolExecutor.submit = submit_hook
+    if _patch is None:
+        _patch = patching.install(ThreadPoolExecutor, "submit", _submit_hook)
 
 
 def uninstall() -> None:
-    global _monitor
-    ThreadPoolExecutor.submit = _original_submit
+    """Stop timing; put ``ThreadPoolExecutor.submit`` back as it was (see ``patching.remove``)."""
+    global _monitor, _patch
     _monitor = None
+    if _patch is not None:
+        patching.remove(_patch)
+        _patch = None
+
+
+def hooked() -> bool:
+    """Whether submissions are being timed."""
+    return _patch is not None and _patch.active

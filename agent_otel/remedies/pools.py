@@ -29,7 +29,7 @@ from typing import Callable, Optional
 
 from agent_otel import forks
 from agent_otel.errors import AgentOtelError, ConfigError
-from agent_otel.capture.executors import submitted_target, tool_name_of
+from agent_otel.capture.executors import submitted_tool
 from agent_otel.remedies import telemetry
 
 KINDS = ("io", "cpu")
@@ -97,7 +97,7 @@ class ToolPool(Executor):
     def submit(self, fn, /, *args, **kwargs) -> Future:
         """Run ``fn(*args, **kwargs)`` on the pool, or reject it as configured."""
         target = fn if self._process_pool is None else functools.partial(self.in_process, fn)
-        return self.dispatch(tool_name_of(submitted_target(fn)) or "", target, args, kwargs)[0]
+        return self.dispatch(submitted_tool(fn) or "", target, args, kwargs)[0]
 
     def dispatch(self, tool: str, fn: Callable, args: tuple, kwargs: dict) -> tuple[Future, bool]:
         """Run ``fn(*args, **kwargs)`` on a pool thread; also say whether it ran in the caller instead."""

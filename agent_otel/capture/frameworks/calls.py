@@ -36,7 +36,7 @@ from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture import stacks
 from agent_otel.capture.executors import executor_name
-from agent_otel.capture.patching import warn_once
+from agent_otel.capture.patching import SharedPatch, warn_once
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, meta_for
 from agent_otel.capture.recorder import ActiveCall, Recorder
 from agent_otel.semconv import (ERROR_TYPE, ERROR_TYPE_TOOL_ERROR, EXECUTOR_ASYNCIO_DEFAULT, EXECUTOR_DIRECT,
@@ -279,47 +279,44 @@ def hand_off(handoff: _Handoff, fn: Callable, executor: str, pool_size: Callable
     return _Started(fn, handoff)
 
 
-# What run_in_executor was when the first hook replaced it (another
-# library may have wrapped it first): called through, and put back exactly.
-_original_run_in_executor = asyncio.BaseEventLoop.run_in_executor
-_loop_users = 0
+def _run_in_executor_hook(original: Callable) -> Callable:
+    """``BaseEventLoop.run_in_executor`` that lets ``async_call`` see its hand-offs, around
+    ``original`` (the method as it was when the hook was installed)."""
+
+    @functools.wraps(original)
+    def run_in_executor(self, executor, func, *args):
+        handoff = pending_handoff(func) if _handoff.get() is not None else None
+        if handoff is not None:
+            try:
+                pool = executor if executor is not None else getattr(self, "_default_executor", None)
+                if pool is not None:
+                    func = hand_off(handoff, func, executor_name(pool), lambda: getattr(pool, "_max_workers", None))
+                else:  # the loop creates its default pool in this call
+                    loop = self
+                    func = hand_off(handoff, func, EXECUTOR_ASYNCIO_DEFAULT,
+                                    lambda: getattr(getattr(loop, "_default_executor", None), "_max_workers", None))
+            except Exception:
+                pass  # never let timing stop the submission
+        return original(self, executor, func, *args)
+
+    return run_in_executor
 
 
-@functools.wraps(_original_run_in_executor)
-def _run_in_executor(self, executor, func, *args):
-    handoff = pending_handoff(func) if _handoff.get() is not None else None
-    if handoff is not None:
-        try:
-            pool = executor if executor is not None else getattr(self, "_default_executor", None)
-            if pool is not None:
-                func = hand_off(handoff, func, executor_name(pool), lambda: getattr(pool, "_max_workers", None))
-            else:  # the loop creates its default pool in this call
-                loop = self
-                func = hand_off(handoff, func, EXECUTOR_ASYNCIO_DEFAULT,
-                                lambda: getattr(getattr(loop, "_default_executor", None), "_max_workers", None))
-        except Exception:
-            pass  # never let timing stop the submission
-    return _original_run_in_executor(self, executor, func, *args)
+# One event-loop hook, shared by every framework hook that needs it.
+_event_loop = SharedPatch(asyncio.BaseEventLoop, "run_in_executor", _run_in_executor_hook)
 
 
 def _loop_hooked() -> bool:
-    return _loop_users > 0 and isinstance(_running_loop(), asyncio.BaseEventLoop)
+    return _event_loop.active and isinstance(_running_loop(), asyncio.BaseEventLoop)
 
 
 def hook_event_loop() -> None:
     """Let ``async_call`` see hand-offs; counted, one per framework hook."""
-    global _loop_users, _original_run_in_executor
-    if _loop_users == 0:
-        _original_run_in_executor = vars(asyncio.BaseEventLoop)["run_in_executor"]
-        asyncio.BaseEventLoop.run_in_executor = _run_in_executor
-    _loop_users += 1
+    _event_loop.acquire()
 
 
 def unhook_event_loop() -> None:
-    global _loop_users
-    _loop_users -= 1
-    if _loop_users == 0:
-        asyncio.BaseEventLoop.run_in_executor = _original_run_in_executor
+    _event_loop.release()
 
 
 class MarkedWork:
