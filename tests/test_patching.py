@@ -204,3 +204,36 @@ def test_a_wrapper_on_top_of_ours_survives_restore_and_ours_passes_through():
 def test_a_missing_attribute_is_a_version_not_understood():
     with pytest.raises(patching.VersionNotUnderstood, match="Library.walk"):
         patching.Patches().wrap(Library, "walk", traced)
+
+
+def test_an_inherited_method_is_wrapped_on_the_subclass_and_deleted_again():
+    class Child(Library):
+        pass
+
+    patches = patching.Patches()
+    patches.wrap(Child, "run", traced, inherited=True)
+    assert Child().run(1) == ("traced", ("run", 1)) and Library().run(1) == ("run", 1)
+    patches.restore()
+    assert "run" not in vars(Child) and Child().run(1) == ("run", 1)
+
+
+def test_wrap_overrides_reaches_subclasses_made_later_and_undoes_them():
+    class Base:
+        def run(self, x):
+            return ("base", x)
+
+    class Early(Base):
+        def run(self, x):
+            return ("early", x)
+
+    patches = patching.Patches()
+    patches.wrap_overrides(Base, "run", traced)
+
+    class Late(Base):
+        def run(self, x):
+            return ("late", x)
+
+    assert [cls().run(1)[0] for cls in (Base, Early, Late)] == ["traced"] * 3
+    patches.restore()
+    assert [cls().run(1)[0] for cls in (Base, Early, Late)] == ["base", "early", "late"]
+    assert "__init_subclass__" not in vars(Base) and patching.in_place() == []

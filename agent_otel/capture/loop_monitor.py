@@ -530,9 +530,7 @@ def _hook_uvloop(monitor: LoopMonitor) -> None:
     loop_class = getattr(sys.modules.get("uvloop"), "Loop", None)
     if loop_class is None or current is not monitor or "run_forever" in vars(loop_class):
         return
-    original = loop_class.run_forever
-    monitor.patches.apply(lambda: setattr(loop_class, "run_forever", _watching_run_forever(original)),
-                          lambda: delattr(loop_class, "run_forever"))
+    monitor.patches.wrap(loop_class, "run_forever", _watching_run_forever, inherited=True)
 
 
 def _hook_uvloop_on_import(monitor: LoopMonitor) -> None:

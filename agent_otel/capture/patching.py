@@ -57,7 +57,7 @@ class VersionNotUnderstood(Exception):
 WrapperFactory = Callable[[Any], Any]
 
 # What a patch replaced when ``owner`` did not define the attribute itself
-# (``install(..., absent_ok=True)``): removing the patch deletes it again.
+# (``install(..., inherited=True)``): removing the patch deletes it again.
 _ABSENT: Any = object()
 
 
@@ -77,7 +77,8 @@ class Patch:
         self.name = name
         self.replaced = replaced
         self.factory = factory
-        callable_replaced = _as_method(owner, replaced)
+        # An inherited attribute is wrapped where it was found; removing puts nothing back but deletes ours.
+        callable_replaced = _as_method(owner, getattr(owner, name) if replaced is _ABSENT else replaced)
         self.wrapper = factory(callable_replaced)
         self.installed = _switch(self, self.wrapper, callable_replaced)
         self.active = True
@@ -102,7 +103,7 @@ def _as_method(owner: Any, replaced: Any) -> Any:
     the instance on each call instead.
     """
     # type(), not isinstance(): a wrapt proxy passes isinstance checks for what it wraps.
-    if (replaced is _ABSENT or not inspect.isclass(owner) or type(replaced) is types.FunctionType
+    if (not inspect.isclass(owner) or type(replaced) is types.FunctionType
             or not hasattr(replaced, "__get__") or type(replaced) in (staticmethod, classmethod)
             or isinstance(replaced, type)):
         return replaced
@@ -141,21 +142,22 @@ _in_place: list[Patch] = []
 _lock = threading.Lock()
 
 
-def _attribute(owner: Any, name: str, absent_ok: bool = False) -> Any:
+def _attribute(owner: Any, name: str, inherited: bool = False) -> Any:
     try:
         return vars(owner)[name]
     except KeyError:
-        if absent_ok:
+        if inherited and hasattr(owner, name):
             return _ABSENT
         raise VersionNotUnderstood(f"{getattr(owner, '__name__', owner)}.{name} not found") from None
 
 
-def install(owner: Any, name: str, make_wrapper: WrapperFactory, *, absent_ok: bool = False) -> Patch:
-    """Replace ``owner.name`` (defined on ``owner`` itself) by ``make_wrapper(what is there now)``,
-    or make our inactive wrapper still in its chain active again. Raises ``VersionNotUnderstood``
-    when ``owner`` has no such attribute, unless ``absent_ok`` (the factory then gets ``_ABSENT``)."""
+def install(owner: Any, name: str, make_wrapper: WrapperFactory, *, inherited: bool = False) -> Patch:
+    """Replace ``owner.name`` by ``make_wrapper(what is there now)``, or make our inactive
+    wrapper still in its chain active again. ``owner`` must define the attribute itself,
+    unless ``inherited``: then one it inherits is wrapped, and ``remove`` deletes ours.
+    Raises ``VersionNotUnderstood`` when there is no such attribute."""
     with _lock:
-        current = _attribute(owner, name, absent_ok)
+        current = _attribute(owner, name, inherited)
         for patch in _in_place:
             if patch.owner is owner and patch.name == name and patch.factory is make_wrapper:
                 if patch.active:
@@ -199,9 +201,9 @@ class Patches:
     def __init__(self) -> None:
         self._undo: list[Callable[[], object]] = []
 
-    def wrap(self, owner: Any, name: str, make_wrapper: WrapperFactory) -> Patch:
+    def wrap(self, owner: Any, name: str, make_wrapper: WrapperFactory, *, inherited: bool = False) -> Patch:
         """``install`` a patch that ``restore`` removes."""
-        patch = install(owner, name, make_wrapper)
+        patch = install(owner, name, make_wrapper, inherited=inherited)
         self._undo.append(lambda: remove(patch))
         return patch
 
@@ -225,7 +227,9 @@ class Patches:
             wrap_class(cls)
             pending.extend(cls.__subclasses__())
 
-        def hook_subclasses(own_hook: Any) -> Any:
+        own_hook = vars(base).get("__init_subclass__", _ABSENT)
+
+        def hook_subclasses(_found: Any) -> Any:
             def __init_subclass__(cls: type, **kwargs: Any) -> None:
                 if own_hook is not _ABSENT:
                     own_hook.__get__(None, cls)(**kwargs)
@@ -235,7 +239,7 @@ class Patches:
 
             return classmethod(__init_subclass__)
 
-        hook = install(base, "__init_subclass__", hook_subclasses, absent_ok=True)
+        hook = install(base, "__init_subclass__", hook_subclasses, inherited=True)
 
         def undo() -> None:
             remove(hook)
