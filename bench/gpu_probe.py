@@ -1,10 +1,22 @@
 """Every real-GPU check agent-otel needs, in one run, as JSON.
 
-Usage (on a machine with an NVIDIA GPU; about 40 s)::
+Usage (on a machine with an NVIDIA GPU; about 45 s)::
 
     python bench/gpu_probe.py --out gpu_probe.json
 
-What it measures, for docs/gpu.md:
+It ends with ``answers``, the five questions docs/gpu.md (and issue 17)
+ask of a real driver:
+
+1. ``buffer_when_idle``: does ``nvmlDeviceGetSamples`` run dry while the
+   GPU idles (``NotFound`` or nothing), or keep 0% samples?
+2. ``sample_period_s``: the spacing of samples while busy.
+3. ``buffer_depth``: how many samples the ring holds (and how many seconds).
+4. ``clock``: Unix epoch or CLOCK_BOOTTIME timestamps.
+5. ``shortest_idle_found_s``: the shortest sleep of 0.3-3 s between bursts
+   that agent-otel's NVML source, sampler and timeline find as an idle
+   window at their defaults, with both edges within one sample period.
+
+What it measures besides, for docs/gpu.md:
 
 - NVML itself: driver and NVML versions, the devices, whether GPM metrics
   are supported, and the cost of one ``nvmlDeviceGetUtilizationRates`` and
@@ -37,9 +49,14 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BURST_S = 2.0
-SLEEPS_S = (1.0, 2.0, 3.0)
+BURST_S = 1.5
+# Idle stretches from below the minimum idle time (0.5 s) to well above it:
+# the shortest found answers question 5.
+SLEEPS_S = (0.3, 0.45, 0.6, 0.9, 1.2, 2.0, 3.0)
 RAW_POLL_S = 0.1
+# A window edge may be off by one sample period; this much more is the
+# workload's own start and stop (a CUDA synchronize, the Python loop).
+EDGE_SLACK_S = 0.1
 
 
 def main() -> int:
@@ -53,8 +70,13 @@ def main() -> int:
     if "handle_ok" in result.get("nvml", {}):
         section(result, "at_rest", probe_at_rest, args.device)
         section(result, "workload", probe_workload, args.device)
+        section(result, "buffer_capacity", probe_capacity, args.device)
+    section(result, "answers", answers, result)
     Path(args.out).write_text(json.dumps(result, indent=2, default=str))
     print(json.dumps(result, indent=2, default=str))
+    print("\nThe five questions (docs/gpu.md):")
+    for key, value in result["answers"].items():
+        print(f"  {key}: {value}")
     print(f"\nwritten to {args.out}")
     return 0
 
@@ -171,6 +193,66 @@ def probe_at_rest(device: str) -> dict:
         out["after_newest"] = {"raised": type(exc).__name__}
     out["utilization_rates_gpu"] = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
     return out
+
+
+def probe_capacity(device: str) -> dict:
+    """What NVML itself says the ring holds: ``nvmlDeviceGetSamples`` called
+    with no buffer returns the number of samples to allocate (pynvml does
+    this first call itself and keeps the answer to itself, so it is made
+    here through the same function pointer)."""
+    import ctypes
+
+    import pynvml
+
+    h = nvml_handle(pynvml, device)
+    out: dict = {}
+    try:
+        function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetSamples")
+        for label, last_seen in (("from_0", 0), ("from_now", time.time_ns() // 1000)):
+            count, value_type = ctypes.c_uint(0), ctypes.c_int(0)
+            ret = function(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, ctypes.c_ulonglong(last_seen),
+                           ctypes.byref(value_type), ctypes.byref(count), None)
+            out[label] = {"return": int(ret), "count": count.value}
+    except Exception as exc:  # a private name of pynvml: may move
+        out["error"] = repr(exc)
+    return out
+
+
+def answers(result: dict) -> dict:
+    """The five questions, from what the sections measured (None where a section failed)."""
+    workload = result.get("workload", {})
+    raw = workload.get("raw", {})
+    rest = result.get("at_rest", {})
+    agent = workload.get("agent_otel", {}) if isinstance(workload.get("agent_otel"), dict) else {}
+    described = next(iter(agent.get("source", {}).values()), {}) if agent.get("source") else {}
+    idle = raw.get("idle", {})
+    outcomes = idle.get("call_outcomes", [])  # what GetSamples answered during the sleeps
+    in_sleeps, values = idle.get("samples", 0), idle.get("values", {})
+    if not raw:
+        dry = None
+    elif not in_sleeps:
+        dry = f"runs dry while idle (GetSamples during the sleeps answered: {outcomes})"
+    elif values.get("max", 0) == 0:
+        dry = f"keeps 0% samples while idle ({in_sleeps} samples inside the sleeps, all 0%)"
+    else:
+        dry = f"keeps samples while idle ({in_sleeps} inside the sleeps, values {values})"
+    buffered = workload.get("buffer_after_workload", {})
+    capacity = result.get("buffer_capacity", {})
+    found = agent.get("sleeps_vs_windows", [])
+    within = [m["sleep_s"] for m in found if m.get("within_one_period")]
+    return {
+        "buffer_when_idle": dry,
+        "buffer_at_rest": rest.get("whole_buffer"),
+        "sample_period_s": {"busy_spacing": raw.get("busy", {}).get("spacing_s"),
+                            "measured_by_agent_otel": described.get("sample_period_s")},
+        "buffer_depth": {"samples_after_workload": buffered.get("count"), "span_s": buffered.get("span_s"),
+                         "nvml_says_allocate": capacity, "largest_batch_agent_otel_saw":
+                             described.get("buffer_depth_seen")},
+        "clock": {"raw": raw.get("clock"), "agent_otel": described.get("clock")},
+        "shortest_idle_found_s": min(within) if within else None,
+        "sleeps_found": within,
+        "sleeps_missed": [m["sleep_s"] for m in found if not m.get("within_one_period")],
+    }
 
 
 class RawPoller(threading.Thread):
@@ -305,14 +387,16 @@ def import_agent_otel():
 
 
 def start_agent_otel(device: str) -> dict:
+    """agent-otel's own path at its defaults: the NVML source, the sampler
+    thread polling every 0.5 s, and (afterwards) the idle detector."""
     try:
         NvmlSource, GpuSampler, find_idle_windows = import_agent_otel()
         source = NvmlSource([device])
         samples: list = []
         sampler = GpuSampler(source, 0.5, samples.extend)
         sampler.start()
-        return {"sampler": sampler, "samples": samples, "find": find_idle_windows, "devices": source.devices(),
-                "reason": source.reason}
+        return {"sampler": sampler, "source": source, "samples": samples, "find": find_idle_windows,
+                "devices": source.devices(), "reason": source.reason}
     except Exception as exc:
         return {"error": repr(exc)}
 
@@ -321,25 +405,36 @@ def finish_agent_otel(state: dict, sleeps) -> dict:
     if "error" in state:
         return {"error": state["error"]}
     sampler = state["sampler"]
+    described = state["source"].describe()  # before shutdown closes the source
     stopped = sampler.shutdown(timeout_s=5)
     samples = state["samples"]
-    windows = state["find"](samples, threshold=0.10, min_idle_s=0.5)
+    windows = state["find"](samples, threshold=0.10, min_idle_s=0.5)  # the defaults
+    finest = state["find"](samples, threshold=0.10, min_idle_s=0.001)  # every idle stretch the samples show
+    period_s = next(iter(described.values()), {}).get("sample_period_s") or 1.0
+    tolerance_ns = (period_s + EDGE_SLACK_S) * 1e9
     matched = []
     for start, end in sleeps:
         best = min(windows, key=lambda w: abs(w.start_ns - start) + abs(w.end_ns - end), default=None)
+        near = best is not None and abs(best.start_ns - start) <= tolerance_ns and abs(best.end_ns - end) <= tolerance_ns
+        any_stretch = min(finest, key=lambda w: abs(w.start_ns - start) + abs(w.end_ns - end), default=None)
         matched.append({
-            "sleep_s": (end - start) / 1e9,
-            "window_s": best.seconds if best else None,
-            "start_error_s": (best.start_ns - start) / 1e9 if best else None,
-            "end_error_s": (best.end_ns - end) / 1e9 if best else None,
+            "sleep_s": round((end - start) / 1e9, 3),
+            "window_s": best.seconds if near else None,
+            "start_error_s": (best.start_ns - start) / 1e9 if near else None,
+            "end_error_s": (best.end_ns - end) / 1e9 if near else None,
+            "within_one_period": near,
+            "stretch_at_min_idle_0_s": any_stretch.seconds if any_stretch is not None and abs(
+                any_stretch.start_ns - start) <= tolerance_ns else None,
         })
     return {
         "stopped": stopped,
         "stats": sampler.stats(),
         "devices": [d._asdict() for d in state["devices"]],
+        "source": described,
         "reason_off": state["reason"],
         "samples": len(samples),
         "windows": [(w.start_ns / 1e9, w.end_ns / 1e9, round(w.utilization_avg, 4)) for w in windows],
+        "edge_tolerance_s": period_s + EDGE_SLACK_S,
         "sleeps_vs_windows": matched,
     }
 

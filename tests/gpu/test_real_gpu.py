@@ -6,8 +6,10 @@ place a missing tool is not a failure there). Run it with
 
     pytest tests/gpu -s
 
-``-s`` shows what it observed (sample spacing, buffer depth, timestamp
-clock) for docs/gpu.md. ``bench/gpu_probe.py`` measures more and writes JSON.
+``-s`` prints the answers to the five questions of docs/gpu.md: does the
+buffer run dry while idle or keep 0% samples, the sample period, the
+buffer depth, the clock, and the shortest idle stretch found.
+``bench/gpu_probe.py`` measures more and writes JSON.
 """
 
 import logging
@@ -24,10 +26,13 @@ from agent_otel.records import NS_PER_S  # noqa: E402
 from agent_otel.gpu.sampler import GpuSampler  # noqa: E402
 from agent_otel.gpu.timeline import find_idle_windows  # noqa: E402
 
-# NVIDIA documents sample periods from 1/6 s to 1 s: a window edge may be
-# off by one period, plus a little for the workload's own start and stop.
-TOLERANCE_S = 1.0 + 0.2
-SLEEPS_S = (2.0, 3.0)
+# A window edge may be off by one sample period (as measured by the source;
+# NVIDIA documents 1/6 s to 1 s), plus a little for the workload's own start
+# and stop (a CUDA synchronize, the Python loop).
+EDGE_SLACK_S = 0.15
+# From the shortest stall the toolkit must find at its defaults (issue 17:
+# 0.6 s, just above gpu_min_idle) to well above it.
+SLEEPS_S = (0.6, 0.9, 1.2, 2.0, 3.0)
 BURST_S = 1.5
 
 
@@ -81,26 +86,26 @@ def test_idle_windows_are_found_where_the_workload_slept(nvml_gpu, caplog):
             timed(bursts, burst, BURST_S)
         time.sleep(1.0)
     finally:
+        [described] = source.describe().values()  # before shutdown closes the source
         assert sampler.shutdown(timeout_s=5)
 
     windows = find_idle_windows(samples, threshold=0.10, min_idle_s=0.5)
-    report_observations(nvml_gpu, samples, windows, sleeps, caplog, sampler.stats())
+    report_observations(nvml_gpu, samples, windows, sleeps, caplog, sampler.stats(), described)
 
     assert samples, "no samples at all"
     assert sampler.stats()["errors"] == {}
+    period_s = described["sample_period_s"] or 1.0
+    tolerance_ns = (period_s + EDGE_SLACK_S) * NS_PER_S
     for start, end in sleeps:
-        matches = [
-            w for w in windows
-            if abs(w.start_ns - start) <= TOLERANCE_S * NS_PER_S and abs(w.end_ns - end) <= TOLERANCE_S * NS_PER_S
-        ]
-        assert len(matches) == 1, f"no idle window for the sleep {start}-{end}: {windows}"
+        matches = [w for w in windows if abs(w.start_ns - start) <= tolerance_ns and abs(w.end_ns - end) <= tolerance_ns]
+        assert len(matches) == 1, f"no idle window for the sleep {(end - start) / NS_PER_S:.2f} s: {windows}"
     for start, end in bursts:
         middle = (start + end) // 2
         assert not any(w.start_ns < middle < w.end_ns for w in windows), f"idle window inside a burst: {windows}"
 
 
-def report_observations(device, samples, windows, sleeps, caplog, stats):
-    """Print what was seen, for docs/gpu.md (run with -s)."""
+def report_observations(device, samples, windows, sleeps, caplog, stats, described):
+    """Print the answers to the five questions, for docs/gpu.md (run with -s)."""
     times = [s.timestamp_ns for s in samples]
     spacing = [(b - a) / NS_PER_S for a, b in zip(times, times[1:])]
     busy_spacing = [d for d in spacing if d < 0.45]
@@ -119,15 +124,26 @@ def report_observations(device, samples, windows, sleeps, caplog, stats):
     finally:
         pynvml.nvmlShutdown()
     stamps = sorted(s.timeStamp for s in buffered)
-    print(f"\nGPU {device} ({name}), {len(samples)} samples, sampler stats {stats}")
-    print("clock:", clock_lines)
+    print(f"\nGPU {device} ({name}), {len(samples)} samples, sampler stats {stats}, source {described}")
+    # 1. Does the buffer run dry while idle? The source's samples inside the
+    # sleeps are its own idle samples when it does, the driver's 0% when not.
+    inside = [s for s in samples if any(a + 0.2 * NS_PER_S < s.timestamp_ns < b - 0.2 * NS_PER_S for a, b in sleeps)]
+    spaced = [(b.timestamp_ns - a.timestamp_ns) / NS_PER_S for a, b in zip(inside, inside[1:])]
+    print(f"1. while idle: {len(inside)} samples inside the sleeps, spaced {sorted(spaced)[:5]}... s "
+          "(about the sample period: the driver keeps 0% samples; about the 0.5 s poll or none: it runs dry)")
     if busy_spacing:
-        print(
-            f"spacing while busy: median {statistics.median(busy_spacing):.4f} s, "
-            f"min {min(busy_spacing):.4f} s, max {max(busy_spacing):.4f} s"
-        )
+        print(f"2. sample period: spacing while busy median {statistics.median(busy_spacing):.4f} s, "
+              f"min {min(busy_spacing):.4f} s, max {max(busy_spacing):.4f} s; measured by the source "
+              f"{described['sample_period_s']} s")
     if stamps:
-        print(f"buffer depth: {len(stamps)} samples over {(stamps[-1] - stamps[0]) / 1e6:.2f} s")
+        print(f"3. buffer depth: {len(stamps)} samples over {(stamps[-1] - stamps[0]) / 1e6:.2f} s "
+              f"(the largest batch the source saw: {described['buffer_depth_seen']})")
+    print("4. clock:", clock_lines, described["clock"])
+    period_ns = (described["sample_period_s"] or 1.0) * NS_PER_S
+    found = [round((b - a) / NS_PER_S, 3) for a, b in sleeps
+             if any(abs(w.start_ns - a) <= period_ns + EDGE_SLACK_S * NS_PER_S and
+                    abs(w.end_ns - b) <= period_ns + EDGE_SLACK_S * NS_PER_S for w in windows)]
+    print(f"5. shortest idle stretch found: {min(found) if found else None} s (found: {found})")
     for start, end in sleeps:
         print(f"sleep   {start / NS_PER_S:.3f} - {end / NS_PER_S:.3f}")
     for w in windows:
