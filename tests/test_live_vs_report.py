@@ -54,3 +54,39 @@ def test_live_metrics_equal_the_report_over_the_same_traces(tmp_path, spans):
     for key, seconds in live.items():
         assert offline[key] == pytest.approx(seconds, abs=1e-6), key
     assert sum(offline.values()) == pytest.approx(sum(live.values()), abs=1e-6)
+
+
+def test_live_unused_capacity_equals_the_report_over_the_log_the_live_path_wrote(tmp_path, spans):
+    traces, log = tmp_path / "traces.jsonl", tmp_path / "gpu.csv"
+    handle = agent_otel.instrument(traces_file=str(traces), traces_exporters="none", frameworks=(),
+                                   gpu="simulated", gpu_poll_interval=0.05, gpu_min_idle=0.2,
+                                   gpu_log_file=str(log))
+    gpu = handle.gpu_timeline.source
+
+    @agent_otel.tool
+    def search(q):
+        with gpu.busy():  # the GPU keeps some work while it runs: partial use, never idle
+            time.sleep(0.1)
+        time.sleep(0.3)
+        return q
+
+    for turn in range(3):
+        gpu.run_kernel(0.3)
+        search(turn)
+    gpu.run_kernel(0.3)
+    handle.shutdown()
+
+    live = {}
+    for metric in handle.metrics.registry.collect():
+        if metric.name == "agent_gpu_underused_blocked_seconds":
+            for sample in metric.samples:
+                if sample.name.endswith("_total"):
+                    live[(sample.labels["tool"], sample.labels["phase"])] = sample.value
+    assert live[("search", "exec")] > 0.6
+
+    analysis = analyse([str(traces)], [str(log)], idle_threshold=0.10, min_idle_s=0.2)
+    [tool] = analysis.tools
+    # The log keeps milliseconds and whole percents: equal to within that rounding.
+    # (about 1 ms apart in practice).
+    assert tool.underused_exec_s == pytest.approx(live[("search", "exec")], abs=0.005)
+    assert tool.underused_queue_s == 0.0
