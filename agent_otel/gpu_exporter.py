@@ -1,12 +1,22 @@
-"""``agent-otel gpu-exporter``: the GPU timeline alone, for a GPU host.
+"""``agent-otel gpu-exporter``: the GPU timeline of a GPU host, and the
+blame service of its GPU pool.
 
 When the agents run elsewhere (or in containers that cannot see NVML), run
 this next to the GPU. It samples every GPU, exports window-level
 ``gpu.idle`` spans over OTLP (the standard ``OTEL_*`` variables say where)
-and serves the GPU metrics on /metrics. Attribution to tool calls then
-happens in ``agent-otel report`` over both processes' traces. It is
-``instrument()`` with the tool and executor hooks left out, kept running
-until SIGTERM or Ctrl-C.
+and serves the GPU metrics on /metrics.
+
+With ``--pool`` (or ``AGENT_OTEL_GPU_POOL``) it is the **blame service** of
+that GPU pool (``agent_otel.blame_service``): it also receives the tool
+spans of every agent of the pool over OTLP (``--otlp-grpc``,
+``--otlp-http``) and blames the GPUs' idle time on them, a watermark late,
+with the live path's engine: one process per GPU host samples and blames,
+so no GPU is sampled twice and no idle second is blamed twice. Without a
+pool, attribution happens in ``agent-otel report`` over both processes'
+traces.
+
+It is ``instrument()`` with the tool and executor hooks left out, kept
+running until SIGTERM or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -16,7 +26,11 @@ import signal
 import threading
 
 from agent_otel import config
-from agent_otel.instrumentation import start
+from agent_otel.attribution.service import DEFAULT_WATERMARK_S
+from agent_otel.blame_service import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, start_blame_service
+from agent_otel.errors import ConfigError
+from agent_otel.instrumentation import declared_gpu_pool, start
+from agent_otel.receiver.server import DEFAULT_MAX_REQUEST_BYTES
 
 # Where the exporter differs from instrument(): it samples NVML (a GPU host
 # without one is a mistake worth a non-zero exit), serves /metrics on the
@@ -41,14 +55,43 @@ OPTIONS = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for option, (name, metavar) in OPTIONS.items():
         config.add_argument(parser, option, name, default=DEFAULTS.get(name), metavar=metavar)
+    service = parser.add_argument_group("blame service (with --pool)")
+    service.add_argument("--pool", dest="gpu_pool", default=None, metavar="POOL",
+                         help="be the blame service of this GPU pool (agent.gpu.pool, the value its agents declare): "
+                         "receive their tool spans and blame this host's GPUs on them [AGENT_OTEL_GPU_POOL]")
+    service.add_argument("--otlp-grpc", default=DEFAULT_GRPC_ENDPOINT, metavar="HOST:PORT",
+                         help=f"receive tool spans over OTLP/gRPC here; 'off' for none (default: {DEFAULT_GRPC_ENDPOINT})")
+    service.add_argument("--otlp-http", default=DEFAULT_HTTP_ENDPOINT, metavar="HOST:PORT",
+                         help="receive tool spans over OTLP/HTTP (protobuf, POST /v1/traces) here; 'off' for none "
+                         f"(default: {DEFAULT_HTTP_ENDPOINT})")
+    service.add_argument("--watermark", type=float, default=DEFAULT_WATERMARK_S, metavar="S",
+                         help="blame GPU time this many seconds late, once the spans of the calls in flight then "
+                         "have arrived: at least the agents' export interval + the Collector's batching + the "
+                         f"longest tool call to blame in full (default: {DEFAULT_WATERMARK_S:g})")
+    service.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="N",
+                         help=f"largest OTLP request taken, decompressed (default: {DEFAULT_MAX_REQUEST_BYTES})")
     parser.add_argument("--duration", type=float, default=None, metavar="S", help="stop after this many seconds")
 
 
 def run(args: argparse.Namespace) -> int:
     given = {name: config.parse(name, getattr(args, name), option)
-             for option, (name, _) in OPTIONS.items() if getattr(args, name) is not None}
+             for option, (name, _) in [*OPTIONS.items(), ("--pool", ("gpu_pool", "POOL"))]
+             if getattr(args, name) is not None}
     settings = config.load_settings({**given, **FIXED}, defaults=DEFAULTS)
-    handle = start(settings)
+    pool = declared_gpu_pool(settings)
+    service = None
+    if pool:
+        if not 1024 <= args.max_request_bytes <= 1 << 30:
+            raise ConfigError("--max-request-bytes", args.max_request_bytes, "a number of bytes from 1024 to 1073741824")
+        try:
+            handle, service = start_blame_service(
+                settings, watermark_s=args.watermark, max_request_bytes=args.max_request_bytes,
+                grpc_endpoint=None if args.otlp_grpc == "off" else args.otlp_grpc,
+                http_endpoint=None if args.otlp_http == "off" else args.otlp_http)
+        except OSError as exc:
+            raise ConfigError("--otlp-grpc/--otlp-http", str(exc), "free local addresses") from None
+    else:
+        handle = start(settings)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -58,6 +101,13 @@ def run(args: argparse.Namespace) -> int:
           + (", ".join(f"{d.index} {d.name}" for d in devices) or "none (see the log line above)"), flush=True)
     if handle.prometheus_url:
         print(f"agent-otel gpu-exporter: metrics at {handle.prometheus_url}", flush=True)
+    if service is not None:
+        receiver = service.receiver
+        endpoints = [f"OTLP/gRPC on {receiver.grpc_endpoint.rsplit(':', 1)[0]}:{receiver.grpc_port}"
+                     if receiver.grpc_port else "", f"OTLP/HTTP on {receiver.http_endpoint.rsplit(':', 1)[0]}:"
+                     f"{receiver.http_port}" if receiver.http_port else ""]
+        print(f"agent-otel gpu-exporter: blame service of GPU pool {pool!r}: "
+              + ", ".join(e for e in endpoints if e) + f"; watermark {args.watermark:g} s", flush=True)
     try:
         stop.wait(args.duration)
     finally:

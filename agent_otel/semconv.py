@@ -233,6 +233,12 @@ LABEL_GPU: Final = "gpu"
 LABEL_REASON: Final = "reason"
 LABEL_THREAD: Final = "thread"
 LABEL_KIND: Final = "kind"  # of agent_otel_spans_dropped_total: one of SPAN_KINDS
+LABEL_TRANSPORT: Final = "transport"  # the blame service's OTLP receiver: "grpc" or "http"
+# target_info: the resource attributes of a process, as the OpenTelemetry
+# Prometheus exporters expose them (dots become underscores); agent-otel
+# puts the GPU pool there, and the pool rules join on it.
+TARGET_INFO: Final = "target_info"
+LABEL_GPU_POOL: Final = "agent_gpu_pool"  # agent.gpu.pool
 # The exemplar label of the duration and exec histograms.
 EXEMPLAR_TRACE_ID: Final = "trace_id"
 
@@ -259,6 +265,7 @@ class MetricSpec(NamedTuple):
     help: str
     buckets: tuple[float, ...] = ()
     remedy: bool = False  # exported by the remedies of docs/remedies.md, beyond the core contract
+    blame_service: bool = False  # exported by the blame service of a GPU pool (agent-otel gpu-exporter --pool) only
 
     def series(self) -> tuple[str, ...]:
         """The series names a query may use: a histogram's ``_bucket``, ``_count`` and ``_sum``."""
@@ -298,6 +305,21 @@ METRIC_TOOL_CACHE_EVICTIONS: Final = "agent_tool_cache_evictions_total"
 METRIC_TOOL_BATCH_SIZE: Final = "agent_tool_batch_size"
 METRIC_TOOL_BATCH_WAIT: Final = "agent_tool_batch_wait_seconds"
 METRIC_EXECUTOR_ABANDONED_WORKERS: Final = "agent_executor_abandoned_workers"
+
+# the blame service of a GPU pool
+METRIC_RECEIVED_SPANS: Final = "agent_otel_received_spans_total"
+METRIC_REFUSED_SPANS: Final = "agent_otel_refused_spans_total"
+METRIC_REFUSED_REQUESTS: Final = "agent_otel_refused_requests_total"
+METRIC_LATE_SPANS: Final = "agent_otel_late_spans_total"
+METRIC_BLAME_CALLS: Final = "agent_otel_blame_calls"
+METRIC_BLAME_CALLS_DROPPED: Final = "agent_otel_blame_calls_dropped_total"
+METRIC_BLAME_LAG: Final = "agent_otel_blame_lag_seconds"
+METRIC_SPAN_DELAY: Final = "agent_otel_span_delay_seconds"
+# From a tool span's end to its arrival at the blame service: the export
+# interval and batching the watermark must cover. A span cannot arrive
+# before it ended: one that seems to is counted at 0 (the ``le="0"``
+# bucket), and says the sender's clock is ahead of this host's.
+SPAN_DELAY_BUCKETS: Final = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
 
 _TOOL = (LABEL_TOOL,)
 _EXECUTOR = (LABEL_EXECUTOR,)
@@ -352,6 +374,26 @@ METRICS: Final[dict[str, MetricSpec]] = {spec.name: spec for spec in (
                BATCH_WAIT_BUCKETS, remedy=True),
     MetricSpec(METRIC_EXECUTOR_ABANDONED_WORKERS, GAUGE, _EXECUTOR,
                "Workers still running a call whose caller stopped waiting (timed out).", remedy=True),
+    MetricSpec(METRIC_RECEIVED_SPANS, COUNTER, (LABEL_TRANSPORT,), "Spans received over OTLP, by transport.",
+               blame_service=True),
+    MetricSpec(METRIC_REFUSED_SPANS, COUNTER, (LABEL_REASON,),
+               "Received spans refused: not tool spans, malformed, of another GPU pool, or ending too far ahead "
+               "of this host's clock.", blame_service=True),
+    MetricSpec(METRIC_REFUSED_REQUESTS, COUNTER, (LABEL_TRANSPORT, LABEL_REASON),
+               "OTLP requests refused whole: malformed, too large, unsupported, busy or failed.",
+               blame_service=True),
+    MetricSpec(METRIC_LATE_SPANS, COUNTER, (LABEL_TOOL,),
+               "Tool spans that arrived after the watermark had passed part of their call: that part is not "
+               "blamed.", blame_service=True),
+    MetricSpec(METRIC_BLAME_CALLS, GAUGE, (), "Finished tool calls held for attribution.", blame_service=True),
+    MetricSpec(METRIC_BLAME_CALLS_DROPPED, COUNTER, (), "Finished tool calls dropped to stay within the memory bound.",
+               blame_service=True),
+    MetricSpec(METRIC_SPAN_DELAY, HISTOGRAM, (),
+               "Seconds from a tool span's end (the sender's clock) to its arrival (this host's clock).",
+               SPAN_DELAY_BUCKETS, blame_service=True),
+    MetricSpec(METRIC_BLAME_LAG, GAUGE, (),
+               "Seconds between now and the end of the GPU time blamed so far (the watermark, plus sampling delay).",
+               blame_service=True),
 )}
 
 

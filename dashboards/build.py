@@ -18,7 +18,7 @@ from pathlib import Path
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from agent_otel.errors import AgentOtelError
-from dashboards import executors, latency, rules, tools_gpu
+from dashboards import executors, latency, pools, rules, tools_gpu
 from dashboards.slo import DEFAULT_OBJECTIVE, DEFAULT_THRESHOLD_S, LatencySLO
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +36,7 @@ def artefacts(slo: LatencySLO, runbook_base: str = rules.DEFAULT_RUNBOOK_BASE) -
         JSON_DIR / "agent-tools-vs-gpu.json": dashboard_json(tools_gpu.build()),
         JSON_DIR / "tool-latency-and-slos.json": dashboard_json(latency.build(slo)),
         JSON_DIR / "executors.json": dashboard_json(executors.build()),
+        JSON_DIR / "gpu-pools.json": dashboard_json(pools.build()),
         RULES_FILE: rules.render(slo, runbook_base),
     }
 

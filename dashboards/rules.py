@@ -9,6 +9,17 @@ window (it is still being spent now) burn faster than the factor.
 Recording rules keep each tool's SLI (share of calls within the
 threshold) per burn-rate window, so alerts and ad-hoc queries read one
 cheap series instead of re-aggregating histogram buckets.
+
+GPU pools (docs/attribution.md#gpu-pools): the exact blame of a pool's GPUs
+comes from its blame service, once a call's span has arrived and the
+watermark has passed. A tool hung for minutes has no span yet, so the pool
+rules apply the attribution rule to what Prometheus sees now: the agents'
+``agent_tool_inflight`` gauges and the GPUs' last utilization samples,
+joined by the ``agent_gpu_pool`` label of each process's ``target_info``.
+At each evaluation, every idle GPU of a pool is split equally among the
+pool's calls in flight (the rule, sampled), and the alert fires while a
+GPU stays idle with calls of its pool in flight. docs/attribution.md says
+how close the sampled rule comes to the exact one.
 """
 
 from __future__ import annotations
@@ -17,12 +28,17 @@ from dataclasses import dataclass
 
 import yaml
 
+from agent_otel.config import DEFAULTS
 from agent_otel.semconv import (
+    LABEL_GPU_POOL,
     METRIC_EXECUTOR_ACTIVE_WORKERS,
     METRIC_EXECUTOR_MAX_WORKERS,
     METRIC_EXECUTOR_QUEUE_DEPTH,
     METRIC_GPU_IDLE_BLOCKED,
+    METRIC_GPU_UTILIZATION,
     METRIC_TOOL_DURATION,
+    METRIC_TOOL_INFLIGHT,
+    TARGET_INFO,
 )
 from dashboards.slo import LatencySLO, format_bound, format_percent
 
@@ -33,6 +49,19 @@ EXECUTOR_SATURATED_FOR = "5m"
 # GPU idle-while-blocked share over this window, above this ratio, alerts.
 GPU_BLOCKED_WINDOW = "10m"
 GPU_BLOCKED_RATIO = 0.3
+# A GPU of a pool idle with calls of the pool in flight this long alerts
+# (the live rule, for stalls whose spans have not ended).
+LIVE_STALL_FOR = "30s"
+# A GPU is idle now when its last sample is at or below the live path's threshold.
+IDLE_THRESHOLD = DEFAULTS.gpu_idle_threshold
+
+# The pool recording rules (see the module docstring).
+POOL_INFLIGHT = "agent_gpu_pool:tool_inflight:sum"
+POOL_GPU_IDLE = "agent_gpu_pool:gpu_idle:bool"
+POOL_BLOCKED_LIVE = "agent_gpu_pool:gpu_idle_blocked_live:ratio"
+POOL_GPU_BLOCKED = "agent_gpu_pool:gpu_blocked_live:bool"
+# The processes of a pool: the pool joined onto their series.
+IN_A_POOL = f'on (job, instance) group_left ({LABEL_GPU_POOL}) {TARGET_INFO}{{{LABEL_GPU_POOL}!=""}}'
 
 
 @dataclass(frozen=True)
@@ -157,30 +186,100 @@ def gpu_blocked_rule(runbook_base: str) -> dict:
     }
 
 
-def rule_groups(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE) -> dict:
+def pool_recording_rules() -> list[dict]:
+    """The live view of each GPU pool; evaluated in order, each from the ones before."""
+    pool = LABEL_GPU_POOL
+    return [
+        {
+            # Tool calls in flight (queued or running) over every process of the pool.
+            "record": POOL_INFLIGHT,
+            "expr": f"sum by ({pool}, tool, phase) (\n  {METRIC_TOOL_INFLIGHT}\n  * {IN_A_POOL}\n)",
+        },
+        {
+            # 1 while a GPU of the pool is idle (its last sample), else 0.
+            "record": POOL_GPU_IDLE,
+            "expr": f"({METRIC_GPU_UTILIZATION} <= bool {IDLE_THRESHOLD:g})\n* {IN_A_POOL}",
+        },
+        {
+            # The rule at this instant: the pool's idle GPUs, split equally
+            # among its calls in flight; in GPU-seconds per second, by tool
+            # and phase (the live counterpart of the blame service's
+            # rate(agent_gpu_idle_blocked_seconds_total), summed over the pool).
+            "record": POOL_BLOCKED_LIVE,
+            "expr": (
+                f"{POOL_INFLIGHT}\n"
+                f"/ on ({pool}) group_left\n"
+                f"sum by ({pool}) ({POOL_INFLIGHT})\n"
+                f"* on ({pool}) group_left\n"
+                f"sum by ({pool}) ({POOL_GPU_IDLE})"
+            ),
+        },
+        {
+            # 1 while a GPU is idle and calls of its pool are in flight.
+            "record": POOL_GPU_BLOCKED,
+            "expr": (
+                f"{POOL_GPU_IDLE}\n"
+                f"* on ({pool}) group_left ()\n"  # "()": the parenthesis below is not a label list
+                f"(sum by ({pool}) ({POOL_INFLIGHT}) > bool 0)"
+            ),
+        },
+    ]
+
+
+def gpu_blocked_live_rule(runbook_base: str, stall_for: str = LIVE_STALL_FOR) -> dict:
+    name = "AgentGPUIdleBlockedByTools"
+    top_tool = (
+        '{{ with printf "topk(1, sum by (tool) (' + POOL_INFLIGHT + '{' + LABEL_GPU_POOL +
+        '=%q}))" $labels.' + LABEL_GPU_POOL + ' | query }}{{ . | first | label "tool" }}{{ end }}'
+    )
+    return {
+        "alert": name,
+        "expr": f"{POOL_GPU_BLOCKED} == 1",
+        "for": stall_for,
+        "labels": {"severity": "warning", "signal": "live"},
+        "annotations": {
+            "summary": (
+                "GPU {{ $labels.gpu }} of pool {{ $labels." + LABEL_GPU_POOL + " }} sits idle while its agents' "
+                "tool calls run"
+            ),
+            "description": (
+                "GPU {{ $labels.gpu }} on {{ $labels.instance }} has been idle for " + stall_for + " while tool "
+                "calls of its GPU pool {{ $labels." + LABEL_GPU_POOL + " }} were in flight (still running: their "
+                "spans have not ended, so the blame service has not blamed them yet). The tool with the most "
+                "calls in flight: " + top_tool + "."
+            ),
+            "runbook_url": runbook_url(runbook_base, name),
+        },
+    }
+
+
+def rule_groups(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE, stall_for: str = LIVE_STALL_FOR) -> dict:
     """The whole rules file as a Python structure."""
     return {
         "groups": [
             {"name": "agent-otel-slo-recording", "rules": recording_rules(slo)},
+            {"name": "agent-otel-gpu-pools", "rules": pool_recording_rules()},
             {
                 "name": "agent-otel-alerts",
                 "rules": [
                     *(burn_rate_rule(slo, alert, runbook_base) for alert in BURN_RATE_ALERTS),
                     executor_saturated_rule(runbook_base),
                     gpu_blocked_rule(runbook_base),
+                    gpu_blocked_live_rule(runbook_base, stall_for),
                 ],
             },
         ]
     }
 
 
-def render(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE) -> str:
+def render(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE, stall_for: str = LIVE_STALL_FOR) -> str:
     """The rules file's text, with a header naming its source and SLO."""
     header = (
         "# Generated by `python -m dashboards` from dashboards/rules.py: do not edit by hand.\n"
         f"# Latency SLO: {format_percent(slo.objective)} of each tool's calls within {format_bound(slo.threshold_s)} s.\n"
     )
-    return header + yaml.dump(rule_groups(slo, runbook_base), Dumper=_RulesDumper, sort_keys=False, width=1000)
+    return header + yaml.dump(rule_groups(slo, runbook_base, stall_for), Dumper=_RulesDumper, sort_keys=False,
+                              width=1000)
 
 
 class _RulesDumper(yaml.SafeDumper):

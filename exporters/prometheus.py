@@ -14,7 +14,7 @@ from bisect import bisect_left
 from typing import Callable, Iterable, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import Exemplar, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, Exemplar, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 from prometheus_client.exposition import start_http_server
 
@@ -390,6 +390,54 @@ class RemedyMetrics:
 
     def abandoned(self, executor: str, change: int) -> None:
         self._child(self.abandoned_workers, self._executor_label(executor)).inc(change)
+
+
+# ---------------------------------------------------------------- blame service
+# The blame service of a GPU pool (agent-otel gpu-exporter --pool): what its
+# OTLP receiver took, refused and took late, beside the GPU metrics above.
+
+
+class BlameServiceMetrics:
+    """The blame service's own metrics, in the contract's registry.
+
+    ``held_calls``, ``dropped_calls`` and ``lag_s`` are read when Prometheus
+    scrapes.
+    """
+
+    def __init__(self, registry: CollectorRegistry, tool_label: ToolNames, *, held_calls: Callable[[], int],
+                 dropped_calls: Callable[[], int], lag_s: Callable[[], float]):
+        spec = semconv.METRICS
+        self._tool_label = tool_label
+        self.received = _counter(spec[semconv.METRIC_RECEIVED_SPANS], registry)
+        self.refused_spans = _counter(spec[semconv.METRIC_REFUSED_SPANS], registry)
+        self.refused_requests = _counter(spec[semconv.METRIC_REFUSED_REQUESTS], registry)
+        self.late = _counter(spec[semconv.METRIC_LATE_SPANS], registry)
+        self.delay = _histogram(spec[semconv.METRIC_SPAN_DELAY], registry)
+        registry.register(_BlameServiceGauges(held_calls, dropped_calls, lag_s))
+
+    def late_spans(self, tool: str, count: int) -> None:
+        self.late.labels(self._tool_label(tool)).inc(count)
+
+
+class _BlameServiceGauges:
+    def __init__(self, held_calls: Callable[[], int], dropped_calls: Callable[[], int], lag_s: Callable[[], float]):
+        self._held, self._dropped, self._lag = held_calls, dropped_calls, lag_s
+
+    def describe(self):
+        return list(self.collect())
+
+    def collect(self):
+        spec = semconv.METRICS
+        held = _gauge_family(spec[semconv.METRIC_BLAME_CALLS])
+        held.add_metric([], self._held())
+        yield held
+        dropped = spec[semconv.METRIC_BLAME_CALLS_DROPPED]
+        family = CounterMetricFamily(dropped.name.removesuffix("_total"), dropped.help)
+        family.add_metric([], self._dropped())
+        yield family
+        lag = _gauge_family(spec[semconv.METRIC_BLAME_LAG])
+        lag.add_metric([], self._lag())
+        yield lag
 
 
 class MetricsServer:

@@ -9,7 +9,6 @@ name and port: a typo there is a stack that starts and shows nothing.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -71,7 +70,9 @@ LISTENS = {
     "prometheus": {9090},  # its default --web.listen-address
     "grafana": {3000},
     "demo": {int(SERVICES["demo"]["environment"]["AGENT_OTEL_PROMETHEUS_PORT"])},
-    "gpu-exporter": {int(GPU_OVERRIDE["services"]["gpu-exporter"]["environment"]["AGENT_OTEL_PROMETHEUS_PORT"])},
+    "blame": {int(SERVICES["blame"]["environment"]["AGENT_OTEL_PROMETHEUS_PORT"]),
+              *(listen_port(build_parser().parse_args(SERVICES["blame"]["command"]).otlp_grpc),
+                listen_port(build_parser().parse_args(SERVICES["blame"]["command"]).otlp_http))},
 }
 
 
@@ -108,7 +109,7 @@ def test_the_dockerfile_starts_from_a_pinned_python_and_runs_as_a_user():
     assert 'ENTRYPOINT ["agent-otel"]' in dockerfile
 
 
-@pytest.mark.parametrize("service", [SERVICES["demo"], GPU_OVERRIDE["services"]["gpu-exporter"]], ids=["demo", "gpu-exporter"])
+@pytest.mark.parametrize("service", [SERVICES["demo"], SERVICES["blame"]], ids=["demo", "blame"])
 def test_agent_otel_services_send_otlp_to_the_collector_and_serve_metrics(service):
     # The image's entrypoint is agent-otel: the command must parse as its arguments.
     args = build_parser().parse_args(service["command"])
@@ -118,8 +119,15 @@ def test_agent_otel_services_send_otlp_to_the_collector_and_serve_metrics(servic
     assert service["environment"]["AGENT_OTEL_PROMETHEUS_ADDRESS"] == "0.0.0.0"
 
 
-def test_the_gpu_exporter_gets_the_gpus():
-    gpu = GPU_OVERRIDE["services"]["gpu-exporter"]
+def test_the_blame_service_samples_a_simulated_gpu_or_with_the_gpu_override_the_hosts_gpus():
+    base = build_parser().parse_args(SERVICES["blame"]["command"])
+    gpu = GPU_OVERRIDE["services"]["blame"]
+    on_gpu = build_parser().parse_args(gpu["command"])
+    assert (base.gpu, on_gpu.gpu) == ("simulated", "nvml")
+    # The same service otherwise: pool, receivers and watermark.
+    assert {k: v for k, v in vars(base).items() if k not in ("gpu", "_module")} == \
+        {k: v for k, v in vars(on_gpu).items() if k not in ("gpu", "_module")}
+    assert base.gpu_pool == "local-gpu"
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
 
 
@@ -150,7 +158,11 @@ def test_span_metrics_have_the_slo_bucket_and_match_jaegers_monitor_tab():
 
 def test_the_gateway_config_matches_the_single_host_one():
     gateway = yaml.safe_load((REPO / "collector" / "gateway.yaml").read_text())
-    assert gateway["service"]["pipelines"].keys() == COLLECTOR["service"]["pipelines"].keys()
+
+    def shared(config: dict) -> set[str]:
+        return {name for name in config["service"]["pipelines"] if not name.startswith("traces/blame_")}
+
+    assert shared(gateway) == shared(COLLECTOR)
     assert gateway["connectors"]["span_metrics"]["histogram"] == COLLECTOR["connectors"]["span_metrics"]["histogram"]
     assert gateway["exporters"]["otlp_grpc/jaeger"]["endpoint"] == "${env:JAEGER_OTLP_ENDPOINT}"
 
@@ -164,8 +176,8 @@ def test_prometheus_scrapes_real_services_with_exemplars_and_the_rules():
                 host, _ = host_port(target)
                 if host != "localhost":
                     assert_reaches(target, host)
-    gpu_targets = mounted_yaml("prometheus", "/etc/prometheus/gpu-targets/gpu-exporter.yml", GPU_OVERRIDE)
-    assert_reaches(gpu_targets[0]["targets"][0], "gpu-exporter")
+    jobs = {job["job_name"]: job for job in PROMETHEUS["scrape_configs"]}
+    assert_reaches(jobs["agent-otel-blame"]["static_configs"][0]["targets"][0], "blame", 9464)
     rules_mount = mounts(SERVICES["prometheus"])["/etc/prometheus/rules"]
     for rule_file in PROMETHEUS["rule_files"]:
         assert (rules_mount / Path(rule_file).relative_to("/etc/prometheus/rules")).is_file(), rule_file
@@ -178,10 +190,6 @@ def test_promtool_accepts_the_prometheus_config_as_mounted(tmp_path):
     for target, source in sorted(mounts(SERVICES["prometheus"]).items(), key=lambda m: -len(m[0])):
         if source.is_dir():
             text = text.replace(target + "/", f"{source}/")
-    # And the GPU targets where docker-compose.gpu.yml mounts them.
-    (tmp_path / "gpu-targets").mkdir()
-    text = text.replace("/etc/prometheus/gpu-targets/", f"{tmp_path}/gpu-targets/")
-    shutil.copy(REPO / "deploy" / "prometheus" / "gpu-targets.yml", tmp_path / "gpu-targets" / "gpu-exporter.yml")
     (tmp_path / "prometheus.yml").write_text(text)
     result = subprocess.run([require_tool("promtool", "prometheus"), "check", "config", str(tmp_path / "prometheus.yml")],
                             capture_output=True, text=True, timeout=60)
@@ -210,7 +218,7 @@ def test_grafana_provisions_the_dashboards_without_anonymous_admin():
     provider = yaml.safe_load((provisioning / "dashboards" / "dashboards.yml").read_text())["providers"][0]
     dashboards_dir = mounts(grafana)[provider["options"]["path"]]
     assert sorted(p.name for p in dashboards_dir.glob("*.json")) == [
-        "agent-tools-vs-gpu.json", "executors.json", "tool-latency-and-slos.json"]
+        "agent-tools-vs-gpu.json", "executors.json", "gpu-pools.json", "tool-latency-and-slos.json"]
     assert provider["folder"] == "Agent OTel"
     home = Path(environment["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"])
     assert (dashboards_dir / home.relative_to(provider["options"]["path"])).is_file()
@@ -220,3 +228,91 @@ def test_published_ports_bind_to_loopback_only():
     for name, service in SERVICES.items():
         for port in service.get("ports", []):
             assert port.startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
+
+
+# ---------------------------------------------------------------- routing tool spans to blame services
+
+GATEWAY = yaml.safe_load((REPO / "collector" / "gateway.yaml").read_text())
+POOL_CONDITION = re.compile(r'attributes\["agent\.gpu\.pool"\] == "([^"]+)"')
+
+# The settings of the components the blame routes use, as the Collector
+# components of 0.160.0 declare them (their config.schema.yaml and config.go
+# in opentelemetry-collector and -contrib): a key outside these is a config
+# the Collector refuses to load.
+_TLS_CLIENT = {"insecure", "insecure_skip_verify", "server_name_override", "ca_file", "ca_pem", "cert_file",
+               "cert_pem", "key_file", "key_pem", "min_version", "max_version", "cipher_suites",
+               "curve_preferences", "include_system_ca_certs_pool", "reload_interval", "tpm"}
+COMPONENT_KEYS = {
+    # connector/routingconnector/config.go
+    "routing": {"error_mode": None, "default_pipelines": None,
+                "table": {"context": None, "condition": None, "statement": None, "pipelines": None, "action": None}},
+    # exporter/otlpexporter: configgrpc.ClientConfig + exporterhelper timeout, sending_queue, retry_on_failure
+    "otlp_grpc": {
+        "endpoint": None, "compression": None, "headers": None, "balancer_name": None, "authority": None,
+        "auth": None, "middlewares": None, "read_buffer_size": None, "write_buffer_size": None,
+        "wait_for_ready": None, "keepalive": {"time": None, "timeout": None, "permit_without_stream": None},
+        "tls": {key: None for key in _TLS_CLIENT}, "timeout": None,
+        "sending_queue": {"enabled": None, "num_consumers": None, "queue_size": None, "sizer": None,
+                          "block_on_overflow": None, "wait_for_result": None, "storage": None, "batch": None},
+        "retry_on_failure": {"enabled": None, "initial_interval": None, "randomization_factor": None,
+                             "multiplier": None, "max_interval": None, "max_elapsed_time": None, "max_retries": None},
+    },
+    # processor/batchprocessor/config.schema.yaml
+    "batch": {"timeout": None, "send_batch_size": None, "send_batch_max_size": None, "metadata_keys": None,
+              "metadata_cardinality_limit": None},
+}
+
+
+def unknown_keys(config: object, allowed: object, where: str) -> list[str]:
+    if allowed is None or not isinstance(config, (dict, list)):
+        return []
+    if isinstance(config, list):
+        return [found for i, item in enumerate(config) for found in unknown_keys(item, allowed, f"{where}[{i}]")]
+    found = [f"{where}.{key}" for key in config if key not in allowed]
+    return found + [item for key, value in config.items() if key in allowed
+                    for item in unknown_keys(value, allowed[key], f"{where}.{key}")]
+
+
+@pytest.mark.parametrize("config", [COLLECTOR, GATEWAY], ids=["otelcol-config.yaml", "gateway.yaml"])
+def test_blame_routes_use_only_settings_the_collector_components_have(config):
+    checked = 0
+    for section in ("connectors", "exporters", "processors"):
+        for name, settings in config[section].items():
+            kind = name.split("/")[0]
+            if kind in COMPONENT_KEYS:
+                assert unknown_keys(settings or {}, COMPONENT_KEYS[kind], name) == []
+                checked += 1
+    assert checked >= 4
+    assert "loadbalancing" not in config["exporters"] and "otlp" not in config["exporters"]  # renamed components
+
+
+@pytest.mark.parametrize("config", [COLLECTOR, GATEWAY], ids=["otelcol-config.yaml", "gateway.yaml"])
+def test_tool_spans_go_to_the_blame_service_of_their_pool_and_every_span_to_jaeger(config):
+    pipelines = config["service"]["pipelines"]
+    # Jaeger gets every span, unfiltered.
+    assert pipelines["traces"]["processors"] == ["memory_limiter", "batch"]
+    assert any(e.startswith("otlp_grpc/jaeger") for e in pipelines["traces"]["exporters"])
+    # Only tool spans reach the router.
+    assert "routing/blame" in pipelines["traces/tool_spans"]["exporters"]
+    assert "filter/tool_spans" in pipelines["traces/tool_spans"]["processors"]
+    routing = config["connectors"]["routing/blame"]
+    assert "default_pipelines" not in routing  # a span of no listed pool goes to no blame service
+    pools = []
+    for route in routing["table"]:
+        assert route["context"] == "resource"
+        pools.append(POOL_CONDITION.fullmatch(route["condition"]).group(1))
+        (pipeline,) = route["pipelines"]
+        assert pipelines[pipeline]["receivers"] == ["routing/blame"]
+        assert pipelines[pipeline]["processors"][0] == "memory_limiter"
+        (exporter,) = pipelines[pipeline]["exporters"]
+        assert exporter.startswith("otlp_grpc/blame_")
+        endpoint = config["exporters"][exporter]["endpoint"]
+        if config is COLLECTOR:  # the compose stack: the blame service of that pool, on its OTLP/gRPC port
+            blame = build_parser().parse_args(SERVICES["blame"]["command"])
+            assert pools[-1] == blame.gpu_pool
+            assert_reaches(endpoint, "blame", listen_port(blame.otlp_grpc))
+        else:
+            assert re.fullmatch(r"\$\{env:BLAME_\w+_ENDPOINT\}", endpoint), endpoint
+    assert len(set(pools)) == len(pools) >= 1
+    # A pool's pipeline batches briefly: the blame service's watermark counts it.
+    assert config["processors"]["batch/blame"]["timeout"] == "1s"

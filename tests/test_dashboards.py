@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import build, latency
+from dashboards import build, latency, rules
 from dashboards.contract import series_names
 from dashboards.slo import LatencySLO
 
@@ -155,3 +155,26 @@ def test_slo_panels_follow_the_slo_parameters():
     assert {"color": "green", "value": 0.99} in compliance["fieldConfig"]["defaults"]["thresholds"]["steps"]
     budget = panels(dashboard)["Error budget left"]["targets"][0]["expr"]
     assert budget.endswith("/ 0.01)")
+
+
+def test_the_gpu_pools_dashboard_reads_the_pool_rules_and_the_blame_services_by_pool():
+    dashboard = load("gpu-pools.json")
+    assert dashboard["title"] == "GPU pools"
+    assert {
+        "GPUs idle now", "Tool calls in flight", "Idle GPUs blocked by running calls", "Late spans",
+        "Live: GPU idle blamed per tool and phase", "Exact: GPU idle blamed per tool and phase",
+        "GPU utilization per GPU", "Blame service intake", "Blame lag",
+    } <= set(panels(dashboard))
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["agent_gpu_pool"]["query"] == "label_values(target_info, agent_gpu_pool)"
+    known = series_names() | {"target_info", rules.POOL_INFLIGHT, rules.POOL_GPU_IDLE, rules.POOL_BLOCKED_LIVE,
+                              rules.POOL_GPU_BLOCKED}
+    for panel in dashboard["panels"]:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]
+        for target in panel["targets"]:
+            expr = target["expr"]
+            selected = set(re.findall(r"([A-Za-z_:][\w:]*)\{", expr))
+            assert selected and selected <= known, f"{panel['title']}: {selected - known}"
+            # Every query is narrowed to the selected pools, directly or through target_info.
+            assert 'agent_gpu_pool=~"$agent_gpu_pool"' in expr, expr

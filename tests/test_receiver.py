@@ -39,7 +39,7 @@ class Sink:
         self.lock = threading.Lock()
         self.fail = False
 
-    def __call__(self, request, peer):
+    def __call__(self, request, peer, transport):
         if self.fail:
             raise RuntimeError("boom")
         decoded = tool_calls(request)
@@ -193,7 +193,7 @@ def test_an_oversized_request_is_refused_before_it_is_read(receiver):
     # A small gzip body that inflates past the limit is refused the same way.
     status, _ = http_post(server, gzip.compress(b"\x00" * 1_000_000), {"Content-Encoding": "gzip"})
     assert status == 413
-    assert ("http", "too_large") in sink.refused
+    assert ("http", "too_large") in sink.refused and ("grpc", "too_large") in sink.refused
     assert grpc_export(server, one_tool_span_request()) == ExportTraceServiceResponse()
 
 
@@ -222,11 +222,11 @@ def test_a_failing_consumer_is_an_internal_error_not_a_dead_receiver(receiver):
 
 def test_a_port_in_use_is_an_error_naming_the_endpoint(receiver):
     server, _ = receiver
-    other = OtlpReceiver(lambda request, peer: Outcome(), grpc_endpoint=None,
+    other = OtlpReceiver(lambda request, peer, transport: Outcome(), grpc_endpoint=None,
                          http_endpoint=f"127.0.0.1:{server.http_port}")
     with pytest.raises(OSError, match=f"OTLP/HTTP on 127.0.0.1:{server.http_port}"):
         other.start()
-    other = OtlpReceiver(lambda request, peer: Outcome(), grpc_endpoint=f"127.0.0.1:{server.grpc_port}",
+    other = OtlpReceiver(lambda request, peer, transport: Outcome(), grpc_endpoint=f"127.0.0.1:{server.grpc_port}",
                          http_endpoint=None)
     with pytest.raises(OSError, match=f"OTLP/gRPC on 127.0.0.1:{server.grpc_port}"):
         other.start()

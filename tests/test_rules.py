@@ -41,7 +41,7 @@ def promtool(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 def test_promtool_accepts_the_rules():
     result = promtool("check", "rules", str(RULES_FILE))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 13 rules found" in result.stdout
 
 
 def test_alerts_fire_when_they_should_and_stay_silent_otherwise():
@@ -66,7 +66,8 @@ def test_every_contract_alert_has_severity_summary_description_and_runbook():
 def test_an_sli_is_recorded_for_every_burn_rate_window():
     recorded = {rule["record"] for rule in committed_rules() if "record" in rule}
     windows = {"5m", "30m", "1h", "6h"}  # fast burn: 1h and 5m; slow burn: 6h and 30m
-    assert recorded == {f"agent_tool:latency_sli:ratio_rate{w}" for w in windows}
+    pools = {rules.POOL_INFLIGHT, rules.POOL_GPU_IDLE, rules.POOL_BLOCKED_LIVE, rules.POOL_GPU_BLOCKED}
+    assert recorded == {f"agent_tool:latency_sli:ratio_rate{w}" for w in windows} | pools
 
 
 def test_the_generator_refuses_a_threshold_that_is_not_a_bucket():

@@ -78,7 +78,7 @@ def test_telemetry_md_names_nothing_the_contract_lacks():
     documented = set(re.findall(r"`((?:gen_ai|agent|gpu)\.[a-z_.]+)`", TELEMETRY_DOC))
     known = {value for value in vars(semconv).values() if isinstance(value, str)}
     assert documented - known == set()
-    metrics = set(re.findall(r"`(agent_[a-z_]+)`", TELEMETRY_DOC))
+    metrics = set(re.findall(r"`(agent_[a-z_]+)`", TELEMETRY_DOC)) - {semconv.LABEL_GPU_POOL}
     assert metrics == set(semconv.METRICS), metrics ^ set(semconv.METRICS)
 
 
@@ -130,7 +130,8 @@ def rule_queries() -> tuple[list[str], set[str]]:
 
 
 def metric_names(query: str) -> set[str]:
-    return set(re.findall(r"\b(agent_[a-z_]+)\b(?!:)", query))
+    """The toolkit's metric names a query reads (not recorded names, not the pool label)."""
+    return set(re.findall(r"\b(agent_[a-z_]+)\b(?!:)", query)) - {semconv.LABEL_GPU_POOL}
 
 
 def label_names(query: str) -> set[str]:
@@ -162,7 +163,9 @@ def exported_series(*scrapes: dict) -> set[str]:
 
 
 def test_the_dashboards_and_rules_query_only_what_a_live_process_exports(live_scrapes):
-    exported = exported_series(*live_scrapes)
+    # The blame service's own metrics: tests/test_blame_service.py holds a
+    # running service to exporting exactly these.
+    exported = exported_series(*live_scrapes) | {spec.name for spec in semconv.METRICS.values() if spec.blame_service}
     rule_texts, recorded = rule_queries()
     used_by = {"dashboards": dashboard_queries(), "rules": rule_texts}
     for where, queries in used_by.items():
@@ -172,7 +175,8 @@ def test_the_dashboards_and_rules_query_only_what_a_live_process_exports(live_sc
             assert used <= exported, f"{where}: {query!r} reads {used - exported}, which the process never exported"
             assert used <= semconv.series_names(), f"{where}: {query!r}: {used - semconv.series_names()}"
     # Recording rules read only exported series; alerts may read the recorded ones.
-    assert all(re.fullmatch(r"agent_tool:latency_sli:ratio_rate\w+", name) for name in recorded), recorded
+    assert all(re.fullmatch(r"agent_tool:latency_sli:ratio_rate\w+|agent_gpu_pool:\w+:\w+", name)
+               for name in recorded), recorded
     used_series = {name for queries in used_by.values() for query in queries for name in metric_names(query)}
     assert {semconv.METRIC_TOOL_INFLIGHT, semconv.METRIC_GPU_IDLE_BLOCKED,
             semconv.METRIC_TOOL_DURATION + "_bucket"} <= used_series
@@ -180,6 +184,7 @@ def test_the_dashboards_and_rules_query_only_what_a_live_process_exports(live_sc
 
 def test_the_dashboards_and_rules_use_only_the_labels_the_metrics_carry():
     known = {label for spec in semconv.METRICS.values() for label in spec.labels} | {"job", "instance", "le"}
+    known.add(semconv.LABEL_GPU_POOL)  # target_info's
     rule_texts, _ = rule_queries()
     for query in dashboard_queries() + rule_texts:
         assert label_names(query) <= known, f"{query!r}: unknown labels {label_names(query) - known}"
@@ -190,7 +195,7 @@ def test_a_live_process_exports_the_contract_with_its_types_and_labels(live_scra
     ours = {name: family for name, family in {**during, **after}.items() if name.startswith("agent_")}
     # The parser names a counter's family without "_total".
     by_metric = {spec.name.removesuffix("_total") if spec.kind == semconv.COUNTER else spec.name: spec
-                 for spec in semconv.METRICS.values()}
+                 for spec in semconv.METRICS.values() if not spec.blame_service}
     assert set(ours) == set(by_metric), set(ours) ^ set(by_metric)
     for name, family in ours.items():
         spec = by_metric[name]

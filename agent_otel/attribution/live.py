@@ -46,7 +46,8 @@ class LiveTimeline:
                  poll_interval_s: float = DEFAULTS.gpu_poll_interval,
                  idle_threshold: float = DEFAULTS.gpu_idle_threshold, min_idle_s: float = DEFAULTS.gpu_min_idle,
                  horizon_s: float = DEFAULTS.attribution_horizon, log_path: Optional[str] = None,
-                 loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None):
+                 loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None,
+                 max_calls: int = MAX_HORIZON_CALLS):
         self.source = source
         # (start_ns, end_ns) -> the event-loop blocks overlapping it (the loop monitor's)
         self.loop_blocks = loop_blocks
@@ -62,7 +63,7 @@ class LiveTimeline:
         # with it, or sparse samples read as missing data.
         max_gap_s = None if getattr(source, "reports_gaps", False) else max(DEFAULT_MAX_GAP_S, 3 * poll_interval_s)
         self.engine = BlameEngine(idle_threshold=idle_threshold, min_idle_s=min_idle_s, max_gap_s=max_gap_s,
-                                  uuids=uuids, horizon_s=horizon_s, max_calls=MAX_HORIZON_CALLS)
+                                  uuids=uuids, horizon_s=horizon_s, max_calls=max_calls)
         self.log = GpuLogWriter(log_path) if log_path else None
         self._problems = Problems(logger)
         self._reported_errors: dict[str, int] = {}
@@ -97,12 +98,7 @@ class LiveTimeline:
         return self.sampler.running
 
     def on_samples(self, samples) -> None:
-        latest = {}
-        for sample in samples:
-            if not is_missing(sample.utilization):
-                latest[sample.gpu] = sample.utilization
-        for gpu, utilization in latest.items():
-            self.metrics.gpu_utilization.labels(self.metrics.gpu_label(gpu)).set(utilization)
+        self.show_utilization(samples)
         if self.log is not None:
             try:
                 self.log.write(samples)
@@ -112,6 +108,15 @@ class LiveTimeline:
                                       exc.strerror or exc)
         self.apply(self.engine.feed(samples, self._in_flight(), self._blocks()))
         self._count_source_errors()
+
+    def show_utilization(self, samples) -> None:
+        """Set the utilization gauge from the latest sample of each GPU."""
+        latest = {}
+        for sample in samples:
+            if not is_missing(sample.utilization):
+                latest[sample.gpu] = sample.utilization
+        for gpu, utilization in latest.items():
+            self.metrics.gpu_utilization.labels(self.metrics.gpu_label(gpu)).set(utilization)
 
     def apply(self, update: BlameUpdate) -> None:
         """Counters first, then the spans of the windows that closed."""

@@ -4,7 +4,7 @@ Usage::
 
     from agent_otel.receiver.server import OtlpReceiver, Outcome
 
-    def consume(request, peer):            # an ExportTraceServiceRequest
+    def consume(request, peer, transport):  # an ExportTraceServiceRequest; "grpc" or "http"
         ...
         return Outcome(rejected_spans=0)
 
@@ -24,7 +24,8 @@ generated gRPC service name):
   protobuf, bad gzip): ``INVALID_ARGUMENT`` / HTTP 400, with a
   ``google.rpc.Status`` naming the problem;
 - a body over ``max_request_bytes`` (after gzip decompression too):
-  ``RESOURCE_EXHAUSTED`` (gRPC's own limit) / HTTP 413;
+  ``RESOURCE_EXHAUSTED`` / HTTP 413 (over twice the limit, gRPC's own
+  transport refuses it before the receiver sees it: not counted);
 - HTTP only: another content type (OTLP/JSON) or content encoding: 415;
   no ``Content-Length``: 411; another path: 404; too many requests at
   once: 503 with ``Retry-After`` (retryable).
@@ -84,7 +85,7 @@ class Outcome:
     error_message: str = ""
 
 
-Consumer = Callable[[ExportTraceServiceRequest, str], Outcome]
+Consumer = Callable[[ExportTraceServiceRequest, str, str], Outcome]
 
 
 class _Refused(Exception):
@@ -156,8 +157,10 @@ class OtlpReceiver:
     def _start_grpc(self, endpoint: str) -> None:
         server = grpc.server(
             ThreadPoolExecutor(GRPC_WORKERS, thread_name_prefix="agent-otel-otlp-grpc"),
-            # No SO_REUSEPORT: a second service on the same port is an error, not a silent share.
-            options=[("grpc.max_receive_message_length", self.max_request_bytes), ("grpc.so_reuseport", 0)],
+            # gRPC refuses past twice the limit itself; up to there the
+            # handler refuses (and counts) what is over it. No SO_REUSEPORT:
+            # a second service on the same port is an error, not a silent share.
+            options=[("grpc.max_receive_message_length", 2 * self.max_request_bytes), ("grpc.so_reuseport", 0)],
         )
         handler = grpc.unary_unary_rpc_method_handler(
             self._grpc_export,
@@ -195,7 +198,7 @@ class OtlpReceiver:
             raise _Refused(MALFORMED, 400, grpc.StatusCode.INVALID_ARGUMENT,
                            f"the body is not an OTLP ExportTraceServiceRequest (protobuf): {exc}") from None
         try:
-            outcome = self._consume(request, peer)
+            outcome = self._consume(request, peer, transport)
         except Exception as exc:
             self._log_once("consume", exc)
             raise _Refused(INTERNAL, 500, grpc.StatusCode.INTERNAL,
@@ -210,6 +213,10 @@ class OtlpReceiver:
 
     def _grpc_export(self, body: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         try:
+            if len(body) > self.max_request_bytes:
+                raise _Refused(TOO_LARGE, 413, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"the request is {len(body)} bytes, over this receiver's limit of "
+                               f"{self.max_request_bytes}")
             return self.handle(body, context.peer(), "grpc")
         except _Refused as refusal:
             self.refused("grpc", refusal)

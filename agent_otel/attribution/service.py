@@ -1,0 +1,249 @@
+"""The blame engine of a GPU pool's blame service: tool calls from many
+processes, GPU samples from this host, joined behind a watermark.
+
+Usage (``agent_otel.blame_service`` wires it to the OTLP receiver)::
+
+    timeline = PoolTimeline(source, pool="vllm-a:8000", watermark_s=30.0, tracer=tracer, metrics=metrics)
+    timeline.start()
+    outcome = timeline.add_calls(calls)      # tool calls received over OTLP, any thread
+    ...
+    timeline.shutdown()
+
+It is the live path's ``LiveTimeline`` (the same ``BlameEngine``, counters
+and ``gpu.idle`` spans) with two differences:
+
+- **Calls come from other processes**, as finished tool spans. Only calls
+  of this service's pool are taken (``other_pool`` otherwise); a call seen
+  twice (an exporter's retry) counts once; one that ends more than the
+  watermark after this host's clock is refused (``clock_ahead``: a clock
+  that far off cannot be placed on this GPU's timeline).
+- **GPU time is blamed a watermark late.** A span arrives after its call
+  has ended, plus the agent's export interval, plus the Collector's
+  batching. So the GPU samples are held for ``watermark_s``
+  (``WatermarkSource``) before the engine sees them: by then every call
+  that was in flight during them, and ended within the watermark, has
+  arrived. The utilization gauge still shows each sample as it comes.
+
+A span whose call began before the blame had reached it (its submit is
+earlier than the newest sample the engine has seen: the ``frontier``) is
+**late**: the engine blames each stretch of GPU time once, with the calls
+it knows then, so the part of a late call before the frontier goes
+unblamed, and is never counted twice; the rest of it is blamed as usual.
+Late spans are counted per tool (``agent_otel_late_spans_total``): a call
+that lasts longer than the watermark minus its export delay is always
+late. A check of "late" and the blame of a batch of samples never
+interleave (one lock), so a call is either blamed in full or counted late.
+
+Memory is bounded whatever the order spans arrive in: held samples by the
+watermark (and ``MAX_HELD_SAMPLES``), calls by the engine's horizon
+(``max_calls``; more are dropped and counted), and a call is only kept if
+it ends between the frontier and the watermark ahead of now.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from agent_otel.attribution.live import LiveTimeline
+from agent_otel.config import DEFAULTS
+from agent_otel.records import NS_PER_S, GpuSample, ToolCall
+
+# Refusal reasons (the ``reason`` label of agent_otel_refused_spans_total).
+OTHER_POOL = "other_pool"
+CLOCK_AHEAD = "clock_ahead"
+# Default watermark: the SDK's export interval (5 s) + the Collector's
+# blame pipeline batching (collector/gateway.yaml: 1 s) + tool calls up to
+# ~20 s blamed in full + margin for clock skew; docs/attribution.md.
+DEFAULT_WATERMARK_S = 30.0
+# Samples held at most (a GPU sampled every 1/6 s: 1200 GPU-minutes).
+MAX_HELD_SAMPLES = 200_000
+# Calls kept for attribution at most (~330 bytes each: ~66 MB).
+MAX_CALLS = 200_000
+
+
+class WatermarkSource:
+    """A GPU source whose samples come out ``delay_s`` after their time.
+
+    ``poll`` reads the wrapped source, hands the fresh samples to
+    ``on_fresh`` (the real-time utilization gauge) and returns the held
+    samples whose time is ``delay_s`` old. Otherwise it looks like the
+    source it wraps (devices, errors, gaps). Not thread-safe: the sampler
+    thread polls it.
+    """
+
+    def __init__(self, source, delay_s: float, *, on_fresh: Callable[[list[GpuSample]], None] = lambda s: None,
+                 clock: Callable[[], int] = time.time_ns):
+        self.source = source
+        self.kind = source.kind
+        self.reports_gaps = getattr(source, "reports_gaps", False)
+        self.delay_ns = round(delay_s * NS_PER_S)
+        self.on_fresh = on_fresh
+        self._clock = clock
+        self._held: list[GpuSample] = []
+        self.overflowed = 0  # samples released early to stay within MAX_HELD_SAMPLES
+
+    @property
+    def errors(self) -> collections.Counter:
+        return self.source.errors
+
+    def devices(self):
+        return self.source.devices()
+
+    def poll(self) -> list[GpuSample]:
+        fresh = self.source.poll()
+        if fresh:
+            self.on_fresh(fresh)
+            self._held.extend(fresh)
+        cutoff = self._clock() - self.delay_ns
+        due = [sample for sample in self._held if sample.timestamp_ns <= cutoff]
+        if due:
+            self._held = [sample for sample in self._held if sample.timestamp_ns > cutoff]
+        excess = len(self._held) - MAX_HELD_SAMPLES
+        if excess > 0:  # a clock that jumped back: release the oldest rather than grow
+            self._held.sort(key=lambda sample: sample.timestamp_ns)
+            due += self._held[:excess]
+            del self._held[:excess]
+            self.overflowed += excess
+        return due
+
+    def release_all(self) -> list[GpuSample]:
+        """Every sample still held (at shutdown)."""
+        held, self._held = self._held, []
+        return held
+
+    def close(self) -> None:
+        self.source.close()
+
+
+@dataclass
+class Intake:
+    """What became of a batch of received calls."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    refused: collections.Counter = field(default_factory=collections.Counter)
+    late: collections.Counter = field(default_factory=collections.Counter)  # tool -> late spans
+    examples: dict[str, str] = field(default_factory=dict)  # reason -> one message
+
+
+class PoolTimeline(LiveTimeline):
+    """The blame service's timeline; see the module docstring.
+
+    ``metrics`` is an ``exporters.prometheus.Metrics`` with the blame
+    service's metrics (``late_spans``, ...) added by the caller; the GPU
+    counters and spans are the live path's.
+    """
+
+    def __init__(self, source, *, pool: str, watermark_s: float = DEFAULT_WATERMARK_S, max_calls: int = MAX_CALLS,
+                 horizon_s: float = DEFAULTS.attribution_horizon, clock: Callable[[], int] = time.time_ns,
+                 **options):
+        if not pool:
+            raise ValueError("a blame service needs the GPU pool it blames (agent.gpu.pool)")
+        if not watermark_s >= 0:
+            raise ValueError(f"watermark_s must be >= 0, got {watermark_s!r}")
+        self.pool = pool
+        self.watermark_ns = round(watermark_s * NS_PER_S)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.frontier_ns = 0  # the newest sample time the engine has blamed up to
+        self._seen: dict[tuple[int, int], int] = {}  # (trace id, span id) -> end, of the calls kept
+        self._started_ns = clock()
+        delayed = WatermarkSource(source, watermark_s, on_fresh=self.show_utilization_now, clock=clock)
+        # The horizon must reach from the frontier (a watermark behind now)
+        # to the newest end it may hold (a watermark ahead). The engine runs
+        # the calls as its one unnamed pool: every call it holds is of this
+        # service's pool, and so its GPU keys stay plain indexes, as
+        # agent_gpu_utilization_ratio's (the pool is on target_info).
+        super().__init__(delayed, horizon_s=max(horizon_s, 2 * watermark_s + 60.0), max_calls=max_calls, **options)
+
+    # -- calls, from the receiver's threads ------------------------------
+
+    def add_calls(self, calls: Iterable[ToolCall]) -> Intake:
+        """Take the received tool calls of this pool; see the module docstring."""
+        intake = Intake()
+        now = self._clock()
+        kept: list[ToolCall] = []
+        with self._lock:
+            frontier = self.frontier_ns
+            for call in calls:
+                if call.pool != self.pool:
+                    intake.refused[OTHER_POOL] += 1
+                    intake.examples.setdefault(OTHER_POOL, f"tool span {call.tool!r} is of GPU pool {call.pool!r} "
+                                               f"(agent.gpu.pool), not this blame service's {self.pool!r}")
+                    continue
+                if call.end_ns > now + self.watermark_ns:
+                    intake.refused[CLOCK_AHEAD] += 1
+                    intake.examples.setdefault(CLOCK_AHEAD, f"tool span {call.tool!r} ends "
+                                               f"{(call.end_ns - now) / NS_PER_S:.1f} s after this host's clock: "
+                                               "check the sender's clock (NTP)")
+                    continue
+                key = (call.trace_id, call.span_id)
+                if key in self._seen:
+                    intake.duplicates += 1
+                    continue
+                intake.accepted += 1
+                if call.submit_ns < frontier:
+                    intake.late[call.tool] += 1
+                if call.end_ns <= frontier:
+                    continue  # wholly before the frontier: nothing of it can still be blamed
+                call.pool = ""  # the engine's pool (see __init__)
+                self._seen[key] = call.end_ns
+                kept.append(call)
+            if kept:
+                self.engine.add_finished(kept)
+                self._bound_seen()
+        return intake
+
+    def lag_s(self) -> float:
+        """Seconds between now and the frontier (since start, before the first blame)."""
+        return (self._clock() - (self.frontier_ns or self._started_ns)) / NS_PER_S
+
+    def held_calls(self) -> int:
+        return len(self.engine.horizon)
+
+    # -- samples, on the sampler thread ----------------------------------
+
+    def show_utilization_now(self, samples) -> None:
+        super().show_utilization(samples)
+
+    def show_utilization(self, samples) -> None:
+        """The samples the engine gets are a watermark old: the gauge was set when they came."""
+
+    def on_samples(self, samples) -> None:
+        with self._lock:
+            super().on_samples(samples)
+            newest = max(sample.timestamp_ns for sample in samples)
+            if newest > self.frontier_ns:
+                self.frontier_ns = newest
+                self._forget_before(newest)
+
+    def shutdown(self, timeout_s: float = 2.0) -> bool:
+        """Stop sampling, blame the samples still held with the calls received
+        so far, and close the windows still open; True if the sampler stopped
+        within ``timeout_s``."""
+        stopped = self.sampler.shutdown(timeout_s)
+        held = self.source.release_all() if stopped else []
+        if held:
+            self.on_samples(held)
+        with self._lock:
+            self.apply(self.engine.flush())
+        self._count_source_errors()
+        if self.log is not None:
+            self.log.close()
+        return stopped
+
+    def _forget_before(self, frontier: int) -> None:
+        """Dedup keys are needed only while their call can still be blamed."""
+        if len(self._seen) > 2 * max(1, len(self.engine.horizon)) + 1024:
+            self._seen = {key: end for key, end in self._seen.items() if end > frontier}
+
+    def _bound_seen(self) -> None:
+        """At most the keys of the calls held (a burst past ``max_calls`` dropped the others)."""
+        if len(self._seen) > 2 * self.engine.horizon.max_calls + 1024:
+            held = self.engine.horizon.overlapping(0, 1 << 63)
+            self._seen = {(call.trace_id, call.span_id): call.end_ns for call in held}
+

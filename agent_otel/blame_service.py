@@ -1,0 +1,142 @@
+"""The blame service of a GPU pool: OTLP tool spans in, the pool's blame out.
+
+``agent-otel gpu-exporter --pool POOL`` runs it on a GPU host: it samples
+the host's GPUs, receives the tool spans of every agent of the pool over
+OTLP (gRPC and HTTP/protobuf, from the Collector's routing), and blames the
+GPUs' idle time on all of those calls together, with the same engine as an
+agent's live path (``agent_otel.attribution.service``). Out come the
+contract's GPU metrics and ``gpu.idle`` spans (linked to the agents' tool
+spans) and its own intake metrics.
+
+Wiring only: ``receiver`` decodes and answers OTLP, ``receiver.decode``
+turns spans into calls, ``attribution.service`` blames them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Optional
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from agent_otel.attribution.service import DEFAULT_WATERMARK_S, PoolTimeline
+from agent_otel.clock import now_ns
+from agent_otel.config import Settings
+from agent_otel.errors import ConfigError
+from agent_otel.exporters.prometheus import BlameServiceMetrics
+from agent_otel.gpu.sources import open_gpu_source
+from agent_otel.instrumentation import Instrumentation, declared_gpu_pool, start
+from agent_otel.receiver.decode import tool_calls
+from agent_otel.receiver.server import DEFAULT_MAX_REQUEST_BYTES, OtlpReceiver, Outcome
+from agent_otel.records import NS_PER_S
+
+logger = logging.getLogger("agent_otel.blame_service")
+
+DEFAULT_GRPC_ENDPOINT = "127.0.0.1:4317"
+DEFAULT_HTTP_ENDPOINT = "127.0.0.1:4318"
+
+
+class BlameService:
+    """The receiver and the pool timeline of one GPU pool; ``shutdown`` stops both."""
+
+    def __init__(self, timeline: PoolTimeline, metrics: BlameServiceMetrics, *, grpc_endpoint: Optional[str],
+                 http_endpoint: Optional[str], max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+        self.timeline = timeline
+        self.metrics = metrics
+        self.receiver = OtlpReceiver(self.consume, grpc_endpoint=grpc_endpoint, http_endpoint=http_endpoint,
+                                     max_request_bytes=max_request_bytes, on_refused=self._refused_request)
+
+    def start(self) -> None:
+        self.receiver.start()
+        self.timeline.start()
+
+    def shutdown(self, timeout_s: float = 2.0) -> None:
+        """No more spans; then blame what is held and close the open windows."""
+        self.receiver.shutdown(grace_s=min(1.0, timeout_s))
+        self.timeline.shutdown(timeout_s)
+
+    def consume(self, request: ExportTraceServiceRequest, peer: str, transport: str) -> Outcome:
+        """One OTLP request's spans (a receiver thread)."""
+        arrived = now_ns()
+        decoded = tool_calls(request)
+        metrics = self.metrics
+        metrics.received.labels(transport).inc(len(decoded.calls) + decoded.duplicates
+                                               + sum(decoded.refused.values()))
+        for call in decoded.calls:
+            # Before its end by this host's clock: the sender's clock is ahead (le="0").
+            metrics.delay.observe(max(0.0, (arrived - call.end_ns) / NS_PER_S))
+        intake = self.timeline.add_calls(decoded.calls)
+        refused = decoded.refused + intake.refused
+        for reason, count in refused.items():
+            metrics.refused_spans.labels(reason).inc(count)
+        for tool, count in intake.late.items():
+            metrics.late_spans(tool, count)
+        examples = {**decoded.examples, **intake.examples}
+        rejected = sum(refused.values())
+        message = "" if not rejected else (
+            f"{rejected} span(s) refused by the blame service of GPU pool {self.timeline.pool!r}: "
+            + "; ".join(f"{refused[reason]} {reason} (e.g. {examples[reason]})" for reason in sorted(refused)))
+        return Outcome(rejected, message)
+
+    def _refused_request(self, transport: str, reason: str) -> None:
+        self.metrics.refused_requests.labels(transport, reason).inc()
+
+
+def start_blame_service(settings: Settings, *, watermark_s: float = DEFAULT_WATERMARK_S,
+                        grpc_endpoint: Optional[str] = DEFAULT_GRPC_ENDPOINT,
+                        http_endpoint: Optional[str] = DEFAULT_HTTP_ENDPOINT,
+                        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> tuple[Instrumentation, Optional[BlameService]]:
+    """Set up the process (tracer, /metrics, its pool on the resource and
+    ``target_info``) and, when the GPU source has GPUs, the blame service.
+
+    Returns the handle (``handle.shutdown()`` stops everything) and the
+    service, or None without a GPU (the source logged why). Raises
+    ``ConfigError`` for a missing pool or a bad watermark, and ``OSError``
+    naming the endpoint when an OTLP port cannot be bound.
+    """
+    pool = declared_gpu_pool(settings)
+    if not pool:
+        raise ConfigError("--pool", None, "the GPU pool this service blames (AGENT_OTEL_GPU_POOL), e.g. the model "
+                          "server's address as its agents call it")
+    if not 0 <= watermark_s <= 3600:
+        raise ConfigError("--watermark", watermark_s, "seconds from 0 to 3600")
+    if not grpc_endpoint and not http_endpoint:
+        raise ConfigError("--otlp-grpc, --otlp-http", "off", "at least one OTLP endpoint to receive tool spans on")
+    # The process itself samples nothing: the pool timeline does, below.
+    handle = start(dataclasses.replace(settings, gpu="off", gpu_pool=pool))
+    try:
+        service = _pool_service(handle, settings, pool, watermark_s, grpc_endpoint, http_endpoint, max_request_bytes)
+    except BaseException:
+        handle.shutdown(timeout_s=1.0)
+        raise
+    return handle, service
+
+
+def _pool_service(handle: Instrumentation, settings: Settings, pool: str, watermark_s: float,
+                  grpc_endpoint: Optional[str], http_endpoint: Optional[str],
+                  max_request_bytes: int) -> Optional[BlameService]:
+    options = {"clock": now_ns} if settings.gpu == "simulated" else {}
+    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None, **options)
+    if source is None or not source.devices():
+        for reason, count in getattr(source, "errors", {}).items():
+            handle.metrics.gpu_errors.labels(reason).inc(count)
+        if source is not None:
+            source.close()
+        return None
+    timeline = PoolTimeline(source, pool=pool, watermark_s=watermark_s, tracer=handle.tracer, metrics=handle.metrics,
+                            poll_interval_s=settings.gpu_poll_interval, idle_threshold=settings.gpu_idle_threshold,
+                            min_idle_s=settings.gpu_min_idle, horizon_s=settings.attribution_horizon,
+                            log_path=settings.gpu_log_file, clock=now_ns)
+    metrics = BlameServiceMetrics(handle.metrics.registry, handle.metrics.tool_label,
+                                  held_calls=timeline.held_calls, dropped_calls=lambda: timeline.engine.horizon.dropped,
+                                  lag_s=timeline.lag_s)
+    service = BlameService(timeline, metrics, grpc_endpoint=grpc_endpoint, http_endpoint=http_endpoint,
+                           max_request_bytes=max_request_bytes)
+    service.start()
+    handle.background.append(service)
+    handle.gpu_timeline = timeline
+    return service
+
+
+__all__ = ["BlameService", "DEFAULT_GRPC_ENDPOINT", "DEFAULT_HTTP_ENDPOINT", "start_blame_service"]
