@@ -133,9 +133,9 @@ class Intake:
 class PoolTimeline(LiveTimeline):
     """The blame service's timeline; see the module docstring.
 
-    ``metrics`` is an ``exporters.prometheus.Metrics`` with the blame
-    service's metrics (``late_spans``, ...) added by the caller; the GPU
-    counters and spans are the live path's.
+    ``metrics`` is the contract's ``exporters.prometheus.Metrics``: the GPU
+    counters, gauge and spans are the live path's. What ``add_calls``
+    returns (``Intake``) is for the caller to count (``BlameService``).
     """
 
     def __init__(self, source, *, pool: str, watermark_s: float = DEFAULT_WATERMARK_S, max_calls: int = MAX_CALLS,
