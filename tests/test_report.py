@@ -375,3 +375,33 @@ def test_a_gpu_log_is_blamed_on_the_pool_it_is_given(stalled_run, capsys):
         report = report_of(capsys, *traces, "--gpu-log", stalled_run / "gpu.csv", "--tz", "UTC", "--gpu-pool", pool)
         assert {t["tool"] for t in report["tools"] if t["gpu_idle_blocked_s"] > 0} == blamed, pool
         assert [g["gpu"] for g in report["gpus"]] == [f"{pool}/0" if pool else "0"]
+
+
+def test_attribution_in_groups_gives_the_same_blame(monkeypatch):
+    """The report attributes time-disjoint groups of calls one at a time
+    (bounded memory); the blame is the one attribute() gives at once."""
+    import random
+
+    from agent_otel.attribution import attribute
+    from agent_otel.records import IdleWindow, ToolCall
+    from agent_otel.report import analysis as analysis_module
+
+    rng = random.Random(3)
+    calls, windows = [], []
+    t = 10**18
+    for i in range(6000):
+        t += rng.randrange(10**7, 10**9)
+        queue = rng.choice((0, rng.randrange(10**8)))
+        end = t + queue + rng.randrange(10**7, 2 * 10**9)
+        calls.append(ToolCall(f"t{i % 7}", "io", t, t + queue, end if rng.random() > 0.001 else 0))
+        if rng.random() < 0.4:
+            windows.append(IdleWindow(str(i % 2), t + 5, end, 0.01))
+    monkeypatch.setattr(analysis_module, "ATTRIBUTION_GROUP", 200)
+    grouped, whole = analysis_module._attribute(windows, calls), attribute(windows, calls)
+    assert len(grouped) == len(whole) == len(windows)
+    for a, b in zip(grouped, whole):
+        assert a.window == b.window
+        assert a.unattributed_s == pytest.approx(b.unattributed_s, abs=1e-9)
+        assert [id(s.call) for s in a.shares] == [id(s.call) for s in b.shares]
+        for mine, theirs in zip(a.shares, b.shares):
+            assert (mine.queue_s, mine.exec_s) == pytest.approx((theirs.queue_s, theirs.exec_s), abs=1e-9)

@@ -224,7 +224,7 @@ def _analyse(
     observed = _gpu_inputs(analysis, traces, gpu_log_paths, tz, gpu_pool)
     analysis.warnings.extend(_pool_warnings(analysis.calls, analysis.windows))
     in_windows = _in_windows(analysis.calls, analysis.windows)
-    analysis.attributions = attribute(analysis.windows, in_windows, analysis.loop_blocks)
+    analysis.attributions = _attribute(analysis.windows, in_windows, analysis.loop_blocks)
     totals = BlameTotals()
     for window_attribution in analysis.attributions:
         totals.add(window_attribution)
@@ -280,6 +280,56 @@ def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[s
         observed = {gpu_key(window): analysis.seconds for window in windows}
     analysis.windows = _clip(windows, start, end)
     return observed
+
+
+# Calls per attribute() call: its working memory (a few hundred bytes a
+# call) stays bounded however many calls the traces hold.
+ATTRIBUTION_GROUP = 20_000
+
+
+def _attribute(
+    windows: Sequence[IdleWindow], calls: Sequence[ToolCall], blocks: Sequence[LoopBlock] = ()
+) -> list[WindowAttribution]:
+    """``attribute`` over groups of windows and calls that do not meet in
+    time, one group at a time: the same blame (a window's depends only on
+    the calls in flight during it), with bounded working memory. With
+    event-loop blocks (which tie calls together) it runs once over all."""
+    if blocks or len(calls) <= ATTRIBUTION_GROUP:
+        return attribute(windows, calls, blocks)
+    results: list[Optional[WindowAttribution]] = [None] * len(windows)
+    order = sorted(range(len(windows)), key=lambda i: windows[i].start_ns)
+    calls = sorted(calls, key=lambda call: call.submit_ns)
+    group_windows: list[int] = []
+    group_calls: list[ToolCall] = []
+    reach = 0  # the latest end in the group so far
+
+    def flush() -> None:
+        for index, result in zip(group_windows, attribute([windows[i] for i in group_windows], group_calls)):
+            results[index] = result
+        group_windows.clear()
+        group_calls.clear()
+
+    w = c = 0
+    while w < len(order) or c < len(calls):
+        take_call = w == len(order) or (c < len(calls) and calls[c].submit_ns < windows[order[w]].start_ns)
+        start = calls[c].submit_ns if take_call else windows[order[w]].start_ns
+        if start >= reach and len(group_calls) >= ATTRIBUTION_GROUP:
+            flush()
+        if take_call:
+            call = calls[c]
+            c += 1
+            group_calls.append(call)
+            end = call.end_ns or _NEVER
+        else:
+            group_windows.append(order[w])
+            end = windows[order[w]].end_ns
+            w += 1
+        reach = max(reach, end)
+    flush()
+    return results  # type: ignore[return-value]  # every window is in a group
+
+
+_NEVER = 1 << 63  # the end of a call still in flight
 
 
 def _in_windows(calls: Sequence[ToolCall], windows: Sequence[IdleWindow]) -> list[ToolCall]:
@@ -417,17 +467,17 @@ def _executor_stats(calls: Sequence[ToolCall]) -> list[ExecutorStats]:
         by_executor[call.executor].append(call)
     stats = []
     for executor, executor_calls in by_executor.items():
-        waits = sorted(call.queue_seconds for call in executor_calls)
+        waits = _sorted_seconds(call.start_ns - call.submit_ns for call in executor_calls)
         stats.append(
             ExecutorStats(
                 executor=executor,
                 submissions=len(executor_calls),
                 wait_p95_s=percentile(waits, 95),
-                max_queue_depth=max_overlap([(c.submit_ns, c.start_ns) for c in executor_calls]),
-                peak_in_flight=max_overlap([(c.submit_ns, c.end_ns) for c in executor_calls]),
-                max_concurrent_exec=max_overlap([(c.start_ns, c.end_ns) for c in executor_calls]),
+                max_queue_depth=max_overlap((c.submit_ns, c.start_ns) for c in executor_calls),
+                peak_in_flight=max_overlap((c.submit_ns, c.end_ns) for c in executor_calls),
+                max_concurrent_exec=max_overlap((c.start_ns, c.end_ns) for c in executor_calls),
                 queue_total_s=sum(waits),
-                exec_total_s=sum(call.exec_seconds for call in executor_calls),
+                exec_total_s=sum(call.end_ns - call.start_ns for call in executor_calls) / NS_PER_S,
                 tools=sorted({call.tool for call in executor_calls}),
                 max_workers=max((c.executor_workers for c in executor_calls if c.executor_workers), default=None),
             )

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import accumulate, repeat
-from operator import and_, mul, sub
+from bisect import bisect_right
+from itertools import repeat
+from operator import sub
 from typing import Iterable, Sequence
 
 
@@ -29,21 +30,22 @@ def max_overlap(intervals: Iterable[tuple[int, int]]) -> int:
     """The most half-open intervals [a, b) that hold one instant.
 
     A sweep over the sorted ends: at a tie, an interval ending at t is gone
-    before one starting at t counts, and empty intervals never count.
-    Built from C-level helpers (one sort of plain ints, accumulate, map):
-    the report runs it on a million calls.
+    before one starting at t counts, and empty intervals never count. The
+    depth just after the i-th start (in order) is i + 1 minus the ends at
+    or before it; built from C-level helpers (sorts, bisect, map), with no
+    object made per interval: the report runs it on a million calls.
     """
-    keys = []  # t << 1 | 1 for a start, t << 1 for an end: ends sort first at a tie
+    starts, ends = [], []
     for a, b in intervals:
         if b > a:
-            keys.append(a << 1 | 1)
-            keys.append(b << 1)
-    if not keys:
+            starts.append(a)
+            ends.append(b)
+    if not starts:
         return 0
-    keys.sort()
-    # depth after the i-th boundary = starts so far - ends so far = 2 * starts - (i + 1)
-    starts = accumulate(map(and_, keys, repeat(1)))
-    return max(map(sub, map(mul, starts, repeat(2)), range(1, len(keys) + 1)))
+    starts.sort()
+    ends.sort()
+    gone = map(bisect_right, repeat(ends), starts)
+    return max(map(sub, range(1, len(starts) + 1), gone))
 
 
 def assign_rows(intervals: Sequence[tuple[int, int]]) -> list[int]:
