@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from agent_otel import __version__
+from agent_otel.version import __version__
 from agent_otel.errors import AgentOtelError
 
 # name -> (module, one-line help). Add a line when a subcommand lands.

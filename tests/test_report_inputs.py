@@ -13,7 +13,7 @@ import zlib
 
 import pytest
 
-from agent_otel import __version__
+from agent_otel.version import __version__
 from agent_otel.cli import main
 from agent_otel.inputs import _zstd
 from helpers.traces import RecordedRun, write_gpu_csv
