@@ -38,7 +38,7 @@ import time
 from collections import OrderedDict, deque
 from typing import Callable, Optional, Sequence
 
-from opentelemetry import context as context_api
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status
@@ -286,20 +286,19 @@ class BatchSpanProcessor(SpanProcessor):
         """Export one batch; count it lost if it failed, and schedule the next try."""
         held: list[logging.LogRecord] = []
         _ExporterLog.local.held = held
-        token = context_api.attach(context_api.set_value(context_api._SUPPRESS_INSTRUMENTATION_KEY, True))
         failure: Optional[str] = None
         try:
-            try:
-                result = self.exporter.export(batch)
-            except UnicodeError:
-                # A lone surrogate somewhere in another library's span: repair
-                # the batch and try once more, rather than lose all of it.
-                result = self.exporter.export([_valid_span(span) for span in batch])
+            with suppress_instrumentation():  # the exporter's own requests are not traced
+                try:
+                    result = self.exporter.export(batch)
+                except UnicodeError:
+                    # A lone surrogate somewhere in another library's span: repair
+                    # the batch and try once more, rather than lose all of it.
+                    result = self.exporter.export([_valid_span(span) for span in batch])
         except Exception as exc:  # an exporter's bug must not end the export thread
             result = SpanExportResult.FAILURE
             failure = f"{type(exc).__name__}: {_one_line(str(exc))}"
         finally:
-            context_api.detach(token)
             _ExporterLog.local.held = None
         if result is SpanExportResult.SUCCESS:
             if self._retry_delay_s:

@@ -58,7 +58,7 @@ import time
 import warnings
 from typing import Callable, Optional
 
-from agent_otel.gpu.sources import GpuDevice
+from agent_otel.gpu.device import GpuDevice
 from agent_otel.gpu.timeline import is_gap
 from agent_otel.records import MISSING, GpuSample
 

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 from agent_otel.gpu.logs import read_gpu_log
 from agent_otel.records import GpuSample
 
-from agent_otel.gpu.sources import GpuDevice
+from agent_otel.gpu.device import GpuDevice
 
 
 class ReplaySource:

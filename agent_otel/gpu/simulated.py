@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Optional, Sequence
 from agent_otel import forks
 from agent_otel.records import NS_PER_S, GpuSample
 
-from agent_otel.gpu.sources import GpuDevice
+from agent_otel.gpu.device import GpuDevice
 
 DEFAULT_SAMPLE_PERIOD_S = 1 / 6  # NVML's shortest sample period
 

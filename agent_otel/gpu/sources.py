@@ -6,7 +6,7 @@ Usage::
     source = open_gpu_source("auto")          # NVML, or None without a GPU
     samples = source.poll() if source else []
 
-Three sources share one shape (``GpuSource``): NVML on a real GPU
+Three sources share one shape (``agent_otel.gpu.device.GpuSource``): NVML on a real GPU
 (``nvml``), a simulated GPU for demos and tests (``simulated``), and a
 recorded ``nvidia-smi`` log played back (``replay:PATH``). A source only
 reads; ``agent_otel.gpu.sampler.GpuSampler`` polls it on a background thread.
@@ -14,47 +14,16 @@ reads; ``agent_otel.gpu.sampler.GpuSampler`` polls it on a background thread.
 
 from __future__ import annotations
 
-import collections
 import logging
-from typing import NamedTuple, Optional, Protocol
+from typing import Optional
 
 from agent_otel.config import GPU_SOURCES, describe_choices
 from agent_otel.errors import ConfigError
-from agent_otel.records import GpuSample
+from agent_otel.gpu.device import GpuSource
 
 log = logging.getLogger("agent_otel.gpu")
 
 SPECS = describe_choices(GPU_SOURCES)
-
-
-class GpuDevice(NamedTuple):
-    """One GPU a source reports on. ``index`` is the label samples carry."""
-
-    index: str
-    uuid: Optional[str]
-    name: str
-
-
-class GpuSource(Protocol):
-    """What the sampler needs from a source of GPU samples."""
-
-    kind: str  # "nvml", "simulated" or "replay"
-    # Problems the source degraded around, by kind (e.g. "gpu_lost"),
-    # exported as agent_otel_gpu_errors_total. poll() never raises.
-    errors: collections.Counter
-    # Optional (read with getattr, default False): True when the source
-    # vouches for every gap between its samples, marking lost data itself
-    # with MISSING samples (NvmlSource), so the timeline needs no gap limit.
-
-    def devices(self) -> list[GpuDevice]:
-        """The GPUs being sampled."""
-
-    def poll(self) -> list[GpuSample]:
-        """New samples since the last poll, every selected GPU, epoch ns,
-        in time order per GPU."""
-
-    def close(self) -> None:
-        """Release the source; idempotent."""
 
 
 def open_gpu_source(spec: str, devices: Optional[list[str]] = None, **options) -> Optional[GpuSource]:

@@ -69,8 +69,7 @@ def test_disabled_instrumentations_variable_turns_a_hook_off(every_framework_of_
 
 def test_an_instrumentor_starts_agent_otel_once_and_removes_only_its_hook(every_framework_of_the_extra, spans,
                                                                           monkeypatch):
-    from agent_otel.capture.frameworks.langchain import LangChainInstrumentor
-    from agent_otel.capture.frameworks.mcp import McpInstrumentor
+    from agent_otel.instrumentors import LangChainInstrumentor, McpInstrumentor
 
     monkeypatch.setenv("AGENT_OTEL_GPU", "off")
     monkeypatch.setenv("AGENT_OTEL_FRAMEWORKS", "langchain,mcp")

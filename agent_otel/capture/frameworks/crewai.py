@@ -35,7 +35,6 @@ import inspect
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import (MarkedWork, async_call, hook_event_loop, meta, sync_call,
                                                  unhook_event_loop)
-from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
 from agent_otel.capture.patching import Patches
 
 FRAMEWORK = "crewai"
@@ -121,11 +120,3 @@ def _tool_call_pool(pool_class):
 
     ToolCallPool.__name__ = ToolCallPool.__qualname__ = pool_class.__name__
     return ToolCallPool
-
-
-class CrewAIInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_crewai``."""
-
-    framework = FRAMEWORK
-    requirement = "crewai >= 1.15, < 2"
-    module = "crewai"

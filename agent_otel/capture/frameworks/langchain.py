@@ -47,7 +47,6 @@ from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import (MarkedWork, async_call, hook_event_loop, meta, sync_call,
                                           unhook_event_loop)
-from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
 from agent_otel.capture.patching import Patches, importable
 from agent_otel.semconv import GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMPLETION
 
@@ -244,11 +243,3 @@ def _read_usage(call, response) -> None:
         call.usage(token_usage.get("prompt_tokens"), token_usage.get("completion_tokens"))
     call.response_model = ((getattr(message, "response_metadata", None) or {}).get("model_name")
                            or llm_output.get("model_name"))
-
-
-class LangChainInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_langchain``."""
-
-    framework = FRAMEWORK
-    requirement = "langchain-core >= 1.8, < 2"
-    module = "langchain_core"

@@ -34,7 +34,6 @@ import functools
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import async_call, hook_event_loop, meta, sync_call, unhook_event_loop
-from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
 from agent_otel.capture.patching import Patches
 from agent_otel.semconv import ERROR_TYPE_OTHER, GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMPLETION
 
@@ -199,11 +198,3 @@ def _read_usage(call, response) -> None:
     elif usage is not None:
         get = usage.get if isinstance(usage, dict) else lambda key: getattr(usage, key, None)
         call.usage(get("prompt_tokens") or get("input_tokens"), get("completion_tokens") or get("output_tokens"))
-
-
-class LlamaIndexInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_llamaindex``."""
-
-    framework = FRAMEWORK
-    requirement = "llama-index-core >= 0.14.25, < 0.15"
-    module = "llama_index.core"

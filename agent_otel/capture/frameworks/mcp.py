@@ -51,7 +51,6 @@ from opentelemetry import trace as trace_api
 
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import async_call, hand_off, meta, pending_handoff
-from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
 from agent_otel.capture.patching import Patches, importable
 from agent_otel.semconv import EXECUTOR_ANYIO, TOOL_TYPE_EXTENSION
 
@@ -219,11 +218,3 @@ def _wrap_run_sync(original):
         return await original(func, *args, limiter=limiter, **kwargs)
 
     return run_sync
-
-
-class McpInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_mcp``."""
-
-    framework = FRAMEWORK
-    requirement = "mcp >= 2.3, < 3"
-    module = "mcp"

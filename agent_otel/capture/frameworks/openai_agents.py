@@ -39,7 +39,6 @@ from opentelemetry import trace as trace_api
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import async_call, hook_event_loop, meta, unhook_event_loop
-from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
 from agent_otel.capture.patching import Patches
 
 FRAMEWORK = "openai_agents"
@@ -179,11 +178,3 @@ def _wrap_stream_response(original):
         call.end()
 
     return stream_response_with_retry
-
-
-class OpenAIAgentsInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_openai_agents``."""
-
-    framework = FRAMEWORK
-    requirement = "openai-agents >= 0.24, < 0.25"
-    module = "agents"

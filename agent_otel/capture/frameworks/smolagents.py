@@ -36,7 +36,6 @@ from opentelemetry import trace as trace_api
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import MarkedWork, meta, sync_call
-from agent_otel.capture.frameworks.instrumentor import FrameworkInstrumentor
 from agent_otel.capture.patching import Patches
 
 FRAMEWORK = "smolagents"
@@ -159,11 +158,3 @@ def _wrap_generate_stream(original):
         call.end()
 
     return generate_stream
-
-
-class SmolagentsInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_smolagents``."""
-
-    framework = FRAMEWORK
-    requirement = "smolagents >= 1.26, < 2"
-    module = "smolagents"

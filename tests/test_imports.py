@@ -1,0 +1,251 @@
+"""The imports keep the layout of docs/architecture.md.
+
+Read with ``ast`` from every module of ``agent_otel`` (``exporters/``
+included, through its link) and ``dashboards``, imports inside functions
+included (those under ``if TYPE_CHECKING:`` are for the type checker only
+and left out). The package's lazy public names (``agent_otel/__init__``)
+count as imports of the modules they come from.
+
+- no import cycles;
+- no module imports a ``_private`` name of another module, ours or
+  OpenTelemetry's (names a module lists in ``__all__`` are public, and
+  two documented CPython functions are allowed, below);
+- each room imports only the rooms below it (ROOMS).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# room -> the rooms it may import (besides itself). Listed bottom up.
+ROOMS: dict[str, set[str]] = {
+    "foundation": set(),  # records, clock, errors, semconv, config, version and small helpers
+    "capture": {"foundation"},
+    "gpu": {"foundation"},
+    "outputs": {"foundation"},  # agent_otel.exporters: spans, metrics, files
+    "attribution": {"foundation", "gpu", "capture"},
+    "remedies": {"foundation", "capture", "outputs"},
+    "report": {"foundation", "gpu", "attribution", "outputs", "remedies"},
+    "wiring": {"foundation", "capture", "gpu", "outputs", "attribution", "remedies"},
+    "services": {"foundation", "gpu", "outputs", "attribution", "report"},  # the blame service (OTLP receiver)
+    "commands": {"foundation", "capture", "gpu", "outputs", "attribution", "remedies", "report", "services",
+                 "wiring"},
+    "dashboards": {"foundation"},
+}
+
+FOUNDATION = {"agent_otel.records", "agent_otel.clock", "agent_otel.errors", "agent_otel.semconv",
+              "agent_otel.config", "agent_otel.version", "agent_otel.text", "agent_otel.forks",
+              "agent_otel.problems", "agent_otel.appending", "agent_otel.inputs"}
+WIRING = {"agent_otel", "agent_otel.instrumentation", "agent_otel.instrumentors", "agent_otel.pipeline",
+          "agent_otel.tools", "agent_otel.sinks"}
+COMMANDS = {"agent_otel.cli", "agent_otel.gpu_exporter", "agent_otel.blame_service"}
+
+# Documented CPython functions with no public spelling: a thread's stack.
+ALLOWED_PRIVATE = {("sys", "_getframe"), ("sys", "_current_frames")}
+# Modules whose private names the framework hooks must reach: the code they hook.
+HOOKED_LIBRARIES = ("langchain_core", "langgraph", "agents", "llama_index", "mcp", "smolagents", "crewai", "anyio")
+
+
+def room_of(module: str) -> str:
+    if module in FOUNDATION:
+        return "foundation"
+    if module in WIRING:
+        return "wiring"
+    if module in COMMANDS or module.startswith("agent_otel.demo"):
+        return "commands"
+    if module.startswith("dashboards"):
+        return "dashboards"
+    part = module.split(".")[1]
+    return {"capture": "capture", "gpu": "gpu", "exporters": "outputs", "attribution": "attribution",
+            "remedies": "remedies", "report": "report", "receiver": "services"}[part]
+
+
+def project_modules() -> dict[str, Path]:
+    found = {}
+    for top in ("agent_otel", "dashboards"):
+        for folder, _dirs, files in os.walk(REPO / top, followlinks=True):  # agent_otel/exporters is a link
+            for name in files:
+                if name.endswith(".py"):
+                    path = Path(folder) / name
+                    parts = list(path.relative_to(REPO).with_suffix("").parts)
+                    if parts[-1] == "__init__":
+                        parts.pop()
+                    found[".".join(parts)] = path
+    return found
+
+
+MODULES = project_modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The project module ``name`` is in (the longest prefix that is one), or None."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in MODULES:
+            return candidate
+    return None
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return skipped
+
+
+class Imports:
+    """What one module imports: project modules, and every (module, name) it reads."""
+
+    def __init__(self, module: str, path: Path):
+        self.module = module
+        tree = ast.parse(path.read_text(), str(path))
+        skipped = _type_checking_nodes(tree)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        self.modules: set[str] = set()
+        self.names: list[tuple[str, str, int]] = []  # (module, name, line)
+        aliases: dict[str, str] = {}  # local name -> the module it is
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    self._add_module(alias.name)
+                    aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else \
+                        alias.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom):
+                source = node.module or ""
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    full = f"{source}.{alias.name}"
+                    if _resolve(full) == full:  # a project module (another library's: read as a name)
+                        self._add_module(full)
+                        aliases[alias.asname or alias.name] = full
+                    else:
+                        self._add_module(source)
+                        self.names.append((source, alias.name, node.lineno))
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                self.names.append((aliases[node.value.id], node.attr, node.lineno))
+        if module == "agent_otel":  # the lazy public names
+            namespace: dict = {}
+            exec(compile(ast.Module([n for n in tree.body if isinstance(n, ast.AnnAssign)
+                                     and getattr(n.target, "id", "") == "_PUBLIC"], []), str(path), "exec"),
+                 namespace)
+            self.modules.update(namespace["_PUBLIC"].values())
+        self.modules.discard(module)
+
+    def _add_module(self, name: str) -> None:
+        resolved = _resolve(name)
+        if resolved is not None:
+            self.modules.add(resolved)
+
+
+IMPORTS = {module: Imports(module, path) for module, path in MODULES.items()}
+
+
+def cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(IMPORTS[module].modules):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(IMPORTS):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_analysis_sees_every_kind_of_import():
+    assert "agent_otel.exporters.batch" in MODULES and "dashboards.build" in MODULES
+    assert "agent_otel.report.reader" in IMPORTS["agent_otel.report.analysis"].modules  # from x import y
+    assert "agent_otel.capture.recorder" in IMPORTS["agent_otel.capture.executors"].modules  # import x as y
+    assert "agent_otel.gpu.nvml" in IMPORTS["agent_otel.gpu.sources"].modules  # inside a function
+    assert "agent_otel.instrumentation" in IMPORTS["agent_otel"].modules  # a lazy public name
+
+
+def test_no_import_cycles():
+    assert cycles() == []
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = []
+    for module, imports in IMPORTS.items():
+        for source, name, line in imports.names:
+            if not name.startswith("_") or name.startswith("__") or (source, name) in ALLOWED_PRIVATE:
+                continue
+            if source.split(".")[0] in HOOKED_LIBRARIES and module.startswith("agent_otel.capture.frameworks"):
+                continue
+            if source == module:
+                continue
+            try:
+                public = getattr(importlib.import_module(source), "__all__", ())
+            except ImportError:
+                public = ()
+            if name not in public:
+                found.append(f"{MODULES[module].relative_to(REPO)}:{line}: {source}.{name}")
+    assert found == []
+
+
+@pytest.mark.parametrize("module", sorted(IMPORTS))
+def test_each_room_imports_only_the_rooms_below_it(module):
+    room = room_of(module)
+    for target in IMPORTS[module].modules:
+        target_room = room_of(target)
+        assert target_room == room or target_room in ROOMS[room], \
+            f"{module} ({room}) imports {target} ({target_room})"
+
+
+def test_every_module_has_a_room():
+    assert {room_of(module) for module in MODULES} <= set(ROOMS)
+
+
+def import_picture() -> dict[str, set[str]]:
+    """room -> the rooms it imports: the picture in docs/architecture.md."""
+    picture: dict[str, set[str]] = defaultdict(set)
+    for module, imports in IMPORTS.items():
+        for target in imports.modules:
+            if room_of(target) != room_of(module):
+                picture[room_of(module)].add(room_of(target))
+    return picture
+
+
+def test_the_picture_in_architecture_md_is_the_imports():
+    text = (REPO / "docs" / "architecture.md").read_text()
+    picture = import_picture()
+    for room, targets in picture.items():
+        line = f"{room} -> {', '.join(sorted(targets))}"
+        assert line in text, f"docs/architecture.md should say: {line}"
