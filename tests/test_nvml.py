@@ -173,6 +173,18 @@ def test_boot_time_timestamps_are_converted_onto_the_wall_clock(install):
     assert abs(clock_offset_ns("boottime") - (time.time_ns() - time.clock_gettime_ns(BOOTTIME))) < 10_000_000
 
 
+def test_samples_follow_the_process_timeline_when_the_wall_clock_is_moved(monkeypatch):
+    # NTP stepped the wall clock 5 s ahead after the process anchored its
+    # timeline: epoch-stamped samples move back onto the timeline the tool
+    # spans are on, and boot-time ones likewise.
+    real_time_ns = time.time_ns
+    assert abs(clock_offset_ns("epoch")) < 1_000_000  # nothing moved yet: whole milliseconds only
+    monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + 5 * NS_PER_S)
+    assert abs(clock_offset_ns("epoch") + 5 * NS_PER_S) <= 1_000_000
+    boot_offset = real_time_ns() - time.clock_gettime_ns(BOOTTIME)
+    assert abs(clock_offset_ns("boottime") - boot_offset) < 10_000_000
+
+
 def test_buffered_samples_from_before_the_source_opened_are_skipped(install):
     gpu = FakeGpu(0, "GPU-0")
     install(StandInNvml([gpu]))

@@ -58,6 +58,7 @@ import time
 import warnings
 from typing import Callable, Optional
 
+from agent_otel.clock import now_ns
 from agent_otel.gpu.device import GpuDevice
 from agent_otel.gpu.timeline import is_gap
 from agent_otel.records import MISSING, GpuSample
@@ -112,15 +113,21 @@ def detect_clock(raw_us: int) -> str:
 
 
 def clock_offset_ns(clock: str) -> int:
-    """What to add to ``raw_us * 1000`` to get epoch ns.
+    """What to add to ``raw_us * 1000`` to put a sample on the process's
+    timeline (``agent_otel.clock.now_ns``: epoch ns, monotonic, anchored to
+    the wall clock once), the timeline every tool span is on.
 
-    Read afresh on each poll: the wall clock is slewed by NTP while
-    CLOCK_BOOTTIME is not, so a fixed offset would drift.
+    Read afresh on each poll: NTP slews the wall clock (or steps it), and
+    CLOCK_BOOTTIME keeps its own rate, while the process's timeline follows
+    the monotonic clock from its anchor; a fixed offset would let GPU
+    samples drift away from the tool calls over hours.
     """
-    if clock == "epoch":
-        return 0
-    boot_ns = _boottime_ns()
-    return time.time_ns() - boot_ns if boot_ns is not None else 0
+    wall = time.time_ns()
+    # Whole milliseconds: the few microseconds between two clock reads are
+    # not drift, and would make the same sample convert differently each poll.
+    drift = round(now_ns() - wall, -6)
+    boot_ns = _boottime_ns() if clock == "boottime" else None
+    return drift + (wall - boot_ns if boot_ns is not None else 0)
 
 
 class _Device:
@@ -173,7 +180,7 @@ class NvmlSource:
         *,
         idle_after_s: float = DEFAULT_IDLE_AFTER_S,
         quiet: bool = False,
-        clock: Callable[[], int] = time.time_ns,
+        clock: Callable[[], int] = now_ns,
     ):
         self.errors: collections.Counter = collections.Counter()
         self.reason: Optional[str] = None
