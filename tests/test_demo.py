@@ -64,7 +64,7 @@ def test_the_baseline_blames_the_stalling_tools_not_the_fast_one(demo):
     out, _ = demo
     baseline = report(out / "baseline.jsonl")
     tools = blocked(baseline)
-    assert set(tools) == {"search_docs", "fetch_quote", "calculator"}
+    assert set(tools) == {"search_docs", "fetch_quote", "lookup_account", "calculator"}
     top = baseline["tools"][0]
     assert top["tool"] in TOOLS_THAT_STALL, baseline["tools"]
     assert top["gpu_idle_blocked_s"] > 1.0
@@ -94,6 +94,27 @@ def test_the_fix_removes_most_of_the_gpu_idle_time_blocked_by_tools(demo):
     row = re.search(r"^  blocked by tool calls \(s\)\s+(\S+)\s+(\S+)$", output, re.M)
     assert row, output
     assert row.groups() == (f"{baseline_blocked:.1f}", f"{fixed_blocked:.1f}")
+
+
+def test_the_baseline_blocks_the_event_loop_and_the_fix_does_not(demo):
+    out, output = demo
+    baseline, fixed = report(out / "baseline.jsonl"), report(out / "fixed.jsonl")
+    # The sync CRM client called from the agent's coroutine: every call of it blocked the loop.
+    account = blocked(baseline)["lookup_account"]
+    assert account["loop_blocks"] == account["calls"] > 0
+    assert account["loop_blocked_s"] >= 0.3 * account["calls"]  # each call lasts 0.3-0.7 s
+    (loop,) = [loop for loop in baseline["event_loops"] if loop["thread"] == "MainThread"]
+    assert loop["by_tool"][0]["tool"] == "lookup_account"
+    offload = [r for r in baseline["recommendations"] if r["kind"] == "offload_from_loop"]
+    assert [r["subject"] for r in offload if r["subject"] != "unknown"] == ["lookup_account"]
+    assert "await lookup_account.aio(...)" in offload[0]["remedy"]
+    # Fixed: awaited with .aio() on a pool, it never holds the loop.
+    assert blocked(fixed)["lookup_account"]["loop_blocks"] == 0
+    assert blocked(fixed)["lookup_account"]["executors"] == ["demo-accounts"]
+    assert not [r for r in fixed["recommendations"] if r["kind"] == "offload_from_loop" and r["subject"] != "unknown"]
+    row = re.search(r"^event loop blocked \(s\)\s+(\S+)\s+(\S+)$", output, re.M)
+    assert row, output
+    assert float(row.group(1)) == pytest.approx(sum(l["blocked_s"] for l in baseline["event_loops"]), abs=0.06)
 
 
 def metrics_url(process: subprocess.Popen) -> str:

@@ -5,22 +5,26 @@ GPU) asks for a tool, the tool answers, the model reads the answer and asks
 for the next one. What differs is how the serving code waits. Both end on
 a model step, so neither run ends with the GPU waiting for a tool.
 
-``serve_baseline`` is the loop as commonly written: one batched model step
-for every conversation, then the tool calls of all of them on one shared
-two-worker pool, and the next step only when the slowest call is back. The
-GPU idles while calls queue for the two workers or wait on the slow API.
+``serve_baseline`` is the loop as commonly written, in asyncio: one batched
+model step for every conversation, then the tool calls of all of them
+(``asyncio.gather``) on one shared two-worker pool, and the next step only
+when the slowest call is back. The sync CRM client is called straight from
+the coroutine, so it blocks the event loop: the other conversations' calls
+are not even sent until it returns. The GPU idles while calls queue for the
+two workers, wait on the slow API, or wait for the loop.
 
 ``serve_fixed`` gives each conversation its own coroutine and batches the
 model continuously: whichever conversations are waiting for the model ride
 the next step, so the GPU serves the others while one waits for a tool.
-Tools run on a pool of their own class, and the slow API is bounded by a
+Tools run on a pool of their own class (the sync CRM client too, awaited
+with ``.aio()``: the loop stays free), and the slow API is bounded by a
 timeout, one retry and a fallback (``tools.fixed_tools``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from agent_otel.capture.models import model_span
@@ -51,18 +55,32 @@ class Model:
 def serve_baseline(model: Model, tools: Toolset, services: Services, conversations: int,
                    done: Callable[[], bool]) -> None:
     """Serve every conversation in lock step until ``done()``."""
-    with ThreadPoolExecutor(max_workers=BASELINE_POOL_WORKERS, thread_name_prefix="agent-tools") as pool:
+    asyncio.run(_serve_baseline(model, tools, services, conversations, done))
+
+
+async def _serve_baseline(model: Model, tools: Toolset, services: Services, conversations: int,
+                          done: Callable[[], bool]) -> None:
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(max_workers=BASELINE_POOL_WORKERS, thread_name_prefix="agent-tools") as pool, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="model") as gpu_thread:
         number = 0
         while True:
-            model.step(conversations)
+            await loop.run_in_executor(gpu_thread, model.step, conversations)
             if done():
                 break
             turns = [services.turn(conversation, number) for conversation in range(conversations)]
-            calls = [pool.submit(tools[turn.tool], turn.argument, turn.request_id) for turn in turns]
             # The GPU idles until the slowest call is back. (A real agent would
             # hand each answer, or error, to the model; the demo moves on.)
-            wait(calls)
+            await asyncio.gather(*(_baseline_call(loop, pool, tools, turn) for turn in turns), return_exceptions=True)
             number += 1
+
+
+async def _baseline_call(loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor, tools: Toolset, turn):
+    if turn.tool == "lookup_account":
+        # A sync client called from async code, as it is so often written: it
+        # holds the event loop (and every other conversation) until it returns.
+        return tools.lookup_account(turn.argument, turn.request_id)
+    return await loop.run_in_executor(pool, tools[turn.tool], turn.argument, turn.request_id)
 
 
 def serve_fixed(model: Model, tools: Toolset, services: Services, conversations: int,
@@ -93,7 +111,7 @@ async def _converse(conversation: int, batcher: "ContinuousBatcher", tools: Tool
         try:
             if turn.tool == "calculator":
                 tools.calculator(turn.argument, turn.request_id)  # milliseconds: inline is fine
-            else:
+            else:  # on the tool's pool, awaited: the event loop stays free (the sync CRM client too)
                 await tools[turn.tool].aio(turn.argument, turn.request_id)
         except Exception:
             pass  # a real agent hands the error to the model as the tool's answer; the demo moves on

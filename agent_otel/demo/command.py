@@ -183,6 +183,7 @@ class RunTotals:
     idle_s: float
     blocked_s: float
     unattributed_s: float
+    loop_blocked_s: float = 0.0  # event loops blocked (asyncio.loop.blocked spans)
     tools: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # blocked, queue, exec
 
     @classmethod
@@ -194,6 +195,7 @@ class RunTotals:
             idle_s=sum(g["idle_s"] for g in gpus),
             blocked_s=sum(g["idle_blocked_s"] for g in gpus),
             unattributed_s=sum(g["idle_unattributed_s"] for g in gpus),
+            loop_blocked_s=sum(loop["blocked_s"] for loop in report.get("event_loops", ())),
             tools={tool["tool"]: (tool["gpu_idle_blocked_s"], tool["gpu_idle_blocked_queue_s"],
                                   tool["gpu_idle_blocked_exec_s"]) for tool in report["tools"]},
         )
@@ -224,6 +226,7 @@ def comparison(baseline_report: dict, fixed_report: dict) -> str:
     row("GPU idle (s)", f"{base.idle_s:.1f}", f"{fixed.idle_s:.1f}")
     row("  blocked by tool calls (s)", f"{base.blocked_s:.1f}", f"{fixed.blocked_s:.1f}")
     row("  with no tool call in flight (s)", f"{base.unattributed_s:.1f}", f"{fixed.unattributed_s:.1f}")
+    row("event loop blocked (s)", f"{base.loop_blocked_s:.1f}", f"{fixed.loop_blocked_s:.1f}")
     lines.append("GPU idle blocked by each tool (s): total (queue + exec)")
     for tool in sorted(set(base.tools) | set(fixed.tools), key=lambda name: -base.tools.get(name, (0.0,))[0]):
         row(f"  {tool}", _blocked(base.tools.get(tool)), _blocked(fixed.tools.get(tool)))

@@ -27,7 +27,8 @@ SCENARIOS = {
         "baseline",
         "as commonly written",
         f"each round, one batched model step for all conversations, then wait for all their tool calls on one "
-        f"shared {tools.BASELINE_POOL_WORKERS}-worker pool; the quote API client waits up to "
+        f"shared {tools.BASELINE_POOL_WORKERS}-worker pool, the CRM's sync client called straight from the "
+        f"async code (it blocks the event loop); the quote API client waits up to "
         f"{tools.CLIENT_TIMEOUT_S:g} s per attempt, {tools.BASELINE_QUOTE_ATTEMPTS} attempts",
         tools.baseline_tools,
         agent.serve_baseline,
@@ -36,7 +37,8 @@ SCENARIOS = {
         "fixed",
         "with the remedies",
         f"async tool calls with continuous batching (the GPU serves other conversations meanwhile), "
-        f"a pool per tool class ({tools.FIXED_POOL_WORKERS} workers each), and the quote API bounded at "
+        f"a pool per tool class ({tools.FIXED_POOL_WORKERS} workers each; the CRM's sync client awaited with "
+        f".aio(), off the event loop), and the quote API bounded at "
         f"{tools.FIXED_QUOTE_TIMEOUT_S:g} s per attempt, {tools.FIXED_QUOTE_RETRIES + 1} attempts, "
         f"then the last known price",
         tools.fixed_tools,

@@ -1,12 +1,15 @@
 """The demo agent's tools, and the services behind them.
 
-Three tools, each reproducing one classic case:
+Four tools, each reproducing one classic case:
 
 - ``search_docs`` calls a documentation search service that answers in
   0.35-0.65 s: fine alone, but it is the tool the conversations call most,
   so a pool too small for the load makes its calls queue.
-- ``fetch_quote`` calls a slow external API (0.25-0.6 s) that, on 30% of
+- ``fetch_quote`` calls a slow external API (0.25-0.6 s) that, on 20% of
   attempts, hangs until the client's timeout.
+- ``lookup_account`` calls a CRM API (0.3-0.7 s) through a synchronous
+  client: called straight from the agent's async code, it holds the event
+  loop until it returns.
 - ``calculator`` runs in a few milliseconds: harmless.
 
 Every latency is scripted: drawn from a random generator seeded with the
@@ -29,6 +32,7 @@ import agent_otel
 
 SEARCH_S = (0.35, 0.65)
 QUOTE_S = (0.25, 0.6)
+ACCOUNT_S = (0.3, 0.7)
 QUOTE_HANG_RATIO = 0.2
 CALCULATOR_S = 0.005
 CLIENT_TIMEOUT_S = 2.0  # the HTTP client's default: how long a hung attempt lasts
@@ -41,14 +45,16 @@ BASELINE_POOL_WORKERS = 2
 # the slow API with one quick retry and a cached answer after that.
 SEARCH_POOL = "demo-search"
 QUOTE_POOL = "demo-quotes"
+ACCOUNT_POOL = "demo-accounts"
 FIXED_POOL_WORKERS = 8
 FIXED_QUOTE_TIMEOUT_S = 0.8
 FIXED_QUOTE_RETRIES = 1
 FIXED_RETRY_INTERVAL_S = 0.05
 
-TOOL_WEIGHTS = (("search_docs", 0.5), ("fetch_quote", 0.25), ("calculator", 0.25))
+TOOL_WEIGHTS = (("search_docs", 0.4), ("fetch_quote", 0.2), ("lookup_account", 0.2), ("calculator", 0.2))
 TOPICS = ("rate limits", "refunds", "GPU quotas", "billing", "SSO setup", "data retention")
 SYMBOLS = ("NVDA", "AMD", "TSM", "AVGO")
+ACCOUNTS = ("acme", "globex", "initech", "umbrella", "hooli")
 LAST_KNOWN_QUOTES = {"NVDA": 181.2, "AMD": 163.9, "TSM": 241.5, "AVGO": 301.4}
 
 
@@ -86,6 +92,8 @@ class Services:
             argument = rng.choice(TOPICS)
         elif tool == "fetch_quote":
             argument = rng.choice(SYMBOLS)
+        elif tool == "lookup_account":
+            argument = rng.choice(ACCOUNTS)
         else:
             argument = f"{rng.randint(2, 99)} * {rng.randint(2, 99)}"
         return Turn(conversation, number, tool, argument)
@@ -95,6 +103,8 @@ class Services:
         rng = random.Random(f"{self.seed}/{service}/{request_id}/{attempt}")
         if service == "docs":
             return rng.uniform(*SEARCH_S)
+        if service == "crm":
+            return rng.uniform(*ACCOUNT_S)
         if rng.random() < QUOTE_HANG_RATIO:
             return math.inf
         return rng.uniform(*QUOTE_S)
@@ -117,6 +127,7 @@ class Toolset:
 
     search_docs: Callable
     fetch_quote: Callable
+    lookup_account: Callable
     calculator: Callable
 
     def __getitem__(self, name: str) -> Callable:
@@ -132,6 +143,15 @@ def _search_docs(services: Services) -> Callable:
     return search_docs
 
 
+def _lookup_account(services: Services) -> Callable:
+    def lookup_account(account: str, request_id: str) -> dict:
+        """Look up a customer account in the CRM (a synchronous HTTP client)."""
+        services.call("crm", request_id)
+        return {"account": account, "plan": "enterprise"}
+
+    return lookup_account
+
+
 def _calculator(services: Services) -> Callable:
     def calculator(expression: str, request_id: str) -> int:
         """Multiply two whole numbers."""
@@ -143,8 +163,8 @@ def _calculator(services: Services) -> Callable:
 
 
 def baseline_tools(services: Services) -> Toolset:
-    """The tools as commonly written: plain ``@tool`` functions, and a quote
-    client with a long timeout and retries."""
+    """The tools as commonly written: plain ``@tool`` functions, a quote
+    client with a long timeout and retries, and a sync CRM client."""
 
     def fetch_quote(symbol: str, request_id: str) -> float:
         """Latest price of a stock, from the market data API."""
@@ -161,6 +181,7 @@ def baseline_tools(services: Services) -> Toolset:
     return Toolset(
         search_docs=agent_otel.tool(_search_docs(services)),
         fetch_quote=agent_otel.tool(fetch_quote),
+        lookup_account=agent_otel.tool(_lookup_account(services)),
         calculator=agent_otel.tool(_calculator(services)),
     )
 
@@ -169,11 +190,13 @@ def declare_fixed_pools() -> None:
     """The fix's dedicated pools (declared once per process, the same way each time)."""
     agent_otel.pool(SEARCH_POOL, workers=FIXED_POOL_WORKERS)
     agent_otel.pool(QUOTE_POOL, workers=FIXED_POOL_WORKERS)
+    agent_otel.pool(ACCOUNT_POOL, workers=FIXED_POOL_WORKERS)
 
 
 def fixed_tools(services: Services) -> Toolset:
-    """The same tools with the remedies: a pool per tool class, and the quote
-    API bounded by a timeout, one retry and the last known price."""
+    """The same tools with the remedies: a pool per tool class (the sync CRM
+    client's awaited with ``.aio()``, off the event loop), and the quote API
+    bounded by a timeout, one retry and the last known price."""
     declare_fixed_pools()
 
     def fetch_quote(symbol: str, request_id: str) -> float:
@@ -188,5 +211,6 @@ def fixed_tools(services: Services) -> Toolset:
         search_docs=agent_otel.tool(pool=SEARCH_POOL)(_search_docs(services)),
         fetch_quote=agent_otel.tool(pool=QUOTE_POOL, timeout=FIXED_QUOTE_TIMEOUT_S, retries=FIXED_QUOTE_RETRIES,
                                     retry_interval=FIXED_RETRY_INTERVAL_S, fallback=last_known_quote)(fetch_quote),
+        lookup_account=agent_otel.tool(pool=ACCOUNT_POOL)(_lookup_account(services)),
         calculator=agent_otel.tool(_calculator(services)),
     )

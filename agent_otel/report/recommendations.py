@@ -375,10 +375,11 @@ def _waits(analysis: Analysis) -> list[Recommendation]:
                 message=(
                     f'call tool="{tool.tool}" off the event loop: its calls blocked the loop of '
                     f"{', '.join(threads)} {loop.blocks} time{'s' if loop.blocks != 1 else ''} for "
-                    f"{_g(loop.blocked_s)} s in all (longest {_g(loop.longest_s)} s), while up to "
-                    f"{loop.most_waiting} other tool call{'s' if loop.most_waiting != 1 else ''} waited for the loop, "
-                    f"and {_g(tool.loop_idle_blocked_s)} GPU-s of GPU idle time meanwhile are blamed on it. A sync "
-                    f"function called from a coroutine holds the loop's thread: {how}."
+                    f"{_g(loop.blocked_s)} s in all (longest {_g(loop.longest_s)} s)"
+                    + (f", while up to {loop.most_waiting} other tool call{'s' if loop.most_waiting != 1 else ''} "
+                       "waited for the loop" if loop.most_waiting else "")
+                    + f"; {_g(tool.loop_idle_blocked_s)} GPU-s of GPU idle time meanwhile are blamed on it. A sync "
+                    f"function called from a coroutine holds the loop's thread, and no other coroutine runs: {how}."
                 ),
                 evidence={
                     "tool": tool.tool,
