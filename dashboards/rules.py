@@ -36,6 +36,7 @@ from agent_otel.semconv import (
     METRIC_EXECUTOR_QUEUE_DEPTH,
     METRIC_GPU_IDLE_BLOCKED,
     METRIC_GPU_UTILIZATION,
+    METRIC_LOOP_BLOCKED,
     METRIC_TOOL_DURATION,
     METRIC_TOOL_INFLIGHT,
     TARGET_INFO,
@@ -49,6 +50,9 @@ EXECUTOR_SATURATED_FOR = "5m"
 # GPU idle-while-blocked share over this window, above this ratio, alerts.
 GPU_BLOCKED_WINDOW = "10m"
 GPU_BLOCKED_RATIO = 0.3
+# An agent's event loops blocked more than this share of this window alerts.
+LOOP_BLOCKED_WINDOW = "10m"
+LOOP_BLOCKED_RATIO = 0.1
 # A GPU of a pool idle with calls of the pool in flight this long alerts
 # (the live rule, for stalls whose spans have not ended).
 LIVE_STALL_FOR = "30s"
@@ -253,6 +257,33 @@ def gpu_blocked_live_rule(runbook_base: str, stall_for: str = LIVE_STALL_FOR) ->
     }
 
 
+def loop_blocked_rule(runbook_base: str) -> dict:
+    name = "AgentEventLoopBlocked"
+    window = LOOP_BLOCKED_WINDOW
+    top_tool = (
+        '{{ with printf "topk(1, sum by (tool) (rate(' + METRIC_LOOP_BLOCKED +
+        '{instance=%q}[' + window + '])))" $labels.instance | query }}'
+        '{{ . | first | label "tool" }}{{ end }}'
+    )
+    return {
+        "alert": name,
+        "expr": (
+            f"sum by (job, instance) (rate({METRIC_LOOP_BLOCKED}[{window}]))\n"
+            f"> {LOOP_BLOCKED_RATIO:g}"
+        ),
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "The asyncio event loop of {{ $labels.instance }} is blocked by sync code",
+            "description": (
+                f"The event loop of {{{{ $labels.instance }}}} was blocked {{{{ $value | humanizePercentage }}}} of "
+                f"the last {window} (alert above {format_percent(LOOP_BLOCKED_RATIO)}): meanwhile no coroutine ran, "
+                f"no tool result was read and no model call was sent. Blocked most by: {top_tool}."
+            ),
+            "runbook_url": runbook_url(runbook_base, name),
+        },
+    }
+
+
 def rule_groups(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE, stall_for: str = LIVE_STALL_FOR) -> dict:
     """The whole rules file as a Python structure."""
     return {
@@ -266,6 +297,7 @@ def rule_groups(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE, stall
                     executor_saturated_rule(runbook_base),
                     gpu_blocked_rule(runbook_base),
                     gpu_blocked_live_rule(runbook_base, stall_for),
+                    loop_blocked_rule(runbook_base),
                 ],
             },
         ]

@@ -18,6 +18,8 @@ from agent_otel.semconv import (
     METRIC_GPU_UNDERUSED_BLOCKED,
     METRIC_GPU_UNDERUSED_UNATTRIBUTED,
     METRIC_GPU_UTILIZATION,
+    METRIC_LOOP_BLOCKED,
+    METRIC_LOOP_LAG,
     METRIC_SPANS_DROPPED,
     METRIC_TOOL_CALLS,
     METRIC_TOOL_INFLIGHT,
@@ -155,6 +157,27 @@ def build():
                 query(f"sum by (gpu) (rate({METRIC_GPU_UNDERUSED_UNATTRIBUTED}{GPU}[{RATE}]))",
                       "GPU {{gpu}} unused, no tool in flight", "B"),
             ],
+            min_value=0,
+        ),
+        timeseries_panel(
+            "Event loop blocked, by tool",
+            "Share of the time the agent's asyncio event loop was blocked, by the tool call that held it (unknown: "
+            "code that is no tool). While it is blocked no coroutine runs: no tool result is read, no model call "
+            "is sent, and the GPU idle time goes to the blocking call. 100% = a loop blocked all the time.",
+            "percentunit",
+            [query(f"sum by (tool) (rate({METRIC_LOOP_BLOCKED}{TOOL}[{RATE}]))", "{{tool}}", "A")],
+            stacked=True,
+            min_value=0,
+        ),
+        timeseries_panel(
+            "Event loop lag",
+            "Per event loop (by its thread): how late its heartbeat ran, and while it is blocked, for how long so "
+            f"far. Above the line ({DEFAULTS.loop_block_threshold:g} s, the default block threshold) the loop is "
+            "recorded as blocked.",
+            "s",
+            [query(f"max by (thread) ({METRIC_LOOP_LAG}{selector()})", "{{thread}}", "A")],
+            steps=thresholds("transparent", (DEFAULTS.loop_block_threshold, "red")),
+            threshold_style=common.GraphThresholdsStyleMode.LINE,
             min_value=0,
         ),
         timeseries_panel(

@@ -26,7 +26,7 @@ RULES_FILE = RULES_DIR / "agent-otel-rules.yml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 CONTRACT_ALERTS = {
     "AgentToolLatencySLOFastBurn", "AgentToolLatencySLOSlowBurn",
-    "AgentExecutorSaturated", "AgentGPUIdleBlockedByTools",
+    "AgentExecutorSaturated", "AgentGPUIdleBlockedByTools", "AgentEventLoopBlocked",
 }
 
 
@@ -41,7 +41,7 @@ def promtool(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 def test_promtool_accepts_the_rules():
     result = promtool("check", "rules", str(RULES_FILE))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 13 rules found" in result.stdout
+    assert "SUCCESS: 14 rules found" in result.stdout
 
 
 def test_alerts_fire_when_they_should_and_stay_silent_otherwise():
