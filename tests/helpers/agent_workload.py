@@ -9,13 +9,17 @@ two fast searches (well within the 0.8 s SLO), then two slow page fetches
 in the queue behind them. Each round starts with a "model step" that keeps
 the simulated GPU busy; the GPU then idles while the tools run or queue
 (blamed on them) and during a pause with nothing in flight
-(unattributed), until the next model step closes the idle window.
+(unattributed), until the next model step closes the idle window. Beside
+it, an asyncio loop on its own thread parses for 0.15 s now and then with
+a sync call (no tool): its loop is blocked, by `unknown`.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import signal
+import threading
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -26,6 +30,7 @@ SLOW_FETCH_S = 0.9
 SEARCH_S = 0.05
 MODEL_STEP_S = 0.4
 PAUSE_S = 0.6
+BLOCK_S = 0.15
 
 
 @agent_otel.tool
@@ -56,6 +61,17 @@ def run_round(pool: ThreadPoolExecutor) -> None:
     wait(futures)
 
 
+def event_loop_agent(stop: list, deadline: float) -> None:
+    """An asyncio loop blocked 0.15 s every 0.5 s by sync code that is no tool."""
+
+    async def agent() -> None:
+        while not stop and time.monotonic() < deadline:
+            time.sleep(BLOCK_S)  # e.g. a sync parse in a coroutine: the loop runs nothing else
+            await asyncio.sleep(0.5)
+
+    asyncio.run(agent())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True)
@@ -72,12 +88,15 @@ def main() -> int:
     # The simulated GPU source, driven by the fake model steps.
     gpu = handle.gpu_timeline.source if handle.gpu_timeline is not None else None
     deadline = time.monotonic() + args.seconds
+    loop_thread = threading.Thread(target=event_loop_agent, args=(stop, deadline), name="agent-loop", daemon=True)
+    loop_thread.start()
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tools") as pool:
         while not stop and time.monotonic() < deadline:
             if gpu is not None:
                 gpu.run_kernel(MODEL_STEP_S)
             run_round(pool)
             time.sleep(PAUSE_S)
+    loop_thread.join(2.0)
     agent_otel.uninstrument()
     return 0
 
