@@ -71,6 +71,47 @@ class ToolCall:
         return self.end_ns != 0
 
 
+@dataclass(slots=True)
+class ModelCall:
+    """One call of a model (a ``chat`` / ``text_completion`` / ``generate_content``
+    span, agent-otel's or another instrumentation's): the GPU's side of a turn.
+
+    ``first_chunk_s`` is the time to the first chunk of a streamed answer;
+    token counts and it are None when the span did not report them.
+    """
+
+    model: str
+    start_ns: int
+    end_ns: int
+    trace_id: int = 0
+    span_id: int = 0
+    operation: str = "chat"
+    input_tokens: Optional[int] = None
+    output_tokens: Optional[int] = None
+    first_chunk_s: Optional[float] = None
+    failed: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_S
+
+
+@dataclass(slots=True)
+class AgentRun:
+    """One agent run, a turn or a request: an ``invoke_agent`` span (or its
+    OpenInference / OpenLLMetry equivalent), or a trace's root span."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    trace_id: int = 0
+    span_id: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_S
+
+
 # A GpuSample's utilization when the data for the stretch it covers was
 # lost (e.g. the driver's sample buffer overflowed): missing, never idle
 # and never busy. Test with ``utilization != utilization`` or math.isnan.

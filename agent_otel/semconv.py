@@ -77,6 +77,10 @@ GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
 # Other instrumentations' span kinds, read by the report (never emitted).
 # OpenInference: openinference.span.kind LLM / AGENT / TOOL, with llm.model_name,
 # llm.token_count.prompt / .completion and tool.name.
+# MCP (the MCP SDK's own spans): a client's request span sits between the
+# client's tool span and the server's spans of the same call.
+MCP_METHOD_NAME: Final = "mcp.method.name"
+MCP_METHOD_TOOLS_CALL: Final = "tools/call"
 OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
 OPENINFERENCE_LLM: Final = "LLM"
 OPENINFERENCE_AGENT: Final = "AGENT"

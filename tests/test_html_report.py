@@ -216,3 +216,60 @@ def test_a_hundred_thousand_calls_stay_responsive(tmp_path):
     # measured about 0.5 s and 15 ms on a 2-core machine; bounds leave room for a busy one
     assert first_render_ms < 8000
     assert frame_ms < 300
+
+
+# Hover the first model call (0.5 s), then the turn (5 s), as a user would.
+TURN_SCRIPT = """<script>
+(function () {
+  var data = JSON.parse(document.getElementById("report-data").textContent);
+  var canvas = document.getElementById("timeline"), rect = canvas.getBoundingClientRect();
+  var full = data.seconds * 1000, v0 = -full * 0.01, v1 = full * 1.01;
+  function x(ms) { return rect.left + (ms - v0) * rect.width / (v1 - v0); }
+  var tip = document.getElementById("tip"), root = document.documentElement;
+  function hover(selector, ms) {
+    var lane = document.querySelector(selector);
+    var y = rect.top + parseFloat(lane.style.top) + 9;
+    canvas.dispatchEvent(new PointerEvent("pointermove", {clientX: x(ms), clientY: y, bubbles: true}));
+    return tip.hidden ? "" : tip.textContent;
+  }
+  root.dataset.hoverModel = hover('.lane-label.model[data-model="llama-3-70b"]', 500);
+  root.dataset.hoverTurn = hover(".lane-label.turns", 5000);
+})();
+</script>"""
+
+
+def test_the_turn_and_its_model_calls_have_lanes_and_a_breakdown(tmp_path):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    turn = run.invoke_agent("support", 0.0, 10.0)
+    run.model_call("llama-3-70b", 0.0, 2.0, parent=turn, input_tokens=800, output_tokens=40, first_chunk=0.3)
+    run.tool_call("search", 2.0, 3.0, 6.0, parent=turn)
+    run.model_call("llama-3-70b", 6.0, 8.0, parent=turn)
+    run.close()
+    write_gpu_csv(tmp_path / "gpu.csv", [(t / 10, 0, 100 if t <= 20 or 60 < t <= 80 else 0) for t in range(1, 101)])
+    page = tmp_path / "report.html"
+    assert main(["report", str(tmp_path / "traces.jsonl"), "--gpu-log", str(tmp_path / "gpu.csv"), "--tz", "UTC",
+                 "--html", str(page)]) == 0
+    played = tmp_path / "played.html"
+    played.write_text(page.read_text().replace("</body>", TURN_SCRIPT + "</body>"))
+
+    result = chromium(tmp_path, played.as_uri(), "--dump-dom")
+
+    assert console_messages(result) == []
+    dom = Elements(result.stdout)
+    labels = [e for e in dom.found if (e["attrs"].get("class") or "").startswith("lane-label")]
+    assert [e["attrs"]["class"] for e in labels] == ["lane-label gpu", "lane-label turns", "lane-label model",
+                                                     "lane-label"]  # GPU, turns, the model, the tool
+    assert labels[2]["text"] == "llama-3-70b2 model calls, 4.00 s"
+    (turns,) = dom.where(id="turns")
+    assert "1 turn (1 from invoke_agent spans), 10.0 s end to end" in turns["text"]
+    parts = {row["attrs"]["data-part"]: row["text"] for row in dom.where(tag="tr") if "data-part" in row["attrs"]}
+    assert parts == {"model": "model4.00040 %", "q": "tool queue1.00010 %", "e": "tool exec3.00030 %",
+                     "other": "other2.00020 %"}
+    (sentence,) = dom.where(tag="li", **{"data-tool": "search"})
+    assert sentence["text"] == "search idles the GPU 4.0 s per call, 40 % of end-to-end latency"
+    (root,) = dom.where(tag="html")
+    for shown in ("llama-3-70b", "duration2.000 s", "first chunk300.0 ms", "tokens in / out800 / 40", "outcomeok"):
+        assert shown in root["attrs"]["data-hover-model"]
+    for shown in ("support", "end to end10.000 s", "model4.000 s", "tool queue1.000 s", "tool exec3.000 s",
+                  "other2.000 s"):
+        assert shown in root["attrs"]["data-hover-turn"]

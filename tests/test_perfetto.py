@@ -153,3 +153,30 @@ def test_flow_arrows_pair_an_idle_window_with_each_call_it_blamed(trace):
     assert not any(name == "notify" for _, name, _, _ in targets)
     gpu0_fetch = [t for t in targets if t[0] == "0" and t[1] == "fetch"]
     assert len(gpu0_fetch) == 2
+
+
+def test_turns_and_model_calls_have_tracks_of_their_own(tmp_path):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    turn = run.invoke_agent("support", 0.0, 10.0)
+    run.model_call("llama-3-70b", 0.0, 2.0, parent=turn, input_tokens=800, output_tokens=40, first_chunk=0.3)
+    run.tool_call("search", 2.0, 3.0, 6.0, parent=turn)
+    run.model_call("llama-3-70b", 6.0, 8.0, parent=turn)
+    run.model_call("embedder", 7.0, 7.5, parent=turn)
+    run.close()
+    out = tmp_path / "trace.json"
+    assert main(["report", str(tmp_path / "traces.jsonl"), "--perfetto", str(out), "--format", "json"]) == 0
+    events = json.loads(out.read_text())["traceEvents"]
+
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    slices = [e for e in events if e["ph"] == "X"]
+    (turn_slice,) = [e for e in slices if processes[e["pid"]] == "Agent turns"]
+    assert (turn_slice["name"], turn_slice["ts"], turn_slice["dur"]) == ("support", 0.0, 10_000_000.0)
+    assert turn_slice["args"]["model_s"] == pytest.approx(4.0)  # the embedder's 7-7.5 s is inside 6-8: once
+    assert turn_slice["args"]["tool_queue_s"] == pytest.approx(1.0)
+    assert turn_slice["args"]["tool_exec_s"] == pytest.approx(3.0)
+    model_slices = [e for e in slices if processes[e["pid"]] == "Models"]
+    assert sorted((threads[(e["pid"], e["tid"])], e["ts"]) for e in model_slices) == [
+        ("embedder", 7_000_000.0), ("llama-3-70b", 0.0), ("llama-3-70b", 6_000_000.0)]
+    first = next(e for e in model_slices if e["ts"] == 0.0)
+    assert first["args"]["input_tokens"] == 800 and first["args"]["time_to_first_chunk_s"] == pytest.approx(0.3)

@@ -35,7 +35,8 @@ ADDED_KEYS = {
     "tools": {"gpu_idle_blocked_live_s", "executors", "timeout_s",
               "exec_cpu_s", "exec_cpu_share", "exec_cpu_share_alone", "exec_cpu_share_parallel", "wait_kind",
               "loop_blocks", "loop_blocked_s", "loop_blocked_longest_s", "gpu_idle_blocked_loop_s",
-              "gpu_underused_blocked_s", "gpu_underused_blocked_queue_s", "gpu_underused_blocked_exec_s"},
+              "gpu_underused_blocked_s", "gpu_underused_blocked_queue_s", "gpu_underused_blocked_exec_s",
+              "gpu_idle_blocked_per_call_s", "latency_share"},
     "executors": {"max_concurrent_exec", "peak_in_flight", "tools"},
     "gpus": {"uuid", "underused_s", "underused_blocked_s", "underused_unattributed_s", "missing_s", "utilization_avg"},
 }
@@ -97,7 +98,7 @@ def test_idle_time_is_blamed_on_the_calls_in_flight_queue_and_exec_apart(stalled
 
 def test_json_keys_are_the_contracts(stalled_run, capsys):
     report = report_of(capsys, stalled_run / "traces.jsonl", "--gpu-log", stalled_run / "gpu.csv", "--tz", "UTC")
-    assert set(report) == set(CONTRACT_KEYS) | {"inputs", "event_loops"}
+    assert set(report) == set(CONTRACT_KEYS) | {"inputs", "event_loops", "models", "turns"}
     assert set(report["window"]) == CONTRACT_KEYS["window"]
     for section in ("tools", "executors", "gpus"):
         assert report[section], section

@@ -19,7 +19,7 @@ and ``gen_ai.response.time_to_first_chunk`` (s). An agent run is an
 keeping the GPU busy, on the same timeline as the tool calls; the report
 reads them, and the same spans from other instrumentations.
 
-The framework hooks record model spans too (``ModelCall.start`` /
+The framework hooks record model spans too (``ModelSpan.start`` /
 ``end``), governed by the ``model_spans`` setting: ``auto`` (the default)
 records them unless another GenAI instrumentation is active in the process
 (``peer_instrumentation()``: OpenInference, or OpenLLMetry's and the
@@ -107,7 +107,7 @@ def _now_ns() -> int:
     return perf_counter_ns() + OFFSET_NS
 
 
-class ModelCall:
+class ModelSpan:
     """One model call's span, from ``start`` to ``end``.
 
     Not made current (the hooks start and end it from callbacks, where a
@@ -127,7 +127,7 @@ class ModelCall:
 
     @classmethod
     def start(cls, model: str, operation: str = GEN_AI_OPERATION_CHAT, provider: Optional[str] = None,
-              stream: Optional[bool] = None, context=None) -> Optional["ModelCall"]:
+              stream: Optional[bool] = None, context=None) -> Optional["ModelSpan"]:
         """Start a model call's span (None when not instrumented)."""
         rec = _recorder.current
         if rec is None:
@@ -222,11 +222,11 @@ class model_span:
         self._operation = operation
         self._provider = provider
         self._stream = stream
-        self._call: Optional[ModelCall] = None
+        self._call: Optional[ModelSpan] = None
         self._token = None
 
     def __enter__(self):
-        call = self._call = ModelCall.start(self._model, self._operation, self._provider, self._stream)
+        call = self._call = ModelSpan.start(self._model, self._operation, self._provider, self._stream)
         if call is None:
             return _UNRECORDED
         self._token = context_api.attach(trace_api.set_span_in_context(call.span))

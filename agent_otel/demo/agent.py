@@ -27,10 +27,12 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from agent_otel.capture.models import model_span
+from agent_otel.capture.models import agent_span, model_span
 from agent_otel.demo.tools import BASELINE_POOL_WORKERS, Services, Toolset
 
 MODEL_NAME = "demo-llm"
+BASELINE_TURN = "round"  # the baseline's turn: one lock-step round of every conversation
+FIXED_TURN = "conversation"  # the fixed run's: one conversation's model call and tool call
 MODEL_STEP_BASE_S = 0.15
 MODEL_STEP_PER_CONVERSATION_S = 0.03
 
@@ -39,22 +41,26 @@ class Model:
     """A stand-in LLM: one decode step for a batch keeps the GPU busy for a
     fixed cost plus a little per conversation in the batch.
 
-    Each step is a model-call span (``agent_otel.model_span``, ``chat
-    demo-llm``), so the traces, the report's timeline and its turn
-    breakdown show the model's work next to the tools'.
+    The serving code records the model calls (``agent_otel.model_span``,
+    ``chat demo-llm``) and the agent turns (``agent_otel.agent_span``), so
+    the traces, the report's timeline and its turn breakdown show the
+    model's work next to the tools'.
     """
 
     def __init__(self, run_kernel: Callable[[float], None]):
         self.run_kernel = run_kernel
 
     def step(self, batch: int) -> None:
-        with model_span(MODEL_NAME):
-            self.run_kernel(MODEL_STEP_BASE_S + MODEL_STEP_PER_CONVERSATION_S * batch)
+        self.run_kernel(MODEL_STEP_BASE_S + MODEL_STEP_PER_CONVERSATION_S * batch)
 
 
 def serve_baseline(model: Model, tools: Toolset, services: Services, conversations: int,
                    done: Callable[[], bool]) -> None:
-    """Serve every conversation in lock step until ``done()``."""
+    """Serve every conversation in lock step until ``done()``.
+
+    One agent turn (``invoke_agent round``) is one round: the batched model
+    step, then every conversation's tool call, then the wait for the slowest.
+    """
     asyncio.run(_serve_baseline(model, tools, services, conversations, done))
 
 
@@ -65,13 +71,16 @@ async def _serve_baseline(model: Model, tools: Toolset, services: Services, conv
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="model") as gpu_thread:
         number = 0
         while True:
-            await loop.run_in_executor(gpu_thread, model.step, conversations)
-            if done():
-                break
-            turns = [services.turn(conversation, number) for conversation in range(conversations)]
-            # The GPU idles until the slowest call is back. (A real agent would
-            # hand each answer, or error, to the model; the demo moves on.)
-            await asyncio.gather(*(_baseline_call(loop, pool, tools, turn) for turn in turns), return_exceptions=True)
+            with agent_span(BASELINE_TURN):
+                async with model_span(MODEL_NAME):
+                    await loop.run_in_executor(gpu_thread, model.step, conversations)
+                if done():
+                    break
+                turns = [services.turn(conversation, number) for conversation in range(conversations)]
+                # The GPU idles until the slowest call is back. (A real agent would
+                # hand each answer, or error, to the model; the demo moves on.)
+                await asyncio.gather(*(_baseline_call(loop, pool, tools, turn) for turn in turns),
+                                     return_exceptions=True)
             number += 1
 
 
@@ -102,19 +111,24 @@ async def _serve_fixed(model: Model, tools: Toolset, services: Services, convers
 
 async def _converse(conversation: int, batcher: "ContinuousBatcher", tools: Toolset, services: Services,
                     done: Callable[[], bool]) -> None:
+    """One conversation; each of its turns (``invoke_agent conversation``) is
+    its model call (the wait for a batched step and the step itself) and its
+    tool call."""
     number = 0
     while True:
-        await batcher.generate()
-        if done():
-            break
-        turn = services.turn(conversation, number)
-        try:
-            if turn.tool == "calculator":
-                tools.calculator(turn.argument, turn.request_id)  # milliseconds: inline is fine
-            else:  # on the tool's pool, awaited: the event loop stays free (the sync CRM client too)
-                await tools[turn.tool].aio(turn.argument, turn.request_id)
-        except Exception:
-            pass  # a real agent hands the error to the model as the tool's answer; the demo moves on
+        with agent_span(FIXED_TURN):
+            async with model_span(MODEL_NAME):
+                await batcher.generate()
+            if done():
+                break
+            turn = services.turn(conversation, number)
+            try:
+                if turn.tool == "calculator":
+                    tools.calculator(turn.argument, turn.request_id)  # milliseconds: inline is fine
+                else:  # on the tool's pool, awaited: the event loop stays free (the sync CRM client too)
+                    await tools[turn.tool].aio(turn.argument, turn.request_id)
+            except Exception:
+                pass  # a real agent hands the error to the model as the tool's answer; the demo moves on
         number += 1
 
 

@@ -37,11 +37,12 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from agent_otel.attribution import BlameTotals, WindowAttribution, attribute, gpu_key
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
-from agent_otel.records import NS_PER_S, IdleWindow, LoopBlock, ToolCall
+from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ToolCall
 from agent_otel.report.reader import TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
 from agent_otel.report.underuse import Underuse, read_underuse
 from agent_otel.report.stats import max_overlap, percentile
+from agent_otel.report.turns import ModelStats, Turn, TurnTotals, find_turns, model_stats
 from agent_otel.report.waits import (CpuStats, LoopBlockStats, LoopStats, cpu_stats, loop_block_stats, loops_json,
                                      tool_json)
 from agent_otel.semconv import ERROR_OUTCOMES, PHASE_EXEC, PHASE_QUEUE
@@ -158,6 +159,14 @@ class Analysis:
     loops: list[LoopStats] = field(default_factory=list)  # per event loop thread, most blocked first
     loop_unknown: Optional[LoopBlockStats] = None  # blocks no tool call held
     underuse: Optional[Underuse] = None  # unused GPU capacity, from a GPU log
+    # the model's side of the turn, and the turns (report.turns)
+    model_calls: list[ModelCall] = field(default_factory=list)
+    agent_runs: list[AgentRun] = field(default_factory=list)
+    models: list[ModelStats] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    turn_totals: TurnTotals = field(default_factory=TurnTotals)
+    peer_tool_spans: int = 0
+    peer_tool_spans_merged: int = 0
 
     @property
     def seconds(self) -> float:
@@ -230,10 +239,22 @@ def _analyse(
         totals.add(window_attribution)
     analysis.tools = _tool_stats(analysis.calls, totals, traces, analysis.underuse)
     _add_waits(analysis, in_windows)
+    _turn_inputs(analysis, traces)
     analysis.executors = _executor_stats(analysis.calls)
     analysis.gpus = _gpu_stats(analysis, totals, observed)
     analysis.recommendations = recommend(analysis)
     return analysis
+
+
+def _turn_inputs(analysis: Analysis, traces: TraceData) -> None:
+    """The model calls, the agent runs and the turns they make (report.turns)."""
+    analysis.model_calls = sorted(traces.model_calls, key=lambda call: call.start_ns)
+    analysis.agent_runs = sorted(traces.agent_runs, key=lambda run: run.start_ns)
+    analysis.models = model_stats(analysis.model_calls)
+    analysis.turns, analysis.turn_totals = find_turns(analysis.calls, analysis.model_calls, analysis.agent_runs,
+                                                      traces.roots)
+    analysis.peer_tool_spans = traces.peer_tool_spans
+    analysis.peer_tool_spans_merged = traces.peer_tool_spans_merged
 
 
 def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[str], tz: Optional[str],
@@ -569,9 +590,26 @@ def report_json(analysis: Analysis) -> dict:
                 "gpu_underused_blocked_s": _maybe(t.underused_s),
                 "gpu_underused_blocked_queue_s": _maybe(t.underused_queue_s),
                 "gpu_underused_blocked_exec_s": _maybe(t.underused_exec_s),
+                "gpu_idle_blocked_per_call_s": _s(t.blocked_s / t.calls) if t.calls else 0.0,
+                "latency_share": _share(analysis.turn_totals.latency_share(t.tool)),
             }
             for t in analysis.tools
         ],
+        "models": [
+            {
+                "model": m.model,
+                "calls": m.calls,
+                "errors": m.errors,
+                "seconds": _s(m.seconds),
+                "duration_p50_s": _s(percentile(m.duration_s, 50)),
+                "duration_p95_s": _s(percentile(m.duration_s, 95)),
+                "time_to_first_chunk_p50_s": _s(percentile(m.first_chunk_s, 50)) if m.first_chunk_s else None,
+                "input_tokens": m.input_tokens,
+                "output_tokens": m.output_tokens,
+            }
+            for m in analysis.models
+        ],
+        "turns": _turns_json(analysis),
         "executors": [
             {
                 "executor": e.executor,
@@ -608,6 +646,10 @@ def report_json(analysis: Analysis) -> dict:
             "spans": analysis.span_count,
             "duplicate_spans": analysis.duplicate_spans,
             "tool_calls": len(analysis.calls),
+            "model_calls": len(analysis.model_calls),
+            "agent_runs": len(analysis.agent_runs),
+            "peer_tool_spans": analysis.peer_tool_spans,
+            "peer_tool_spans_merged": analysis.peer_tool_spans_merged,
             "gpu_source": analysis.gpu_source,
             "gpu_logs": [
                 {
@@ -623,4 +665,43 @@ def report_json(analysis: Analysis) -> dict:
             "min_idle_s": analysis.min_idle_s,
             "warnings": analysis.warnings,
         },
+    }
+
+
+SLOWEST_TURNS = 10
+
+
+def _share(ratio: Optional[float]) -> Optional[float]:
+    return None if ratio is None else round(ratio, 4)
+
+
+def _turns_json(analysis: Analysis) -> dict:
+    totals = analysis.turn_totals
+    durations = sorted(turn.seconds for turn in analysis.turns)
+    slowest = sorted(analysis.turns, key=lambda turn: -turn.seconds)[:SLOWEST_TURNS]
+    return {
+        "count": totals.count,
+        "from_agent_spans": totals.from_agent_spans,
+        "end_to_end_s": _s(totals.end_to_end_s),
+        "end_to_end_p50_s": _s(percentile(durations, 50)),
+        "end_to_end_p95_s": _s(percentile(durations, 95)),
+        "model_s": _s(totals.model_s),
+        "tool_queue_s": _s(totals.tool_queue_s),
+        "tool_exec_s": _s(totals.tool_exec_s),
+        "other_s": _s(totals.other_s),
+        "slowest": [
+            {
+                "name": turn.name,
+                "trace_id": f"{turn.trace_id:032x}",
+                "start": rfc3339(turn.start_ns),
+                "seconds": _s(turn.seconds),
+                "model_s": _s(turn.model_s),
+                "tool_queue_s": _s(turn.tool_queue_s),
+                "tool_exec_s": _s(turn.tool_exec_s),
+                "other_s": _s(turn.other_s),
+                "tool_calls": turn.tool_calls,
+                "model_calls": turn.model_calls,
+            }
+            for turn in slowest
+        ],
     }

@@ -4,12 +4,17 @@ utilization and tool calls, beside the ranked tools and the recommendations.
 Everything is inline (no network, no CDN): the data is embedded as JSON
 and drawn on a <canvas> by a small script, so the page stays responsive
 with 100,000 calls. The timeline shows, on one time axis, each GPU's
-utilization with its idle windows shaded, then one lane per tool (ranked
-as in the table) with every call drawn as its queue part (pale) and its
-exec part (solid), and the idle time blamed on the call as a red strip
-under it. Wheel zooms around the pointer, drag pans, double-click resets;
-hovering a call shows its tool, call id, queue, exec, blamed idle and
-trace id.
+utilization with its idle windows shaded, then the agent turns (one lane),
+one lane per model with its calls (a tick marks the first chunk of a
+streamed answer), then one lane per tool (ranked as in the table) with
+every call drawn as its queue part (pale) and its exec part (solid), and
+the idle time blamed on the call as a red strip under it. Wheel zooms
+around the pointer, drag pans, double-click resets; hovering a call shows
+its tool, call id, queue, exec, blamed idle and trace id, a model call its
+duration, time to first chunk and tokens, a turn its four parts. The side
+panel breaks the turns down (model, tool queue, tool exec, other) and says
+per tool what it costs the GPU per call and what share of the end-to-end
+latency it holds.
 
 The page records how long it took to draw: ``data-first-render-ms`` on
 <html> (since navigation start) and, when opened with ``#bench``,
@@ -67,6 +72,8 @@ def render(analysis: Analysis) -> str:
 <span><i class="sw blamed"></i>GPU idle blamed on the call</span>
 <span><i class="sw idle"></i>GPU idle window</span>
 <span><i class="sw error"></i>error or timeout</span>
+<span><i class="sw model"></i>model call</span>
+<span><i class="sw turn"></i>agent turn</span>
 <span class="help">wheel: zoom &middot; drag: pan &middot; double-click: reset</span>
 </div>
 <div id="timeline-wrap">
@@ -76,7 +83,9 @@ def render(analysis: Analysis) -> str:
 </section>
 <aside id="side-panel">
 {_tools_table(report)}
+{_turns_view(report)}
 {_recommendations(report)}
+{_models_table(report)}
 {_gpus_table(report)}
 {_executors_table(report)}
 </aside>
@@ -163,12 +172,54 @@ def _timeline_data(analysis: Analysis) -> dict:
     return {
         "seconds": analysis.seconds,
         "outcomes": list(OUTCOMES),
+        "turns": _turn_data(analysis, ms),
+        "models": _model_data(analysis, ms),
         "lanes": lanes,
         "calls": columns,
         "traces": [f"{trace_id:032x}" for trace_id in traces],
         "shares": shares,
         "gpus": gpus,
     }
+
+
+def _turn_data(analysis: Analysis, ms) -> dict:
+    """The turns, in one lane, by start; rows keep overlapping turns apart."""
+    turns = sorted(analysis.turns, key=lambda t: t.start_ns)
+    rows = assign_rows([(t.start_ns, t.end_ns) for t in turns])
+    return {
+        "rows": min(max(rows, default=0) + 1, MAX_ROWS),
+        "start": [ms(t.start_ns) for t in turns],
+        "end": [ms(t.end_ns) for t in turns],
+        "row": [min(row, MAX_ROWS - 1) for row in rows],
+        "name": [t.name for t in turns],
+        "parts": [[round(t.model_s, 6), round(t.tool_queue_s, 6), round(t.tool_exec_s, 6), round(t.other_s, 6)]
+                  for t in turns],
+        "trace": [f"{t.trace_id:032x}" for t in turns],
+    }
+
+
+def _model_data(analysis: Analysis, ms) -> dict:
+    """One lane per model (in the order of the models table), the calls as columns."""
+    lane_of = {stats.model: index for index, stats in enumerate(analysis.models)}
+    calls = sorted(analysis.model_calls, key=lambda c: (lane_of[c.model], c.start_ns))
+    columns: dict[str, list] = {k: [] for k in ("row", "start", "end", "first", "input", "output", "failed")}
+    lanes = []
+    first = 0
+    for stats in analysis.models:
+        lane_calls = calls[first:first + stats.calls]
+        rows = assign_rows([(c.start_ns, c.end_ns) for c in lane_calls])
+        for call, row in zip(lane_calls, rows):
+            columns["row"].append(min(row, MAX_ROWS - 1))
+            columns["start"].append(ms(call.start_ns))
+            columns["end"].append(ms(call.end_ns))
+            columns["first"].append(None if call.first_chunk_s is None else round(call.first_chunk_s * 1000, 3))
+            columns["input"].append(call.input_tokens)
+            columns["output"].append(call.output_tokens)
+            columns["failed"].append(call.failed)
+        lanes.append({"model": stats.model, "rows": min(max(rows, default=0) + 1, MAX_ROWS), "first": first,
+                      "count": stats.calls, "seconds": round(stats.seconds, 6)})
+        first += stats.calls
+    return {"lanes": lanes, "calls": columns}
 
 
 def _cell(value: object, digits: int | None = None) -> str:
@@ -221,6 +272,51 @@ def _tools_table(report: dict) -> str:
         'attribution rule (needs a GPU log)">unused s</th><th title="GPU-seconds">blocked idle s</th>'
         "<th>queue / exec s</th><th>calls</th><th>errors</th><th>p95 s</th></tr></thead>"
         f"<tbody>{body}</tbody></table></section>"
+    )
+
+
+def _turns_view(report: dict) -> str:
+    turns = report["turns"]
+    if not turns["count"]:
+        return '<section id="turns"><h2>Turns</h2><p>no tool or model calls in the traces</p></section>'
+    total = turns["end_to_end_s"] or 1.0
+    parts = [("model", "model_s", "model"), ("tool queue", "tool_queue_s", "q"), ("tool exec", "tool_exec_s", "e"),
+             ("other", "other_s", "other")]
+    bar = "".join(f'<span class="{css}" style="width:{100 * turns[key] / total:.1f}%" '
+                  f'title="{label}: {turns[key]:.3f} s"></span>' for label, key, css in parts)
+    legend = "".join(f'<tr data-part="{css}"><td><span class="sw {css}"></span>{label}</td>{_cell(turns[key], 3)}'
+                     f'{_cell(f"{100 * turns[key] / total:.0f} %")}</tr>' for label, key, css in parts)
+    source = f"{turns['from_agent_spans']} from invoke_agent spans" if turns["from_agent_spans"] else "from traces"
+    sentences = "".join(
+        f'<li data-tool="{html.escape(t["tool"], quote=True)}"><b>{html.escape(t["tool"])}</b> idles the GPU '
+        f'{t["gpu_idle_blocked_per_call_s"]:.1f} s per call, {100 * t["latency_share"]:.0f} % of end-to-end latency</li>'
+        for t in report["tools"] if t["latency_share"] is not None and (t["latency_share"] or t["gpu_idle_blocked_s"])
+    )
+    return (
+        f'<section id="turns"><h2>Turns: where the end-to-end time went</h2>'
+        f'<p>{turns["count"]} turn{"s" if turns["count"] != 1 else ""} ({source}), {turns["end_to_end_s"]:.1f} s end '
+        f'to end; per turn p50 {turns["end_to_end_p50_s"]:.3f} s, p95 {turns["end_to_end_p95_s"]:.3f} s</p>'
+        f'<div class="bar turn-bar">{bar}</div>'
+        f'<table id="turns-table"><tbody>{legend}</tbody></table>'
+        f'<ul id="tool-costs">{sentences}</ul></section>'
+    )
+
+
+def _models_table(report: dict) -> str:
+    if not report["models"]:
+        return ""
+    rows = "".join(
+        f'<tr data-model="{html.escape(m["model"], quote=True)}"><td class="name">{html.escape(m["model"])}</td>'
+        f'{_cell(m["calls"])}{_cell(m["seconds"], 3)}{_cell(m["duration_p95_s"], 3)}'
+        + (_cell(m["time_to_first_chunk_p50_s"], 3) if m["time_to_first_chunk_p50_s"] is not None else _cell("-"))
+        + _cell("-" if m["input_tokens"] is None else m["input_tokens"])
+        + _cell("-" if m["output_tokens"] is None else m["output_tokens"]) + "</tr>"
+        for m in report["models"]
+    )
+    return (
+        '<section><h2>Models</h2><table id="models-table"><thead><tr><th>model</th><th>calls</th><th>s</th>'
+        '<th>p95 s</th><th>first chunk p50 s</th><th>in tokens</th><th>out tokens</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table></section>"
     )
 
 

@@ -14,6 +14,11 @@ Layout:
   tracks, because a thread track's slices must not overlap.
 - A flow arrow from each idle window to every call it was blamed on, bound
   to the call's exec slice (or queue slice, for the part spent queued).
+- Process "Agent turns": one slice per turn (``args``: its model, tool
+  queue, tool exec and other seconds), on as many tracks as overlapping
+  turns need.
+- Process "Models": per model, tracks with one slice per model call
+  (``args``: tokens, time to first chunk).
 
 Timestamps are microseconds from the report window's start;
 ``otherData.origin_unix_ns`` holds that start in Unix epoch nanoseconds.
@@ -32,6 +37,8 @@ from agent_otel.semconv import PHASE_EXEC, PHASE_QUEUE, SPAN_GPU_IDLE
 
 GPU_PID = 1
 FLOW_NAME = "blocked by"
+TURNS_NAME = "Agent turns"
+MODELS_NAME = "Models"
 
 
 def trace_events(analysis: Analysis) -> dict:
@@ -78,6 +85,7 @@ def trace_events(analysis: Analysis) -> dict:
         )
 
     tracks = _call_tracks(analysis.calls, events)
+    _turns_and_models(analysis, events, us, first_pid=max((t[0] for t in tracks.values()), default=GPU_PID) + 1)
     blocked = analysis.blocked_by_call()
     for call in analysis.calls:
         pid, queue_tid, exec_tid = tracks[id(call)]
@@ -156,6 +164,47 @@ def _call_tracks(calls: list[ToolCall], events: list[dict]) -> dict[int, tuple[i
         for call in executor_calls:
             tracks[id(call)] = (pid, queue_tid.get(id(call)), exec_tid[id(call)])
     return tracks
+
+
+def _turns_and_models(analysis: Analysis, events: list[dict], us, first_pid: int) -> None:
+    """The turns, then the model calls, each in a process of its own after the executors."""
+    turns = sorted(analysis.turns, key=lambda t: t.start_ns)
+    if turns:
+        pid = first_pid
+        first_pid += 1
+        _name(events, "process_name", pid, None, TURNS_NAME)
+        rows = assign_rows([(t.start_ns, t.end_ns) for t in turns])
+        for row in range(max(rows) + 1):
+            _name(events, "thread_name", pid, row + 1, f"turns {row + 1}")
+        for turn, row in zip(turns, rows):
+            events.append(_slice(turn.name, "turn", pid, row + 1, us(turn.start_ns), us(turn.end_ns), {
+                "trace_id": f"{turn.trace_id:032x}",
+                "source": turn.source,
+                "model_s": round(turn.model_s, 6),
+                "tool_queue_s": round(turn.tool_queue_s, 6),
+                "tool_exec_s": round(turn.tool_exec_s, 6),
+                "other_s": round(turn.other_s, 6),
+            }))
+    if analysis.model_calls:
+        pid = first_pid
+        _name(events, "process_name", pid, None, MODELS_NAME)
+        next_tid = 1
+        for stats in analysis.models:
+            calls = [c for c in analysis.model_calls if c.model == stats.model]
+            rows = assign_rows([(c.start_ns, c.end_ns) for c in calls])
+            for row in range(max(rows) + 1):
+                _name(events, "thread_name", pid, next_tid + row, stats.model if row == 0 else f"{stats.model} ({row + 1})")
+            for call, row in zip(calls, rows):
+                events.append(_slice(call.model, "model", pid, next_tid + row, us(call.start_ns), us(call.end_ns), {
+                    "trace_id": f"{call.trace_id:032x}",
+                    "span_id": f"{call.span_id:016x}",
+                    "operation": call.operation,
+                    "input_tokens": call.input_tokens,
+                    "output_tokens": call.output_tokens,
+                    "time_to_first_chunk_s": call.first_chunk_s,
+                    "failed": call.failed,
+                }))
+            next_tid += max(rows) + 1
 
 
 def _flow_target(call: ToolCall, a: int, b: int, tracks: dict) -> Optional[tuple[int, int, int]]:

@@ -21,7 +21,28 @@ window:
   report's own attribution;
 - **``asyncio.loop.blocked`` spans** become a ``LoopBlock``: the blocking
   call and the waiting ones from the span's links (``asyncio.loop.role``),
-  the tool from ``asyncio.loop.blocked_by``.
+  the tool from ``asyncio.loop.blocked_by``;
+- **other instrumentations' tool spans** (OpenInference
+  ``openinference.span.kind = TOOL``, OpenLLMetry ``traceloop.span.kind =
+  tool``, and GenAI ``execute_tool`` spans without agent-otel's timing, such
+  as the MCP SDK's server span) become ``ToolCall`` records too, with no
+  queue phase and executor ``unknown``; one that is the same call as one of
+  agent-otel's (below) is dropped;
+- **model-call spans** (``gen_ai.operation.name`` ``chat``,
+  ``text_completion``, ``generate_content``; OpenInference ``LLM``;
+  OpenLLMetry ``llm``) become ``ModelCall`` records;
+- **agent spans** (``invoke_agent``; OpenInference ``AGENT``; OpenLLMetry
+  ``agent`` and ``workflow``) become ``AgentRun`` records, and so does each
+  trace's root span (the turns of ``report.turns``).
+
+One call seen by several spans counts once: a tool span under a tool span
+of the same tool (an MCP client's span, the MCP SDK's server span under it,
+the server's own span under that; the MCP SDK's client request span in
+between is looked through) is the same call, and agent-otel's span is kept
+(the outermost of them); another instrumentation's tool span in the same
+trace, for the same tool, that lies within one of agent-otel's calls
+(OpenInference's and OpenLLMetry's LangChain spans beside ours) is that
+call. A model span under a model span is the same model call.
 
 Every record carries the GPU pool its process declared: the resource
 attribute ``agent.gpu.pool`` ("" for none).
@@ -52,7 +73,7 @@ from agent_otel.exporters.otlp_json import (
     resource_spans,
     span_times,
 )
-from agent_otel.records import NS_PER_S, IdleWindow, LoopBlock, ToolCall
+from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ToolCall
 from agent_otel.semconv import (
     AGENT_EXECUTOR_MAX_WORKERS,
     AGENT_TOOL_EXEC_CPU_TIME,
@@ -64,6 +85,7 @@ from agent_otel.semconv import (
     LOOP_ROLE_WAITING,
     SPAN_LOOP_BLOCKED,
     AGENT_GPU_POOL,
+    AGENT_TOOL_EXEC_DURATION,
     AGENT_TOOL_EXECUTOR,
     AGENT_TOOL_OUTCOME,
     AGENT_TOOL_PHASE,
@@ -71,10 +93,34 @@ from agent_otel.semconv import (
     AGENT_TOOL_TIMEOUT,
     ERROR_TYPE,
     EVENT_EXEC_START,
+    GEN_AI_AGENT_NAME,
     GEN_AI_OPERATION_EXECUTE_TOOL,
+    GEN_AI_OPERATION_INVOKE_AGENT,
     GEN_AI_OPERATION_NAME,
+    GEN_AI_REQUEST_MODEL,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
     GEN_AI_TOOL_CALL_ID,
     GEN_AI_TOOL_NAME,
+    GEN_AI_USAGE_INPUT_TOKENS,
+    GEN_AI_USAGE_OUTPUT_TOKENS,
+    MCP_METHOD_NAME,
+    MCP_METHOD_TOOLS_CALL,
+    MODEL_OPERATIONS,
+    OPENINFERENCE_AGENT,
+    OPENINFERENCE_COMPLETION_TOKENS,
+    OPENINFERENCE_LLM,
+    OPENINFERENCE_MODEL_NAME,
+    OPENINFERENCE_PROMPT_TOKENS,
+    OPENINFERENCE_SPAN_KIND,
+    OPENINFERENCE_TOOL,
+    OPENINFERENCE_TOOL_NAME,
+    TRACELOOP_AGENT,
+    TRACELOOP_ENTITY_NAME,
+    TRACELOOP_LLM,
+    TRACELOOP_SPAN_KIND,
+    TRACELOOP_TOOL,
+    TRACELOOP_WORKFLOW,
     GPU_IDLE_BLOCKED_DURATION,
     GPU_IDLE_DURATION,
     GPU_INDEX,
@@ -94,6 +140,8 @@ MAX_STACK_CHARS = 4096
 
 # The executor of a tool span that names none (another library's span).
 UNKNOWN_EXECUTOR = "unknown"
+# What OpenLLMetry writes as the model of a framework model that names none.
+UNKNOWN_MODEL = "unknown"
 
 # The attributes any kind of span is recognised or read by; the others are
 # skipped without being converted.
@@ -118,8 +166,30 @@ WANTED_ATTRIBUTES = frozenset(
         GPU_IDLE_DURATION,
         GPU_IDLE_BLOCKED_DURATION,
         GPU_UTILIZATION_AVG,
+        AGENT_TOOL_EXEC_DURATION,
+        GEN_AI_REQUEST_MODEL,
+        GEN_AI_RESPONSE_MODEL,
+        GEN_AI_USAGE_INPUT_TOKENS,
+        GEN_AI_USAGE_OUTPUT_TOKENS,
+        GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+        GEN_AI_AGENT_NAME,
+        OPENINFERENCE_SPAN_KIND,
+        OPENINFERENCE_MODEL_NAME,
+        OPENINFERENCE_PROMPT_TOKENS,
+        OPENINFERENCE_COMPLETION_TOKENS,
+        OPENINFERENCE_TOOL_NAME,
+        TRACELOOP_SPAN_KIND,
+        TRACELOOP_ENTITY_NAME,
+        MCP_METHOD_NAME,
     }
 )
+
+# How far (ns) another instrumentation's tool span may reach beyond one of
+# agent-otel's and still be the same call: their clocks are read apart.
+PEER_SLACK_NS = 5_000_000
+_PEER_TOOL_KINDS = {OPENINFERENCE_TOOL, TRACELOOP_TOOL}
+_MODEL_KINDS = {OPENINFERENCE_LLM, TRACELOOP_LLM}
+_AGENT_KINDS = {OPENINFERENCE_AGENT, TRACELOOP_AGENT, TRACELOOP_WORKFLOW}
 
 
 @dataclass
@@ -142,6 +212,13 @@ class TraceData:
     # inputs that held nothing at all (no line that is not blank)
     empty_inputs: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    model_calls: list[ModelCall] = field(default_factory=list)
+    agent_runs: list[AgentRun] = field(default_factory=list)
+    # trace id -> its root span (a span with no parent), gpu.idle traces aside
+    roots: dict[int, AgentRun] = field(default_factory=dict)
+    # tool spans of other instrumentations: read, and how many were one of agent-otel's calls
+    peer_tool_spans: int = 0
+    peer_tool_spans_merged: int = 0
 
 
 @contextmanager
@@ -219,6 +296,9 @@ class TraceReader:
         self._live: dict[int, float] = {}  # trace_id << 64 | parent span id -> seconds blamed by gpu.idle children
         self._strings: dict[str, str] = {}
         self._last_trace_id = -1
+        self._ours = bytearray()  # per call: 1 when agent-otel made the span (it has the timing)
+        self._hops: dict[int, int] = {}  # MCP client request span -> its parent (trace_id << 64 | span id)
+        self._model_parents = array("Q")  # per model call, as _parents
 
     # -- one span: recognise its kind, keep what the analysis needs ------
 
@@ -272,16 +352,85 @@ class TraceReader:
                 operation = operation["stringValue"]
             else:
                 operation = any_value(operation, GEN_AI_OPERATION_NAME)
+        run = None  # the span as an agent run, when it is one
         if operation == GEN_AI_OPERATION_EXECUTE_TOOL:
             self._tool_call(span, found, key, start_ns, end_ns, pool)
+        elif operation in MODEL_OPERATIONS:
+            self._model_call(span, found, key, start_ns, end_ns, operation)  # type: ignore[arg-type]
+        elif operation == GEN_AI_OPERATION_INVOKE_AGENT:
+            run = self._agent_run(span, found, key, start_ns, end_ns)
         elif span.get("name") == SPAN_GPU_IDLE:
             if GPU_IDLE_BLOCKED_DURATION in found:
                 self._live_share(span, found, key)
             else:
                 self._idle_window(span, found, start_ns, end_ns, pool)
+            return  # the GPU timeline's traces hold no turn
         elif span.get("name") == SPAN_LOOP_BLOCKED:
             self._loop_block(span, found, start_ns, end_ns, pool)
+        elif OPENINFERENCE_SPAN_KIND in found or TRACELOOP_SPAN_KIND in found or MCP_METHOD_NAME in found:
+            run = self._other_instrumentation(span, found, key, start_ns, end_ns, pool)
+        if not span.get("parentSpanId"):
+            if run is None:
+                run = AgentRun(self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
+            data.roots[run.trace_id] = run
         # A new kind of span: recognise it here and turn it into a record.
+
+    def _other_instrumentation(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int,
+                               pool: str) -> Optional[AgentRun]:
+        """OpenInference's and OpenLLMetry's span kinds, and the MCP SDK's client request span."""
+        kind = self._text(found, OPENINFERENCE_SPAN_KIND) or self._text(found, TRACELOOP_SPAN_KIND)
+        if kind is None:
+            if self._value(found, MCP_METHOD_NAME) == MCP_METHOD_TOOLS_CALL:
+                parent = self._parent(span)
+                if parent:
+                    self._hops[key] = (key >> 64) << 64 | parent
+        elif kind in _PEER_TOOL_KINDS:
+            self._tool_call(span, found, key, start_ns, end_ns, pool)
+        elif kind in _MODEL_KINDS:
+            self._model_call(span, found, key, start_ns, end_ns, "chat")
+        elif kind in _AGENT_KINDS:
+            return self._agent_run(span, found, key, start_ns, end_ns)
+        return None
+
+    def _model_call(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int, operation: str) -> None:
+        model = None
+        for attribute in (GEN_AI_REQUEST_MODEL, OPENINFERENCE_MODEL_NAME, GEN_AI_RESPONSE_MODEL):
+            model = self._text(found, attribute)
+            if model and model != UNKNOWN_MODEL:
+                break
+        if not model or model == UNKNOWN_MODEL:
+            model = self._name(_name_of(span))
+        call = ModelCall(
+            model,
+            start_ns,
+            end_ns,
+            self._trace_id(key),
+            key & _SPAN_ID_MASK,
+            self._name(operation),
+            self._count(span, found, GEN_AI_USAGE_INPUT_TOKENS, OPENINFERENCE_PROMPT_TOKENS),
+            self._count(span, found, GEN_AI_USAGE_OUTPUT_TOKENS, OPENINFERENCE_COMPLETION_TOKENS),
+            self._seconds(span, found, GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK),
+            _status_code(span) == STATUS_ERROR,
+        )
+        parent = self._parent(span)
+        self.data.model_calls.append(call)
+        self._model_parents.append(parent)
+
+    def _agent_run(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int) -> AgentRun:
+        name = self._text(found, GEN_AI_AGENT_NAME) or self._text(found, TRACELOOP_ENTITY_NAME)
+        run = AgentRun(name or self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
+        self.data.agent_runs.append(run)
+        return run
+
+    def _count(self, span: dict, found: dict, *keys: str) -> Optional[int]:
+        """A token count: the first of ``keys`` the span has, as a whole number."""
+        for key in keys:
+            value = self._value(found, key)
+            if value is not None:
+                if type(value) is bool or type(value) not in (int, float) or not 0 <= value < 1e15:  # type: ignore[operator]
+                    raise SpanFormatError(f"span {_name_of(span)!r}: {key} is not a token count: {value!r}")
+                return int(value)  # type: ignore[arg-type]
+        return None
 
     def _tool_call(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
         data = self.data
@@ -294,10 +443,13 @@ class TraceReader:
             tool = strings.setdefault(tool, tool)
         else:
             tool = text(found, GEN_AI_TOOL_NAME)
+        if not tool:  # another instrumentation's tool span
+            tool = text(found, OPENINFERENCE_TOOL_NAME) or text(found, TRACELOOP_ENTITY_NAME)
         if not tool:
             name = span.get("name")
             prefix = SPAN_EXECUTE_TOOL_PREFIX
-            tool = self._name(name[len(prefix):]) if type(name) is str and name.startswith(prefix) else "unknown"
+            tool = self._name(name[len(prefix):] if type(name) is str and name.startswith(prefix)
+                              else _name_of(span) or "unknown")
         value = found.get(AGENT_TOOL_OUTCOME)
         outcome = _OUTCOMES.get(value.get("stringValue")) if type(value) is dict else None  # the shared constant
         if outcome is None:
@@ -341,8 +493,12 @@ class TraceReader:
         # Everything that can raise first: a span that fails adds nothing.
         timeout = self._seconds(span, found, AGENT_TOOL_TIMEOUT) if AGENT_TOOL_TIMEOUT in found else None
         parent = self._parent(span)
+        ours = AGENT_TOOL_EXEC_DURATION in found
         data.calls.append(call)
         self._parents.append(parent)
+        self._ours.append(ours)
+        if not ours:
+            data.peer_tool_spans += 1
         if timeout is not None and timeout > 0:
             data.timeouts[tool] = min(timeout, data.timeouts.get(tool, math.inf))
 
@@ -453,32 +609,117 @@ class TraceReader:
     # -- after the last span: join what refers to other spans ----------
 
     def finish(self) -> None:
-        """Drop calls seen from two sides, and give the live path's blame
-        to the tools whose spans the children hang under."""
+        """Drop calls and model calls seen from several sides, and give the
+        live path's blame to the tools whose spans the children hang under."""
         data = self.data
         self._seen = _SeenSpans()
-        # The calls other spans hang under: found by span id, then checked by trace.
-        parent_ids = set(self._parents)
-        parent_ids.update(key & _SPAN_ID_MASK for key in self._live)
-        parent_ids.discard(0)
-        tool_of: dict[int, str] = {}
-        for call in data.calls:
-            if call.span_id in parent_ids:
-                tool_of[call.trace_id << 64 | call.span_id] = call.tool
-        if tool_of:
-            kept = [
-                call
-                for call, parent in zip(data.calls, self._parents)
-                if not parent or tool_of.get(call.trace_id << 64 | parent) != call.tool
-            ]
-            data.duplicate_count += len(data.calls) - len(kept)
-            data.calls = kept
+        tool_of = self._dedupe_tool_calls()
+        self._dedupe_model_calls()
         if data.live_blocked_s is not None:
             for parent, seconds in self._live.items():
                 tool = tool_of.get(parent)
                 if tool is not None:
                     data.live_blocked_s[tool] = data.live_blocked_s.get(tool, 0.0) + seconds
         self._parents = array("Q")
+        self._ours = bytearray()
+        self._hops = {}
+        self._model_parents = array("Q")
+
+    def _dedupe_tool_calls(self) -> dict[int, str]:
+        """Keep one record per tool call; returns trace_id << 64 | span id -> tool of every
+        tool span another span hangs under."""
+        data = self.data
+        calls, parents, ours, hops = data.calls, self._parents, self._ours, self._hops
+        # The calls other spans hang under: found by span id, then checked by trace.
+        parent_ids = set(parents)
+        parent_ids.update(key & _SPAN_ID_MASK for key in self._live)
+        parent_ids.update(key & _SPAN_ID_MASK for key in hops.values())
+        parent_ids.discard(0)
+        index_of: dict[int, int] = {}
+        tool_of: dict[int, str] = {}
+        for i, call in enumerate(calls):
+            if call.span_id in parent_ids:
+                key = call.trace_id << 64 | call.span_id
+                index_of[key] = i
+                tool_of[key] = call.tool
+        keep = bytearray(b"\x01") * len(calls)
+        if index_of:
+            # up: call -> its parent record, where that is a span of the same
+            # tool (through an MCP client request span in between).
+            up: dict[int, int] = {}
+            for i, parent in enumerate(parents):
+                if parent:
+                    key = calls[i].trace_id << 64 | parent
+                    j = index_of.get(hops.get(key, key) if hops else key)
+                    if j is not None and calls[j].tool == calls[i].tool:
+                        up[i] = j
+            # Each chain of same-call spans keeps its outermost agent-otel span
+            # (it has the queue and exec timing), else its outermost span.
+            chosen: dict[int, tuple[int, int]] = {}  # top of a chain -> (record kept, its depth)
+            members: dict[int, list[int]] = {}
+            for i in up:
+                top, depth = i, 0
+                while top in up and depth <= len(up):  # the bound stops a malformed cycle
+                    top = up[top]
+                    depth += 1
+                members.setdefault(top, [top]).append(i)
+                current, current_depth = chosen.get(top, (top, 0))
+                if (ours[i], -depth) > (ours[current], -current_depth):
+                    current, current_depth = i, depth
+                chosen[top] = (current, current_depth)
+            for top, chain in members.items():
+                kept = chosen[top][0]
+                for i in chain:
+                    if i != kept:
+                        keep[i] = 0
+        if data.peer_tool_spans:
+            self._merge_peer_tool_spans(keep)
+        if not all(keep):
+            kept_calls = [call for call, kept in zip(calls, keep) if kept]
+            data.duplicate_count += len(calls) - len(kept_calls)
+            data.calls = kept_calls
+        return tool_of
+
+    def _merge_peer_tool_spans(self, keep: bytearray) -> None:
+        """Another instrumentation's tool span within one of agent-otel's calls of the same tool, in
+        the same trace, is that call: drop it (each of ours absorbs one)."""
+        calls, ours = self.data.calls, self._ours
+        peers = [i for i in range(len(calls)) if keep[i] and not ours[i]]
+        by_tool: dict[tuple[int, str], list[ToolCall]] = {}
+        for i, call in enumerate(calls):
+            if keep[i] and ours[i]:
+                by_tool.setdefault((call.trace_id, call.tool), []).append(call)
+        taken: set[int] = set()
+        for i in sorted(peers, key=lambda i: calls[i].submit_ns):
+            peer = calls[i]
+            best = None
+            for candidate in by_tool.get((peer.trace_id, peer.tool), ()):
+                if id(candidate) in taken:
+                    continue
+                if peer.call_id and candidate.call_id and peer.call_id != candidate.call_id:
+                    continue
+                low, high = candidate.submit_ns - PEER_SLACK_NS, candidate.end_ns + PEER_SLACK_NS
+                overlap = min(high, peer.end_ns) - max(low, peer.submit_ns)
+                if overlap < 0 or overlap * 2 < peer.end_ns - peer.submit_ns:
+                    continue
+                if best is None or candidate.end_ns < best.end_ns:
+                    best = candidate
+            if best is not None:
+                taken.add(id(best))
+                keep[i] = 0
+                self.data.peer_tool_spans_merged += 1
+
+    def _dedupe_model_calls(self) -> None:
+        """A model span under a model span (a framework's call, and a client library's under it) is one call."""
+        data = self.data
+        models = data.model_calls
+        if not models:
+            return
+        keys = {call.trace_id << 64 | call.span_id for call in models}
+        kept = [call for call, parent in zip(models, self._model_parents)
+                if not parent or call.trace_id << 64 | parent not in keys]
+        data.duplicate_count += len(models) - len(kept)
+        data.model_calls = kept
 
     # -- fields ----------------------------------------------------------
 
@@ -610,6 +851,11 @@ def _wanted(items: object) -> dict:
         if key in WANTED_ATTRIBUTES:
             found[key] = item.get("value")
     return found
+
+
+def _status_code(span: dict) -> int:
+    status = span.get("status")
+    return nanos(status.get("code", 0), "status.code") if type(status) is dict else 0
 
 
 def _name_of(span: dict) -> str:

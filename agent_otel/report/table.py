@@ -54,6 +54,12 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
         out.append(paint(BOLD, "Tools, by GPU idle time they blocked (GPU-seconds)"))
     out.extend(_tools(report["tools"], width, paint))
     out.append("")
+    out.append(paint(BOLD, "Turns: where the end-to-end time went"))
+    out.extend(_turns(report, width))
+    out.append("")
+    out.append(paint(BOLD, "Models"))
+    out.extend(_models(report["models"], width, paint))
+    out.append("")
     out.append(paint(BOLD, "Executors"))
     out.extend(_executors(report["executors"], width, paint))
     out.append("")
@@ -159,6 +165,68 @@ def _loops(loops: list[dict], width: Optional[int], paint: _Painter) -> list[str
         for loop in loops
     ]
     return _table(columns, rows, width, paint)
+
+
+def _turns(report: dict, width: Optional[int]) -> list[str]:
+    turns = report["turns"]
+    count = turns["count"]
+    if not count:
+        return _wrap("  none: no tool or model calls in the traces", width)
+    total = turns["end_to_end_s"] or 1.0
+    source = ("invoke_agent spans" if turns["from_agent_spans"] == count
+              else "traces" if not turns["from_agent_spans"]
+              else f"{turns['from_agent_spans']} invoke_agent spans, {count - turns['from_agent_spans']} traces")
+    parts = " + ".join(f"{label} {_sec1(turns[key])} s ({_percent(turns[key] / total)})" for label, key in (
+        ("model", "model_s"), ("tool queue", "tool_queue_s"), ("tool exec", "tool_exec_s"), ("other", "other_s")))
+    lines = _wrap(f"  {count} turn{'s' if count != 1 else ''} ({source}): {_sec1(turns['end_to_end_s'])} s end "
+                  f"to end = {parts}; per turn p50 {_sec(turns['end_to_end_p50_s'])} s, "
+                  f"p95 {_sec(turns['end_to_end_p95_s'])} s", width)
+    for tool in report["tools"]:
+        if tool["latency_share"] is None or not tool["latency_share"] and not tool["gpu_idle_blocked_s"]:
+            continue
+        lines.extend(_wrap(f"  {visible(tool['tool'])} idles the GPU {_sec1(tool['gpu_idle_blocked_per_call_s'])} s "
+                           f"per call, {_percent(tool['latency_share'])} of end-to-end latency", width))
+    return lines
+
+
+def _models(models: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
+    if not models:
+        return _wrap("  no model-call spans (chat, text_completion, generate_content) in the traces", width)
+    columns = [
+        Column("MODEL", 0, left=True),
+        Column("CALLS", 0),
+        Column("TIME", 0),
+        Column("P50", 1),
+        Column("P95", 1),
+        Column("FIRST CHUNK P50", 2),
+        Column("IN TOKENS", 3),
+        Column("OUT TOKENS", 3),
+        Column("ERRORS", 2),
+    ]
+    rows = [
+        [
+            _name(m["model"], width),
+            str(m["calls"]),
+            _sec(m["seconds"]),
+            _sec(m["duration_p50_s"]),
+            _sec(m["duration_p95_s"]),
+            "-" if m["time_to_first_chunk_p50_s"] is None else _sec(m["time_to_first_chunk_p50_s"]),
+            "-" if m["input_tokens"] is None else str(m["input_tokens"]),
+            "-" if m["output_tokens"] is None else str(m["output_tokens"]),
+            paint(RED, str(m["errors"])) if m["errors"] else "0",
+        ]
+        for m in models
+    ]
+    return _table(columns, rows, width, paint)
+
+
+def _sec1(seconds: float) -> str:
+    """Seconds for a sentence: one decimal."""
+    return f"{seconds:.1f}"
+
+
+def _percent(ratio: float) -> str:
+    return f"{round(ratio * 100):.0f} %"
 
 
 def _executors(executors: list[dict], width: Optional[int], paint: _Painter) -> list[str]:

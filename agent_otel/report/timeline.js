@@ -22,6 +22,13 @@
   var maxShare = 0;
   for (var i = 0; i < shareStart.length; i++) maxShare = Math.max(maxShare, shareEnd[i] - shareStart[i]);
 
+  // Turns and model calls: their own lanes above the tools.
+  var T = D.turns, M = D.models.calls;
+  var turnStart = Float64Array.from(T.start), turnEnd = Float64Array.from(T.end), turnRow = Int32Array.from(T.row);
+  var modelStart = Float64Array.from(M.start), modelEnd = Float64Array.from(M.end), modelRow = Int32Array.from(M.row);
+  var maxTurn = 0;
+  for (var i = 0; i < turnStart.length; i++) maxTurn = Math.max(maxTurn, turnEnd[i] - turnStart[i]);
+
   var full = Math.max(D.seconds * 1000, 1);
   var pad = full * 0.01;
   var v0 = -pad, v1 = full + pad;
@@ -33,6 +40,18 @@
   D.gpus.forEach(function (g) {
     tracks.push({ kind: "gpu", gpu: g, y: y, h: GPU_H });
     y += GPU_H + TRACK_GAP;
+  });
+  if (turnStart.length) {
+    tracks.push({ kind: "turns", y: y, h: Math.max(T.rows * ROW_H + 2 * LANE_PAD, 34) });
+    y += tracks[tracks.length - 1].h + TRACK_GAP;
+  }
+  D.models.lanes.forEach(function (m) {
+    var maxDur = 0;
+    for (var k = m.first; k < m.first + m.count; k++) maxDur = Math.max(maxDur, modelEnd[k] - modelStart[k]);
+    m.maxDur = maxDur;
+    var h = Math.max(m.rows * ROW_H + 2 * LANE_PAD, 34);
+    tracks.push({ kind: "model", model: m, y: y, h: h });
+    y += h + TRACK_GAP;
   });
   D.lanes.forEach(function (l, index) {
     var maxDur = 0;
@@ -59,6 +78,14 @@
       div.dataset.gpu = t.gpu.gpu;
       div.innerHTML = "GPU " + esc(t.gpu.gpu) + '<span class="sub">utilization % · ' +
         '<span class="unused-key">unused while tools ran</span></span>';
+    } else if (t.kind === "turns") {
+      div.className = "lane-label turns";
+      div.innerHTML = "agent turns" + '<span class="sub">' + turnStart.length + (turnStart.length === 1 ? " turn" : " turns") + "</span>";
+    } else if (t.kind === "model") {
+      div.className = "lane-label model";
+      div.dataset.model = t.model.model;
+      div.title = t.model.model;
+      div.innerHTML = esc(t.model.model) + '<span class="sub">' + t.model.count + (t.model.count === 1 ? " model call, " : " model calls, ") + t.model.seconds.toFixed(2) + " s</span>";
     } else {
       div.dataset.tool = t.lane.tool;
       div.title = t.lane.tool;
@@ -135,7 +162,10 @@
     ctx.stroke();
     for (var k = 0; k < tracks.length; k++) {
       var tr = tracks[k];
-      if (tr.kind === "gpu") drawGpu(tr, scale); else drawLane(tr, scale, k);
+      if (tr.kind === "gpu") drawGpu(tr, scale);
+      else if (tr.kind === "turns") drawTurns(tr, scale);
+      else if (tr.kind === "model") drawModels(tr, scale);
+      else drawLane(tr, scale, k);
     }
     drawShares(scale);
   }
@@ -252,6 +282,39 @@
     }
   }
 
+  function drawTurns(tr, scale) {
+    ctx.fillStyle = "#f6f8fa";
+    ctx.fillRect(0, tr.y, W, tr.h);
+    var lo = lowerBound(turnStart, 0, turnStart.length, v0 - maxTurn);
+    var hi = lowerBound(turnStart, lo, turnStart.length, v1);
+    for (var k = lo; k < hi; k++) {
+      if (turnEnd[k] < v0) continue;
+      var yy = tr.y + LANE_PAD + turnRow[k] * ROW_H;
+      var x0 = (turnStart[k] - v0) * scale, w = Math.max((turnEnd[k] - turnStart[k]) * scale, 1);
+      ctx.fillStyle = "rgba(140, 149, 159, 0.35)";
+      ctx.fillRect(x0, yy, w, ROW_H - 2);
+      ctx.strokeStyle = "#8c959f";
+      ctx.strokeRect(x0 + 0.5, yy + 0.5, Math.max(w - 1, 0.5), ROW_H - 3);
+    }
+  }
+
+  function drawModels(tr, scale) {
+    var m = tr.model;
+    var lo = lowerBound(modelStart, m.first, m.first + m.count, v0 - m.maxDur);
+    var hi = lowerBound(modelStart, lo, m.first + m.count, v1);
+    for (var k = lo; k < hi; k++) {
+      if (modelEnd[k] < v0) continue;
+      var yy = tr.y + LANE_PAD + modelRow[k] * ROW_H;
+      var x0 = (modelStart[k] - v0) * scale, w = Math.max((modelEnd[k] - modelStart[k]) * scale, 1);
+      ctx.fillStyle = M.failed[k] ? "#d1242f" : "#1a7f37";
+      ctx.fillRect(x0, yy, w, ROW_H - 2);
+      if (M.first[k] !== null) {  // the first chunk of a streamed answer
+        ctx.fillStyle = "#fff";
+        ctx.fillRect(x0 + M.first[k] * scale, yy, 1, ROW_H - 2);
+      }
+    }
+  }
+
   function drawShares(scale) {
     var laneY = {};
     tracks.forEach(function (t) { if (t.kind === "lane") laneY[t.lane.index] = t.y; });
@@ -331,6 +394,8 @@
     var html = null;
     if (tr && tr.kind === "lane") html = callTip(tr, yy, at, slack);
     else if (tr && tr.kind === "gpu") html = gpuTip(tr.gpu, at);
+    else if (tr && tr.kind === "turns") html = turnTip(tr, yy, at, slack);
+    else if (tr && tr.kind === "model") html = modelTip(tr, yy, at, slack);
     if (!html) { tip.hidden = true; return; }
     tip.innerHTML = html;
     tip.hidden = false;
@@ -359,6 +424,42 @@
       rowHtml("exec", ms(end[k] - start[k])) +
       rowHtml("blamed GPU idle", C.blocked[k].toFixed(3) + " s") +
       rowHtml("trace id", D.traces[C.trace[k]]) + "</table>";
+  }
+
+  function nearest(starts, ends, rows, lo, hi, r, at, slack) {  // the span of row r nearest to at, in [lo, hi)
+    var best = -1, bestDist = Infinity;
+    for (var k = lo; k < hi && starts[k] <= at + slack; k++) {
+      if (rows[k] !== r) continue;
+      var dist = at < starts[k] ? starts[k] - at : at > ends[k] ? at - ends[k] : 0;
+      if (dist <= slack && dist < bestDist) { best = k; bestDist = dist; }
+    }
+    return best;
+  }
+
+  function turnTip(tr, yy, at, slack) {
+    var r = Math.floor((yy - tr.y - LANE_PAD) / ROW_H);
+    var k = nearest(turnStart, turnEnd, turnRow, lowerBound(turnStart, 0, turnStart.length, at - maxTurn - slack),
+                    turnStart.length, r, at, slack);
+    if (k < 0) return null;
+    var p = T.parts[k];
+    return "<b>" + esc(T.name[k]) + "</b><table>" +
+      rowHtml("end to end", ms(turnEnd[k] - turnStart[k])) +
+      rowHtml("model", p[0].toFixed(3) + " s") + rowHtml("tool queue", p[1].toFixed(3) + " s") +
+      rowHtml("tool exec", p[2].toFixed(3) + " s") + rowHtml("other", p[3].toFixed(3) + " s") +
+      rowHtml("trace id", T.trace[k]) + "</table>";
+  }
+
+  function modelTip(tr, yy, at, slack) {
+    var m = tr.model, r = Math.floor((yy - tr.y - LANE_PAD) / ROW_H);
+    var k = nearest(modelStart, modelEnd, modelRow, lowerBound(modelStart, m.first, m.first + m.count, at - m.maxDur - slack),
+                    m.first + m.count, r, at, slack);
+    if (k < 0) return null;
+    return "<b>" + esc(m.model) + "</b><table>" +
+      rowHtml("requested", "+" + (modelStart[k] / 1000).toFixed(3) + " s") +
+      rowHtml("duration", ms(modelEnd[k] - modelStart[k])) +
+      rowHtml("first chunk", M.first[k] === null ? "-" : ms(M.first[k])) +
+      rowHtml("tokens in / out", (M.input[k] === null ? "-" : M.input[k]) + " / " + (M.output[k] === null ? "-" : M.output[k])) +
+      rowHtml("outcome", M.failed[k] ? "error" : "ok") + "</table>";
   }
 
   function gpuTip(g, at) {

@@ -130,7 +130,8 @@ def test_a_server_process_records_its_side_of_each_call_in_the_clients_trace(hoo
 
     from frameworks import mcp_stdio_server
 
-    hooked("mcp")
+    client_traces = tmp_path / "client.jsonl"
+    hooked("mcp", traces_file=str(client_traces))
     server_traces = tmp_path / "server.jsonl"
     process = StdioServerParameters(command=sys.executable, args=[mcp_stdio_server.__file__, str(server_traces)])
 
@@ -168,3 +169,25 @@ def test_a_server_process_records_its_side_of_each_call_in_the_clients_trace(hoo
     (failed,) = [s for s in _spans_in(server_traces) if s.name == "execute_tool discontinue"]
     assert failed.attributes["agent.tool.outcome"] == "error"
     assert failed.attributes["error.type"] == "LookupError"  # the tool's exception, not MCP's wrapper
+
+    # Each call is seen three times (the client's span, the MCP SDK's server
+    # span, the server's own): the report counts it once, with the client's timing.
+    agent_otel.uninstrument()  # flushes the client's traces file
+    report = _report(client_traces, server_traces)
+    tools = {t["tool"]: t for t in report["tools"]}
+    assert (tools["count_stock"]["calls"], tools["discontinue"]["calls"]) == (3, 1)
+    assert tools["count_stock"]["executors"] == ["direct"]  # the client's span was kept
+    assert tools["discontinue"]["errors"] == 1
+
+
+def _report(*paths) -> dict:
+    import io
+    import json
+    from contextlib import redirect_stdout
+
+    from agent_otel.cli import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["report", *map(str, paths), "--format", "json"]) == 0
+    return json.loads(out.getvalue())

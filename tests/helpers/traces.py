@@ -62,9 +62,10 @@ class RecordedRun:
         timeout: float | None = None,
         exec_event: bool = True,
         cpu: float | None = None,
+        parent: trace.Span | None = None,
     ) -> trace.Span:
         """One tool call requested at ``submit``, executing from ``start``
-        to ``end`` (seconds after T0)."""
+        to ``end`` (seconds after T0), under ``parent`` if given."""
         attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
@@ -82,7 +83,9 @@ class RecordedRun:
             attributes["agent.tool.timeout"] = timeout
         if cpu is not None:
             attributes["agent.tool.exec.cpu_time"] = cpu
-        span = self.tracer.start_span(f"execute_tool {tool}", attributes=attributes, start_time=ns(submit))
+        context = trace.set_span_in_context(parent) if parent is not None else None
+        span = self.tracer.start_span(f"execute_tool {tool}", context=context, attributes=attributes,
+                                      start_time=ns(submit))
         if exec_event:
             span.add_event("exec.start", timestamp=ns(start))
         if outcome != "ok":
@@ -90,6 +93,34 @@ class RecordedRun:
             span.set_status(Status(StatusCode.ERROR))
         span.end(end_time=ns(end))
         return span
+
+    def span(self, name: str, start: float, end: float, attributes: dict | None = None,
+             parent: trace.Span | None = None, status_error: bool = False) -> trace.Span:
+        """Any span (another instrumentation's, an agent's, a model call's), under ``parent`` if given."""
+        context = trace.set_span_in_context(parent) if parent is not None else None
+        span = self.tracer.start_span(name, context=context, attributes=attributes or {}, start_time=ns(start))
+        if status_error:
+            span.set_status(Status(StatusCode.ERROR))
+        span.end(end_time=ns(end))
+        return span
+
+    def invoke_agent(self, name: str, start: float, end: float, parent: trace.Span | None = None) -> trace.Span:
+        """An agent run as agent_otel.agent_span records it (ended at ``end``: make children first)."""
+        return self.span(f"invoke_agent {name}", start, end,
+                         {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}, parent)
+
+    def model_call(self, model: str, start: float, end: float, *, parent: trace.Span | None = None,
+                   input_tokens: int | None = None, output_tokens: int | None = None,
+                   first_chunk: float | None = None, operation: str = "chat") -> trace.Span:
+        """A GenAI model-call span, as agent_otel.model_span records it."""
+        attributes: dict = {"gen_ai.operation.name": operation, "gen_ai.request.model": model}
+        if input_tokens is not None:
+            attributes["gen_ai.usage.input_tokens"] = input_tokens
+        if output_tokens is not None:
+            attributes["gen_ai.usage.output_tokens"] = output_tokens
+        if first_chunk is not None:
+            attributes["gen_ai.response.time_to_first_chunk"] = first_chunk
+        return self.span(f"{operation} {model}", start, end, attributes, parent)
 
     def idle_window(self, gpu: int, start: float, end: float, utilization: float = 0.02) -> None:
         """A window-level gpu.idle span, as the live path exports it."""

@@ -29,6 +29,11 @@ provider's ``token_usage``, time to first chunk when the answer streams.
 Only while ``agent_otel.capture.models.hooks_record()`` (the
 ``model_spans`` setting).
 
+With OpenInference's LangChain instrumentation active and no span current,
+a tool's span is made a child of OpenInference's span for the LangChain run
+it runs in (OpenInference does not make its spans current), so it is in the
+same trace as OpenInference's spans of that run.
+
 Name, description and tool call id come from the tool and the ``ToolCall``.
 A ``ToolException`` that the tool handles itself (``handle_tool_error``)
 returns a ``ToolMessage`` with status "error": the span's outcome is then
@@ -40,8 +45,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import sys
 from concurrent.futures import Executor
 from typing import Any, Optional
+
+from opentelemetry import context as context_api
+from opentelemetry import trace as trace_api
 
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
@@ -51,6 +60,8 @@ from agent_otel.capture.patching import Patches, importable
 from agent_otel.semconv import GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMPLETION
 
 FRAMEWORK = "langchain"
+# OpenInference's LangChain instrumentation, whose run spans our tool spans join (_peer_parent).
+OPENINFERENCE_LANGCHAIN = "openinference.instrumentation.langchain"
 _patches = Patches()
 
 
@@ -96,11 +107,39 @@ def _runs_in_thread(tool) -> bool:
     return False
 
 
+def _peer_parent():
+    """OpenInference's span of the LangChain run a tool runs in, when its LangChain
+    instrumentation is active and no span is current.
+
+    OpenInference keeps its spans by run id and never makes them current, so
+    without this the tool's span would start a trace of its own, apart from
+    the run's. (OpenLLMetry makes its spans current: nothing to do.)
+    """
+    module = sys.modules.get(OPENINFERENCE_LANGCHAIN)
+    if module is None or trace_api.get_current_span().get_span_context().is_valid:
+        return None
+    try:
+        instrumentor = vars(module.LangChainInstrumentor).get("_instance")  # a singleton, once made
+        if not getattr(instrumentor, "_is_instrumented_by_opentelemetry", False):
+            return None
+        span = module.get_current_span()
+    except Exception:
+        return None
+    return span if span is not None and span.get_span_context().is_valid else None
+
+
 def _wrap_run(original):
     @functools.wraps(original)
     def run(self, tool_input, *args, **kwargs):
-        return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs,
-                         _describe(self, kwargs.get("tool_call_id")), _failed)
+        describe = _describe(self, kwargs.get("tool_call_id"))
+        parent = _peer_parent() if _recorder.current is not None else None
+        if parent is None:
+            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed)
+        token = context_api.attach(trace_api.set_span_in_context(parent))
+        try:
+            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed)
+        finally:
+            context_api.detach(token)
 
     return run
 
@@ -109,10 +148,17 @@ def _wrap_arun(original):
     @functools.wraps(original)
     async def arun(self, tool_input, *args, **kwargs):
         describe = _describe(self, kwargs.get("tool_call_id"))
-        if _recorder.current is not None and _runs_in_thread(self):
-            return await async_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe,
-                                    _failed, thread_owner=self)
-        return await async_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed)
+        if _recorder.current is None:
+            return await original(self, tool_input, *args, **kwargs)
+        thread = {"thread_owner": self} if _runs_in_thread(self) else {}
+        parent = _peer_parent()
+        token = context_api.attach(trace_api.set_span_in_context(parent)) if parent is not None else None
+        try:
+            return await async_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed,
+                                    **thread)
+        finally:
+            if token is not None:
+                context_api.detach(token)
 
     return arun
 
@@ -125,8 +171,14 @@ def _wrap_ainvoke(original):
         if _recorder.current is None or getattr(self, "coroutine", None) is not None:
             return await original(self, input, config, **kwargs)
         call_id = input.get("id") if isinstance(input, dict) and input.get("type") == "tool_call" else None
-        return await async_call(FRAMEWORK, original, (self, input, config), kwargs,
-                                _describe(self, call_id), _failed, thread_owner=self)
+        parent = _peer_parent()
+        token = context_api.attach(trace_api.set_span_in_context(parent)) if parent is not None else None
+        try:
+            return await async_call(FRAMEWORK, original, (self, input, config), kwargs,
+                                    _describe(self, call_id), _failed, thread_owner=self)
+        finally:
+            if token is not None:
+                context_api.detach(token)
 
     return ainvoke
 
@@ -188,7 +240,7 @@ def _model_call_handler_class():
         ignore_chain = ignore_agent = ignore_retriever = ignore_retry = ignore_custom_event = True
 
         def __init__(self):
-            self.calls: dict = {}  # run id -> ModelCall
+            self.calls: dict = {}  # run id -> ModelSpan
 
         def on_chat_model_start(self, serialized, messages, *, run_id, metadata=None, **kwargs):
             self._start(run_id, GEN_AI_OPERATION_CHAT, serialized, metadata, kwargs)
@@ -222,7 +274,7 @@ def _model_call_handler_class():
             model = (metadata.get("ls_model_name") or params.get("model") or params.get("model_name")
                      or params.get("model_id") or (serialized or {}).get("name")
                      or ((serialized or {}).get("id") or ["unknown"])[-1])
-            call = models.ModelCall.start(model, operation, metadata.get("ls_provider"))
+            call = models.ModelSpan.start(model, operation, metadata.get("ls_provider"))
             if call is not None:
                 self.calls[run_id] = call
 

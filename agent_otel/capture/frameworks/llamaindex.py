@@ -153,7 +153,7 @@ def _model_call_handler_class():
     return ModelCalls
 
 
-# span id -> (ModelCall or None for a nested call of the same LLM, caller key)
+# span id -> (ModelSpan or None for a nested call of the same LLM, caller key)
 _open_calls: dict = {}
 
 
@@ -181,7 +181,7 @@ def _start(event, operation: str) -> None:
     if any(entry[1] == caller for entry in _open_calls.values()):
         _open_calls[event.span_id] = (None, caller)  # the same call, one method further in
         return
-    call = models.ModelCall.start(model, operation)
+    call = models.ModelSpan.start(model, operation)
     if call is not None:
         _open_calls[event.span_id] = (call, caller)
 

@@ -123,7 +123,7 @@ def _start_model_call(kwargs):
     model = getattr(kwargs.get("get_retry_advice"), "__self__", None)
     name = getattr(model, "model", None)
     provider = "openai" if type(model).__module__.startswith("agents.models.openai") else None
-    return models.ModelCall.start(name if isinstance(name, str) and name else type(model).__name__,
+    return models.ModelSpan.start(name if isinstance(name, str) and name else type(model).__name__,
                                   provider=provider)
 
 

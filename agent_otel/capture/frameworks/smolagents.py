@@ -95,7 +95,7 @@ def _start_model_call(model):
     if _in_model_call.get() is model or not models.hooks_record():
         return None
     name = getattr(model, "model_id", None)
-    return models.ModelCall.start(name if isinstance(name, str) and name else type(model).__name__)
+    return models.ModelSpan.start(name if isinstance(name, str) and name else type(model).__name__)
 
 
 def _wrap_generate(original):

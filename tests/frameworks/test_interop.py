@@ -1,0 +1,98 @@
+"""agent-otel beside the GenAI instrumentations people already run.
+
+OpenInference's and OpenLLMetry's LangChain instrumentations, installed
+from the registry (the ``interop`` extra), active in the same process as
+``instrument()``: a LangGraph agent's tool calls are counted once in the
+metrics and in the report, and the report shows the model calls that
+instrumentation recorded (agent-otel's own model spans stay off).
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+from contextlib import redirect_stdout
+
+import pytest
+from frameworks.framework_support import IN_CI, require_framework
+from opentelemetry import trace
+
+require_framework("langchain", "langgraph")
+
+from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+
+import agent_otel  # noqa: E402
+from agent_otel.cli import main  # noqa: E402
+from frameworks.test_langchain import _react_graph, fetch_page, tool_call  # noqa: E402
+
+# name -> (module, instrumentor class, the model name the report shows for a fake chat model)
+PEERS = {
+    "openinference": ("openinference.instrumentation.langchain", "LangChainInstrumentor",
+                      "FakeMessagesListChatModel"),
+    "openllmetry": ("opentelemetry.instrumentation.langchain", "LangchainInstrumentor",
+                    "FakeMessagesListChatModel.chat"),
+}
+
+
+@pytest.fixture(params=sorted(PEERS))
+def peer(request):
+    """The peer's LangChain instrumentation, on the test session's tracer provider."""
+    module_name, class_name, model = PEERS[request.param]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        message = f"{module_name} is not installed ({exc}): pip install -e '.[interop]'"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    from langchain_core.callbacks import BaseCallbackManager
+
+    init_before = vars(BaseCallbackManager)["__init__"]
+    instrumentor = getattr(module, class_name)()
+    instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
+    yield request.param, model
+    instrumentor.uninstrument()
+    # opentelemetry-instrumentation-langchain 0.62.4's uninstrument() leaves its
+    # wrapper on BaseCallbackManager.__init__ (still adding its handler to every
+    # run): put the original back so the tests after this one see no peer.
+    BaseCallbackManager.__init__ = init_before
+
+
+def test_a_langgraph_run_counts_each_tool_call_once_beside_a_peer(peer, hooked, spans, tmp_path):
+    name, peer_model = peer
+    traces = tmp_path / "traces.jsonl"
+    handle = hooked("langchain", traces_file=str(traces))
+    calls = [tool_call("fetch_page", {"url": f"{i}.example"}, f"t{i}") for i in range(3)]
+    graph = _react_graph([fetch_page], [AIMessage("", tool_calls=calls), AIMessage("all fetched")])
+
+    state = graph.invoke({"messages": [HumanMessage("fetch three pages")]})
+
+    assert state["messages"][-1].content == "all fetched"
+    handle.pipeline.drain()
+    assert handle.metrics.registry.get_sample_value(
+        "agent_tool_calls_total", {"tool": "fetch_page", "outcome": "ok"}) == 3.0
+    ours = [s for s in spans.all() if s.instrumentation_scope.name == "agent_otel"]
+    assert len([s for s in ours if s.name == "execute_tool fetch_page"]) == 3
+    assert [s for s in ours if s.attributes.get("gen_ai.operation.name") == "chat"] == []  # the peer records them
+    peer_tool_spans = [s for s in spans.all() if s.instrumentation_scope.name != "agent_otel"
+                       and "fetch_page" in s.name]
+    assert len(peer_tool_spans) == 3  # the peer saw each call too
+    agent_otel.uninstrument()  # flushes the traces file
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["report", str(traces), "--format", "json"]) == 0
+    report = json.loads(out.getvalue())
+
+    (tool,) = report["tools"]
+    assert (tool["tool"], tool["calls"]) == ("fetch_page", 3)
+    assert tool["executors"] == ["ThreadPoolExecutor"]  # agent-otel's spans, with the queue split, were kept
+    assert report["inputs"]["peer_tool_spans"] == 3
+    assert report["inputs"]["peer_tool_spans_merged"] == 3
+    (model,) = report["models"]
+    assert (model["model"], model["calls"]) == (peer_model, 2)
+    turns = report["turns"]
+    assert turns["count"] == 1  # the graph run: OpenInference's root chain, OpenLLMetry's invoke_agent
+    assert (turns["slowest"][0]["tool_calls"], turns["slowest"][0]["model_calls"]) == (3, 2)
+    assert turns["tool_exec_s"] > 0 and turns["model_s"] > 0

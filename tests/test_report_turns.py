@@ -1,0 +1,210 @@
+"""The report reads the whole turn: model calls, agent runs, other instrumentations' spans.
+
+Each run below states its timeline in seconds; the report reads it back
+from the OTLP/JSON file the real SDK wrote.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent_otel.cli import main
+from helpers.traces import RecordedRun, write_gpu_csv
+
+
+def report_of(capsys, *argv) -> dict:
+    assert main(["report", *map(str, argv), "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def one_turn(tmp_path):
+    """One agent turn of 10 s on a GPU that is busy only while the model runs.
+
+    model 0-2 s; search requested at 2, queued until 3, executing until 6;
+    model 6-8 s; 8-10 s the agent's own code. The GPU idles 2-6 (search in
+    flight: blamed on it, 1 s queued and 3 s executing) and 8-10 (nobody).
+    """
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    turn = run.invoke_agent("support", 0.0, 10.0)
+    run.model_call("llama-3-70b", 0.0, 2.0, parent=turn, input_tokens=800, output_tokens=40, first_chunk=0.3)
+    run.tool_call("search", 2.0, 3.0, 6.0, parent=turn, call_id="c1")
+    run.model_call("llama-3-70b", 6.0, 8.0, parent=turn, input_tokens=900, output_tokens=60)
+    run.close()
+    # each sample covers the 0.1 s before it: busy through 2 s and from 6 to 8 s
+    samples = [(t / 10, 0, 100 if t <= 20 or 60 < t <= 80 else 0) for t in range(1, 101)]
+    write_gpu_csv(tmp_path / "gpu.csv", samples)
+    return tmp_path
+
+
+def test_a_turn_splits_into_model_queue_exec_and_other(one_turn, capsys):
+    report = report_of(capsys, one_turn / "traces.jsonl", "--gpu-log", one_turn / "gpu.csv", "--tz", "UTC")
+
+    turns = report["turns"]
+    assert (turns["count"], turns["from_agent_spans"]) == (1, 1)
+    assert turns["end_to_end_s"] == pytest.approx(10.0)
+    assert turns["model_s"] == pytest.approx(4.0)
+    assert turns["tool_queue_s"] == pytest.approx(1.0)
+    assert turns["tool_exec_s"] == pytest.approx(3.0)
+    assert turns["other_s"] == pytest.approx(2.0)
+    (slowest,) = turns["slowest"]
+    assert slowest["name"] == "support"
+    assert (slowest["tool_calls"], slowest["model_calls"]) == (1, 2)
+    (search,) = report["tools"]
+    assert search["gpu_idle_blocked_s"] == pytest.approx(4.0)
+    assert search["gpu_idle_blocked_per_call_s"] == pytest.approx(4.0)
+    assert search["latency_share"] == pytest.approx(0.4)
+    (model,) = report["models"]
+    assert model == {"model": "llama-3-70b", "calls": 2, "errors": 0, "seconds": pytest.approx(4.0),
+                     "duration_p50_s": pytest.approx(2.0), "duration_p95_s": pytest.approx(2.0),
+                     "time_to_first_chunk_p50_s": pytest.approx(0.3), "input_tokens": 1700,
+                     "output_tokens": 100}
+    assert report["inputs"]["model_calls"] == 2
+    assert report["inputs"]["agent_runs"] == 1
+
+
+def test_the_table_says_it_as_a_sentence(one_turn, capsys):
+    assert main(["report", str(one_turn / "traces.jsonl"), "--gpu-log", str(one_turn / "gpu.csv"),
+                 "--tz", "UTC"]) == 0
+    text = capsys.readouterr().out
+
+    assert "search idles the GPU 4.0 s per call, 40 % of end-to-end latency" in text
+    assert "1 turn (invoke_agent spans): 10.0 s end to end = model 4.0 s (40 %) + tool queue 1.0 s (10 %)" \
+           " + tool exec 3.0 s (30 %) + other 2.0 s (20 %)" in text
+    assert "llama-3-70b" in text
+
+
+def test_parallel_tools_and_a_model_overlapping_count_each_instant_once(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    turn = run.invoke_agent("research", 0.0, 6.0)
+    # a speculative model call 0-3 while two tools run side by side
+    run.model_call("gpt-4o", 0.0, 3.0, parent=turn)
+    run.tool_call("search", 1.0, 1.0, 4.0, parent=turn)
+    run.tool_call("fetch", 1.0, 2.0, 5.0, parent=turn)
+    run.close()
+
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+
+    turns = report["turns"]
+    # 0-3 model; 3-5 exec (search to 4, fetch to 5); fetch's queue 1-2 is under the model; 5-6 other
+    assert (turns["model_s"], turns["tool_queue_s"], turns["tool_exec_s"], turns["other_s"]) == \
+        pytest.approx((3.0, 0.0, 2.0, 1.0))
+    shares = {t["tool"]: t["latency_share"] for t in report["tools"]}
+    assert shares == {"search": pytest.approx(0.5), "fetch": pytest.approx(4 / 6, abs=1e-4)}  # JSON: 4 decimals
+
+
+def test_without_agent_spans_each_trace_is_a_turn(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    for number in range(2):
+        start = number * 10.0
+        request = run.span("POST /chat", start, start + 5.0)  # a web framework's server span
+        run.model_call("gpt-4o", start + 0.5, start + 1.5, parent=request)
+        run.tool_call("lookup", start + 1.5, start + 1.5, start + 4.0, parent=request)
+    run.close()
+
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+
+    turns = report["turns"]
+    assert (turns["count"], turns["from_agent_spans"]) == (2, 0)
+    assert turns["end_to_end_s"] == pytest.approx(10.0)
+    assert turns["model_s"] == pytest.approx(2.0)
+    assert turns["tool_exec_s"] == pytest.approx(5.0)
+    assert turns["other_s"] == pytest.approx(3.0)
+    assert {t["name"] for t in turns["slowest"]} == {"POST /chat"}
+
+
+def test_a_sub_agent_is_part_of_its_parents_turn(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    outer = run.invoke_agent("planner", 0.0, 8.0)
+    inner = run.invoke_agent("researcher", 2.0, 6.0, parent=outer)
+    run.tool_call("search", 3.0, 3.0, 5.0, parent=inner)
+    run.model_call("gpt-4o", 0.0, 2.0, parent=outer)
+    run.close()
+
+    turns = report_of(capsys, tmp_path / "traces.jsonl")["turns"]
+
+    assert (turns["count"], turns["end_to_end_s"]) == (1, pytest.approx(8.0))
+    assert turns["slowest"][0]["name"] == "planner"
+
+
+def test_openinference_and_openllmetry_spans_are_read(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    # OpenInference: a chain root, an LLM span, a TOOL span beside agent-otel's span of the same call
+    root = run.span("LangGraph", 0.0, 6.0, {"openinference.span.kind": "CHAIN"})
+    run.span("ChatOpenAI", 0.0, 1.0, {"openinference.span.kind": "LLM", "llm.model_name": "gpt-4o",
+                                      "llm.token_count.prompt": 120, "llm.token_count.completion": 8},
+             parent=root)
+    tools_node = run.span("tools", 1.0, 4.0, {"openinference.span.kind": "CHAIN"}, parent=root)
+    run.tool_call("search", 1.0, 1.5, 4.0, parent=tools_node)
+    run.span("search", 1.5, 4.0, {"openinference.span.kind": "TOOL", "tool.name": "search"}, parent=tools_node)
+    # a tool agent-otel did not see: counted from OpenInference's span alone
+    run.span("calculator", 4.0, 4.5, {"openinference.span.kind": "TOOL", "tool.name": "calculator"}, parent=root)
+    # OpenLLMetry, another trace: invoke_agent root, a chat span naming no model, an execute_tool span
+    agent = run.span("invoke_agent LangGraph", 10.0, 14.0,
+                     {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "LangGraph",
+                      "traceloop.span.kind": "workflow"})
+    run.span("ChatModel.chat", 10.0, 11.0, {"gen_ai.operation.name": "chat", "gen_ai.request.model": "unknown"},
+             parent=agent)
+    run.tool_call("search", 11.0, 11.0, 13.0, parent=agent)
+    run.span("execute_tool search", 11.001, 12.999,
+             {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search", "traceloop.span.kind": "tool"},
+             parent=agent)
+    run.close()
+
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+
+    tools = {t["tool"]: t for t in report["tools"]}
+    assert tools["search"]["calls"] == 2  # one per trace: each peer span is agent-otel's call
+    assert tools["search"]["executors"] == ["io"]
+    assert tools["calculator"]["calls"] == 1
+    assert tools["calculator"]["executors"] == ["unknown"]
+    assert report["inputs"]["peer_tool_spans"] == 3
+    assert report["inputs"]["peer_tool_spans_merged"] == 2
+    models = {m["model"]: m for m in report["models"]}
+    assert models["gpt-4o"]["input_tokens"] == 120 and models["gpt-4o"]["output_tokens"] == 8
+    assert models["ChatModel.chat"]["calls"] == 1  # "unknown" is no name: the span's
+    turns = report["turns"]
+    assert turns["count"] == 2
+    assert turns["model_s"] == pytest.approx(2.0)
+    assert {t["name"] for t in turns["slowest"]} == {"LangGraph"}
+
+
+def test_a_model_span_under_a_model_span_is_one_call(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    outer = run.model_call("gpt-4o", 0.0, 2.0)  # a framework's model call
+    run.model_call("gpt-4o-2024-08-06", 0.1, 1.9, parent=outer, input_tokens=10)  # the client library's
+    run.close()
+
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+
+    assert [(m["model"], m["calls"]) for m in report["models"]] == [("gpt-4o", 1)]
+    assert report["inputs"]["duplicate_spans"] == 1
+
+
+def test_a_trace_that_is_only_a_tool_call_is_no_turn(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    run.tool_call("search", 0.0, 0.0, 1.0)  # a script's tool call, no agent span or request around it
+    run.model_call("gpt-4o", 2.0, 3.0)
+    run.close()
+
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+
+    assert report["turns"]["count"] == 0
+    assert report["tools"][0]["latency_share"] is None
+    assert report["models"][0]["calls"] == 1
+
+
+def test_the_turn_waits_on_the_call_that_finishes_last(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    turn = run.invoke_agent("round", 0.0, 4.0)
+    # one worker: fetch runs 0-2 while search waits for it, then search runs 2-4
+    run.tool_call("fetch", 0.0, 0.0, 2.0, parent=turn)
+    run.tool_call("search", 0.0, 2.0, 4.0, parent=turn)
+    run.close()
+
+    turns = report_of(capsys, tmp_path / "traces.jsonl")["turns"]
+
+    # 0-2 the turn waits on search, which is queued; 2-4 on search executing
+    assert (turns["tool_queue_s"], turns["tool_exec_s"], turns["other_s"]) == pytest.approx((2.0, 2.0, 0.0))
