@@ -28,8 +28,8 @@ from agent_otel.version import __version__
 if TYPE_CHECKING:
     from agent_otel.errors import AgentOtelError, ConfigError, InputError
     from agent_otel.instrumentation import Instrumentation, instrument, uninstrument
-    from agent_otel.remedies import PoolFullError, ResultCache, batch, pool, pools
     from agent_otel.capture.models import agent_span, model_span
+    from agent_otel.remedies import PoolFullError, ResultCache, batch, pool, pools
     from agent_otel.tools import tool, tool_span
 
 # public name -> the module that defines it
@@ -51,7 +51,24 @@ _PUBLIC: dict[str, str] = {
     "tool_span": "agent_otel.tools",
 }
 
-__all__ = sorted(_PUBLIC) + ["__version__"]
+__all__ = [
+    "AgentOtelError",
+    "ConfigError",
+    "InputError",
+    "Instrumentation",
+    "PoolFullError",
+    "ResultCache",
+    "__version__",
+    "agent_span",
+    "batch",
+    "instrument",
+    "model_span",
+    "pool",
+    "pools",
+    "tool",
+    "tool_span",
+    "uninstrument",
+]  # _PUBLIC's names and __version__ (tests/test_package.py holds them equal)
 
 
 def __getattr__(name: str) -> Any:

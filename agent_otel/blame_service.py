@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Optional
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -51,10 +52,11 @@ class BlameService:
         self.receiver.start()
         self.timeline.start()
 
-    def shutdown(self, timeout_s: float = 2.0) -> None:
-        """No more spans; then blame what is held and close the open windows."""
-        self.receiver.shutdown(grace_s=min(1.0, timeout_s))
-        self.timeline.shutdown(timeout_s)
+    def shutdown(self, timeout_s: float = 2.0) -> bool:
+        """No more spans; then blame what is held and close the open windows. True if both in time."""
+        deadline = time.monotonic() + timeout_s
+        received = self.receiver.shutdown(min(1.0, timeout_s))
+        return self.timeline.shutdown(max(0.0, deadline - time.monotonic())) and received
 
     def consume(self, request: ExportTraceServiceRequest, peer: str, transport: str) -> Outcome:
         """One OTLP request's spans (a receiver thread)."""

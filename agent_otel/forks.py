@@ -32,7 +32,7 @@ import inspect
 import logging
 import os
 import weakref
-from typing import Callable
+from typing import Callable, Optional
 
 logger = logging.getLogger("agent_otel")
 
@@ -46,10 +46,11 @@ def after_fork_in_child(function: Callable[[], None]) -> None:
     """
     if not hasattr(os, "register_at_fork"):  # a platform without fork()
         return
+    reference: Callable[[], Optional[Callable[[], None]]]
     if inspect.ismethod(function):
         reference = weakref.WeakMethod(function)
     else:
-        def reference(function=function):
+        def reference(function: Callable[[], None] = function) -> Optional[Callable[[], None]]:
             return function
 
     def hook() -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+from typing import Optional
 
 from agent_otel import config
 from agent_otel.attribution.service import DEFAULT_WATERMARK_S
@@ -103,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"agent-otel gpu-exporter: metrics at {handle.prometheus_url}", flush=True)
     if service is not None:
         receiver = service.receiver
-        endpoints = [f"OTLP/gRPC on {receiver.grpc_endpoint.rsplit(':', 1)[0]}:{receiver.grpc_port}"
-                     if receiver.grpc_port else "", f"OTLP/HTTP on {receiver.http_endpoint.rsplit(':', 1)[0]}:"
+        endpoints = [f"OTLP/gRPC on {_host(receiver.grpc_endpoint)}:{receiver.grpc_port}"
+                     if receiver.grpc_port else "", f"OTLP/HTTP on {_host(receiver.http_endpoint)}:"
                      f"{receiver.http_port}" if receiver.http_port else ""]
         print(f"agent-otel gpu-exporter: blame service of GPU pool {pool!r}: "
               + ", ".join(e for e in endpoints if e) + f"; watermark {args.watermark:g} s", flush=True)
@@ -113,3 +114,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         handle.shutdown()
     return 0 if timeline else 1
+
+
+def _host(endpoint: Optional[str]) -> str:
+    """The host of a ``host:port`` endpoint."""
+    return (endpoint or "").rsplit(":", 1)[0]

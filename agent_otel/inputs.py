@@ -34,7 +34,7 @@ import os
 import struct
 import sys
 import zlib
-from typing import BinaryIO, Callable, Iterator, Optional
+from typing import Any, BinaryIO, Callable, Iterator, Optional
 
 from agent_otel.errors import InputError
 
@@ -60,7 +60,8 @@ class Input:
         self.compression: Optional[str] = None  # "gzip", "zstd", "zstd-framed"
         self._raw: BinaryIO = _open(self.path)
         self._counted = _Counting(self._raw)
-        self._stream: BinaryIO = io.BufferedReader(self._counted, _BLOCK)  # type: ignore[arg-type]
+        # A BufferedReader, then maybe a GzipFile or ZstdFile over it: each has read() and peek().
+        self._stream: Any = io.BufferedReader(self._counted, _BLOCK)
         self._frames: Optional[Iterator[bytes]] = None
         # compressed data that stops mid-stream: the number of the line (or
         # framed message) it stopped in; every line before it was whole
@@ -91,10 +92,10 @@ class Input:
             # Read directly, not through another buffer: data decompressed
             # before a cut-off end must reach the lines, not be lost with
             # the read that hit the end.
-            self._stream = gzip.GzipFile(fileobj=self._stream, mode="rb")  # type: ignore[assignment]
+            self._stream = gzip.GzipFile(fileobj=self._stream, mode="rb")
         elif head.startswith(_ZSTD_MAGIC):
             self.compression = "zstd"
-            self._stream = _zstd().ZstdFile(self._stream, "rb")  # type: ignore[assignment]
+            self._stream = _zstd().ZstdFile(self._stream, "rb")
         elif head[4:8] == _ZSTD_MAGIC:
             self.compression = "zstd-framed"
             self._frames = self._framed_messages()
@@ -208,7 +209,7 @@ def input_size(path: str) -> int:
 
 def _open(path: str) -> BinaryIO:
     if path == STDIN:
-        return sys.stdin.buffer  # type: ignore[return-value]
+        return sys.stdin.buffer
     try:
         handle = open(path, "rb", buffering=0)
     except OSError as exc:
@@ -226,14 +227,14 @@ class _EndsEarly(Exception):
 class _Counting(io.RawIOBase):
     """A raw stream over another that counts the bytes read through it."""
 
-    def __init__(self, stream: BinaryIO):
+    def __init__(self, stream: Any):  # a file opened unbuffered, or standard input's buffer
         self._stream = stream
         self.count = 0
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer: Any) -> int:
         size = self._stream.readinto(buffer) or 0
         self.count += size
         return size
@@ -242,7 +243,7 @@ class _Counting(io.RawIOBase):
 def _zstd():
     """The zstd module: the standard library's (Python 3.14+) or its backport."""
     try:
-        from compression import zstd  # type: ignore[import-not-found]
+        from compression import zstd
     except ImportError:
-        from backports import zstd  # type: ignore[import-not-found,no-redef]
+        from backports import zstd
     return zstd

@@ -21,8 +21,11 @@ from typing import Callable, Optional
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from agent_otel import forks, sinks
+from agent_otel.attribution.live import LiveTimeline, start_live_timeline
+from agent_otel.background import Background
 from agent_otel.capture import executors, frameworks, models, recorder as _recorder
 from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
 from agent_otel.config import Settings, load_settings
@@ -69,8 +72,8 @@ class Instrumentation:
         self.pipeline: Optional[Pipeline] = None
         self.loop_monitor: Optional[LoopMonitor] = None
         self.tracer: Optional[trace_api.Tracer] = None
-        self.gpu_timeline = None  # agent_otel.attribution.live.LiveTimeline, when a GPU is sampled
-        self.background: list = []  # other parts with shutdown(timeout_s): GPU timeline, frameworks
+        self.gpu_timeline: Optional[LiveTimeline] = None  # when a GPU is sampled
+        self.background: list[Background] = []  # other parts: GPU timeline, loop monitor, frameworks
         self._closed = False
         self.sinks = sinks.Plan(())  # where spans go (agent_otel.sinks), when agent-otel set up the exporters
 
@@ -84,8 +87,8 @@ class Instrumentation:
         if self.pipeline is not None:
             self.pipeline.drain()
         deadline = time.monotonic() + timeout_s
-        return not _finish([(processor.sink, lambda timeout, p=processor: p.force_flush(int(timeout * 1000)))
-                            for processor in self.span_processors], deadline)
+        return not _finish([(processor.sink, _flush_within(processor)) for processor in self.span_processors],
+                           deadline)
 
     def shutdown(self, timeout_s: Optional[float] = None) -> bool:
         """Undo ``instrument()``; export what is pending.
@@ -121,7 +124,7 @@ class Instrumentation:
         unfinished += _finish([(f"span export to {processor.sink}", processor.shutdown)
                                for processor in self.span_processors], deadline)
         if self.metrics_server is not None:
-            unfinished += _finish([("the /metrics server", lambda _timeout: self.metrics_server.shutdown())],
+            unfinished += _finish([("the /metrics server", self.metrics_server.shutdown)],
                                   max(deadline, time.monotonic() + 0.5))
         if unfinished:
             logger.warning("agent-otel: shutdown did not finish within %.1f s: %s still running; spans "
@@ -152,7 +155,12 @@ def _flush_when_multiprocessing_child_exits(handle: Instrumentation) -> None:
     mp_util.register_after_fork(handle, finalize_at_exit)
 
 
-def _part_name(part) -> str:
+def _flush_within(processor: BatchSpanProcessor) -> Callable[[float], bool]:
+    """``processor.force_flush`` in seconds (the SDK's signature is in milliseconds)."""
+    return lambda timeout_s: processor.force_flush(int(timeout_s * 1000))
+
+
+def _part_name(part: object) -> str:
     return getattr(part, "part_name", None) or type(part).__name__
 
 
@@ -199,16 +207,17 @@ def _sink_name(exporter, settings: Settings) -> str:
     return type(exporter).__name__
 
 
-def _span_exporters(settings: Settings, names: tuple[str, ...]) -> list:
-    exporters = []
+def _span_exporters(settings: Settings, names: tuple[str, ...]) -> list[SpanExporter]:
+    exporters: list[SpanExporter] = []
     for name in names:
-        if name == "otlp":
-            if settings.otlp_protocol == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-            else:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            endpoint = {"endpoint": settings.otlp_endpoint} if settings.otlp_endpoint else {}
-            exporters.append(OTLPSpanExporter(**endpoint))
+        if name == "otlp" and settings.otlp_protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+            exporters.append(GrpcExporter(endpoint=settings.otlp_endpoint or None))
+        elif name == "otlp":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+            exporters.append(HttpExporter(endpoint=settings.otlp_endpoint or None))
         elif name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
             exporters.append(ConsoleSpanExporter())
@@ -343,19 +352,19 @@ def _at_exit() -> None:
 def _setup(handle: Instrumentation) -> None:
     settings = handle.settings
     tracer = handle.tracer = _setup_tracing(handle)
-    handle.recorder = Recorder(tracer, record_arguments=settings.record_arguments,
-                               record_results=settings.record_results,
-                               max_attribute_length=settings.max_attribute_length,
-                               redact=settings.redact)
-    handle.recorder.remedy_metrics = handle.metrics.remedies
+    recorder = handle.recorder = Recorder(tracer, record_arguments=settings.record_arguments,
+                                          record_results=settings.record_results,
+                                          max_attribute_length=settings.max_attribute_length,
+                                          redact=settings.redact)
+    recorder.remedy_metrics = handle.metrics.remedies
     handle.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
     if settings.loop_monitor:
         handle.loop_monitor = LoopMonitor(tracer, threshold_s=settings.loop_block_threshold,
                                           max_stack_chars=settings.max_attribute_length)
         handle.metrics.loop_lags = handle.loop_monitor.lags
         handle.metrics.thread_label = thread_label
-    handle.pipeline = Pipeline(handle.recorder, handle.monitor, handle.metrics, loop_monitor=handle.loop_monitor)
-    handle.metrics.inflight_calls = lambda: list(handle.recorder.inflight.values())
+    handle.pipeline = Pipeline(recorder, handle.monitor, handle.metrics, loop_monitor=handle.loop_monitor)
+    handle.metrics.inflight_calls = lambda: list(recorder.inflight.values())
     if handle.monitor is not None:
         handle.metrics.executor_stats = handle.monitor.snapshot
     handle.metrics.before_collect = handle.pipeline.drain
@@ -381,9 +390,9 @@ def _setup(handle: Instrumentation) -> None:
             logger.warning("agent-otel: cannot watch asyncio event loops (%s: %s); loop blocking is "
                            "not measured", type(exc).__name__, exc)
     if settings.gpu != "off" and not handle.gpu_pool:
-        from agent_otel.attribution.live import start_live_timeline
-
-        timeline = start_live_timeline(handle)
+        timeline = start_live_timeline(
+            settings, tracer=tracer, metrics=handle.metrics, recorder=handle.recorder, pipeline=handle.pipeline,
+            loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor is not None else None)
         if timeline is not None:
             handle.background.append(timeline)
             handle.gpu_timeline = timeline

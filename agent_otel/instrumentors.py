@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from typing import Any, Collection
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+# mypy 2.4 does not see the class in the installed module (a py.typed package): it is Any to mypy.
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from agent_otel.capture import frameworks
 from agent_otel.capture.patching import importable
 from agent_otel.instrumentation import instrument
 
 
-class FrameworkInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # BaseInstrumentor is untyped
+class FrameworkInstrumentor(BaseInstrumentor):
     """Entry point for ``opentelemetry-instrument``: start agent-otel, hook one framework.
 
     Loaded with no ``agent_otel.instrument()`` call in the application, it

@@ -14,6 +14,10 @@ import time
 from typing import Callable, Optional
 
 from agent_otel import forks
+from agent_otel.capture.executors import ExecutorMonitor
+from agent_otel.capture.loop_monitor import LoopMonitor
+from agent_otel.capture.recorder import Recorder
+from agent_otel.exporters.prometheus import Metrics
 from agent_otel.problems import Problems
 from agent_otel.records import ToolCall
 
@@ -21,7 +25,10 @@ logger = logging.getLogger("agent_otel")
 
 
 class Pipeline:
-    def __init__(self, recorder, monitor, metrics, interval_s: float = 0.25, loop_monitor=None):
+    """Drains the hot path's records into the metrics and the consumers; see the module docstring."""
+
+    def __init__(self, recorder: Recorder, monitor: Optional[ExecutorMonitor], metrics: Metrics,
+                 interval_s: float = 0.25, loop_monitor: Optional[LoopMonitor] = None):
         self._recorder = recorder
         self._monitor = monitor
         self._loop_monitor = loop_monitor

@@ -355,9 +355,9 @@ def run_live_stalls(driver, seed: int, count: int) -> bool:
             before = live.blocked.get(("hung_tool", "exec"), 0.0)
             seen: list[float] = []
 
-            def read(l, stall=stall, before=before, seen=seen):
-                counted = l.blocked.get(("hung_tool", "exec"), 0.0) - before
-                lasted = (l.clock() - stall) / NS_PER_S
+            def read(timeline, stall=stall, before=before, seen=seen):
+                counted = timeline.blocked.get(("hung_tool", "exec"), 0.0) - before
+                lasted = (timeline.clock() - stall) / NS_PER_S
                 if counted > 0:
                     if not seen:
                         first_moves.append(lasted)

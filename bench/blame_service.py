@@ -251,7 +251,8 @@ def memory_per_minute() -> None:
             n = min(PER_REQUEST, calls - k)
             # ends spread over the minute, as a minute of agents' calls
             requests.append(ExportTraceServiceRequest.FromString(request_of(
-                min(agents, n), n, rng, serial + k, end_of=lambda: start + rng.randrange(0, minute))))
+                min(agents, n), n, rng, serial + k,
+                end_of=lambda start=start, minute=minute: start + rng.randrange(0, minute))))
         serial += calls
         service = new_service(watermark_s=120.0)
         gc.collect()
@@ -309,7 +310,7 @@ def run_agents(agents: int, endpoint: str, metrics_url: str, markers: int) -> li
                 tick = time.time()
                 # one export per agent per second, each with the calls it finished in that second
                 request = ExportTraceServiceRequest()
-                for agent in range(agents):
+                for _agent in range(agents):
                     resource_spans = request.resource_spans.add()
                     attribute = resource_spans.resource.attributes.add()
                     attribute.key, attribute.value.string_value = "agent.gpu.pool", POOL

@@ -149,7 +149,7 @@ def main() -> None:
     results["submit+result, instrumented"] = []
     results["submit+result of a tool, instrumented"] = []
     flush = provider.force_flush
-    for round_ in range(args.rounds):
+    for _round in range(args.rounds):
         results["submit+result, uninstrumented"].append(
             timed(lambda: pool.submit(work, 1).result(), submit_calls))
         cpu["submit+result, uninstrumented"].append(cpu_times[-1])

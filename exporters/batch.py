@@ -234,7 +234,9 @@ class BatchSpanProcessor(SpanProcessor):
 
     def _evict_derived(self) -> list[ReadableSpan]:
         """Take every derived span out of the queue; the others keep their order."""
-        queue, kept, evicted = self._queue, [], []
+        queue = self._queue
+        kept: list[ReadableSpan] = []
+        evicted: list[ReadableSpan] = []
         for _ in range(len(queue)):
             try:
                 span = queue.popleft()
@@ -272,7 +274,7 @@ class BatchSpanProcessor(SpanProcessor):
             return False
         exported = True
         while self._queue and not self._abandoned:
-            batch = []
+            batch: list[ReadableSpan] = []
             while self._queue and len(batch) < self._batch_size:
                 batch.append(self._queue.popleft())
             self._may_hold_derived = True
@@ -332,7 +334,8 @@ class BatchSpanProcessor(SpanProcessor):
                 return False
             return self._last_pass_ok
 
-    def shutdown(self, timeout_s: float = DEFAULTS.shutdown_timeout) -> bool:
+    # The SDK's SpanProcessor.shutdown() returns None; this one says whether it finished (Background).
+    def shutdown(self, timeout_s: float = DEFAULTS.shutdown_timeout) -> bool:  # type: ignore[override]
         """Export what is queued and stop, within ``timeout_s``.
 
         True when the export thread finished with everything exported or

@@ -41,6 +41,7 @@ from typing import Callable, Iterator, Optional
 import orjson
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import INVALID_SPAN_CONTEXT
 
 from agent_otel import forks
 from agent_otel.appending import AppendFile
@@ -95,7 +96,7 @@ _FLAG_IS_REMOTE = 0x200
 
 
 def _span_json(span: ReadableSpan) -> dict:
-    context = span.get_span_context()
+    context = span.get_span_context() or INVALID_SPAN_CONTEXT  # an SDK span always has one
     parent = span.parent
     encoded = _without_empty(
         {
@@ -572,7 +573,7 @@ def _link(link: dict) -> tuple[int, int]:
 def _object(value: object, where: str) -> dict:
     if type(value) is not dict:
         raise SpanFormatError(f"{where} is not a JSON object")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _list(parent: dict, key: str) -> list:
@@ -585,7 +586,7 @@ def _list(parent: dict, key: str) -> list:
 def _array(value: object, key: str) -> list:
     if type(value) is not list:
         raise SpanFormatError(f"{key} is not a JSON array")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _short(value: object) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, Exemplar, GaugeMetricFamily, HistogramMetricFamily
@@ -122,7 +122,7 @@ class PipelineHistogram:
     def collect(self):
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for labels, (counts, total, exemplars) in sorted(self.children.items()):
-            cumulative, buckets = 0, []
+            cumulative, buckets = 0, cast("list[tuple]", [])
             for le, count, exemplar in zip(self._les, counts, exemplars):
                 cumulative += count
                 if exemplar is None:
@@ -404,7 +404,7 @@ class BlameServiceMetrics:
     scrapes.
     """
 
-    def __init__(self, registry: CollectorRegistry, tool_label: ToolNames, *, held_calls: Callable[[], int],
+    def __init__(self, registry: CollectorRegistry, tool_label: LabelValues, *, held_calls: Callable[[], int],
                  dropped_calls: Callable[[], int], lag_s: Callable[[], float]):
         spec = semconv.METRICS
         self._tool_label = tool_label
@@ -468,12 +468,13 @@ class MetricsServer:
         except OSError:
             pass
 
-    def shutdown(self) -> bool:
-        """Stop serving and free the port; True if the server thread ended (it does within 0.5 s)."""
+    def shutdown(self, timeout_s: float = 1.0) -> bool:
+        """Stop serving and free the port; True if the server thread ended within ``timeout_s``
+        (it does within 0.5 s)."""
         if not self.serving:
             return True
         self.serving = False
         self._httpd.shutdown()
         self._httpd.server_close()
-        self._thread.join(1.0)
+        self._thread.join(timeout_s)
         return not self._thread.is_alive()

@@ -80,7 +80,7 @@ def call(service: Service, tool: str, submit: float, start: float, end: float, *
 def agents(service: Service, rng: random.Random) -> list[ToolCall]:
     """Three agents' calls over the run: some queued, some overlapping, all under 1.5 s."""
     calls = []
-    for agent in range(3):
+    for _agent in range(3):
         t = rng.uniform(0.0, 0.5)
         while t < RUN_S - 2:
             queued = rng.choice([0.0, 0.0, rng.uniform(0.05, 0.4)])

@@ -114,7 +114,7 @@ def test_the_baseline_blocks_the_event_loop_and_the_fix_does_not(demo):
     assert not [r for r in fixed["recommendations"] if r["kind"] == "offload_from_loop" and r["subject"] != "unknown"]
     row = re.search(r"^event loop blocked \(s\)\s+(\S+)\s+(\S+)$", output, re.M)
     assert row, output
-    assert float(row.group(1)) == pytest.approx(sum(l["blocked_s"] for l in baseline["event_loops"]), abs=0.06)
+    assert float(row.group(1)) == pytest.approx(sum(loop["blocked_s"] for loop in baseline["event_loops"]), abs=0.06)
 
 
 def metrics_url(process: subprocess.Popen) -> str:

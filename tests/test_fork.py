@@ -112,8 +112,8 @@ def busy_parent(traces) -> str:
 
 def test_two_hundred_forks_while_four_threads_make_tool_calls(tmp_path):
     traces = tmp_path / "traces.jsonl"
-    result = run_script(busy_parent(traces) + f"""
-    outcomes = {{}}
+    result = run_script(busy_parent(traces) + """
+    outcomes = {}
     for number in range(200):
         pid = os.fork()
         if pid == 0:
@@ -136,8 +136,8 @@ def test_two_hundred_forks_while_four_threads_make_tool_calls(tmp_path):
     calls = sum(parent_calls)
     parent_tool("after")
     shut = handle.shutdown()
-    print(json.dumps({{"outcomes": {{str(k): v for k, v in outcomes.items()}}, "parent_calls": calls + 1,
-                      "shutdown": shut}}))
+    print(json.dumps({"outcomes": {str(k): v for k, v in outcomes.items()}, "parent_calls": calls + 1,
+                      "shutdown": shut}))
     """, timeout=600)
     assert result["outcomes"] == {"0": 200}, result  # no hang, no failure, every child's shutdown True
     assert result["shutdown"] is True, result["stderr"]
@@ -200,7 +200,7 @@ def test_a_prefork_child_exports_its_spans_while_it_runs(tmp_path):
 def test_multiprocessing_with_the_fork_start_method(tmp_path):
     """Process and Pool children (which end with os._exit, no atexit) flush their spans as they exit."""
     traces = tmp_path / "traces.jsonl"
-    result = run_script(busy_parent(traces) + f"""
+    result = run_script(busy_parent(traces) + """
     import multiprocessing
     context = multiprocessing.get_context("fork")
 
@@ -222,7 +222,7 @@ def test_multiprocessing_with_the_fork_start_method(tmp_path):
     for thread in threads:
         thread.join()
     handle.shutdown()
-    print(json.dumps({{"codes": codes, "pool_ok": squares == list(range(100))}}))
+    print(json.dumps({"codes": codes, "pool_ok": squares == list(range(100))}))
     """)
     assert result["codes"] == [0, 0, 0, 0] and result["pool_ok"], result
     tools = [tool_of(s) for s in spans_in(traces) if s["name"].startswith("execute_tool")]

@@ -41,7 +41,7 @@ ROOMS: dict[str, set[str]] = {
     "dashboards": {"foundation"},
 }
 
-FOUNDATION = {"agent_otel.records", "agent_otel.clock", "agent_otel.errors", "agent_otel.semconv",
+FOUNDATION = {"agent_otel.records", "agent_otel.clock", "agent_otel.errors", "agent_otel.semconv", "agent_otel.background",
               "agent_otel.config", "agent_otel.version", "agent_otel.text", "agent_otel.forks",
               "agent_otel.problems", "agent_otel.appending", "agent_otel.inputs"}
 WIRING = {"agent_otel", "agent_otel.instrumentation", "agent_otel.instrumentors", "agent_otel.pipeline",

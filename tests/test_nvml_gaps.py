@@ -228,7 +228,7 @@ def test_instrument_at_defaults_blames_a_0_6_s_stall_on_the_tool(monkeypatch, sp
 
     gpu = DriverGpu(time.time_ns, period_s=PERIOD_S)
     monkeypatch.setitem(sys.modules, "pynvml", StandInNvml([gpu]))
-    handle = agent_otel.instrument(traces_exporters="none", frameworks=(), gpu="nvml")
+    agent_otel.instrument(traces_exporters="none", frameworks=(), gpu="nvml")
     try:
         @agent_otel.tool
         def fetch_url(url):

@@ -25,6 +25,7 @@ def test_public_names_resolve_to_what_they_name():
     assert agent_otel.instrument is instrument and agent_otel.uninstrument is uninstrument
     assert agent_otel.Instrumentation is Instrumentation
     assert agent_otel.tool is tool and agent_otel.tool_span is tool_span
+    assert set(agent_otel.__all__) == set(agent_otel._PUBLIC) | {"__version__"}
     assert set(agent_otel.__all__) <= set(dir(agent_otel))
     for name in agent_otel.__all__:
         assert getattr(agent_otel, name) is not None, name

@@ -197,7 +197,7 @@ def _run(prometheus_bin: str, work: Path, processes: list[Process]) -> dict:
     index = next(i for i, line in enumerate(agent3.lines) if line == exported.group(0))
     agent3.wait_line(r"^calling$", after=index + 1)
     agent3.stop(signal.SIGKILL)
-    killed_after = max(int(m.group(1)) for m in map(lambda l: re.match(r"exported (\d+)", l), agent3.lines) if m)
+    killed_after = max(int(m.group(1)) for m in map(lambda text: re.match(r"exported (\d+)", text), agent3.lines) if m)
 
     # The stall: the alert must fire while hung_tool still runs.
     agents[0].wait_line(r"^hanging$", timeout_s=40)
@@ -288,7 +288,7 @@ def check_the_service_blame_equals_the_offline_report_over_the_merged_files(run:
 
 
 def check_killing_an_agent_loses_nothing_it_exported_and_the_service_goes_on(run: dict) -> None:
-    api, work = run["api"], run["work"]
+    work = run["work"]
     # Agent 3 was killed during a call after exporting `killed_after` calls.
     assert tool_spans(work / "agent-3.jsonl") == run["killed_after"] > 0
     spans = sum(tool_spans(work / f"agent-{n}.jsonl") for n in (1, 2, 3))

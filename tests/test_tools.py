@@ -237,7 +237,7 @@ def test_generator_span_covers_iteration_and_parents_inner_spans(agent, spans):
         return "end"
 
     outside = []
-    for row in rows(3):
+    for _row in rows(3):
         outside.append(trace.get_current_span())
     (span,) = spans.tools("rows")
     inner = [s for s in spans.all() if s.name == "fetch_row"]

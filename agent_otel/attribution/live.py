@@ -12,7 +12,7 @@ on them while it lasts), and each idle window that closes leaves as
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
@@ -22,8 +22,10 @@ from agent_otel import forks
 from agent_otel.attribution.engine import MAX_HORIZON_CALLS, BlameEngine, BlameUpdate, ClosedWindow
 from agent_otel.gpu.logs import GpuLogWriter
 from agent_otel.clock import now_ns
-from agent_otel.config import DEFAULTS
+from agent_otel.config import DEFAULTS, Settings
+from agent_otel.gpu.device import GpuSource
 from agent_otel.gpu.sampler import GpuSampler
+from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
 from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
 from agent_otel.semconv import (AGENT_TOOL_PHASE, GPU_IDLE_BLOCKED_BY, GPU_IDLE_BLOCKED_DURATION, GPU_IDLE_DURATION,
@@ -32,9 +34,60 @@ from agent_otel.semconv import (AGENT_TOOL_PHASE, GPU_IDLE_BLOCKED_BY, GPU_IDLE_
 from agent_otel.problems import Problems
 from agent_otel.text import NAME_LIMIT, valid_text
 
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Gauge
+
 logger = logging.getLogger("agent_otel.gpu")
 
-__all__ = ["MAX_HORIZON_CALLS", "LiveTimeline", "start_live_timeline"]
+__all__ = ["MAX_HORIZON_CALLS", "CallsInFlight", "FinishedCalls", "GpuMetrics", "LiveTimeline",
+           "start_live_timeline"]
+
+
+class CallsInFlight(Protocol):
+    """The tool calls in flight, by id (``agent_otel.capture.recorder.Recorder.inflight``)."""
+
+    @property
+    def inflight(self) -> dict[int, ToolCall]: ...
+
+
+class FinishedCalls(Protocol):
+    """Where finished tool calls come from (``agent_otel.pipeline.Pipeline``): each batch
+    is handed to every consumer; ``drain()`` hands over what is pending now."""
+
+    @property
+    def consumers(self) -> list[Callable[[list[ToolCall]], None]]: ...
+
+    def drain(self) -> None: ...
+
+
+class GpuMetrics(Protocol):
+    """The GPU metrics of the contract the timeline counts into
+    (``agent_otel.exporters.prometheus.Metrics`` has them), and their label caps."""
+
+    @property
+    def gpu_utilization(self) -> Gauge: ...
+    @property
+    def gpu_idle(self) -> Counter: ...
+    @property
+    def gpu_idle_unattributed(self) -> Counter: ...
+    @property
+    def gpu_idle_blocked(self) -> Counter: ...
+    @property
+    def gpu_underused(self) -> Counter: ...
+    @property
+    def gpu_underused_unattributed(self) -> Counter: ...
+    @property
+    def gpu_underused_blocked(self) -> Counter: ...
+    @property
+    def gpu_missing(self) -> Counter: ...
+    @property
+    def gpu_errors(self) -> Counter: ...
+    @property
+    def tool_label(self) -> Callable[[str], str]: ...
+    @property
+    def gpu_label(self) -> Callable[[str], str]: ...
+    @property
+    def reason_label(self) -> Callable[[str], str]: ...
 
 
 class LiveTimeline:
@@ -42,7 +95,8 @@ class LiveTimeline:
 
     part_name = "GPU sampling"
 
-    def __init__(self, source, *, tracer: trace_api.Tracer, metrics, recorder=None, pipeline=None,
+    def __init__(self, source: GpuSource, *, tracer: trace_api.Tracer, metrics: GpuMetrics,
+                 recorder: Optional[CallsInFlight] = None, pipeline: Optional[FinishedCalls] = None,
                  poll_interval_s: float = DEFAULTS.gpu_poll_interval,
                  idle_threshold: float = DEFAULTS.gpu_idle_threshold, min_idle_s: float = DEFAULTS.gpu_min_idle,
                  horizon_s: float = DEFAULTS.attribution_horizon, log_path: Optional[str] = None,
@@ -208,11 +262,14 @@ class LiveTimeline:
                 self._reported_errors[reason] = count
 
 
-def start_live_timeline(handle) -> Optional[LiveTimeline]:
-    """Open the configured GPU source and start the timeline; None without a GPU."""
-    from agent_otel.gpu.sources import open_gpu_source
+def start_live_timeline(settings: Settings, *, tracer: trace_api.Tracer, metrics: GpuMetrics,
+                        recorder: Optional[CallsInFlight], pipeline: Optional[FinishedCalls],
+                        loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None
+                        ) -> Optional[LiveTimeline]:
+    """Open the GPU source ``settings`` name and start the timeline; None without a GPU.
 
-    settings = handle.settings
+    ``loop_blocks(start_ns, end_ns)``: the event-loop blocks of a stretch (the loop monitor's).
+    """
     options = {"clock": now_ns} if settings.gpu == "simulated" else {}
     source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None,
                              **options)
@@ -222,13 +279,12 @@ def start_live_timeline(handle) -> Optional[LiveTimeline]:
         # Asked for NVML where it does not work: the source logged why;
         # count it, and sample nothing.
         for reason, count in getattr(source, "errors", {}).items():
-            handle.metrics.gpu_errors.labels(handle.metrics.reason_label(reason)).inc(count)
+            metrics.gpu_errors.labels(metrics.reason_label(reason)).inc(count)
         source.close()
         return None
-    timeline = LiveTimeline(source, tracer=handle.tracer, metrics=handle.metrics, recorder=handle.recorder,
-                            pipeline=handle.pipeline, poll_interval_s=settings.gpu_poll_interval,
-                            idle_threshold=settings.gpu_idle_threshold, min_idle_s=settings.gpu_min_idle,
-                            horizon_s=settings.attribution_horizon, log_path=settings.gpu_log_file,
-                            loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor else None)
+    timeline = LiveTimeline(source, tracer=tracer, metrics=metrics, recorder=recorder, pipeline=pipeline,
+                            poll_interval_s=settings.gpu_poll_interval, idle_threshold=settings.gpu_idle_threshold,
+                            min_idle_s=settings.gpu_min_idle, horizon_s=settings.attribution_horizon,
+                            log_path=settings.gpu_log_file, loop_blocks=loop_blocks)
     timeline.start()
     return timeline

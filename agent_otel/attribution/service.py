@@ -152,7 +152,7 @@ class PoolTimeline(LiveTimeline):
         self.frontier_ns = 0  # the newest sample time the engine has blamed up to
         self._seen: dict[tuple[int, int], int] = {}  # (trace id, span id) -> end, of the calls kept
         self._started_ns = clock()
-        delayed = WatermarkSource(source, watermark_s, on_fresh=self.show_utilization_now, clock=clock)
+        delayed = self.delayed = WatermarkSource(source, watermark_s, on_fresh=self.show_utilization_now, clock=clock)
         # The horizon must reach from the frontier (a watermark behind now)
         # to the newest end it may hold (a watermark ahead). The engine runs
         # the calls as its one unnamed pool: every call it holds is of this
@@ -226,7 +226,7 @@ class PoolTimeline(LiveTimeline):
         so far, and close the windows still open; True if the sampler stopped
         within ``timeout_s``."""
         stopped = self.sampler.shutdown(timeout_s)
-        held = self.source.release_all() if stopped else []
+        held = self.delayed.release_all() if stopped else []
         if held:
             self.on_samples(held)
         with self._lock:

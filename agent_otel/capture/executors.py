@@ -256,7 +256,7 @@ def _submit_hook(original: Callable) -> Callable:
             future = original(self, submission.run)
         except BaseException:
             stats.withdrawn()
-            if call is not None:
+            if call is not None and rec is not None:
                 rec.inflight.pop(id(call), None)
             raise
         future.add_done_callback(submission.done)

@@ -46,6 +46,7 @@ import threading
 import time
 import traceback
 from collections import deque
+from types import FrameType
 from typing import Any, Optional
 
 from opentelemetry import trace as trace_api
@@ -202,9 +203,10 @@ class LoopMonitor:
         """Standard loops already running in other threads (their ``run_forever`` is on the stack)."""
         code = _ORIGINAL_RUN_FOREVER_CODE
         here = threading.get_ident()
-        for thread_id, frame in sys._current_frames().items():
+        for thread_id, top in sys._current_frames().items():
             if thread_id == here:
                 continue
+            frame: Optional[FrameType] = top
             for _ in range(stacks.MAX_DEPTH):
                 if frame is None:
                     break

@@ -12,6 +12,8 @@ import functools
 import inspect
 from typing import Callable, Optional
 
+from opentelemetry.util.types import AttributeValue
+
 from agent_otel.semconv import (AGENT_TOOL_EXECUTOR, AGENT_TOOL_OUTCOME, AGENT_TOOL_QUEUE_DURATION, EXECUTOR_DIRECT,
                                 GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME, GEN_AI_TOOL_DESCRIPTION,
                                 GEN_AI_TOOL_NAME, GEN_AI_TOOL_TYPE, OUTCOME_OK, TOOL_TYPE_FUNCTION, tool_span_name)
@@ -40,7 +42,7 @@ class ToolMeta:
         self.description = description
         self.tool_type = tool_type
         self.span_name = tool_span_name(name)
-        attributes = {
+        attributes: dict[str, AttributeValue] = {
             GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_EXECUTE_TOOL,
             GEN_AI_TOOL_NAME: name,
             GEN_AI_TOOL_TYPE: tool_type,
@@ -51,7 +53,7 @@ class ToolMeta:
         # A direct call's queue time, executor and (until an exception says
         # otherwise) outcome are known at start: set with the span, they
         # cost one attribute pass instead of two.
-        self.direct_attributes = {**attributes, AGENT_TOOL_QUEUE_DURATION: 0.0,
+        self.direct_attributes: dict[str, AttributeValue] = {**attributes, AGENT_TOOL_QUEUE_DURATION: 0.0,
                                   AGENT_TOOL_EXECUTOR: EXECUTOR_DIRECT, AGENT_TOOL_OUTCOME: OUTCOME_OK}
 
 
@@ -83,12 +85,13 @@ def first_doc_line(fn: Callable) -> Optional[str]:
 
 
 def is_async_gen(fn: Callable) -> bool:
-    return inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(getattr(fn, "__call__", None))
+    # A callable object's kind is its __call__'s (not a test of callability).
+    return inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(getattr(fn, "__call__", None))  # noqa: B004
 
 
 def is_gen(fn: Callable) -> bool:
-    return inspect.isgeneratorfunction(fn) or inspect.isgeneratorfunction(getattr(fn, "__call__", None))
+    return inspect.isgeneratorfunction(fn) or inspect.isgeneratorfunction(getattr(fn, "__call__", None))  # noqa: B004
 
 
 def is_coroutine(fn: Callable) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004

@@ -32,10 +32,12 @@ here calls straight through.
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from contextvars import Token
+from typing import Any, Literal, Optional
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agent_otel.capture import recorder as _recorder
@@ -223,7 +225,7 @@ class model_span:
         self._provider = provider
         self._stream = stream
         self._call: Optional[ModelSpan] = None
-        self._token = None
+        self._token: Optional[Token[Context]] = None
 
     def __enter__(self):
         call = self._call = ModelSpan.start(self._model, self._operation, self._provider, self._stream)
@@ -232,17 +234,18 @@ class model_span:
         self._token = context_api.attach(trace_api.set_span_in_context(call.span))
         return call
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         call, self._call = self._call, None
         if call is not None:
-            context_api.detach(self._token)
+            if self._token is not None:
+                context_api.detach(self._token)
             call.end(exc)
         return False
 
     async def __aenter__(self):
         return self.__enter__()
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(self, exc_type, exc, tb) -> Literal[False]:
         return self.__exit__(exc_type, exc, tb)
 
 
@@ -263,24 +266,25 @@ class agent_span:
 
     def __init__(self, name: str):
         self._name = str(name)
-        self._span = None
-        self._token = None
+        self._span: Optional[trace_api.Span] = None
+        self._token: Optional[Token[Context]] = None
 
     def __enter__(self):
         rec = _recorder.current
         if rec is None:
             return trace_api.INVALID_SPAN
-        self._span = rec.tracer.start_span(
+        span = self._span = rec.tracer.start_span(
             agent_span_name(self._name), attributes={GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_INVOKE_AGENT,
                                                      GEN_AI_AGENT_NAME: self._name},
             start_time=_now_ns())
-        self._token = context_api.attach(trace_api.set_span_in_context(self._span))
-        return self._span
+        self._token = context_api.attach(trace_api.set_span_in_context(span))
+        return span
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         span, self._span = self._span, None
         if span is not None:
-            context_api.detach(self._token)
+            if self._token is not None:
+                context_api.detach(self._token)
             now = _now_ns()
             if exc is not None:
                 span.set_attribute(ERROR_TYPE, error_type_of(exc))
@@ -292,5 +296,5 @@ class agent_span:
     async def __aenter__(self):
         return self.__enter__()
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(self, exc_type, exc, tb) -> Literal[False]:
         return self.__exit__(exc_type, exc, tb)

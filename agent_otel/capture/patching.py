@@ -234,7 +234,7 @@ class Patches:
                 if own_hook is not _ABSENT:
                     own_hook.__get__(None, cls)(**kwargs)
                 else:
-                    super(base, cls).__init_subclass__(**kwargs)
+                    super(base, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type]  # cls is a class
                 wrap_class(cls)
 
             return classmethod(__init_subclass__)

@@ -13,11 +13,14 @@ import asyncio
 import concurrent.futures
 import threading
 from collections import deque
-from typing import Optional
+from contextvars import Token
+from typing import Callable, Iterable, Optional, Protocol
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from agent_otel import forks
 from agent_otel.text import NAME_LIMIT, valid_text
@@ -55,7 +58,8 @@ class ActiveCall:
 
     __slots__ = ("call", "span", "token", "started_late")
 
-    def __init__(self, call: ToolCall, span, token, started_late: bool = False):
+    def __init__(self, call: Optional[ToolCall], span: trace_api.Span, token: Optional[Token[Context]],
+                 started_late: bool = False):
         self.call = call
         self.span = span
         self.token = token
@@ -83,20 +87,32 @@ def error_type_of(exc: BaseException) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+class RemedyCounts(Protocol):
+    """The remedies' counters (``agent_otel.exporters.prometheus.RemedyMetrics``)."""
+
+    def fallback(self, tool: str) -> None: ...
+    def retry(self, tool: str) -> None: ...
+    def rejection(self, tool: str, executor: str) -> None: ...
+    def cache_hit(self, tool: str) -> None: ...
+    def cache_miss(self, tool: str) -> None: ...
+    def cache_evictions(self, tool: str, count: int) -> None: ...
+    def batch(self, tool: str, size: int, waits: Iterable[float]) -> None: ...
+    def abandoned(self, executor: str, change: int) -> None: ...
+
+
 class Recorder:
     """Begins and ends tool calls; owns the in-flight table and the finished queue."""
 
     def __init__(self, tracer: trace_api.Tracer, *, record_arguments: bool = False,
                  record_results: bool = False, max_attribute_length: int = DEFAULTS.max_attribute_length,
-                 redact=None):
+                 redact: Optional[Callable[[str, str], str]] = None):
         self.tracer = tracer
         self.record_arguments = record_arguments
         self.record_results = record_results
         self.max_attribute_length = max_attribute_length
         self.redact = redact
-        # The remedies' counters (exporters.prometheus.RemedyMetrics), set by
-        # instrument(); None when nothing serves them.
-        self.remedy_metrics = None
+        # The remedies' counters, set by instrument(); None when nothing serves them.
+        self.remedy_metrics: Optional[RemedyCounts] = None
         # id(call) -> call, for every call requested and not yet finished.
         self.inflight: dict[int, ToolCall] = {}
         # Finished calls waiting for the pipeline thread. deque.append and
@@ -132,8 +148,9 @@ class Recorder:
             # submission, and it is already in the in-flight table.
             worker_local.pending = None
             call.start_ns = now
-            attributes = {**meta.start_attributes, AGENT_TOOL_QUEUE_DURATION: (now - call.submit_ns) / 1e9,
-                          AGENT_TOOL_EXECUTOR: call.executor, AGENT_TOOL_OUTCOME: OUTCOME_OK}
+            attributes: dict[str, AttributeValue] = {
+                **meta.start_attributes, AGENT_TOOL_QUEUE_DURATION: (now - call.submit_ns) / 1e9,
+                AGENT_TOOL_EXECUTOR: call.executor, AGENT_TOOL_OUTCOME: OUTCOME_OK}
             if call.executor_workers:
                 attributes[AGENT_EXECUTOR_MAX_WORKERS] = call.executor_workers
         else:
@@ -207,7 +224,7 @@ class Recorder:
                 span.set_attribute(ERROR_TYPE, call.error_type)
                 span.record_exception(exc, timestamp=now, escaped=True)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        attributes = {AGENT_TOOL_EXEC_DURATION: (now - call.start_ns) / 1e9}
+        attributes: dict[str, AttributeValue] = {AGENT_TOOL_EXEC_DURATION: (now - call.start_ns) / 1e9}
         if cpu_ns is not None:
             call.cpu_ns = cpu_ns
             attributes[AGENT_TOOL_EXEC_CPU_TIME] = cpu_ns / 1e9

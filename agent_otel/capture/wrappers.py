@@ -16,7 +16,7 @@ import functools
 import sys
 from asyncio import _get_running_loop
 from time import thread_time_ns
-from typing import Callable, Optional
+from typing import Callable, Literal, Optional
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
@@ -24,7 +24,7 @@ from opentelemetry import trace as trace_api
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture import stacks
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, is_async_gen, is_coroutine, is_gen, meta_for, name_of
-from agent_otel.capture.recorder import ActiveCall
+from agent_otel.capture.recorder import ActiveCall, Recorder
 from agent_otel.semconv import GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, TOOL_TYPE_FUNCTION
 
 
@@ -171,10 +171,10 @@ def _wrap_async_generator(fn, meta: ToolMeta):
                 except BaseException as thrown:
                     method, value = generator.athrow, thrown
         except BaseException as exc:
-            if active is not None:
+            if active is not None and rec is not None:
                 rec.end(active, exc)
             raise
-        if active is not None:
+        if active is not None and rec is not None:
             rec.end(active)
 
     return wrapper
@@ -207,7 +207,7 @@ class tool_span:
                  description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION):
         self._meta = meta_for(name, description, tool_type)
         self._call_id = call_id
-        self._recorder = None
+        self._recorder: Optional[Recorder] = None
         self._active: Optional[ActiveCall] = None
         self._cpu: Optional[int] = None
         self._frame = 0
@@ -230,8 +230,8 @@ class tool_span:
         stacks.enter_inline(frame, self._active)
         return self._active.span
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        if self._active is not None:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
+        if self._active is not None and self._recorder is not None:
             active, self._active = self._active, None
             cpu, self._cpu = self._cpu, None
             stacks.exit_inline(self._frame)
@@ -241,5 +241,5 @@ class tool_span:
     async def __aenter__(self):
         return self._enter()
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(self, exc_type, exc, tb) -> Literal[False]:
         return self.__exit__(exc_type, exc, tb)

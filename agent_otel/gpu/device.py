@@ -9,12 +9,14 @@ imports them.
 from __future__ import annotations
 
 import collections
-from typing import NamedTuple, Optional, Protocol
+from dataclasses import dataclass
+from typing import Optional, Protocol
 
 from agent_otel.records import GpuSample
 
 
-class GpuDevice(NamedTuple):
+@dataclass(frozen=True)
+class GpuDevice:
     """One GPU a source reports on. ``index`` is the label samples carry."""
 
     index: str
@@ -26,9 +28,13 @@ class GpuSource(Protocol):
     """What the sampler needs from a source of GPU samples."""
 
     kind: str  # "nvml", "simulated" or "replay"
-    # Problems the source degraded around, by kind (e.g. "gpu_lost"),
-    # exported as agent_otel_gpu_errors_total. poll() never raises.
-    errors: collections.Counter
+
+    @property
+    def errors(self) -> collections.Counter:
+        """Problems the source degraded around, by kind (e.g. "gpu_lost"),
+        exported as agent_otel_gpu_errors_total. poll() never raises."""
+        ...
+
     # Optional (read with getattr, default False): True when the source
     # vouches for every gap between its samples, marking lost data itself
     # with MISSING samples (NvmlSource), so the timeline needs no gap limit.

@@ -146,7 +146,7 @@ class GpuLog(Sequence):
         ordered = sorted(self.series.values(), key=lambda s: s.gpu)
         return heapq.merge(*ordered, key=lambda sample: sample.timestamp_ns)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         if index == 0 and self.series:
             return min((next(iter(s)) for s in self.series.values() if len(s)), key=lambda x: (x.timestamp_ns, x.gpu))
         return list(self)[index]
@@ -268,10 +268,10 @@ class _LogReader:
 
     # -- dmon ------------------------------------------------------------
 
-    def _dmon(self, number: int, line: str, lines) -> None:
+    def _dmon(self, first_number: int, first_line: str, lines) -> None:
         columns: Optional[dict[str, int]] = None
         count = 0
-        for number, line in _chain(number, line, lines):
+        for number, line in _chain(first_number, first_line, lines):
             fields = line.split()
             if not fields:
                 continue

@@ -56,7 +56,7 @@ import collections
 import logging
 import time
 import warnings
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from agent_otel.clock import now_ns
 from agent_otel.gpu.device import GpuDevice
@@ -276,7 +276,7 @@ class NvmlSource:
                 self._devices.append(_Device(handle, info))
 
     def _describe(self, handle, label: str) -> GpuDevice:
-        nvml = self._nvml
+        nvml: Any = self._nvml  # pynvml, loaded when the source opened
         index = str(int(label)) if label.isdigit() else str(nvml.nvmlDeviceGetIndex(handle))
         try:
             uuid = _text(nvml.nvmlDeviceGetUUID(handle))
@@ -296,7 +296,7 @@ class NvmlSource:
     # -- polling ---------------------------------------------------------
 
     def _poll_device(self, device: _Device) -> list[GpuSample]:
-        nvml = self._nvml
+        nvml: Any = self._nvml  # pynvml, loaded when the source opened
         now_ns = self._clock()
         if device.mode == "samples":
             try:

@@ -144,15 +144,17 @@ class OtlpReceiver:
             self.shutdown()
             raise
 
-    def shutdown(self, grace_s: float = 1.0) -> None:
-        """Stop taking requests; those in progress get ``grace_s`` to finish."""
+    def shutdown(self, timeout_s: float = 1.0) -> bool:
+        """Stop taking requests; those in progress get ``timeout_s`` to finish. True if they did."""
+        finished = True
         if self._grpc is not None:
-            self._grpc.stop(grace_s).wait(grace_s + 1.0)
+            finished = self._grpc.stop(timeout_s).wait(timeout_s + 1.0)
             self._grpc = None
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
+        return bool(finished)
 
     def _start_grpc(self, endpoint: str) -> None:
         server = grpc.server(

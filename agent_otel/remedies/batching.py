@@ -109,10 +109,9 @@ class BatchedTool:
         pool = pools.use(self.pool)
         slot = _Slot(item, open_call(self.meta, pool.name))
         with self._lock:
-            batch = self._open
-            opener = batch is None
-            if opener:
-                batch = self._open = _Batch(self.window_s)
+            open_batch = self._open
+            opener = open_batch is None
+            batch = self._open = _Batch(self.window_s) if open_batch is None else open_batch
             batch.slots.append(slot)
             if len(batch.slots) >= self.max_size:
                 self._open = None

@@ -75,25 +75,29 @@ class Remedies:
         self.cache: Optional[ResultCache] = cache
         self.wrapper: Optional[Callable] = None
 
-    def pool_for_call(self, off_loop: bool = False) -> Optional[pools.ToolPool]:
+    def pool_for_call(self) -> Optional[pools.ToolPool]:
         """Where an attempt runs: its pool; ``"default"`` when it needs a thread
-        (a timeout, or a call from the event loop); else None (the caller's thread)."""
-        if self.pool is not None:
-            return pools.use(self.pool)
-        if self.timeout is not None or off_loop:
-            return pools.use(pools.DEFAULT_POOL)
-        return None
+        (a timeout); else None (the caller's thread)."""
+        if self.pool is None and self.timeout is None:
+            return None
+        return self.pool_off_loop()
+
+    def pool_off_loop(self) -> pools.ToolPool:
+        """Where an attempt called from the event loop runs: its pool, else ``"default"``."""
+        return pools.use(self.pool if self.pool is not None else pools.DEFAULT_POOL)
 
     def target(self, pool: Optional[pools.ToolPool]) -> Callable:
         """The callable an attempt runs; in a process pool, one that pickles by reference."""
         if pool is None or not pool.processes:
             return self.fn
+        if self.wrapper is None:
+            raise RuntimeError(f"tool {self.meta.name!r} is not decorated yet")
         return functools.partial(pool.in_process, functools.partial(_call_original, self.wrapper))
 
 
 def _call_original(wrapper: Callable, *args, **kwargs):
     """In a worker process: the undecorated function behind a module-level tool."""
-    return wrapper.__wrapped__(*args, **kwargs)
+    return wrapper.__wrapped__(*args, **kwargs)  # type: ignore[attr-defined]  # set by functools.update_wrapper
 
 
 def wrap(fn: Callable, meta: ToolMeta, *, pool=None, timeout=None, retries=0, retry_interval=0.1,
@@ -109,17 +113,20 @@ def wrap(fn: Callable, meta: ToolMeta, *, pool=None, timeout=None, retries=0, re
             raise ConfigError(f"@tool {meta.name!r} pool", pool,
                               "None for a coroutine function (it runs on the event loop, not in a pool)")
 
-        async def wrapper(*args, **kwargs):
+        async def coroutine_wrapper(*args, **kwargs):
             return await _call_coroutine(remedies, args, kwargs)
+
+        wrapper: Callable = coroutine_wrapper
     else:
-        def wrapper(*args, **kwargs):
+        def sync_wrapper(*args, **kwargs):
             return _call_sync(remedies, args, kwargs)
 
         async def aio(*args, **kwargs):
             """Call from async code: runs on the tool's pool and awaits it without blocking the loop."""
             return await _call_from_loop(remedies, args, kwargs)
 
-        wrapper.aio = aio
+        sync_wrapper.aio = aio  # type: ignore[attr-defined]
+        wrapper = sync_wrapper
     remedies.wrapper = wrapper
     return finish_wrapper(wrapper, fn, meta)
 
@@ -153,12 +160,13 @@ def _answer_from_cache(remedies: Remedies, value):
 
 
 def _keep(remedies: Remedies, telemetry, key, result) -> None:
-    if key is None:
+    cache = remedies.cache
+    if key is None or cache is None:  # a key only comes from a cache
         return
     try:
-        evicted = remedies.cache.store.put(key, result, remedies.cache.ttl)
+        evicted = cache.store.put(key, result, cache.ttl)
     except Exception as exc:
-        remedies.cache.store_failed("put", remedies.meta.name, exc)
+        cache.store_failed("put", remedies.meta.name, exc)
         return
     if evicted and telemetry.metrics is not None:
         telemetry.metrics.cache_evictions(remedies.meta.name, evicted)
@@ -282,7 +290,8 @@ def _call_sync(remedies: Remedies, args: tuple, kwargs: dict):
         try:
             result = _attempt_sync(remedies, pool, telemetry, args, kwargs)
         except Exception as exc:
-            failure = _after_attempt(remedies, telemetry, number, exc)
+            _after_attempt(remedies, telemetry, number, exc)
+            failure = exc
             continue
         except BaseException as exc:
             telemetry.finish(exc)
@@ -291,6 +300,7 @@ def _call_sync(remedies: Remedies, args: tuple, kwargs: dict):
         _keep(remedies, telemetry, key, result)
         telemetry.finish()
         return result
+    assert failure is not None  # every attempt failed, and there was one at least (retries >= 0)
     if remedies.fallback is None:
         telemetry.finish(failure)
         raise failure
@@ -326,7 +336,7 @@ async def _call_from_loop(remedies: Remedies, args: tuple, kwargs: dict):
     key, value = _cached(remedies, args, kwargs)
     if value is not MISS:
         return _answer_from_cache(remedies, value)
-    pool = remedies.pool_for_call(off_loop=True)
+    pool = remedies.pool_off_loop()
     telemetry = _open(remedies, pool)
 
     async def attempt_on_pool():
@@ -386,7 +396,8 @@ async def _policy_async(remedies: Remedies, telemetry, key, attempt_once, args: 
         try:
             result = await attempt_once()
         except Exception as exc:
-            failure = _after_attempt(remedies, telemetry, number, exc)
+            _after_attempt(remedies, telemetry, number, exc)
+            failure = exc
             continue
         except BaseException as exc:
             telemetry.finish(exc)
@@ -395,6 +406,7 @@ async def _policy_async(remedies: Remedies, telemetry, key, attempt_once, args: 
         _keep(remedies, telemetry, key, result)
         telemetry.finish()
         return result
+    assert failure is not None  # every attempt failed, and there was one at least (retries >= 0)
     if remedies.fallback is None:
         telemetry.finish(failure)
         raise failure
@@ -419,11 +431,10 @@ def _before_retry(remedies: Remedies, telemetry) -> None:
         telemetry.metrics.retry(remedies.meta.name)
 
 
-def _after_attempt(remedies: Remedies, telemetry, number: int, exc: Optional[Exception]):
+def _after_attempt(remedies: Remedies, telemetry, number: int, exc: Optional[Exception]) -> None:
     if remedies.retries:
         telemetry.attempt(number, exc)
         telemetry.attributes[AGENT_TOOL_RETRIES] = number - 1
-    return exc
 
 
 def _fell_back(remedies: Remedies, telemetry, result):

@@ -118,6 +118,8 @@ class ToolPool(Executor):
 
     def in_process(self, fn: Callable, /, *args, **kwargs):
         """On a pool thread of a ``processes=True`` pool: run ``fn`` in a worker process and wait."""
+        if self._process_pool is None:
+            raise RuntimeError(f"pool {self.name!r} has no worker processes (declared without processes=True)")
         return self._process_pool.submit(fn, *args, **kwargs).result()
 
     def _release(self, _future: Future) -> None:

@@ -91,22 +91,21 @@ class CallTelemetry(_Notes):
     def started(self):
         """On the thread that runs an attempt, as it starts: the span to make current."""
         with self._lock:
-            if self._active is None:
-                self._begin()
-            return self._active.span
+            active = self._active if self._active is not None else self._begin()
+            return active.span
 
-    def _begin(self) -> None:
+    def _begin(self) -> ActiveCall:
         worker_local.pending = self._call  # Recorder.begin claims it: the span starts at request
-        self._active = self._recorder.begin(self._meta, attach=False)
+        active = self._active = self._recorder.begin(self._meta, attach=False)
+        return active
 
     def finish(self, exc: Optional[BaseException] = None, outcome: Optional[str] = None) -> None:
         """End the span: with ``exc`` as the call's error, or with ``outcome`` (e.g. ``fallback``)."""
         with self._lock:
-            if self._active is None:
-                self._begin()  # no attempt ever started: all of it was queue time
-            active = self._active
+            # No attempt ever started: all of it was queue time.
+            active = self._active if self._active is not None else self._begin()
         self._write(active.span)
-        if outcome is not None:
+        if outcome is not None and active.call is not None:
             active.call.outcome = outcome
         self._recorder.end(active, exc)
 

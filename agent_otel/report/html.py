@@ -26,8 +26,10 @@ from __future__ import annotations
 import html
 import json
 from importlib import resources
+from typing import Iterable
 
 from agent_otel.attribution import gpu_key
+from agent_otel.records import GpuSample
 from agent_otel.report.analysis import Analysis, report_json
 from agent_otel.report.stats import assign_rows
 from agent_otel.semconv import OUTCOMES
@@ -150,7 +152,7 @@ def _timeline_data(analysis: Analysis) -> dict:
         shares["end"].append(ms(share.end_ns))
     gpus = []
     for gpu in analysis.gpus:
-        samples = analysis.samples.get(gpu.gpu, [])
+        samples: Iterable[GpuSample] = analysis.samples.get(gpu.gpu) or ()
         windows = [a for a in analysis.attributions if gpu_key(a.window) == gpu.gpu]
         curve = analysis.underuse.blocked_curve.get(gpu.gpu) if analysis.underuse is not None else None
         starts, ends, ratios = curve if curve is not None else ((), (), ())

@@ -356,7 +356,7 @@ class TraceReader:
         if operation == GEN_AI_OPERATION_EXECUTE_TOOL:
             self._tool_call(span, found, key, start_ns, end_ns, pool)
         elif operation in MODEL_OPERATIONS:
-            self._model_call(span, found, key, start_ns, end_ns, operation)  # type: ignore[arg-type]
+            self._model_call(span, found, key, start_ns, end_ns, operation)
         elif operation == GEN_AI_OPERATION_INVOKE_AGENT:
             run = self._agent_run(span, found, key, start_ns, end_ns)
         elif span.get("name") == SPAN_GPU_IDLE:
@@ -429,7 +429,7 @@ class TraceReader:
             if value is not None:
                 if type(value) is bool or type(value) not in (int, float) or not 0 <= value < 1e15:  # type: ignore[operator]
                     raise SpanFormatError(f"span {_name_of(span)!r}: {key} is not a token count: {value!r}")
-                return int(value)  # type: ignore[arg-type]
+                return int(value)  # type: ignore[call-overload]  # an int or float, checked above
         return None
 
     def _tool_call(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
@@ -451,7 +451,7 @@ class TraceReader:
             tool = self._name(name[len(prefix):] if type(name) is str and name.startswith(prefix)
                               else _name_of(span) or "unknown")
         value = found.get(AGENT_TOOL_OUTCOME)
-        outcome = _OUTCOMES.get(value.get("stringValue")) if type(value) is dict else None  # the shared constant
+        outcome = _OUTCOMES.get(value.get("stringValue") or "") if type(value) is dict else None  # the shared constant
         if outcome is None:
             outcome = _OUTCOMES.get(text(found, AGENT_TOOL_OUTCOME))  # type: ignore[arg-type]
         if outcome is None:
@@ -777,7 +777,7 @@ class TraceReader:
         value = any_value(value, key)
         if value is None:
             return None
-        if type(value) is bool or type(value) not in (int, float) or not value >= 0 or math.isinf(value):  # type: ignore[operator]
+        if type(value) is bool or type(value) not in (int, float) or not value >= 0 or math.isinf(value):  # type: ignore[operator,arg-type]
             raise SpanFormatError(f"span {_name_of(span)!r}: {key} is not a non-negative number: {value!r}")
         return float(value)  # type: ignore[arg-type]
 

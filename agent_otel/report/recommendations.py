@@ -478,8 +478,8 @@ def _overlap_tool_with_gpu(analysis: Analysis) -> list[Recommendation]:
     if underuse is None:
         return []  # no utilization samples: only idle windows are known
     by_tool_gpu: dict[tuple[str, str], float] = {}
-    for (gpu, tool, _phase), seconds in underuse.totals.blocked_s.items():
-        by_tool_gpu[(tool, gpu)] = by_tool_gpu.get((tool, gpu), 0.0) + seconds
+    for (gpu, name, _phase), seconds in underuse.totals.blocked_s.items():
+        by_tool_gpu[(name, gpu)] = by_tool_gpu.get((name, gpu), 0.0) + seconds
     found = []
     for tool in analysis.tools:  # in rank order
         best = None

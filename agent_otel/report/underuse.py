@@ -105,7 +105,7 @@ def read_underuse(steps: Iterable[TimelineStep], calls: Sequence[ToolCall], star
         overlapping = index.overlapping(first, last)
         near = [block for block in blocks if block.start_ns < last and (block.end_ns or _OPEN_END) > first]
         for result in attribute(known, overlapping, near):
-            segment: UtilizationSegment = result.window  # type: ignore[assignment,no-redef]
+            segment: UtilizationSegment = result.window  # type: ignore[no-redef]
             underuse.totals.add(result)
             _observe(underuse, segment, result.shares, curves)
     underuse.blocked_curve = curves

@@ -24,6 +24,7 @@ import importlib
 import os
 import sys
 import threading
+from types import ModuleType
 from typing import Optional
 
 from agent_otel import forks
@@ -42,7 +43,7 @@ FRAMEWORKS = {
 ENTRY_POINT_PREFIX = "agent_otel_"
 
 _lock = threading.RLock()
-_hooked: dict[str, object] = {}  # name -> its hook module, while hooked
+_hooked: dict[str, ModuleType] = {}  # name -> its hook module, while hooked
 _pending: set[str] = set()  # names to hook when their framework is imported
 _hooking: set[str] = set()  # names whose hook is being installed right now
 _generation = 0  # a pending hook registered before the last uninstrument does nothing
@@ -112,7 +113,7 @@ def instrument_frameworks(names: Optional[tuple[str, ...]] = None) -> list[str]:
 
 def _hook(name: str, generation: int) -> None:
     """Install one framework's hook (claimed in ``_hooking`` by the caller)."""
-    module = None
+    module: Optional[ModuleType] = None
     try:
         module = importlib.import_module(FRAMEWORKS[name][0])
         module.instrument()
@@ -131,7 +132,7 @@ def _hook(name: str, generation: int) -> None:
         stale = module is not None and generation != _generation
         if module is not None and not stale:
             _hooked[name] = module
-    if stale:  # uninstrumented while it was being hooked
+    if stale and module is not None:  # uninstrumented while it was being hooked
         module.uninstrument()
 
 

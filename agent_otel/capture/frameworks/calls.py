@@ -190,7 +190,7 @@ stacks.register(async_call.__code__)
 def _settle(handoff: _Handoff, framework: str, raised: bool) -> None:
     """Give a requested call that never reached a worker its exec start."""
     call = handoff.active.call
-    if call.start_ns:
+    if call is None or call.start_ns:  # None: a nested begin, recorded by the outer one
         return
     if handoff.submitted:
         # Submitted, never started (cancelled while queued): all queue.

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+from concurrent.futures import ThreadPoolExecutor
 import inspect
 
 from agent_otel.capture import recorder as _recorder
@@ -102,8 +103,8 @@ def _tool_name(executor, tool_call):
     return getattr(tool, "name", None) or function_name
 
 
-def _tool_call_pool(pool_class):
-    class ToolCallPool(pool_class):
+def _tool_call_pool(pool_class: type[ThreadPoolExecutor]) -> type[ThreadPoolExecutor]:
+    class ToolCallPool(pool_class):  # type: ignore[valid-type,misc]  # the framework's own pool class
         """The agent's pool for parallel native tool calls, submitting each as a marked work item."""
 
         def submit(self, fn, /, *args, **kwargs):

@@ -217,7 +217,8 @@ def _add_model_call_handler() -> None:
     global _model_calls_var
     from langchain_core.tracers import context
 
-    _model_calls_var = contextvars.ContextVar("agent_otel_model_calls", default=_model_call_handler_class()())
+    # One handler for every context (it keeps no per-context state): LangChain reads it as the default.
+    _model_calls_var = contextvars.ContextVar("agent_otel_model_calls", default=_model_call_handler_class()())  # noqa: B039
     context.register_configure_hook(_model_calls_var, True)
 
 

@@ -164,13 +164,13 @@ async def _serve_tool_call(handler, ctx, params, *args, **kwargs):
         finally:
             context_api.detach(token)
     failure = _ToolFailure()
-    token = _failure.set(failure)
+    failure_token = _failure.set(failure)
     try:
         return await async_call(FRAMEWORK, handler, (ctx, params, *args), kwargs,
                                 lambda: (meta(name), None), lambda result: _server_error(result, failure),
                                 thread_owner=None, thread_optional=True)
     finally:
-        _failure.reset(token)
+        _failure.reset(failure_token)
 
 
 def _in_process_client_span(name: str):

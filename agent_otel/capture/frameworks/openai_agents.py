@@ -128,8 +128,8 @@ def _start_model_call(kwargs):
 
 
 def _read_usage(call, usage) -> None:
-    if usage is not None and (getattr(usage, "requests", 0) or getattr(usage, "input_tokens", 0)
-                              or getattr(usage, "output_tokens", 0)):
+    if usage is not None and (getattr(usage, "requests", None) or getattr(usage, "input_tokens", None)
+                              or getattr(usage, "output_tokens", None)):
         call.usage(getattr(usage, "input_tokens", None), getattr(usage, "output_tokens", None))
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+from concurrent.futures import ThreadPoolExecutor
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
@@ -67,10 +68,10 @@ def _wrap_call(original):
     return __call__
 
 
-def _tool_call_pool(pool_class):
+def _tool_call_pool(pool_class: type[ThreadPoolExecutor]) -> type[ThreadPoolExecutor]:
     from smolagents.memory import ToolCall
 
-    class ToolCallPool(pool_class):
+    class ToolCallPool(pool_class):  # type: ignore[valid-type,misc]  # the framework's own pool class
         """The agent's pool, submitting each tool call as a marked work item."""
 
         def submit(self, fn, /, *args, **kwargs):
