@@ -115,11 +115,16 @@ class Settings:
     record_arguments: bool = setting(
         False, "record tool arguments on spans (opt-in)", env=("AGENT_OTEL_RECORD_ARGUMENTS",))
     record_results: bool = setting(False, "record tool results on spans (opt-in)", env=("AGENT_OTEL_RECORD_RESULTS",))
+    record_exception_messages: bool = setting(
+        True, "record a failed call's exception message (and the message lines of its stack trace); off: its "
+        "type and stack frames only ([why on](docs/telemetry.md#what-a-span-says-about-the-data))",
+        env=("AGENT_OTEL_RECORD_EXCEPTION_MESSAGES",))
     max_attribute_length: int = setting(
-        1024, "truncate recorded arguments and results", env=("AGENT_OTEL_MAX_ATTRIBUTE_LENGTH",), low=1,
-        high=10_000_000)
+        1024, "truncate recorded arguments, results and exception messages", env=("AGENT_OTEL_MAX_ATTRIBUTE_LENGTH",),
+        low=1, high=10_000_000)
     redact: Optional[Callable[[str, str], str]] = setting(
-        None, "`redact(attribute, text) -> text`, applied before recording")
+        None, "`redact(attribute, text) -> text`, applied to every text a tool call's spans carry: arguments, "
+        "results, exception messages, stack traces, status descriptions")
     gpu: str = setting(
         "auto", "`auto` (NVML if a GPU is found, else off), `nvml`, `simulated`, `replay:PATH`, `off`",
         env=("AGENT_OTEL_GPU",), choices=GPU_SOURCES)

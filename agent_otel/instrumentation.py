@@ -355,7 +355,8 @@ def _setup(handle: Instrumentation) -> None:
     recorder = handle.recorder = Recorder(tracer, record_arguments=settings.record_arguments,
                                           record_results=settings.record_results,
                                           max_attribute_length=settings.max_attribute_length,
-                                          redact=settings.redact)
+                                          redact=settings.redact,
+                                          record_exception_messages=settings.record_exception_messages)
     recorder.remedy_metrics = handle.metrics.remedies
     handle.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
     if settings.loop_monitor:

@@ -112,6 +112,11 @@ def agent_span_name(agent: str) -> str:
 
 ERROR_TYPE: Final = "error.type"  # stable
 SERVICE_NAME: Final = "service.name"  # stable (a resource attribute)
+# On the exception event of a failed call (stable), every text through redact().
+EXCEPTION_TYPE: Final = "exception.type"
+EXCEPTION_MESSAGE: Final = "exception.message"  # only with record_exception_messages
+EXCEPTION_STACKTRACE: Final = "exception.stacktrace"
+EXCEPTION_ESCAPED: Final = "exception.escaped"
 # On asyncio.loop.blocked spans (the loop's thread); the report also reads
 # thread.name on tool spans when another instrumentation recorded it.
 THREAD_NAME: Final = "thread.name"

@@ -10,7 +10,6 @@ import http.server
 import os
 import re
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -66,15 +65,20 @@ def test_the_readme_snippet_with_no_collector(tmp_path):
     baseline = tmp_path / "baseline.py"
     baseline.write_text("\n".join(line for line in snippet.splitlines() if "agent_otel.instrument(" not in line)
                         + call)
-    added, errs = [], []
-    for round_ in range(3):
+    exits, bases, errs = [], [], []
+    for round_ in range(5):
         run_dir = tmp_path / f"run{round_}"
         run_dir.mkdir()
         exit_s, _, err = run_until_exit(agent, clean_env(), run_dir)
         base_s, _, _ = run_until_exit(baseline, clean_env(), run_dir)
-        added.append(exit_s - base_s)
+        exits.append(exit_s)
+        bases.append(base_s)
         errs.append((run_dir, err))
-    assert statistics.median(added) <= 0.5, added
+    # What exit costs when the machine lets it run: the least of interleaved
+    # rounds (the others only add what a busy machine adds to both); and no
+    # round ever waits for an endpoint (the old default waited 5 s).
+    assert min(exits) - min(bases) <= 0.5, (exits, bases)
+    assert max(exits) < 3.0, exits
 
     for run_dir, err in errs:
         lines = err.strip().splitlines()

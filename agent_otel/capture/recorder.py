@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import threading
 from collections import deque
 from contextvars import Token
@@ -23,6 +24,7 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from agent_otel import forks
+from agent_otel.capture import payloads
 from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.config import DEFAULTS
@@ -31,7 +33,8 @@ from agent_otel.records import ToolCall
 from agent_otel.semconv import (AGENT_EXECUTOR_MAX_WORKERS, AGENT_TOOL_EXEC_CPU_TIME, AGENT_TOOL_EXEC_DURATION,
                                 AGENT_TOOL_EXECUTOR,
                                 AGENT_TOOL_OUTCOME, AGENT_TOOL_QUEUE_DURATION, ERROR_TYPE, EVENT_EXEC_START,
-                                EXECUTOR_DIRECT, GEN_AI_TOOL_CALL_ID, OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK,
+                                EVENT_EXCEPTION, EXCEPTION_ESCAPED, EXCEPTION_MESSAGE, EXCEPTION_STACKTRACE,
+                                EXCEPTION_TYPE, EXECUTOR_DIRECT, GEN_AI_TOOL_CALL_ID, OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK,
                                 OUTCOME_TIMEOUT, SCOPE_NAME)
 
 # Exceptions that mean "the call ran out of time", whichever module raised them
@@ -105,12 +108,14 @@ class Recorder:
 
     def __init__(self, tracer: trace_api.Tracer, *, record_arguments: bool = False,
                  record_results: bool = False, max_attribute_length: int = DEFAULTS.max_attribute_length,
-                 redact: Optional[Callable[[str, str], str]] = None):
+                 redact: Optional[Callable[[str, str], str]] = None,
+                 record_exception_messages: bool = DEFAULTS.record_exception_messages):
         self.tracer = tracer
         self.record_arguments = record_arguments
         self.record_results = record_results
         self.max_attribute_length = max_attribute_length
         self.redact = redact
+        self.record_exception_messages = record_exception_messages
         # The remedies' counters, set by instrument(); None when nothing serves them.
         self.remedy_metrics: Optional[RemedyCounts] = None
         # id(call) -> call, for every call requested and not yet finished.
@@ -222,8 +227,7 @@ class Recorder:
             if call.outcome != OUTCOME_CANCELLED:
                 call.error_type = error_type_of(exc)
                 span.set_attribute(ERROR_TYPE, call.error_type)
-                span.record_exception(exc, timestamp=now, escaped=True)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                self.record_error(span, exc, now)
         attributes: dict[str, AttributeValue] = {AGENT_TOOL_EXEC_DURATION: (now - call.start_ns) / 1e9}
         if cpu_ns is not None:
             call.cpu_ns = cpu_ns
@@ -244,17 +248,43 @@ class Recorder:
         self.finished.append(call)
         self.inflight.pop(id(call), None)
 
-    def record_payload(self, span, attribute: str, value: object) -> None:
-        """Record a tool's arguments or result, only when the user opted in."""
+    # ------------------------------------------------------------ text that leaves the process (payloads.py)
+
+    def text(self, attribute: str, text: str) -> str:
+        """``text`` for ``attribute`` through ``redact``, valid and cut to ``max_attribute_length``."""
+        return payloads.redacted(self.redact, attribute, text, self.max_attribute_length)
+
+    def payload_text(self, attribute: str, value: object) -> str:
+        """A tool's arguments or result as recorded: ``repr()`` (a string as is), through ``redact``."""
         try:
             text = value if isinstance(value, str) else repr(value)
-            if self.redact is not None:
-                text = self.redact(attribute, text)
-            if len(text) > self.max_attribute_length:
-                text = text[: self.max_attribute_length] + "…"
-            span.set_attribute(attribute, text)
-        except Exception:  # a user's __repr__ or redact hook must not break the tool
-            span.set_attribute(attribute, "<unrepresentable>")
+        except Exception:  # a user's __repr__ must not break the tool
+            return payloads.UNREPRESENTABLE
+        return self.text(attribute, text)
+
+    def record_payload(self, span, attribute: str, value: object) -> None:
+        """Record a tool's arguments or result (callers check that the user opted in)."""
+        span.set_attribute(attribute, self.payload_text(attribute, value))
+
+    def record_error(self, span, exc: BaseException, timestamp: Optional[int] = None) -> None:
+        """The ``exception`` event and ERROR status of a failed call, as the SDK's
+        ``record_exception`` writes them, every text through ``redact``; the
+        messages only with ``record_exception_messages``."""
+        name = type(exc).__name__
+        attributes = {EXCEPTION_TYPE: name}
+        message = payloads.message_of(exc) if self.record_exception_messages else None
+        if message is not None:
+            attributes[EXCEPTION_MESSAGE] = self.text(EXCEPTION_MESSAGE, message)
+        stack = payloads.exception_text(exc, self.record_exception_messages)
+        stack = payloads.redacted(self.redact, EXCEPTION_STACKTRACE, stack, sys.maxsize)
+        attributes[EXCEPTION_STACKTRACE] = payloads.keep_end(stack, payloads.STACKTRACE_LIMIT)
+        attributes[EXCEPTION_ESCAPED] = "True"
+        span.add_event(EVENT_EXCEPTION, attributes, timestamp=timestamp)
+        self.set_error_status(span, f"{name}: {message}" if message is not None else name)
+
+    def set_error_status(self, span, description: str) -> None:
+        """ERROR status with ``description`` (text from the call) through ``redact``."""
+        span.set_status(Status(StatusCode.ERROR, self.text(payloads.STATUS_DESCRIPTION, description)))
 
     def queued(self, tool: str, executor: str, submit_ns: int, max_workers: Optional[int] = None) -> ToolCall:
         """A tool call submitted to an executor (of ``max_workers``) and not yet started."""

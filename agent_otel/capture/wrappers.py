@@ -51,7 +51,9 @@ def finish_wrapper(wrapper: Callable, fn: Callable, meta: ToolMeta) -> Callable:
 
 
 def _record_arguments(rec, active: ActiveCall, args, kwargs) -> None:
-    if rec.record_arguments:
+    # Only the layer that owns the span records (a hooked framework running
+    # this tool records the input it gave it).
+    if rec.record_arguments and active.call is not None:
         rec.record_payload(active.span, GEN_AI_TOOL_CALL_ARGUMENTS, {"args": args, "kwargs": kwargs})
 
 
@@ -71,7 +73,7 @@ def _wrap_function(fn, meta: ToolMeta):
             rec.end(active, exc, thread_time_ns() - cpu)
             raise
         cpu = thread_time_ns() - cpu
-        if rec.record_results:
+        if rec.record_results and active.call is not None:
             rec.record_payload(active.span, GEN_AI_TOOL_CALL_RESULT, result)
         rec.end(active, None, cpu)
         return result
@@ -91,7 +93,7 @@ def _wrap_coroutine(fn, meta: ToolMeta):
         except BaseException as exc:
             rec.end(active, exc)
             raise
-        if rec.record_results:
+        if rec.record_results and active.call is not None:
             rec.record_payload(active.span, GEN_AI_TOOL_CALL_RESULT, result)
         rec.end(active)
         return result

@@ -36,7 +36,7 @@ from typing import Callable, Optional
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
-from opentelemetry.trace import Link, Status, StatusCode
+from opentelemetry.trace import Link
 
 from agent_otel import forks
 from agent_otel.capture import recorder as _recorder
@@ -108,6 +108,7 @@ class BatchedTool:
         """Add ``item`` to the open batch (opening one if needed); the future holds its result."""
         pool = pools.use(self.pool)
         slot = _Slot(item, open_call(self.meta, pool.name))
+        slot.telemetry.arguments((item,), {})
         with self._lock:
             open_batch = self._open
             opener = open_batch is None
@@ -204,6 +205,7 @@ def _answer(slot: _Slot, value, *, failed: bool) -> None:
         slot.telemetry.finish(value)
         slot.future.set_exception(value)
     else:
+        slot.telemetry.result(value)
         slot.telemetry.finish()
         slot.future.set_result(value)
 
@@ -211,10 +213,11 @@ def _answer(slot: _Slot, value, *, failed: bool) -> None:
 def _end_batch_span(span, exc: Optional[BaseException]) -> None:
     if span is None:
         return
+    rec = _recorder.current
     if exc is not None:
         span.set_attribute(ERROR_TYPE, error_type_of(exc))
-        span.record_exception(exc, escaped=True)
-        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        if rec is not None:
+            rec.record_error(span, exc)  # the same texts, through redact, as the callers' spans
     span.end()
 
 

@@ -149,8 +149,10 @@ def _cached(remedies: Remedies, args: tuple, kwargs: dict):
         return key, MISS
 
 
-def _answer_from_cache(remedies: Remedies, value):
+def _answer_from_cache(remedies: Remedies, value, args: tuple, kwargs: dict):
     telemetry = open_call(remedies.meta, EXECUTOR_DIRECT)
+    telemetry.arguments(args, kwargs)
+    telemetry.result(value)
     telemetry.started()
     telemetry.attributes[AGENT_TOOL_CACHE_HIT] = True
     if telemetry.metrics is not None:
@@ -172,8 +174,9 @@ def _keep(remedies: Remedies, telemetry, key, result) -> None:
         telemetry.metrics.cache_evictions(remedies.meta.name, evicted)
 
 
-def _open(remedies: Remedies, pool: Optional[pools.ToolPool]):
+def _open(remedies: Remedies, pool: Optional[pools.ToolPool], args: tuple, kwargs: dict):
     telemetry = open_call(remedies.meta, pool.name if pool is not None else EXECUTOR_DIRECT)
+    telemetry.arguments(args, kwargs)
     attributes = telemetry.attributes
     if pool is not None:
         attributes[AGENT_EXECUTOR_MAX_WORKERS] = pool.workers
@@ -279,9 +282,9 @@ def _consume(future) -> None:
 def _call_sync(remedies: Remedies, args: tuple, kwargs: dict):
     key, value = _cached(remedies, args, kwargs)
     if value is not MISS:
-        return _answer_from_cache(remedies, value)
+        return _answer_from_cache(remedies, value, args, kwargs)
     pool = remedies.pool_for_call()
-    telemetry = _open(remedies, pool)
+    telemetry = _open(remedies, pool, args, kwargs)
     failure: Optional[Exception] = None
     for number in range(1, remedies.retries + 2):
         if number > 1:
@@ -298,6 +301,7 @@ def _call_sync(remedies: Remedies, args: tuple, kwargs: dict):
             raise
         _after_attempt(remedies, telemetry, number, None)
         _keep(remedies, telemetry, key, result)
+        telemetry.result(result)
         telemetry.finish()
         return result
     assert failure is not None  # every attempt failed, and there was one at least (retries >= 0)
@@ -335,9 +339,9 @@ def _attempt_sync(remedies: Remedies, pool, telemetry, args: tuple, kwargs: dict
 async def _call_from_loop(remedies: Remedies, args: tuple, kwargs: dict):
     key, value = _cached(remedies, args, kwargs)
     if value is not MISS:
-        return _answer_from_cache(remedies, value)
+        return _answer_from_cache(remedies, value, args, kwargs)
     pool = remedies.pool_off_loop()
-    telemetry = _open(remedies, pool)
+    telemetry = _open(remedies, pool, args, kwargs)
 
     async def attempt_on_pool():
         attempt, future = _dispatch(remedies, pool, telemetry, args, kwargs)
@@ -360,8 +364,8 @@ async def _call_from_loop(remedies: Remedies, args: tuple, kwargs: dict):
 async def _call_coroutine(remedies: Remedies, args: tuple, kwargs: dict):
     key, value = _cached(remedies, args, kwargs)
     if value is not MISS:
-        return _answer_from_cache(remedies, value)
-    telemetry = _open(remedies, None)
+        return _answer_from_cache(remedies, value, args, kwargs)
+    telemetry = _open(remedies, None, args, kwargs)
 
     async def attempt_on_loop():
         token = _make_current(telemetry)
@@ -404,6 +408,7 @@ async def _policy_async(remedies: Remedies, telemetry, key, attempt_once, args: 
             raise
         _after_attempt(remedies, telemetry, number, None)
         _keep(remedies, telemetry, key, result)
+        telemetry.result(result)
         telemetry.finish()
         return result
     assert failure is not None  # every attempt failed, and there was one at least (retries >= 0)
@@ -440,5 +445,6 @@ def _after_attempt(remedies: Remedies, telemetry, number: int, exc: Optional[Exc
 def _fell_back(remedies: Remedies, telemetry, result):
     if telemetry.metrics is not None:
         telemetry.metrics.fallback(remedies.meta.name)
+    telemetry.result(result)
     telemetry.finish(outcome=OUTCOME_FALLBACK)
     return result

@@ -23,7 +23,8 @@ from agent_otel.capture import recorder as _recorder
 from agent_otel.clock import now_ns
 from agent_otel.capture.meta import ToolMeta
 from agent_otel.capture.recorder import ActiveCall, error_type_of, outcome_of, worker_local
-from agent_otel.semconv import AGENT_TOOL_ATTEMPT, AGENT_TOOL_OUTCOME, ERROR_TYPE, EVENT_TOOL_ATTEMPT, OUTCOME_OK
+from agent_otel.semconv import (AGENT_TOOL_ATTEMPT, AGENT_TOOL_OUTCOME, ERROR_TYPE, EVENT_TOOL_ATTEMPT,
+                                GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, OUTCOME_OK)
 
 
 def metrics():
@@ -57,6 +58,12 @@ class _Notes:
 
     def event(self, name: str, attributes: dict) -> None:
         self._events.append((name, attributes, now_ns()))
+
+    def arguments(self, args: tuple, kwargs: dict) -> None:
+        """The call's arguments, when recorded (see ``CallTelemetry``)."""
+
+    def result(self, value) -> None:
+        """The call's answer, when recorded (see ``CallTelemetry``)."""
 
     def _write(self, span) -> None:
         for name, attributes, timestamp in self._events:
@@ -93,6 +100,19 @@ class CallTelemetry(_Notes):
         with self._lock:
             active = self._active if self._active is not None else self._begin()
             return active.span
+
+    def arguments(self, args: tuple, kwargs: dict) -> None:
+        """Record the arguments as ``@tool`` does, with ``record_arguments`` (through ``redact``)."""
+        rec = self._recorder
+        if rec.record_arguments:
+            self.attributes[GEN_AI_TOOL_CALL_ARGUMENTS] = rec.payload_text(
+                GEN_AI_TOOL_CALL_ARGUMENTS, {"args": args, "kwargs": kwargs})
+
+    def result(self, value) -> None:
+        """Record what the caller got (a result, a cached one, a fallback's), with ``record_results``."""
+        rec = self._recorder
+        if rec.record_results:
+            self.attributes[GEN_AI_TOOL_CALL_RESULT] = rec.payload_text(GEN_AI_TOOL_CALL_RESULT, value)
 
     def _begin(self) -> ActiveCall:
         worker_local.pending = self._call  # Recorder.begin claims it: the span starts at request
@@ -144,6 +164,12 @@ class NoTelemetry:
         pass
 
     def event(self, name, attributes) -> None:
+        pass
+
+    def arguments(self, args, kwargs) -> None:
+        pass
+
+    def result(self, value) -> None:
         pass
 
     def finish(self, exc=None, outcome=None) -> None:

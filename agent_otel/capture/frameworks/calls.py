@@ -30,7 +30,6 @@ import functools
 from time import thread_time_ns
 from typing import Any, Callable, Optional
 
-from opentelemetry.trace import Status, StatusCode
 
 from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.capture import recorder as _recorder
@@ -39,8 +38,10 @@ from agent_otel.capture.executors import executor_name
 from agent_otel.capture.patching import SharedPatch, warn_once
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, meta_for
 from agent_otel.capture.recorder import ActiveCall, Recorder
+from agent_otel.capture.payloads import UNREPRESENTABLE
 from agent_otel.semconv import (ERROR_TYPE, ERROR_TYPE_TOOL_ERROR, EXECUTOR_ASYNCIO_DEFAULT, EXECUTOR_DIRECT,
-                                OUTCOME_ERROR, TOOL_TYPE_FUNCTION)
+                                GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, OUTCOME_ERROR,
+                                TOOL_TYPE_FUNCTION)
 
 
 def meta(name: str, description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION) -> ToolMeta:
@@ -49,14 +50,45 @@ def meta(name: str, description: Optional[str] = None, tool_type: str = TOOL_TYP
 
 
 def end_with_error_result(rec: Recorder, active: ActiveCall, message: str, cpu_ns: Optional[int] = None) -> None:
-    """End a call whose result says it failed, though nothing was raised."""
+    """End a call whose result says it failed, though nothing was raised.
+
+    The framework's error text is the call's error message: recorded as the
+    status description through ``redact``, and only with
+    ``record_exception_messages`` (else the description is ``tool_error``).
+    """
     call = active.call
     if call is not None:
         call.outcome = OUTCOME_ERROR
         call.error_type = ERROR_TYPE_TOOL_ERROR
         active.span.set_attribute(ERROR_TYPE, ERROR_TYPE_TOOL_ERROR)
-        active.span.set_status(Status(StatusCode.ERROR, message))
+        rec.set_error_status(active.span, message if rec.record_exception_messages else ERROR_TYPE_TOOL_ERROR)
     rec.end(active, None, cpu_ns)
+
+
+def _record_arguments(rec: Recorder, active: ActiveCall, arguments: Optional[Callable[[], Any]]) -> None:
+    """The tool's input as the framework gave it, when the user opted in (and this hook owns the span)."""
+    if not rec.record_arguments or active.call is None or arguments is None:
+        return
+    try:
+        value = arguments()
+    except Exception:  # a framework object we cannot read: say so, never fail the tool
+        value = UNREPRESENTABLE
+    rec.record_payload(active.span, GEN_AI_TOOL_CALL_ARGUMENTS, value)
+
+
+def _record_result(rec: Recorder, active: ActiveCall, result: Any, result_of: Optional[Callable[[Any], Any]]) -> None:
+    if not rec.record_results or active.call is None:
+        return
+    try:
+        value = result_of(result) if result_of is not None else result
+    except Exception:
+        value = UNREPRESENTABLE
+    rec.record_payload(active.span, GEN_AI_TOOL_CALL_RESULT, value)
+
+
+def positional(args: tuple, kwargs: dict) -> Callable[[], dict]:
+    """``arguments`` for a hooked method called as the tool itself: its arguments after ``self``."""
+    return lambda: {"args": args[1:], "kwargs": kwargs}
 
 
 def _begin(rec: Recorder, framework: str, describe: Callable[[], tuple], handed_off: bool = False
@@ -72,8 +104,9 @@ def _begin(rec: Recorder, framework: str, describe: Callable[[], tuple], handed_
 
 
 def _finish(rec: Recorder, active: ActiveCall, result: Any, failed: Optional[Callable[[Any], Any]],
-            cpu_ns: Optional[int] = None) -> None:
+            cpu_ns: Optional[int] = None, result_of: Optional[Callable[[Any], Any]] = None) -> None:
     """End a call that returned: as an error when ``failed(result)`` says so."""
+    _record_result(rec, active, result, result_of)
     error = None
     if failed is not None:
         try:
@@ -89,12 +122,16 @@ def _finish(rec: Recorder, active: ActiveCall, result: Any, failed: Optional[Cal
 
 
 def sync_call(framework: str, original: Callable, args: tuple, kwargs: dict,
-              describe: Callable[[], tuple], failed: Optional[Callable[[Any], Any]] = None) -> Any:
+              describe: Callable[[], tuple], failed: Optional[Callable[[Any], Any]] = None,
+              arguments: Optional[Callable[[], Any]] = None, result_of: Optional[Callable[[Any], Any]] = None) -> Any:
     """Run ``original(*args, **kwargs)`` as one tool span.
 
     ``describe()`` returns ``(ToolMeta, call_id)``. ``failed(result)`` tells
     a failure the framework turned into a result: the exception it caught, or
     an error message (``error.type`` ``tool_error``), or None for success.
+    ``arguments()`` gives the tool's input and ``result_of(result)`` its
+    output, recorded with ``record_arguments`` / ``record_results`` (the
+    return value itself when ``result_of`` is None).
     """
     rec = _recorder.current
     if rec is None:
@@ -102,13 +139,14 @@ def sync_call(framework: str, original: Callable, args: tuple, kwargs: dict,
     active = _begin(rec, framework, describe)
     if active is None:
         return original(*args, **kwargs)
+    _record_arguments(rec, active, arguments)
     cpu = thread_time_ns()  # one thread runs the whole call: its CPU time is the call's
     try:
         result = original(*args, **kwargs)
     except BaseException as exc:
         rec.end(active, exc, thread_time_ns() - cpu)
         raise
-    _finish(rec, active, result, failed, thread_time_ns() - cpu)
+    _finish(rec, active, result, failed, thread_time_ns() - cpu, result_of)
     return result
 
 
@@ -147,7 +185,9 @@ _NOT_IN_THREAD = object()
 
 async def async_call(framework: str, original: Callable, args: tuple, kwargs: dict,
                      describe: Callable[[], tuple], failed: Optional[Callable[[Any], Any]] = None,
-                     thread_owner: Any = _NOT_IN_THREAD, thread_optional: bool = False) -> Any:
+                     thread_owner: Any = _NOT_IN_THREAD, thread_optional: bool = False,
+                     arguments: Optional[Callable[[], Any]] = None,
+                     result_of: Optional[Callable[[Any], Any]] = None) -> Any:
     """Await ``original(*args, **kwargs)`` as one tool span.
 
     With ``thread_owner``, the framework will run the tool on a thread pool:
@@ -156,7 +196,8 @@ async def async_call(framework: str, original: Callable, args: tuple, kwargs: di
     ``thread_owner=None`` takes the first submission made in this call.
     ``thread_optional``: the framework may as well run the tool on the loop
     (a server running sync tools on a thread, async ones in place); a call
-    never handed off is then a direct call, with no warning.
+    never handed off is then a direct call, with no warning. ``arguments``
+    and ``result_of`` as in ``sync_call``.
     """
     rec = _recorder.current
     if rec is None:
@@ -166,6 +207,7 @@ async def async_call(framework: str, original: Callable, args: tuple, kwargs: di
     if active is None:
         return await original(*args, **kwargs)
     handoff = _Handoff(rec, active, thread_owner, thread_optional) if handed_off and active.call is not None else None
+    _record_arguments(rec, active, arguments)
     token = _handoff.set(handoff)
     try:
         result = await original(*args, **kwargs)
@@ -178,7 +220,7 @@ async def async_call(framework: str, original: Callable, args: tuple, kwargs: di
     _handoff.reset(token)
     if handoff is not None:
         _settle(handoff, framework, raised=False)
-    _finish(rec, active, result, failed)
+    _finish(rec, active, result, failed, result_of=result_of)
     return result
 
 

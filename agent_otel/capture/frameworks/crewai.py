@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 import inspect
 
 from agent_otel.capture import recorder as _recorder
-from agent_otel.capture.frameworks.calls import (MarkedWork, async_call, hook_event_loop, meta, sync_call,
+from agent_otel.capture.frameworks.calls import (MarkedWork, async_call, hook_event_loop, meta, positional, sync_call,
                                                  unhook_event_loop)
 from agent_otel.capture.patching import Patches
 
@@ -67,7 +67,8 @@ def _describe(tool):
 def _wrap_run(original):
     @functools.wraps(original)
     def run(self, *args, **kwargs):
-        return sync_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self))
+        return sync_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
+                         arguments=positional((self, *args), kwargs))
 
     return run
 
@@ -75,7 +76,8 @@ def _wrap_run(original):
 def _wrap_arun(original):
     @functools.wraps(original)
     async def arun(self, *args, **kwargs):
-        return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self))
+        return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
+                                arguments=positional((self, *args), kwargs))
 
     return arun
 
@@ -85,8 +87,9 @@ def _wrap_ainvoke(original):
     async def ainvoke(self, *args, **kwargs):
         if _recorder.current is not None and not inspect.iscoroutinefunction(self.func):
             return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
-                                    thread_owner=self)
-        return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self))
+                                    thread_owner=self, arguments=positional((self, *args), kwargs))
+        return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
+                                arguments=positional((self, *args), kwargs))
 
     return ainvoke
 

@@ -88,6 +88,13 @@ def _describe(tool, call_id: Optional[str]):
     return lambda: (meta(tool.name, tool.description), call_id)
 
 
+def _content(result: Any) -> Any:
+    """What a tool returned: a ToolMessage's content, else the value."""
+    if getattr(result, "type", None) == "tool" and hasattr(result, "content"):
+        return result.content
+    return result
+
+
 def _failed(result: Any) -> Optional[str]:
     """The error text of a ToolMessage with status "error" (an error LangChain handled)."""
     if getattr(result, "status", None) == "error" and getattr(result, "type", None) == "tool":
@@ -133,11 +140,12 @@ def _wrap_run(original):
     def run(self, tool_input, *args, **kwargs):
         describe = _describe(self, kwargs.get("tool_call_id"))
         parent = _peer_parent() if _recorder.current is not None else None
+        payload = {"arguments": lambda: tool_input, "result_of": _content}
         if parent is None:
-            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed)
+            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed, **payload)
         token = context_api.attach(trace_api.set_span_in_context(parent))
         try:
-            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed)
+            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed, **payload)
         finally:
             context_api.detach(token)
 
@@ -155,7 +163,7 @@ def _wrap_arun(original):
         token = context_api.attach(trace_api.set_span_in_context(parent)) if parent is not None else None
         try:
             return await async_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed,
-                                    **thread)
+                                    arguments=lambda: tool_input, result_of=_content, **thread)
         finally:
             if token is not None:
                 context_api.detach(token)
@@ -170,12 +178,14 @@ def _wrap_ainvoke(original):
     async def ainvoke(self, input, config=None, **kwargs):
         if _recorder.current is None or getattr(self, "coroutine", None) is not None:
             return await original(self, input, config, **kwargs)
-        call_id = input.get("id") if isinstance(input, dict) and input.get("type") == "tool_call" else None
+        tool_call = isinstance(input, dict) and input.get("type") == "tool_call"
+        call_id = input.get("id") if tool_call else None
         parent = _peer_parent()
         token = context_api.attach(trace_api.set_span_in_context(parent)) if parent is not None else None
         try:
             return await async_call(FRAMEWORK, original, (self, input, config), kwargs,
-                                    _describe(self, call_id), _failed, thread_owner=self)
+                                    _describe(self, call_id), _failed, thread_owner=self,
+                                    arguments=lambda: input.get("args") if tool_call else input, result_of=_content)
         finally:
             if token is not None:
                 context_api.detach(token)

@@ -33,7 +33,8 @@ import functools
 
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
-from agent_otel.capture.frameworks.calls import async_call, hook_event_loop, meta, sync_call, unhook_event_loop
+from agent_otel.capture.frameworks.calls import (async_call, hook_event_loop, meta, positional, sync_call,
+                                                 unhook_event_loop)
 from agent_otel.capture.patching import Patches
 from agent_otel.semconv import ERROR_TYPE_OTHER, GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMPLETION
 
@@ -64,10 +65,16 @@ def _runs_in_thread(tool) -> bool:
     return getattr(async_fn, "__qualname__", "").startswith("sync_to_async.")
 
 
+def _raw_output(result):
+    """What the function returned (LlamaIndex wraps it in a ToolOutput)."""
+    return getattr(result, "raw_output", result)
+
+
 def _wrap_call(original):
     @functools.wraps(original)
     def call(self, *args, **kwargs):
-        return sync_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self))
+        return sync_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
+                         arguments=positional((self, *args), kwargs), result_of=_raw_output)
 
     return call
 
@@ -77,8 +84,10 @@ def _wrap_acall(original):
     async def acall(self, *args, **kwargs):
         if _recorder.current is not None and _runs_in_thread(self):
             return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
-                                    thread_owner=self._fn)
-        return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self))
+                                    thread_owner=self._fn, arguments=positional((self, *args), kwargs),
+                                    result_of=_raw_output)
+        return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
+                                arguments=positional((self, *args), kwargs), result_of=_raw_output)
 
     return acall
 

@@ -95,6 +95,17 @@ def _error_text(result: Any) -> Optional[str]:
     return " ".join(text for text in texts if text)[:200] or "tool returned isError"
 
 
+def _result_content(result):
+    """What the tool returned: a result's structured content, else its text blocks, else the result."""
+    structured = getattr(result, "structured_content", None) or getattr(result, "structuredContent", None)
+    if structured is not None:
+        return structured
+    content = getattr(result, "content", None)
+    if content is None:
+        return result
+    return [getattr(block, "text", block) for block in content]
+
+
 # ---- client ----------------------------------------------------------------
 
 def _wrap_call_tool(original):
@@ -117,7 +128,9 @@ def _wrap_call_tool(original):
         if _recorder.current is None:
             return await original(self, name, *args, **kwargs)
         return await async_call(FRAMEWORK, round_trip, (self, name, *args), kwargs,
-                                lambda: (meta(name, None, TOOL_TYPE_EXTENSION), None), _error_text)
+                                lambda: (meta(name, None, TOOL_TYPE_EXTENSION), None), _error_text,
+                                arguments=lambda: kwargs.get("arguments", args[0] if args else None),
+                                result_of=_result_content)
 
     return call_tool
 
@@ -168,7 +181,8 @@ async def _serve_tool_call(handler, ctx, params, *args, **kwargs):
     try:
         return await async_call(FRAMEWORK, handler, (ctx, params, *args), kwargs,
                                 lambda: (meta(name), None), lambda result: _server_error(result, failure),
-                                thread_owner=None, thread_optional=True)
+                                thread_owner=None, thread_optional=True,
+                                arguments=lambda: getattr(params, "arguments", None), result_of=_result_content)
     finally:
         _failure.reset(failure_token)
 

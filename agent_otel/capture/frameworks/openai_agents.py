@@ -92,14 +92,21 @@ def _wrap_invoke(original):
         handled = _HandledError()
         token = _handled.set(handled)
         try:
+            payload = {"arguments": lambda: kwargs.get("arguments"), "result_of": _output}
             if getattr(function_tool.on_invoke_tool, SYNC_TOOL_MARKER, False):
                 return await async_call(FRAMEWORK, original, args, kwargs, describe, lambda _: handled.error,
-                                        thread_owner=getattr(function_tool, "__wrapped__", None))
-            return await async_call(FRAMEWORK, original, args, kwargs, describe, lambda _: handled.error)
+                                        thread_owner=getattr(function_tool, "__wrapped__", None), **payload)
+            return await async_call(FRAMEWORK, original, args, kwargs, describe, lambda _: handled.error,
+                                    **payload)
         finally:
             _handled.reset(token)
 
     return _invoke_function_tool_with_metadata
+
+
+def _output(result):
+    """What the tool returned (the SDK wraps it with metadata)."""
+    return getattr(result, "output", result)
 
 
 def _wrap_failure_function(original):

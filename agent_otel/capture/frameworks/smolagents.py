@@ -63,7 +63,9 @@ def _wrap_call(original):
     @functools.wraps(original)
     def __call__(self, *args, **kwargs):
         return sync_call(FRAMEWORK, original, (self, *args), kwargs,
-                         lambda: (meta(self.name, self.description), None))
+                         lambda: (meta(self.name, self.description), None),
+                         arguments=lambda: {"args": args, "kwargs": {key: value for key, value in kwargs.items()
+                                                                      if key != "sanitize_inputs_outputs"}})
 
     return __call__
 
