@@ -269,20 +269,34 @@ class BatchSpanProcessor(SpanProcessor):
                 return
 
     def _export_all(self, must: bool) -> bool:
-        """Export the queue; True if every batch went. Stops at a failure unless ``must``."""
+        """Export the queue; True if every batch went.
+
+        ``must`` (a flush, the shutdown) tries now even while backing off.
+        A failed batch ends the pass either way: the sink is failing, and
+        posting every queued batch to it would be the flood back-off avoids.
+        At shutdown the spans left are counted as lost then, since nothing
+        will export them later.
+        """
         if not must and time.monotonic() < self._retry_at:
             return False
-        exported = True
         while self._queue and not self._abandoned:
             batch: list[ReadableSpan] = []
             while self._queue and len(batch) < self._batch_size:
                 batch.append(self._queue.popleft())
             self._may_hold_derived = True
             if not self._export(batch):
-                exported = False
-                if not must:
-                    break  # back off; the rest waits in the queue
-        return exported
+                if self._stopping:
+                    self._losses.lost(self._take_all())
+                return False
+        return True
+
+    def _take_all(self) -> list[ReadableSpan]:
+        taken = []
+        while True:
+            try:
+                taken.append(self._queue.popleft())
+            except IndexError:
+                return taken
 
     def _export(self, batch: list[ReadableSpan]) -> bool:
         """Export one batch; count it lost if it failed, and schedule the next try."""
@@ -352,13 +366,7 @@ class BatchSpanProcessor(SpanProcessor):
             self._thread.join(timeout_s)
         if self._thread.is_alive():
             self._abandoned = True
-            left = []
-            while self._queue:
-                try:
-                    left.append(self._queue.popleft())
-                except IndexError:
-                    break
-            self._losses.lost(left)
+            self._losses.lost(self._take_all())
             # Unblocks an OTLP exporter waiting between its own retries.
             threading.Thread(target=self._shutdown_exporter, name=self._name + "-close", daemon=True).start()
             return False

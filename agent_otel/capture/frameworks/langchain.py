@@ -140,12 +140,16 @@ def _wrap_run(original):
     def run(self, tool_input, *args, **kwargs):
         describe = _describe(self, kwargs.get("tool_call_id"))
         parent = _peer_parent() if _recorder.current is not None else None
-        payload = {"arguments": lambda: tool_input, "result_of": _content}
+        def arguments():
+            return tool_input
+
         if parent is None:
-            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed, **payload)
+            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed,
+                             arguments=arguments, result_of=_content)
         token = context_api.attach(trace_api.set_span_in_context(parent))
         try:
-            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed, **payload)
+            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed,
+                             arguments=arguments, result_of=_content)
         finally:
             context_api.detach(token)
 

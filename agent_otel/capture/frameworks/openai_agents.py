@@ -92,12 +92,15 @@ def _wrap_invoke(original):
         handled = _HandledError()
         token = _handled.set(handled)
         try:
-            payload = {"arguments": lambda: kwargs.get("arguments"), "result_of": _output}
+            def arguments():
+                return kwargs.get("arguments")
+
             if getattr(function_tool.on_invoke_tool, SYNC_TOOL_MARKER, False):
                 return await async_call(FRAMEWORK, original, args, kwargs, describe, lambda _: handled.error,
-                                        thread_owner=getattr(function_tool, "__wrapped__", None), **payload)
+                                        thread_owner=getattr(function_tool, "__wrapped__", None),
+                                        arguments=arguments, result_of=_output)
             return await async_call(FRAMEWORK, original, args, kwargs, describe, lambda _: handled.error,
-                                    **payload)
+                                    arguments=arguments, result_of=_output)
         finally:
             _handled.reset(token)
 
