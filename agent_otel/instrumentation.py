@@ -23,7 +23,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from agent_otel import forks, sinks
+from agent_otel import forks, host, sinks
 from agent_otel.attribution.live import LiveTimeline, start_live_timeline
 from agent_otel.background import Background
 from agent_otel.capture import executors, frameworks, models, recorder as _recorder
@@ -34,7 +34,7 @@ from agent_otel.pipeline import Pipeline
 from agent_otel.capture.recorder import Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor, SpanLosses
 from agent_otel.exporters.prometheus import Metrics, MetricsServer
-from agent_otel.semconv import AGENT_GPU_POOL, SCOPE_NAME, SERVICE_NAME
+from agent_otel.semconv import AGENT_GPU_POOL, AGENT_PROCESS_CPU_COUNT, SCOPE_NAME, SERVICE_NAME
 from agent_otel.version import __version__
 
 logger = logging.getLogger("agent_otel")
@@ -251,6 +251,7 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
         attributes = {SERVICE_NAME: settings.service_name} if settings.service_name else {}
         if handle.gpu_pool:
             attributes[AGENT_GPU_POOL] = handle.gpu_pool
+        attributes[AGENT_PROCESS_CPU_COUNT] = host.cores()  # what the report sizes its worker advice by
         provider = TracerProvider(resource=Resource.create(attributes))
         handle.owns_provider = True
         handle.sinks = sinks.plan(settings)

@@ -184,9 +184,15 @@ GPU_UTILIZATION_AVG: Final = "gpu.utilization.avg"  # 0..1
 GPU_IDLE_BLOCKED_BY: Final = "gpu.idle.blocked_by"  # the tool holding the largest share
 GPU_IDLE_UNATTRIBUTED_DURATION: Final = "gpu.idle.unattributed_duration"  # s
 GPU_IDLE_BLOCKED_DURATION: Final = "gpu.idle.blocked_duration"  # s, one tool's share (child span, link)
+# On window-level gpu.idle spans: where the samples came from (GPU_SOURCE_*), so
+# a simulated GPU's windows are never read as a real GPU's.
+AGENT_GPU_SOURCE: Final = "agent.gpu.source"
 
 # On the resource: the GPU pool a process's tool calls can block (docs/telemetry.md, GPU pools)
 AGENT_GPU_POOL: Final = "agent.gpu.pool"
+# On the resource: the CPUs the process may run on (its affinity), which the
+# report's worker advice is sized by (docs/telemetry.md, Resource)
+AGENT_PROCESS_CPU_COUNT: Final = "agent.process.cpu.count"
 # On asyncio.loop.blocked spans (and their links)
 ASYNCIO_LOOP_BLOCKED_BY: Final = "asyncio.loop.blocked_by"  # the blocking tool, or BLOCKED_BY_UNKNOWN
 ASYNCIO_LOOP_BLOCKED_DURATION: Final = "asyncio.loop.blocked.duration"  # s
@@ -216,6 +222,16 @@ EXECUTOR_UNNAMED: Final = "ThreadPoolExecutor"  # every pool created without a t
 EXECUTOR_ANYIO: Final = "anyio"  # anyio's worker threads (anyio.to_thread.run_sync)
 
 POOL_REJECTION_CALLER_RUNS: Final = "caller_runs"
+
+# agent.gpu.source: the GPU source's kind (agent_otel.gpu.sources).
+GPU_SOURCE_NVML: Final = "nvml"
+GPU_SOURCE_SIMULATED: Final = "simulated"
+GPU_SOURCE_REPLAY: Final = "replay"
+GPU_SOURCES: Final = (GPU_SOURCE_NVML, GPU_SOURCE_SIMULATED, GPU_SOURCE_REPLAY)
+# How the simulated GPU names itself (gpu.uuid, and the name and uuid columns
+# of the GPU log the live path writes): the report tells it by them too.
+SIMULATED_GPU_NAME: Final = "Simulated GPU"
+SIMULATED_GPU_UUID_PREFIX: Final = "GPU-simulated-"
 
 # The tool label value of every tool name beyond tool_name_limit (and of every
 # executor, GPU and reason label value beyond its own limit).

@@ -16,6 +16,8 @@ from opentelemetry import trace
 
 import agent_otel
 from agent_otel.errors import ConfigError
+from agent_otel import host
+from agent_otel.report.analysis import analyse, report_json
 
 UNPATCHED_SUBMIT = vars(ThreadPoolExecutor)["submit"]  # at collection, before any test instruments
 
@@ -163,6 +165,12 @@ def test_traces_file_is_otlp_json_lines(tmp_path):
                 spans += scope_spans["spans"]
     assert [s["name"] for s in spans] == ["execute_tool search"] * 3
     assert all(len(s["traceId"]) == 32 and len(s["spanId"]) == 16 for s in spans)
+    # the CPUs the process may use travel on the resource, and the report reads them and the service
+    cpus = [a["value"] for a in json.loads(lines[0])["resourceSpans"][0]["resource"]["attributes"]
+            if a["key"] == "agent.process.cpu.count"]
+    assert cpus == [{"intValue": str(host.cores())}]
+    inputs = report_json(analyse([str(path)], idle_threshold=0.1, min_idle_s=0.5))["inputs"]
+    assert inputs["services"] == ["support-agent"] and inputs["cpu_count"] == host.cores()
 
 
 def test_console_exporter_and_sdk_disabled():

@@ -38,7 +38,8 @@ ADDED_KEYS = {
               "gpu_underused_blocked_s", "gpu_underused_blocked_queue_s", "gpu_underused_blocked_exec_s",
               "gpu_idle_blocked_per_call_s", "latency_share"},
     "executors": {"max_concurrent_exec", "peak_in_flight", "tools"},
-    "gpus": {"uuid", "underused_s", "underused_blocked_s", "underused_unattributed_s", "missing_s", "utilization_avg"},
+    "gpus": {"uuid", "underused_s", "underused_blocked_s", "underused_unattributed_s", "missing_s", "utilization_avg",
+             "simulated"},
 }
 
 

@@ -28,7 +28,7 @@ from agent_otel.gpu.sampler import GpuSampler
 from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
 from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
-from agent_otel.semconv import (AGENT_TOOL_PHASE, GPU_IDLE_BLOCKED_BY, GPU_IDLE_BLOCKED_DURATION, GPU_IDLE_DURATION,
+from agent_otel.semconv import (AGENT_GPU_SOURCE, AGENT_TOOL_PHASE, GPU_IDLE_BLOCKED_BY, GPU_IDLE_BLOCKED_DURATION, GPU_IDLE_DURATION,
                                 GPU_IDLE_UNATTRIBUTED_DURATION, GPU_INDEX, GPU_UTILIZATION_AVG, GPU_UUID,
                                 SPAN_GPU_IDLE)
 from agent_otel.problems import Problems
@@ -118,7 +118,7 @@ class LiveTimeline:
         max_gap_s = None if getattr(source, "reports_gaps", False) else max(DEFAULT_MAX_GAP_S, 3 * poll_interval_s)
         self.engine = BlameEngine(idle_threshold=idle_threshold, min_idle_s=min_idle_s, max_gap_s=max_gap_s,
                                   uuids=uuids, horizon_s=horizon_s, max_calls=max_calls)
-        self.log = GpuLogWriter(log_path) if log_path else None
+        self.log = GpuLogWriter(log_path, source.devices()) if log_path else None
         self._problems = Problems(logger)
         self._reported_errors: dict[str, int] = {}
         if pipeline is not None:
@@ -232,6 +232,7 @@ class LiveTimeline:
             GPU_IDLE_DURATION: closed.idle_s,  # what agent_gpu_idle_seconds_total received for it
             GPU_UTILIZATION_AVG: window.utilization_avg,
             GPU_IDLE_UNATTRIBUTED_DURATION: result.unattributed_s,
+            AGENT_GPU_SOURCE: self.source.kind,  # "simulated" says these are no real GPU's windows
         }
         if window.uuid:
             attributes[GPU_UUID] = valid_text(window.uuid, NAME_LIMIT)

@@ -101,12 +101,13 @@ class GpuSeries:
 class GpuLog(Sequence):
     """The samples of a log: a ``Sequence[GpuSample]`` in time order
     (by GPU where times are equal), stored as one ``GpuSeries`` per GPU in
-    ``series``; ``uuids`` maps a GPU index to its UUID where the log names
-    it (csv ``uuid``)."""
+    ``series``; ``uuids`` and ``names`` map a GPU index to its UUID and
+    device name where the log names them (csv ``uuid`` and ``name``)."""
 
-    def __init__(self, samples=(), uuids: Optional[dict[str, str]] = None):
+    def __init__(self, samples=(), uuids: Optional[dict[str, str]] = None, names: Optional[dict[str, str]] = None):
         self.series: dict[str, GpuSeries] = {}
         self.uuids: dict[str, str] = dict(uuids or {})
+        self.names: dict[str, str] = dict(names or {})
         for sample in samples:
             self.add(sample.gpu, sample.timestamp_ns, sample.utilization)
         self._sorted()
@@ -126,6 +127,7 @@ class GpuLog(Sequence):
         merged = cls()
         for log in logs:
             merged.uuids.update(log.uuids)
+            merged.names.update(log.names)
             for gpu, series in log.series.items():
                 target = merged.series.get(gpu)
                 if target is None:
@@ -341,8 +343,9 @@ class _LogReader:
             raise self.error(number, f"csv header has no {', '.join(missing)} column")
         at_time, at_index, at_value = (names.index(name) for name in _CSV_DEFAULT_COLUMNS)
         at_uuid = names.index("uuid") if "uuid" in names else None
+        at_name = names.index("name") if "name" in names else None
         count = len(names)
-        uuids = self.log.uuids
+        uuids, device_names = self.log.uuids, self.log.names
         for number, line in rows:
             if not line.strip():
                 continue
@@ -354,6 +357,8 @@ class _LogReader:
             gpu = self._gpu(number, fields[at_index])
             if at_uuid is not None and fields[at_uuid].lower() not in _NOT_AVAILABLE:
                 uuids[gpu] = fields[at_uuid]
+            if at_name is not None and fields[at_name].lower() not in _NOT_AVAILABLE:
+                device_names[gpu] = fields[at_name]
             utilization = fields[at_value]
             if utilization.lower() in _NOT_AVAILABLE:
                 continue
@@ -450,18 +455,26 @@ class GpuLogWriter:
     read them back. Times are local, like nvidia-smi's, to the millisecond.
 
     ``instrument(gpu_log_file=...)`` uses it to keep the samples the live
-    timeline saw: the report then draws the utilization curve too. A
-    ``MISSING`` sample (data lost) is written ``[N/A]``, which the reader
-    skips: the gap it leaves is missing data there too.
+    timeline saw: the report then draws the utilization curve too. Given
+    the source's ``devices``, it writes their ``name`` and ``uuid`` too
+    (``--query-gpu=timestamp,index,name,uuid,utilization.gpu``), so the
+    report knows each GPU, and a simulated one ("Simulated GPU",
+    ``GPU-simulated-0``) is never taken for a real one. A ``MISSING``
+    sample (data lost) is written ``[N/A]``, which the reader skips: the
+    gap it leaves is missing data there too.
     """
 
     HEADER = "timestamp, index, utilization.gpu [%]\n"
+    HEADER_WITH_DEVICES = "timestamp, index, name, uuid, utilization.gpu [%]\n"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, devices: Sequence = ()):
         self.path = path
+        # index -> ", name, uuid" (commas in a name would split its column: none in nvidia-smi's)
+        self._device = {device.index: f", {(device.name or '[N/A]').replace(',', ' ')}, {device.uuid or '[N/A]'}"
+                        for device in devices}
         try:
             self._file = AppendFile(path, truncate=True)
-            self._file.append(self.HEADER)
+            self._file.append(self.HEADER_WITH_DEVICES if self._device else self.HEADER)
         except OSError as exc:
             raise ConfigError("gpu_log_file", path, f"a writable file ({exc.strerror or exc})") from None
 
@@ -472,7 +485,8 @@ class GpuLogWriter:
             moment = datetime.fromtimestamp(sample.timestamp_ns / 1e9)
             stamp = moment.strftime("%Y/%m/%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
             value = "[N/A]" if sample.utilization != sample.utilization else f"{round(sample.utilization * 100)} %"
-            lines.append(f"{stamp}, {sample.gpu}, {value}\n")
+            device = self._device.get(sample.gpu, ", [N/A], [N/A]") if self._device else ""
+            lines.append(f"{stamp}, {sample.gpu}{device}, {value}\n")
         if lines:
             self._file.append("".join(lines))
 

@@ -62,6 +62,7 @@ from agent_otel.clock import now_ns
 from agent_otel.gpu.device import GpuDevice
 from agent_otel.gpu.timeline import is_gap
 from agent_otel.records import MISSING, GpuSample
+from agent_otel.semconv import GPU_SOURCE_NVML
 
 log = logging.getLogger("agent_otel.gpu")
 
@@ -169,7 +170,7 @@ class NvmlSource:
     the one log line about that to the caller (``open_gpu_source("auto")``).
     """
 
-    kind = "nvml"
+    kind = GPU_SOURCE_NVML
     # It vouches for the gaps between its samples: idle where its buffer ran
     # dry, MISSING samples where data was lost.
     reports_gaps = True

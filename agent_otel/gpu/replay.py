@@ -23,6 +23,7 @@ from typing import Callable, Optional
 
 from agent_otel.gpu.logs import read_gpu_log
 from agent_otel.records import GpuSample
+from agent_otel.semconv import GPU_SOURCE_REPLAY
 
 from agent_otel.gpu.device import GpuDevice
 
@@ -35,7 +36,7 @@ class ReplaySource:
     ``InputError`` when the source is opened, never during polling.
     """
 
-    kind = "replay"
+    kind = GPU_SOURCE_REPLAY
 
     def __init__(
         self,

@@ -31,6 +31,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from agent_otel import forks
 from agent_otel.records import NS_PER_S, GpuSample
+from agent_otel.semconv import GPU_SOURCE_SIMULATED, SIMULATED_GPU_NAME, SIMULATED_GPU_UUID_PREFIX
 
 from agent_otel.gpu.device import GpuDevice
 
@@ -66,7 +67,7 @@ class _Steps:
 class SimulatedGpu:
     """A simulated GPU source; see the module docstring."""
 
-    kind = "simulated"
+    kind = GPU_SOURCE_SIMULATED
 
     def __init__(
         self,
@@ -85,7 +86,8 @@ class SimulatedGpu:
         self._start_ns = clock()
         self._script = _Steps(self._script_changes(phases or ()))
         labels = [str(d) for d in devices] if devices else ["0"]
-        self._devices = [GpuDevice(index=label, uuid=f"GPU-simulated-{label}", name="Simulated GPU") for label in labels]
+        self._devices = [GpuDevice(index=label, uuid=SIMULATED_GPU_UUID_PREFIX + label, name=SIMULATED_GPU_NAME)
+                         for label in labels]
         self._driven = {label: _Steps() for label in labels}
         self._depth = {label: 0 for label in labels}
         self._next_ns = {label: self._start_ns + self._period_ns for label in labels}

@@ -22,13 +22,13 @@ waiting on each, so the same metrics describe it.
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Callable, Optional
 
 from agent_otel import forks
 from agent_otel.errors import AgentOtelError, ConfigError
+from agent_otel.host import cores
 from agent_otel.capture.executors import submitted_tool
 from agent_otel.remedies import telemetry
 
@@ -36,14 +36,6 @@ KINDS = ("io", "cpu")
 REJECTIONS = ("raise", "caller_runs")
 QUEUE_PER_WORKER = 4
 DEFAULT_POOL = "default"  # where a sync tool with a timeout but no pool runs
-
-
-def cores() -> int:
-    """CPUs this process may run on (a container's affinity, not the host's count)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def default_workers(kind: str) -> int:

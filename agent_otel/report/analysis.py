@@ -26,6 +26,7 @@ one that idled it for half a second), else by their blamed idle time.
 from __future__ import annotations
 
 import dataclasses
+import os
 from array import array
 from bisect import bisect_right
 from itertools import repeat
@@ -36,16 +37,19 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Optional, Sequence
 
 from agent_otel.attribution import BlameTotals, WindowAttribution, attribute, gpu_key
+from agent_otel.exporters.otlp_json import input_name
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
+from agent_otel.inputs import STDIN
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ToolCall
-from agent_otel.report.reader import TraceData, paused_gc, read_traces
+from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
 from agent_otel.report.underuse import Underuse, read_underuse
 from agent_otel.report.stats import max_overlap, percentile
 from agent_otel.report.turns import ModelStats, Turn, TurnTotals, find_turns, model_stats
 from agent_otel.report.waits import (CpuStats, LoopBlockStats, LoopStats, cpu_stats, loop_block_stats, loops_json,
                                      tool_json)
-from agent_otel.semconv import ERROR_OUTCOMES, PHASE_EXEC, PHASE_QUEUE
+from agent_otel.semconv import (ERROR_OUTCOMES, PHASE_EXEC, PHASE_QUEUE, SIMULATED_GPU_NAME,
+                                SIMULATED_GPU_UUID_PREFIX)
 
 GPU_FROM_LOGS = "gpu-log"
 GPU_FROM_TRACES = "traces"
@@ -117,6 +121,7 @@ class GpuStats:
     underused_unattributed_s: Optional[float] = None
     missing_s: Optional[float] = None
     utilization_avg: Optional[float] = None
+    simulated: bool = False  # a simulated GPU's data (agent.gpu.source, its name or UUID), not a real GPU's
 
     @property
     def busy_s(self) -> float:
@@ -167,6 +172,11 @@ class Analysis:
     turn_totals: TurnTotals = field(default_factory=TurnTotals)
     peer_tool_spans: int = 0
     peer_tool_spans_merged: int = 0
+    services: dict[str, int] = field(default_factory=dict)  # service.name -> spans, as read
+    cpu_count: Optional[int] = None  # the agent processes' CPUs (agent.process.cpu.count), smallest
+    simulated_gpus: set[str] = field(default_factory=set)  # GPUs (gpu_key) a simulated GPU stood for
+    inner_failures: dict[int, InnerFailures] = field(default_factory=dict)  # by trace_id << 64 | span_id
+    nested_tools: set[str] = field(default_factory=set)  # tools called from inside another tool's call
 
     @property
     def seconds(self) -> float:
@@ -226,6 +236,11 @@ def _analyse(
         duplicate_spans=traces.duplicate_count,
         empty_inputs=traces.empty_inputs,
         warnings=list(traces.warnings),
+        services=traces.services,
+        cpu_count=traces.cpu_count,
+        simulated_gpus=set(traces.simulated_gpus),
+        inner_failures=traces.inner_failures,
+        nested_tools=traces.nested_tools,
     )
     if traces.span_count and not traces.calls:
         analysis.warnings.append("no tool spans (gen_ai.operation.name = execute_tool) in the traces")
@@ -279,6 +294,10 @@ def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[s
             logs.append(log)
         combined = GpuLog.merge(logs)
         del logs
+        for gpu in combined.series:
+            if (combined.names.get(gpu) == SIMULATED_GPU_NAME
+                    or combined.uuids.get(gpu, "").startswith(SIMULATED_GPU_UUID_PREFIX)):
+                analysis.simulated_gpus.add(f"{gpu_pool}/{gpu}" if gpu_pool else gpu)
         steps = combined.steps(analysis.idle_threshold, analysis.min_idle_s, pool=gpu_pool)
         windows, analysis.underuse = read_underuse(steps, analysis.calls, start, end, analysis.loop_blocks)
         windows.sort(key=lambda w: (w.start_ns, w.gpu))
@@ -520,6 +539,7 @@ def _gpu_stats(analysis: Analysis, totals: BlameTotals, observed: dict[str, floa
             idle_blocked_s=blocked[gpu],
             idle_unattributed_s=totals.unattributed_s.get(gpu, 0.0),
             uuid=uuids.get(gpu),
+            simulated=gpu in analysis.simulated_gpus,
         )
         for gpu in set(observed) | set(totals.idle_s)
     ]
@@ -546,6 +566,31 @@ def rfc3339(ns: int) -> str:
     """Epoch ns as RFC 3339 UTC, to the microsecond."""
     moment = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=ns // 1000)
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def run_name(report: dict) -> tuple[str, str]:
+    """What a report is of, from its JSON: (the service(s) and the input
+    file(s), the time range): ``("agent-otel-demo, baseline.jsonl",
+    "2026-11-30 13:55:53 to 13:56:05 UTC (11.8 s)")``."""
+    inputs, window = report["inputs"], report["window"]
+    services = _some(inputs["services"], "services")
+    files = _some([input_name(path) if path == STDIN else os.path.basename(path) or path
+                   for path in inputs["traces"]], "files")
+    what = ", ".join(part for part in (services, files) if part)
+    start, end = window["start"], window["end"]
+    if not start or not end:
+        return what, "no spans"
+    first, last = start[:19].replace("T", " "), end[:19].replace("T", " ")
+    if first[:10] == last[:10]:
+        last = last[11:]
+    return what, f"{first} to {last} UTC ({window['seconds']:.1f} s)"
+
+
+def _some(names: list[str], plural: str) -> str:
+    """``a``, ``a, b``, ``a, b, c``, or ``a, b and 5 more services``."""
+    if len(names) <= 3:
+        return ", ".join(names)
+    return f"{', '.join(names[:2])} and {len(names) - 2} more {plural}"
 
 
 def _s(seconds: float) -> float:
@@ -636,6 +681,7 @@ def report_json(analysis: Analysis) -> dict:
                 "underused_unattributed_s": _maybe(g.underused_unattributed_s),
                 "missing_s": _maybe(g.missing_s),
                 "utilization_avg": None if g.utilization_avg is None else round(g.utilization_avg, 4),
+                "simulated": g.simulated,
             }
             for g in analysis.gpus
         ],
@@ -643,6 +689,8 @@ def report_json(analysis: Analysis) -> dict:
         "recommendations": [r.to_json() for r in analysis.recommendations],
         "inputs": {
             "traces": analysis.trace_paths,
+            "services": list(analysis.services),
+            "cpu_count": analysis.cpu_count,
             "spans": analysis.span_count,
             "duplicate_spans": analysis.duplicate_spans,
             "tool_calls": len(analysis.calls),

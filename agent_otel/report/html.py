@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from importlib import resources
 from typing import Iterable
 
 from agent_otel.attribution import gpu_key
 from agent_otel.records import GpuSample
-from agent_otel.report.analysis import Analysis, report_json
+from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json, run_name
 from agent_otel.report.stats import assign_rows
 from agent_otel.semconv import OUTCOMES
 
@@ -44,11 +45,14 @@ def render(analysis: Analysis) -> str:
     data = _timeline_data(analysis)
     script = resources.files("agent_otel.report").joinpath("timeline.js").read_text(encoding="utf-8")
     style = resources.files("agent_otel.report").joinpath("timeline.css").read_text(encoding="utf-8")
-    title = "agent-otel report"
-    window = report["window"]
+    what, when = run_name(report)
+    title = f"agent-otel report: {what}" if what else "agent-otel report"
+    simulated = [g["gpu"] for g in report["gpus"] if g["simulated"]]
+    badge = (f'<span class="badge simulated" title="the GPU data came from agent-otel\'s simulated GPU, '
+             f'not a real one">simulated GPU</span> ' if simulated else "")
     summary = (
-        f"{html.escape(str(window['start']))} to {html.escape(str(window['end']))} "
-        f"({window['seconds']:.1f} s), {len(analysis.calls)} tool calls"
+        f"{badge}{html.escape(when)} &middot; {len(analysis.calls)} tool calls &middot; "
+        f"{html.escape(_gpu_source(report, simulated))}"
     )
     warnings = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in analysis.warnings)
     return f"""<!DOCTYPE html>
@@ -57,25 +61,19 @@ def render(analysis: Analysis) -> str:
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
-<title>{title}</title>
+<title>{html.escape(title)} &middot; {html.escape(when)}</title>
 <style>{style}</style>
 </head>
 <body>
 <header>
-<h1>{title}</h1>
+<h1>{html.escape(title)}</h1>
 <p class="summary">{summary}</p>
 {warnings}
 </header>
 <main>
 <section id="timeline-panel" aria-label="timeline">
-<div class="legend">
-<span><i class="sw queue"></i>queued</span>
-<span><i class="sw exec"></i>executing</span>
-<span><i class="sw blamed"></i>GPU idle blamed on the call</span>
-<span><i class="sw idle"></i>GPU idle window</span>
-<span><i class="sw error"></i>error or timeout</span>
-<span><i class="sw model"></i>model call</span>
-<span><i class="sw turn"></i>agent turn</span>
+<div class="legend" id="legend">
+{_legend(report)}
 <span class="help">wheel: zoom &middot; drag: pan &middot; double-click: reset</span>
 </div>
 <div id="timeline-wrap">
@@ -98,6 +96,48 @@ def render(analysis: Analysis) -> str:
 </body>
 </html>
 """
+
+
+# Every colour the timeline draws with, as the legend names it: (CSS class of
+# the swatch, text). The colours themselves are CSS variables (--c-*) in
+# timeline.css, which timeline.js reads: the legend and the canvas cannot drift.
+LEGEND = (
+    ("util", "GPU utilization (axis 0-100% on the GPU lane)"),
+    ("unused", "GPU capacity unused while tool calls ran"),
+    ("idle", "GPU idle window"),
+    ("turn", "agent turn"),
+    ("model", "model call"),
+    ("model-failed", "model call failed"),
+    ("first-chunk", "first chunk of a streamed answer"),
+    ("queue", "tool call queued"),
+    ("exec", "tool call executing"),
+    ("blamed", "GPU idle blamed on the call"),
+    ("error", "tool call ended in error or timeout"),
+)
+# The entries shown only when the page has the lanes that draw them.
+_NEEDS = {"util": "gpus", "unused": "gpus", "idle": "gpus", "turn": "turns", "model": "models",
+          "model-failed": "models", "first-chunk": "models"}
+
+
+def _legend(report: dict) -> str:
+    present = {"gpus": bool(report["gpus"]), "turns": bool(report["turns"]["count"]), "models": bool(report["models"])}
+    return "\n".join(f'<span><i class="sw {name}"></i>{html.escape(text)}</span>' for name, text in LEGEND
+                      if present.get(_NEEDS.get(name, ""), True))
+
+
+def _gpu_source(report: dict, simulated: list) -> str:
+    """Where the GPU data came from, for the header."""
+    source = report["inputs"]["gpu_source"]
+    if source == GPU_FROM_LOGS:
+        text = "GPU utilization from " + ", ".join(os.path.basename(log["path"]) or log["path"]
+                                                   for log in report["inputs"]["gpu_logs"])
+    elif source == GPU_FROM_TRACES:
+        text = "GPU idle windows from gpu.idle spans (no utilization curve)"
+    else:
+        text = "no GPU data"
+    if simulated:
+        text += f" (simulated GPU {', '.join(simulated)}: not a real GPU)"
+    return text
 
 
 def _embed(data: dict) -> str:
@@ -159,6 +199,7 @@ def _timeline_data(analysis: Analysis) -> dict:
         gpus.append(
             {
                 "gpu": gpu.gpu,
+                "simulated": gpu.simulated,
                 "t": [ms(s.timestamp_ns) for s in samples],
                 "u": [round(s.utilization, 4) for s in samples],
                 # Per stretch: the share of capacity unused while tool calls were in flight.
@@ -341,7 +382,9 @@ def _gpus_table(report: dict) -> str:
             "the GPU was never idle, or was not sampled</p></section>"
         )
     rows = "".join(
-        f"<tr><td class=\"name\">{html.escape(g['gpu'])}</td>{_cell(g['busy_s'], 1)}{_cell(g['idle_s'], 1)}"
+        f"<tr><td class=\"name\">{html.escape(g['gpu'])}"
+        + (' <span class="badge simulated">simulated</span>' if g["simulated"] else "")
+        + f"</td>{_cell(g['busy_s'], 1)}{_cell(g['idle_s'], 1)}"
         f"{_cell(g['idle_blocked_s'], 1)}{_cell(g['idle_unattributed_s'], 1)}"
         f"{_known_cell(g['underused_s'], 1)}{_known_cell(g['underused_blocked_s'], 1)}"
         f"{_known_cell(g['missing_s'], 1)}</tr>"

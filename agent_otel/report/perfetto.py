@@ -5,7 +5,8 @@ Layout:
 
 - Process "GPUs": a counter track per GPU (``GPU <n> utilization %``, from
   the GPU log's samples) and a thread track per GPU (``GPU <n> idle``)
-  with one slice per idle window.
+  with one slice per idle window; a simulated GPU's are ``GPU <n>
+  (simulated) ...``.
 - One process per executor: ``queue`` tracks with a slice for each call's
   wait, and worker tracks with a slice for each call's execution. Worker
   tracks are named after the span's ``thread.name`` when it has one, else
@@ -52,12 +53,13 @@ def trace_events(analysis: Analysis) -> dict:
     gpu_tid: dict[str, int] = {}
     for number, gpu in enumerate(sorted({g.gpu for g in analysis.gpus} | set(analysis.samples)), start=1):
         gpu_tid[gpu] = number
-        _name(events, "thread_name", GPU_PID, number, f"GPU {gpu} idle")
+        label = f"GPU {gpu} (simulated)" if gpu in analysis.simulated_gpus else f"GPU {gpu}"
+        _name(events, "thread_name", GPU_PID, number, f"{label} idle")
         for sample in analysis.samples.get(gpu, ()):
             events.append(
                 {
                     "ph": "C",
-                    "name": f"GPU {gpu} utilization %",
+                    "name": f"{label} utilization %",
                     "pid": GPU_PID,
                     "ts": us(sample.timestamp_ns),
                     "args": {"utilization": round(sample.utilization * 100, 2)},

@@ -33,7 +33,14 @@ window:
   OpenLLMetry ``llm``) become ``ModelCall`` records;
 - **agent spans** (``invoke_agent``; OpenInference ``AGENT``; OpenLLMetry
   ``agent`` and ``workflow``) become ``AgentRun`` records, and so does each
-  trace's root span (the turns of ``report.turns``).
+  trace's root span (the turns of ``report.turns``);
+- **failures inside a tool call** it went on after (``InnerFailures``):
+  ``exception`` events on its span recorded before it ended, and failed
+  child spans (status ERROR, or an ``exception`` event) under it, such as
+  an HTTP client instrumentation's spans of attempts that timed out. The
+  report reads retries hidden inside a tool from them. A call with the
+  toolkit's own retries (``agent.tool.retries``) is left out: its policy
+  already bounds them.
 
 One call seen by several spans counts once: a tool span under a tool span
 of the same tool (an MCP client's span, the MCP SDK's server span under it,
@@ -45,7 +52,11 @@ trace, for the same tool, that lies within one of agent-otel's calls
 call. A model span under a model span is the same model call.
 
 Every record carries the GPU pool its process declared: the resource
-attribute ``agent.gpu.pool`` ("" for none).
+attribute ``agent.gpu.pool`` ("" for none). From the resources the reader
+also keeps the services (``service.name``) and the smallest
+``agent.process.cpu.count`` (the CPUs an agent process may use), and from
+``gpu.idle`` windows which GPUs were simulated (``agent.gpu.source``, or a
+``GPU-simulated-`` UUID).
 
 Names read from spans (tools, executors, threads) are made printable
 Unicode (a lone surrogate becomes U+FFFD) and shared between records.
@@ -73,8 +84,16 @@ from agent_otel.exporters.otlp_json import (
     resource_spans,
     span_times,
 )
+from agent_otel.attribution import gpu_key
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ToolCall
 from agent_otel.semconv import (
+    AGENT_GPU_SOURCE,
+    AGENT_PROCESS_CPU_COUNT,
+    AGENT_TOOL_RETRIES,
+    EVENT_EXCEPTION,
+    GPU_SOURCE_SIMULATED,
+    SERVICE_NAME,
+    SIMULATED_GPU_UUID_PREFIX,
     AGENT_EXECUTOR_MAX_WORKERS,
     AGENT_TOOL_EXEC_CPU_TIME,
     ASYNCIO_LOOP_BLOCKED_BY,
@@ -181,6 +200,8 @@ WANTED_ATTRIBUTES = frozenset(
         TRACELOOP_SPAN_KIND,
         TRACELOOP_ENTITY_NAME,
         MCP_METHOD_NAME,
+        AGENT_GPU_SOURCE,
+        AGENT_TOOL_RETRIES,
     }
 )
 
@@ -190,6 +211,19 @@ PEER_SLACK_NS = 5_000_000
 _PEER_TOOL_KINDS = {OPENINFERENCE_TOOL, TRACELOOP_TOOL}
 _MODEL_KINDS = {OPENINFERENCE_LLM, TRACELOOP_LLM}
 _AGENT_KINDS = {OPENINFERENCE_AGENT, TRACELOOP_AGENT, TRACELOOP_WORKFLOW}
+
+# A failure this long (ns) or more before a tool call ended is one the call
+# went on after (a retry, a fallback); the call's own failure is recorded at
+# its end.
+WENT_ON_NS = 10_000_000
+
+
+@dataclass
+class InnerFailures:
+    """Failures inside one tool call that it went on after (see the module docstring)."""
+
+    exceptions: list[int] = field(default_factory=list)  # times (ns) of exception events on its span
+    children: list[tuple[str, int, int]] = field(default_factory=list)  # failed child spans: (name, start, end)
 
 
 @dataclass
@@ -219,6 +253,16 @@ class TraceData:
     # tool spans of other instrumentations: read, and how many were one of agent-otel's calls
     peer_tool_spans: int = 0
     peer_tool_spans_merged: int = 0
+    # service.name -> spans its resources held, in order of first appearance
+    services: dict[str, int] = field(default_factory=dict)
+    # the smallest agent.process.cpu.count of the resources; None when none carries it
+    cpu_count: Optional[int] = None
+    # the GPUs (by attribution.gpu_key) whose gpu.idle windows a simulated GPU made
+    simulated_gpus: set[str] = field(default_factory=set)
+    # trace_id << 64 | span_id of a tool call -> the failures inside it that it went on after
+    inner_failures: dict[int, InnerFailures] = field(default_factory=dict)
+    # tools some of whose calls ran inside a call of another tool (a tool span's child)
+    nested_tools: set[str] = field(default_factory=set)
 
 
 @contextmanager
@@ -257,7 +301,7 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
                 documents += 1
                 try:
                     for resource, spans in resource_spans(request):
-                        pool = gpu_pool_of(resource)
+                        pool = reader.resource(resource, len(spans))
                         for span in spans:
                             reader.add(span, number, pool)
                 except SpanFormatError as exc:
@@ -299,6 +343,27 @@ class TraceReader:
         self._ours = bytearray()  # per call: 1 when agent-otel made the span (it has the timing)
         self._hops: dict[int, int] = {}  # MCP client request span -> its parent (trace_id << 64 | span id)
         self._model_parents = array("Q")  # per model call, as _parents
+        # trace_id << 64 | parent span id -> failed child spans (name, start, end)
+        self._failed_children: dict[int, list[tuple[str, int, int]]] = {}
+        self._policy_tools: set[str] = set()  # tools with the toolkit's own retries (agent.tool.retries)
+
+    def resource(self, resource: list, spans: int) -> str:
+        """Note a resource's service and CPU count; return its GPU pool."""
+        data = self.data
+        service = cpus = None
+        for item in resource:
+            if type(item) is dict:
+                key = item.get("key")
+                if key == SERVICE_NAME:
+                    service = any_value(item.get("value"), SERVICE_NAME)
+                elif key == AGENT_PROCESS_CPU_COUNT:
+                    cpus = any_value(item.get("value"), AGENT_PROCESS_CPU_COUNT)
+        if type(service) is str and service.strip():
+            name = self._name(service.strip())
+            data.services[name] = data.services.get(name, 0) + spans
+        if type(cpus) is int and cpus > 0 and (data.cpu_count is None or cpus < data.cpu_count):
+            data.cpu_count = cpus
+        return gpu_pool_of(resource)
 
     # -- one span: recognise its kind, keep what the analysis needs ------
 
@@ -369,11 +434,28 @@ class TraceReader:
             self._loop_block(span, found, start_ns, end_ns, pool)
         elif OPENINFERENCE_SPAN_KIND in found or TRACELOOP_SPAN_KIND in found or MCP_METHOD_NAME in found:
             run = self._other_instrumentation(span, found, key, start_ns, end_ns, pool)
+        # A new kind of span: recognise it here and turn it into a record.
+        else:
+            self._other_span(span, key, start_ns, end_ns)
         if not span.get("parentSpanId"):
             if run is None:
                 run = AgentRun(self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
             data.roots[run.trace_id] = run
-        # A new kind of span: recognise it here and turn it into a record.
+
+    def _other_span(self, span: dict, key: int, start_ns: int, end_ns: int) -> None:
+        """A span of no kind above that failed under a parent: kept, in case the parent is a tool call."""
+        status = span.get("status")
+        failed = type(status) is dict and status.get("code") in (STATUS_ERROR, "STATUS_CODE_ERROR")
+        if not failed:
+            events = span.get("events")
+            if not events or type(events) is not list:
+                return
+            failed = any(type(event) is dict and event.get("name") == EVENT_EXCEPTION for event in events)
+        if failed:
+            parent = self._parent(span)
+            if parent:
+                self._failed_children.setdefault((key >> 64) << 64 | parent, []).append(
+                    (self._name(_name_of(span)), start_ns, end_ns))
 
     def _other_instrumentation(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int,
                                pool: str) -> Optional[AgentRun]:
@@ -494,6 +576,8 @@ class TraceReader:
         timeout = self._seconds(span, found, AGENT_TOOL_TIMEOUT) if AGENT_TOOL_TIMEOUT in found else None
         parent = self._parent(span)
         ours = AGENT_TOOL_EXEC_DURATION in found
+        events = span.get("events")
+        exceptions = self._exceptions(events, end_ns) if events and AGENT_TOOL_RETRIES not in found else None
         data.calls.append(call)
         self._parents.append(parent)
         self._ours.append(ours)
@@ -501,6 +585,22 @@ class TraceReader:
             data.peer_tool_spans += 1
         if timeout is not None and timeout > 0:
             data.timeouts[tool] = min(timeout, data.timeouts.get(tool, math.inf))
+        if exceptions:
+            data.inner_failures[key] = InnerFailures(exceptions)
+        elif AGENT_TOOL_RETRIES in found:
+            self._policy_tools.add(tool)
+
+    def _exceptions(self, events: object, end_ns: int) -> list[int]:
+        """The times of a tool span's ``exception`` events that the call went on after."""
+        if type(events) is not list:
+            raise SpanFormatError("events is not a JSON array")
+        times = []
+        for event in events:
+            if type(event) is dict and event.get("name") == EVENT_EXCEPTION:
+                time_ns = nanos(event.get("timeUnixNano", 0), "events[].timeUnixNano")
+                if 0 < time_ns <= end_ns - WENT_ON_NS:
+                    times.append(time_ns)
+        return times
 
     def _trace_id(self, key: int) -> int:
         """The trace id, one int shared by the calls of a trace that come one after another."""
@@ -534,16 +634,18 @@ class TraceReader:
 
     def _idle_window(self, span: dict, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
         utilization = self._seconds(span, found, GPU_UTILIZATION_AVG)
-        self.data.idle_windows.append(
-            IdleWindow(
-                gpu=self._gpu(span, found),
-                start_ns=start_ns,
-                end_ns=end_ns,
-                utilization_avg=0.0 if utilization is None else utilization,
-                uuid=self._text(found, GPU_UUID),
-                pool=pool,
-            )
+        window = IdleWindow(
+            gpu=self._gpu(span, found),
+            start_ns=start_ns,
+            end_ns=end_ns,
+            utilization_avg=0.0 if utilization is None else utilization,
+            uuid=self._text(found, GPU_UUID),
+            pool=pool,
         )
+        self.data.idle_windows.append(window)
+        if (self._text(found, AGENT_GPU_SOURCE) == GPU_SOURCE_SIMULATED
+                or (window.uuid or "").startswith(SIMULATED_GPU_UUID_PREFIX)):
+            self.data.simulated_gpus.add(gpu_key(window))
 
     def _loop_block(self, span: dict, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
         blocker: Optional[tuple[int, int]] = None
@@ -634,6 +736,7 @@ class TraceReader:
         parent_ids = set(parents)
         parent_ids.update(key & _SPAN_ID_MASK for key in self._live)
         parent_ids.update(key & _SPAN_ID_MASK for key in hops.values())
+        parent_ids.update(key & _SPAN_ID_MASK for key in self._failed_children)
         parent_ids.discard(0)
         index_of: dict[int, int] = {}
         tool_of: dict[int, str] = {}
@@ -674,6 +777,7 @@ class TraceReader:
                         keep[i] = 0
         if data.peer_tool_spans:
             self._merge_peer_tool_spans(keep)
+        self._join_inner(tool_of)  # before the calls are deduplicated: self._parents lines up with them
         if not all(keep):
             kept_calls = [call for call, kept in zip(calls, keep) if kept]
             data.duplicate_count += len(calls) - len(kept_calls)
@@ -720,6 +824,23 @@ class TraceReader:
                 if not parent or call.trace_id << 64 | parent not in keys]
         data.duplicate_count += len(models) - len(kept)
         data.model_calls = kept
+
+    def _join_inner(self, tool_of: dict[int, str]) -> None:
+        """Tools called from inside another tool's call, and the failed child
+        spans of tool calls (none of a tool with the toolkit's own retries)."""
+        data = self.data
+        if not tool_of:
+            return
+        for call, parent in zip(data.calls, self._parents):
+            if parent:
+                outer = tool_of.get(call.trace_id << 64 | parent)
+                if outer is not None and outer != call.tool:
+                    data.nested_tools.add(call.tool)
+        for parent, children in self._failed_children.items():
+            tool = tool_of.get(parent)
+            if tool is not None and tool not in self._policy_tools:
+                data.inner_failures.setdefault(parent, InnerFailures()).children.extend(children)
+        self._failed_children = {}
 
     # -- fields ----------------------------------------------------------
 

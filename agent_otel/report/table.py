@@ -13,7 +13,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Optional, TextIO
 
-from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json
+from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json, run_name
 
 BOLD, DIM, RED, YELLOW, CYAN, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[33m", "\x1b[36m", "\x1b[0m"
 MAX_NAME = 40
@@ -42,8 +42,10 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
     report = report_json(analysis)
     paint = _Painter(colour)
     out: list[str] = []
-    title = "agent-otel report"
-    out.extend(_wrap(title + " " + _summary(report), width, title, paint(BOLD, title)))
+    what, _ = run_name(report)
+    title = f"agent-otel report: {visible(what)}" if what else "agent-otel report"
+    out.extend(_wrap(title, width, title, paint(BOLD, title)))
+    out.extend(_wrap("  " + _summary(report), width))
     for warning in report["inputs"]["warnings"]:
         out.extend(paint(YELLOW, line) for line in _wrap("warning: " + visible(warning), width))
     out.append("")
@@ -90,14 +92,18 @@ def _wrap(text: str, width: Optional[int], plain: str = "", painted: str = "") -
 
 
 def _summary(report: dict) -> str:
-    window, inputs = report["window"], report["inputs"]
+    inputs = report["inputs"]
     if not inputs["spans"]:
         return "(no spans)"
+    _, when = run_name(report)
     source = {
         GPU_FROM_LOGS: "GPU idle from " + ", ".join(visible(log["path"]) for log in inputs["gpu_logs"]),
         GPU_FROM_TRACES: "GPU idle from gpu.idle spans",
     }.get(inputs["gpu_source"], "no GPU idle data")
-    return f"{window['start']} to {window['end']} ({_sec(window['seconds'])} s), {inputs['tool_calls']} tool calls, {source}"
+    simulated = [g["gpu"] for g in report["gpus"] if g["simulated"]]
+    if simulated:
+        source += f" (simulated GPU {', '.join(visible(gpu) for gpu in simulated)}: not a real GPU)"
+    return f"{when}, {inputs['tool_calls']} tool calls, {source}"
 
 
 def _tools(tools: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
@@ -269,7 +275,7 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
         Column("MISSING", 2),
     ]
     rows = [
-        [visible(g["gpu"]), _sec(g["busy_s"]), _sec(g["idle_s"]), _sec(g["idle_blocked_s"]), _sec(g["idle_unattributed_s"]),
+        [visible(g["gpu"]) + (" (simulated)" if g["simulated"] else ""), _sec(g["busy_s"]), _sec(g["idle_s"]), _sec(g["idle_blocked_s"]), _sec(g["idle_unattributed_s"]),
          "-" if g["utilization_avg"] is None else f"{g['utilization_avg']:.0%}", _opt(g["underused_s"]),
          _opt(g["underused_blocked_s"]), _opt(g["missing_s"])]
         for g in gpus

@@ -11,7 +11,18 @@
   var tip = document.getElementById("tip");
 
   var AXIS_H = 26, GPU_H = 54, ROW_H = 10, LANE_PAD = 5, TRACK_GAP = 2;
-  var PALETTE = ["#1f6feb", "#8250df", "#1a7f37", "#bf3989", "#0969da", "#9a6700", "#cf222e", "#116329", "#953800", "#6e7781"];
+  // Every colour comes from timeline.css: data colours (--c-*) each have a
+  // legend swatch, the chart's own lines and text are --ui-*.
+  var style = getComputedStyle(document.documentElement);
+  function css(name) { return style.getPropertyValue(name).trim(); }
+  var COL = {
+    queue: css("--c-queue"), exec: css("--c-exec"), blamed: css("--c-blamed"), idle: css("--c-idle"),
+    idleEdge: css("--c-idle-edge"), util: css("--c-util"), utilFill: css("--c-util-fill"), unused: css("--c-unused"),
+    model: css("--c-model"), modelFailed: css("--c-model-failed"), firstChunk: css("--c-first-chunk"),
+    turn: css("--c-turn"), turnFill: css("--c-turn-fill"),
+    grid: css("--ui-grid"), axis: css("--ui-axis"), text: css("--ui-text"), track: css("--ui-track"),
+    laneAlt: css("--ui-lane-alt"), backdrop: css("--ui-backdrop")
+  };
 
   var C = D.calls;
   var n = C.lane.length;
@@ -58,7 +69,6 @@
     for (var k = l.first; k < l.first + l.count; k++) maxDur = Math.max(maxDur, end[k] - submit[k]);
     l.maxDur = maxDur;
     l.index = index;
-    l.color = PALETTE[index % PALETTE.length];
     var h = Math.max(l.rows * ROW_H + 2 * LANE_PAD, 34);
     tracks.push({ kind: "lane", lane: l, y: y, h: h });
     rowBase.push(totalRows);
@@ -76,8 +86,9 @@
     div.style.height = t.h + "px";
     if (t.kind === "gpu") {
       div.dataset.gpu = t.gpu.gpu;
-      div.innerHTML = "GPU " + esc(t.gpu.gpu) + '<span class="sub">utilization % · ' +
-        '<span class="unused-key">unused while tools ran</span></span>';
+      div.title = "GPU " + t.gpu.gpu + (t.gpu.simulated ? " (simulated: agent-otel's simulated GPU, not a real one)" : "");
+      div.innerHTML = "GPU " + esc(t.gpu.gpu) + (t.gpu.simulated ? ' <span class="badge simulated">simulated</span>' : "") +
+        '<span class="sub">utilization</span>';
     } else if (t.kind === "turns") {
       div.className = "lane-label turns";
       div.innerHTML = "agent turns" + '<span class="sub">' + turnStart.length + (turnStart.length === 1 ? " turn" : " turns") + "</span>";
@@ -143,8 +154,8 @@
     var step = niceStep(v1 - v0, Math.max(2, W / 110));
     ctx.font = "11px system-ui, sans-serif";
     ctx.textBaseline = "middle";
-    ctx.fillStyle = "#656d76";
-    ctx.strokeStyle = "#eaeef2";
+    ctx.fillStyle = COL.text;
+    ctx.strokeStyle = COL.grid;
     ctx.lineWidth = 1;
     ctx.beginPath();
     for (var t = Math.ceil(v0 / step) * step; t <= v1; t += step) {
@@ -155,7 +166,7 @@
       ctx.fillText(label, Math.min(gx + 3, W - width - 3), AXIS_H / 2);  // the last label stays inside
     }
     ctx.stroke();
-    ctx.strokeStyle = "#d0d7de";
+    ctx.strokeStyle = COL.axis;
     ctx.beginPath();
     ctx.moveTo(0, AXIS_H - 0.5);
     ctx.lineTo(W, AXIS_H - 0.5);
@@ -172,21 +183,26 @@
 
   function drawGpu(tr, scale) {
     var g = tr.gpu, top = tr.y + 4, h = tr.h - 8;
-    ctx.fillStyle = "#f6f8fa";
+    ctx.fillStyle = COL.track;
     ctx.fillRect(0, tr.y, W, tr.h);
-    ctx.fillStyle = "rgba(219, 143, 0, 0.22)";
-    ctx.strokeStyle = "rgba(219, 143, 0, 0.7)";
+    ctx.fillStyle = COL.idle;
     var idle = g.idle;
     for (var i = 0; i < idle.start.length; i++) {
       if (idle.end[i] < v0 || idle.start[i] > v1) continue;
       var x0 = (idle.start[i] - v0) * scale, w = Math.max(1, (idle.end[i] - idle.start[i]) * scale);
       ctx.fillRect(x0, tr.y, w, tr.h);
+      if (w > 3) {  // its edges, as the legend's swatch shows them
+        ctx.fillStyle = COL.idleEdge;
+        ctx.fillRect(x0, tr.y, 1, tr.h);
+        ctx.fillRect(x0 + w - 1, tr.y, 1, tr.h);
+        ctx.fillStyle = COL.idle;
+      }
     }
     if (!g.t.length) {
       var note = "no utilization samples (idle windows from gpu.idle spans)";
-      ctx.fillStyle = "rgba(255, 255, 255, 0.85)";  // readable over the idle shading
+      ctx.fillStyle = COL.backdrop;  // readable over the idle shading
       ctx.fillRect(4, tr.y + tr.h / 2 - 8, ctx.measureText(note).width + 6, 16);
-      ctx.fillStyle = "#656d76";
+      ctx.fillStyle = COL.text;
       ctx.fillText(note, 7, tr.y + tr.h / 2);
       return;
     }
@@ -211,13 +227,39 @@
     }
     ctx.lineTo(prevX, top + h);
     ctx.closePath();
-    ctx.fillStyle = "rgba(31, 111, 235, 0.18)";
+    ctx.fillStyle = COL.utilFill;
     ctx.fill();
-    ctx.strokeStyle = "#1f6feb";
+    ctx.strokeStyle = COL.util;
     ctx.lineWidth = 1.2;
     ctx.stroke();
     ctx.lineWidth = 1;
     drawUnused(g.unused, top, h, scale);
+    drawUtilizationAxis(top, h);
+  }
+
+  // The GPU lane's vertical axis: 0, 50 and 100% utilization, with a faint
+  // line at 50 and 100 and the labels on a backdrop at the left edge.
+  function drawUtilizationAxis(top, h) {
+    ctx.save();
+    ctx.strokeStyle = COL.axis;
+    ctx.setLineDash([2, 3]);
+    ctx.beginPath();
+    [0, 0.5].forEach(function (f) {
+      var yy = Math.round(top + f * h) + 0.5;
+      ctx.moveTo(0, yy);
+      ctx.lineTo(W, yy);
+    });
+    ctx.stroke();
+    ctx.setLineDash([]);
+    ctx.font = "9px system-ui, sans-serif";
+    [[1, "100%"], [0.5, "50%"], [0, "0%"]].forEach(function (tick) {
+      var yy = top + h - tick[0] * h, width = ctx.measureText(tick[1]).width;
+      ctx.fillStyle = COL.backdrop;
+      ctx.fillRect(1, yy - 5, width + 4, 10);
+      ctx.fillStyle = COL.text;
+      ctx.fillText(tick[1], 3, yy);
+    });
+    ctx.restore();
   }
 
   // Capacity left unused while tool calls were in flight, blamed on them:
@@ -225,7 +267,7 @@
   // utilization curve. Zoomed out, one bar per pixel column (its largest).
   function drawUnused(un, top, h, scale) {
     if (!un || !un.start.length) return;
-    ctx.fillStyle = "rgba(207, 34, 46, 0.35)";
+    ctx.fillStyle = COL.unused;
     var column = null, peak = 0;
     for (var i = lowerBound(un.end, 0, un.end.length, v0); i < un.start.length && un.start[i] <= v1; i++) {
       var a = (un.start[i] - v0) * scale, b = (un.end[i] - v0) * scale, r = un.blamed[i];
@@ -246,14 +288,13 @@
   function drawLane(tr, scale, index) {
     var l = tr.lane;
     if (index % 2) {
-      ctx.fillStyle = "#fbfcfd";
+      ctx.fillStyle = COL.laneAlt;
       ctx.fillRect(0, tr.y, W, tr.h);
     }
     var base = rowBase[l.index];
     for (var r = 0; r < l.rows; r++) lastPix[base + r] = -1;
     var lo = lowerBound(submit, l.first, l.first + l.count, v0 - l.maxDur);
     var hi = lowerBound(submit, lo, l.first + l.count, v1);
-    var queueColor = "rgba(158, 197, 254, 0.9)";
     for (var k = lo; k < hi; k++) {
       if (end[k] < v0) continue;
       var r = row[k], yy = tr.y + LANE_PAD + r * ROW_H;
@@ -263,27 +304,27 @@
         var px = Math.floor(xs);
         if (px === lastPix[base + r]) continue;
         lastPix[base + r] = px;
-        ctx.fillStyle = l.color;
+        ctx.fillStyle = COL.exec;
         ctx.fillRect(px, yy, 1, ROW_H - 2);
         continue;
       }
       lastPix[base + r] = Math.floor(xe);
       var xx = (start[k] - v0) * scale;
       if (xx > xs) {
-        ctx.fillStyle = queueColor;
+        ctx.fillStyle = COL.queue;
         ctx.fillRect(xs, yy, xx - xs, ROW_H - 2);
       }
-      ctx.fillStyle = l.color;
+      ctx.fillStyle = COL.exec;
       ctx.fillRect(xx, yy, Math.max(xe - xx, 0.5), ROW_H - 2);
       if (outcome[k] === 1 || outcome[k] === 2) {
-        ctx.strokeStyle = "#d1242f";
+        ctx.strokeStyle = COL.blamed;
         ctx.strokeRect(xs + 0.5, yy + 0.5, Math.max(xe - xs - 1, 0.5), ROW_H - 3);
       }
     }
   }
 
   function drawTurns(tr, scale) {
-    ctx.fillStyle = "#f6f8fa";
+    ctx.fillStyle = COL.track;
     ctx.fillRect(0, tr.y, W, tr.h);
     var lo = lowerBound(turnStart, 0, turnStart.length, v0 - maxTurn);
     var hi = lowerBound(turnStart, lo, turnStart.length, v1);
@@ -291,9 +332,9 @@
       if (turnEnd[k] < v0) continue;
       var yy = tr.y + LANE_PAD + turnRow[k] * ROW_H;
       var x0 = (turnStart[k] - v0) * scale, w = Math.max((turnEnd[k] - turnStart[k]) * scale, 1);
-      ctx.fillStyle = "rgba(140, 149, 159, 0.35)";
+      ctx.fillStyle = COL.turnFill;
       ctx.fillRect(x0, yy, w, ROW_H - 2);
-      ctx.strokeStyle = "#8c959f";
+      ctx.strokeStyle = COL.turn;
       ctx.strokeRect(x0 + 0.5, yy + 0.5, Math.max(w - 1, 0.5), ROW_H - 3);
     }
   }
@@ -306,10 +347,10 @@
       if (modelEnd[k] < v0) continue;
       var yy = tr.y + LANE_PAD + modelRow[k] * ROW_H;
       var x0 = (modelStart[k] - v0) * scale, w = Math.max((modelEnd[k] - modelStart[k]) * scale, 1);
-      ctx.fillStyle = M.failed[k] ? "#d1242f" : "#1a7f37";
+      ctx.fillStyle = M.failed[k] ? COL.modelFailed : COL.model;
       ctx.fillRect(x0, yy, w, ROW_H - 2);
       if (M.first[k] !== null) {  // the first chunk of a streamed answer
-        ctx.fillStyle = "#fff";
+        ctx.fillStyle = COL.firstChunk;
         ctx.fillRect(x0 + M.first[k] * scale, yy, 1, ROW_H - 2);
       }
     }
@@ -319,7 +360,7 @@
     var laneY = {};
     tracks.forEach(function (t) { if (t.kind === "lane") laneY[t.lane.index] = t.y; });
     lastSharePix.fill(-1);
-    ctx.fillStyle = "#d1242f";
+    ctx.fillStyle = COL.blamed;
     var lo = lowerBound(shareStart, 0, shareStart.length, v0 - maxShare);
     var hi = lowerBound(shareStart, lo, shareStart.length, v1);
     for (var k = lo; k < hi; k++) {

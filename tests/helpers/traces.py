@@ -62,10 +62,14 @@ class RecordedRun:
         timeout: float | None = None,
         exec_event: bool = True,
         cpu: float | None = None,
+        exceptions: tuple[float, ...] = (),
         parent: trace.Span | None = None,
+        retries: int | None = None,
     ) -> trace.Span:
         """One tool call requested at ``submit``, executing from ``start``
-        to ``end`` (seconds after T0), under ``parent`` if given."""
+        to ``end`` (seconds after T0); ``exceptions``: times of ``exception``
+        events the tool's code recorded on its span; ``parent``: the tool
+        call it was made from; ``retries``: the toolkit's own (``agent.tool.retries``)."""
         attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
@@ -83,11 +87,16 @@ class RecordedRun:
             attributes["agent.tool.timeout"] = timeout
         if cpu is not None:
             attributes["agent.tool.exec.cpu_time"] = cpu
+        if retries is not None:
+            attributes["agent.tool.retries"] = retries
         context = trace.set_span_in_context(parent) if parent is not None else None
         span = self.tracer.start_span(f"execute_tool {tool}", context=context, attributes=attributes,
                                       start_time=ns(submit))
         if exec_event:
             span.add_event("exec.start", timestamp=ns(start))
+        for at in exceptions:
+            span.add_event("exception", {"exception.type": "TimeoutError", "exception.message": "timed out"},
+                           timestamp=ns(at))
         if outcome != "ok":
             span.set_attribute("error.type", "TimeoutError" if outcome == "timeout" else "ValueError")
             span.set_status(Status(StatusCode.ERROR))
@@ -122,18 +131,31 @@ class RecordedRun:
             attributes["gen_ai.response.time_to_first_chunk"] = first_chunk
         return self.span(f"{operation} {model}", start, end, attributes, parent)
 
-    def idle_window(self, gpu: int, start: float, end: float, utilization: float = 0.02) -> None:
-        """A window-level gpu.idle span, as the live path exports it."""
-        span = self.tracer.start_span(
-            "gpu.idle",
-            attributes={
-                "gpu.index": gpu,
-                "gpu.uuid": f"GPU-0000000{gpu}",
-                "gpu.idle.duration": end - start,
-                "gpu.utilization.avg": utilization,
-            },
-            start_time=ns(start),
-        )
+    def child_span(self, parent: trace.Span, name: str, start: float, end: float, *, error: bool = False,
+                   exception: bool = False) -> trace.Span:
+        """A span another instrumentation made under a tool call (an HTTP client's request, say):
+        ``error`` sets its status to ERROR, ``exception`` records an ``exception`` event."""
+        span = self.tracer.start_span(name, context=trace.set_span_in_context(parent), start_time=ns(start),
+                                      kind=trace.SpanKind.CLIENT)
+        if exception:
+            span.add_event("exception", {"exception.type": "TimeoutError"}, timestamp=ns(end))
+        if error:
+            span.set_status(Status(StatusCode.ERROR, "timed out"))
+        span.end(end_time=ns(end))
+        return span
+
+    def idle_window(self, gpu: int, start: float, end: float, utilization: float = 0.02,
+                    source: str | None = None) -> None:
+        """A window-level gpu.idle span, as the live path exports it (``source``: its agent.gpu.source)."""
+        attributes = {
+            "gpu.index": gpu,
+            "gpu.uuid": f"GPU-0000000{gpu}",
+            "gpu.idle.duration": end - start,
+            "gpu.utilization.avg": utilization,
+        }
+        if source is not None:
+            attributes["agent.gpu.source"] = source
+        span = self.tracer.start_span("gpu.idle", attributes=attributes, start_time=ns(start))
         span.end(end_time=ns(end))
 
     def blamed_child(self, parent: trace.Span, gpu: int, start: float, end: float, blocked: float, phase: str) -> None:
