@@ -43,7 +43,7 @@ ROOMS: dict[str, set[str]] = {
 
 FOUNDATION = {"agent_otel.records", "agent_otel.clock", "agent_otel.errors", "agent_otel.semconv", "agent_otel.background",
               "agent_otel.config", "agent_otel.version", "agent_otel.text", "agent_otel.forks",
-              "agent_otel.problems", "agent_otel.appending", "agent_otel.inputs"}
+              "agent_otel.problems", "agent_otel.appending", "agent_otel.inputs", "agent_otel.host"}
 WIRING = {"agent_otel", "agent_otel.instrumentation", "agent_otel.instrumentors", "agent_otel.pipeline",
           "agent_otel.tools", "agent_otel.sinks"}
 COMMANDS = {"agent_otel.cli", "agent_otel.gpu_exporter", "agent_otel.blame_service"}
