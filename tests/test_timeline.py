@@ -232,3 +232,16 @@ def test_samples_that_go_back_in_time_are_dropped():
 def test_threshold_must_be_a_ratio(threshold):
     with pytest.raises(ValueError, match="ratio"):
         IdleDetector(threshold, 0.5)
+
+
+@pytest.mark.parametrize(("idle_ns", "is_window"), [(S // 2, True), (S // 2 - 1, False)],
+                         ids=["exactly min_idle", "1 ns shorter"])
+def test_an_idle_stretch_exactly_min_idle_long_is_a_window_and_one_ns_shorter_is_not(idle_ns, is_window):
+    # Busy samples at 100% around it, so no idle part of theirs counts toward the stretch.
+    start = 10 * S
+    samples = [GpuSample("0", start, 1.0), GpuSample("0", start + idle_ns // 2, 0.0),
+               GpuSample("0", start + idle_ns, 0.0), GpuSample("0", start + S, 1.0)]
+    expected = [("0", start / S, (start + idle_ns) / S)] if is_window else []
+    detector = IdleDetector(0.1, 0.5)
+    assert seconds(detector.feed(samples) + detector.flush()) == expected
+    assert seconds(find_idle_windows(samples, threshold=0.1, min_idle_s=0.5)) == expected

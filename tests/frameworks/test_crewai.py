@@ -1,9 +1,9 @@
 """CrewAI tools traced with no change beyond ``instrument()``.
 
 CrewAI is not in the ``frameworks`` extra (it needs openai<3, openai-agents
-needs openai>=3), so these tests skip unless CrewAI is installed, in CI
-too. They ran in a separate environment with crewai 1.15.30 (see
-docs/frameworks.md).
+needs openai>=3), so these tests skip unless CrewAI is installed. CI runs
+them in a venv of their own (``.ci/run``: the ``crewai`` extra), where a
+missing CrewAI fails them (AGENT_OTEL_REQUIRED_FRAMEWORKS=crewai).
 """
 
 from __future__ import annotations
