@@ -41,12 +41,24 @@ DEFAULT_HTTP_ENDPOINT = "127.0.0.1:4318"
 class BlameService:
     """The receiver and the pool timeline of one GPU pool; ``shutdown`` stops both."""
 
-    def __init__(self, timeline: PoolTimeline, metrics: BlameServiceMetrics, *, grpc_endpoint: Optional[str],
-                 http_endpoint: Optional[str], max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+    def __init__(
+        self,
+        timeline: PoolTimeline,
+        metrics: BlameServiceMetrics,
+        *,
+        grpc_endpoint: Optional[str],
+        http_endpoint: Optional[str],
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    ):
         self.timeline = timeline
         self.metrics = metrics
-        self.receiver = OtlpReceiver(self.consume, grpc_endpoint=grpc_endpoint, http_endpoint=http_endpoint,
-                                     max_request_bytes=max_request_bytes, on_refused=self._refused_request)
+        self.receiver = OtlpReceiver(
+            self.consume,
+            grpc_endpoint=grpc_endpoint,
+            http_endpoint=http_endpoint,
+            max_request_bytes=max_request_bytes,
+            on_refused=self._refused_request,
+        )
 
     def start(self) -> None:
         self.receiver.start()
@@ -63,8 +75,7 @@ class BlameService:
         arrived = now_ns()
         decoded = tool_calls(request)
         metrics = self.metrics
-        metrics.received.labels(transport).inc(len(decoded.calls) + decoded.duplicates
-                                               + sum(decoded.refused.values()))
+        metrics.received.labels(transport).inc(len(decoded.calls) + decoded.duplicates + sum(decoded.refused.values()))
         for call in decoded.calls:
             # Before its end by this host's clock: the sender's clock is ahead (le="0").
             metrics.delay.observe(max(0.0, (arrived - call.end_ns) / NS_PER_S))
@@ -76,19 +87,28 @@ class BlameService:
             metrics.late_spans(tool, count)
         examples = {**decoded.examples, **intake.examples}
         rejected = sum(refused.values())
-        message = "" if not rejected else (
-            f"{rejected} span(s) refused by the blame service of GPU pool {self.timeline.pool!r}: "
-            + "; ".join(f"{refused[reason]} {reason} (e.g. {examples[reason]})" for reason in sorted(refused)))
+        message = (
+            ""
+            if not rejected
+            else (
+                f"{rejected} span(s) refused by the blame service of GPU pool {self.timeline.pool!r}: "
+                + "; ".join(f"{refused[reason]} {reason} (e.g. {examples[reason]})" for reason in sorted(refused))
+            )
+        )
         return Outcome(rejected, message)
 
     def _refused_request(self, transport: str, reason: str) -> None:
         self.metrics.refused_requests.labels(transport, reason).inc()
 
 
-def start_blame_service(settings: Settings, *, watermark_s: float = DEFAULT_WATERMARK_S,
-                        grpc_endpoint: Optional[str] = DEFAULT_GRPC_ENDPOINT,
-                        http_endpoint: Optional[str] = DEFAULT_HTTP_ENDPOINT,
-                        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> tuple[Instrumentation, Optional[BlameService]]:
+def start_blame_service(
+    settings: Settings,
+    *,
+    watermark_s: float = DEFAULT_WATERMARK_S,
+    grpc_endpoint: Optional[str] = DEFAULT_GRPC_ENDPOINT,
+    http_endpoint: Optional[str] = DEFAULT_HTTP_ENDPOINT,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+) -> tuple[Instrumentation, Optional[BlameService]]:
     """Set up the process (tracer, /metrics, its pool on the resource and
     ``target_info``) and, when the GPU source has GPUs, the blame service.
 
@@ -99,8 +119,12 @@ def start_blame_service(settings: Settings, *, watermark_s: float = DEFAULT_WATE
     """
     pool = declared_gpu_pool(settings)
     if not pool:
-        raise ConfigError("--pool", None, "the GPU pool this service blames (AGENT_OTEL_GPU_POOL), e.g. the model "
-                          "server's address as its agents call it")
+        raise ConfigError(
+            "--pool",
+            None,
+            "the GPU pool this service blames (AGENT_OTEL_GPU_POOL), e.g. the model "
+            "server's address as its agents call it",
+        )
     if not 0 <= watermark_s <= 3600:
         raise ConfigError("--watermark", watermark_s, "seconds from 0 to 3600")
     if not grpc_endpoint and not http_endpoint:
@@ -115,9 +139,15 @@ def start_blame_service(settings: Settings, *, watermark_s: float = DEFAULT_WATE
     return handle, service
 
 
-def _pool_service(handle: Instrumentation, settings: Settings, pool: str, watermark_s: float,
-                  grpc_endpoint: Optional[str], http_endpoint: Optional[str],
-                  max_request_bytes: int) -> Optional[BlameService]:
+def _pool_service(
+    handle: Instrumentation,
+    settings: Settings,
+    pool: str,
+    watermark_s: float,
+    grpc_endpoint: Optional[str],
+    http_endpoint: Optional[str],
+    max_request_bytes: int,
+) -> Optional[BlameService]:
     options = {"clock": now_ns} if settings.gpu == "simulated" else {}
     source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None, **options)
     if source is None or not source.devices():
@@ -126,15 +156,29 @@ def _pool_service(handle: Instrumentation, settings: Settings, pool: str, waterm
         if source is not None:
             source.close()
         return None
-    timeline = PoolTimeline(source, pool=pool, watermark_s=watermark_s, tracer=handle.tracer, metrics=handle.metrics,
-                            poll_interval_s=settings.gpu_poll_interval, idle_threshold=settings.gpu_idle_threshold,
-                            min_idle_s=settings.gpu_min_idle, horizon_s=settings.attribution_horizon,
-                            log_path=settings.gpu_log_file, clock=now_ns)
-    metrics = BlameServiceMetrics(handle.metrics.registry, handle.metrics.tool_label,
-                                  held_calls=timeline.held_calls, dropped_calls=lambda: timeline.engine.horizon.dropped,
-                                  lag_s=timeline.lag_s)
-    service = BlameService(timeline, metrics, grpc_endpoint=grpc_endpoint, http_endpoint=http_endpoint,
-                           max_request_bytes=max_request_bytes)
+    timeline = PoolTimeline(
+        source,
+        pool=pool,
+        watermark_s=watermark_s,
+        tracer=handle.tracer,
+        metrics=handle.metrics,
+        poll_interval_s=settings.gpu_poll_interval,
+        idle_threshold=settings.gpu_idle_threshold,
+        min_idle_s=settings.gpu_min_idle,
+        horizon_s=settings.attribution_horizon,
+        log_path=settings.gpu_log_file,
+        clock=now_ns,
+    )
+    metrics = BlameServiceMetrics(
+        handle.metrics.registry,
+        handle.metrics.tool_label,
+        held_calls=timeline.held_calls,
+        dropped_calls=lambda: timeline.engine.horizon.dropped,
+        lag_s=timeline.lag_s,
+    )
+    service = BlameService(
+        timeline, metrics, grpc_endpoint=grpc_endpoint, http_endpoint=http_endpoint, max_request_bytes=max_request_bytes
+    )
     service.start()
     handle.background.append(service)
     handle.gpu_timeline = timeline

@@ -65,97 +65,175 @@ class Settings:
     """Everything ``instrument()`` can be told; see the README's configuration table."""
 
     service_name: Optional[str] = setting(
-        None, "the resource's `service.name`", env=("OTEL_SERVICE_NAME",), shown_default="`unknown_service`")
+        None, "the resource's `service.name`", env=("OTEL_SERVICE_NAME",), shown_default="`unknown_service`"
+    )
     traces_file: Optional[str] = setting(
-        None, "also write spans as OTLP/JSON lines to this file", env=("AGENT_OTEL_TRACES_FILE",))
+        None, "also write spans as OTLP/JSON lines to this file", env=("AGENT_OTEL_TRACES_FILE",)
+    )
     traces_exporters: Optional[tuple[str, ...]] = setting(
-        None, "comma list of `otlp`, `console`, `none`", env=("OTEL_TRACES_EXPORTER",),
-        choices=("otlp", "console", "none"), if_empty=_KEEP_DEFAULT,
+        None,
+        "comma list of `otlp`, `console`, `none`",
+        env=("OTEL_TRACES_EXPORTER",),
+        choices=("otlp", "console", "none"),
+        if_empty=_KEEP_DEFAULT,
         shown_default="`otlp` if an endpoint is set or a Collector answers on localhost, else a local file "
-        "([where spans go](docs/telemetry.md#where-spans-go))")
+        "([where spans go](docs/telemetry.md#where-spans-go))",
+    )
     otlp_endpoint: Optional[str] = setting(
-        None, "where OTLP sends traces (gRPC: `host:4317`; HTTP: the full `.../v1/traces` URL); "
+        None,
+        "where OTLP sends traces (gRPC: `host:4317`; HTTP: the full `.../v1/traces` URL); "
         "`OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL) is read by the exporter as usual",
-        env=("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",), shown_default="the SDK's (localhost)")
+        env=("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",),
+        shown_default="the SDK's (localhost)",
+    )
     otlp_protocol: str = setting(
-        "grpc", "`grpc` or `http/protobuf`",
-        env=("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"), choices=("grpc", "http/protobuf"))
+        "grpc",
+        "`grpc` or `http/protobuf`",
+        env=("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        choices=("grpc", "http/protobuf"),
+    )
     sdk_disabled: bool = setting(False, "no spans at all (metrics still work)", env=("OTEL_SDK_DISABLED",))
     prometheus_port: Optional[int] = setting(
-        None, "serve `/metrics` on this port (`0`: any free port, see `handle.prometheus_url`)",
-        env=("AGENT_OTEL_PROMETHEUS_PORT",), low=0, high=65535)
+        None,
+        "serve `/metrics` on this port (`0`: any free port, see `handle.prometheus_url`)",
+        env=("AGENT_OTEL_PROMETHEUS_PORT",),
+        low=0,
+        high=65535,
+    )
     prometheus_address: str = setting(
-        "127.0.0.1", "address `/metrics` binds to; `0.0.0.0` to expose it", env=("AGENT_OTEL_PROMETHEUS_ADDRESS",))
+        "127.0.0.1", "address `/metrics` binds to; `0.0.0.0` to expose it", env=("AGENT_OTEL_PROMETHEUS_ADDRESS",)
+    )
     shutdown_timeout: float = setting(
-        5.0, "seconds `shutdown()` may take at most", env=("AGENT_OTEL_SHUTDOWN_TIMEOUT",), low=0, high=3600,
-        unit="s")
+        5.0, "seconds `shutdown()` may take at most", env=("AGENT_OTEL_SHUTDOWN_TIMEOUT",), low=0, high=3600, unit="s"
+    )
     max_queue_size: int = setting(
-        2048, "spans waiting for export at most, per sink; when full, tool spans take the place of derived ones, "
+        2048,
+        "spans waiting for export at most, per sink; when full, tool spans take the place of derived ones, "
         "and spans no sink could take are counted in `agent_otel_spans_dropped_total{kind}`",
-        env=("OTEL_BSP_MAX_QUEUE_SIZE",), low=1, high=10_000_000)
+        env=("OTEL_BSP_MAX_QUEUE_SIZE",),
+        low=1,
+        high=10_000_000,
+    )
     export_batch_size: int = setting(
-        512, "spans per export at most", env=("OTEL_BSP_MAX_EXPORT_BATCH_SIZE",), low=1, high=10_000_000)
+        512, "spans per export at most", env=("OTEL_BSP_MAX_EXPORT_BATCH_SIZE",), low=1, high=10_000_000
+    )
     export_interval: float = setting(
-        5.0, "seconds between span exports (the variable is in milliseconds)", env=("OTEL_BSP_SCHEDULE_DELAY",),
-        low=0.001, high=3600, unit="s", env_unit="ms")
+        5.0,
+        "seconds between span exports (the variable is in milliseconds)",
+        env=("OTEL_BSP_SCHEDULE_DELAY",),
+        low=0.001,
+        high=3600,
+        unit="s",
+        env_unit="ms",
+    )
     tool_name_limit: int = setting(
-        200, "distinct `tool` label values before `_other`", env=("AGENT_OTEL_TOOL_NAME_LIMIT",), low=1,
-        high=10_000_000)
+        200, "distinct `tool` label values before `_other`", env=("AGENT_OTEL_TOOL_NAME_LIMIT",), low=1, high=10_000_000
+    )
     executor_name_limit: int = setting(
-        50, "distinct `executor` label values (pool names) before `_other`", env=("AGENT_OTEL_EXECUTOR_NAME_LIMIT",),
-        low=1, high=10_000_000)
+        50,
+        "distinct `executor` label values (pool names) before `_other`",
+        env=("AGENT_OTEL_EXECUTOR_NAME_LIMIT",),
+        low=1,
+        high=10_000_000,
+    )
     instrument_executors: bool = setting(True, "hook `ThreadPoolExecutor.submit`", env=("AGENT_OTEL_EXECUTORS",))
     frameworks: Optional[tuple[str, ...]] = setting(
-        None, "comma list of framework hooks to install (`\"\"`: none)", env=("AGENT_OTEL_FRAMEWORKS",),
-        shown_default="all importable")
+        None,
+        'comma list of framework hooks to install (`""`: none)',
+        env=("AGENT_OTEL_FRAMEWORKS",),
+        shown_default="all importable",
+    )
     model_spans: str = setting(
-        "auto", "the framework hooks' model-call spans: `auto` (unless another GenAI instrumentation is "
+        "auto",
+        "the framework hooks' model-call spans: `auto` (unless another GenAI instrumentation is "
         "active), `on`, `off` ([docs/telemetry.md](docs/telemetry.md#model-call-span))",
-        env=("AGENT_OTEL_MODEL_SPANS",), choices=("auto", "on", "off"))
+        env=("AGENT_OTEL_MODEL_SPANS",),
+        choices=("auto", "on", "off"),
+    )
     record_arguments: bool = setting(
-        False, "record tool arguments on spans (opt-in)", env=("AGENT_OTEL_RECORD_ARGUMENTS",))
+        False, "record tool arguments on spans (opt-in)", env=("AGENT_OTEL_RECORD_ARGUMENTS",)
+    )
     record_results: bool = setting(False, "record tool results on spans (opt-in)", env=("AGENT_OTEL_RECORD_RESULTS",))
     record_exception_messages: bool = setting(
-        True, "record a failed call's exception message (and the message lines of its stack trace); off: its "
+        True,
+        "record a failed call's exception message (and the message lines of its stack trace); off: its "
         "type and stack frames only ([why on](docs/telemetry.md#what-a-span-says-about-the-data))",
-        env=("AGENT_OTEL_RECORD_EXCEPTION_MESSAGES",))
+        env=("AGENT_OTEL_RECORD_EXCEPTION_MESSAGES",),
+    )
     max_attribute_length: int = setting(
-        1024, "truncate recorded arguments, results and exception messages", env=("AGENT_OTEL_MAX_ATTRIBUTE_LENGTH",),
-        low=1, high=10_000_000)
+        1024,
+        "truncate recorded arguments, results and exception messages",
+        env=("AGENT_OTEL_MAX_ATTRIBUTE_LENGTH",),
+        low=1,
+        high=10_000_000,
+    )
     redact: Optional[Callable[[str, str], str]] = setting(
-        None, "`redact(attribute, text) -> text`, applied to every text a tool call's spans carry: arguments, "
-        "results, exception messages, stack traces, status descriptions")
+        None,
+        "`redact(attribute, text) -> text`, applied to every text a tool call's spans carry: arguments, "
+        "results, exception messages, stack traces, status descriptions",
+    )
     gpu: str = setting(
-        "auto", "`auto` (NVML if a GPU is found, else off), `nvml`, `simulated`, `replay:PATH`, `off`",
-        env=("AGENT_OTEL_GPU",), choices=GPU_SOURCES)
+        "auto",
+        "`auto` (NVML if a GPU is found, else off), `nvml`, `simulated`, `replay:PATH`, `off`",
+        env=("AGENT_OTEL_GPU",),
+        choices=GPU_SOURCES,
+    )
     gpu_devices: Optional[tuple[str, ...]] = setting(
-        None, "comma list of GPU indexes or UUIDs", env=("AGENT_OTEL_GPU_DEVICES",), if_empty=None,
-        shown_default="all")
+        None, "comma list of GPU indexes or UUIDs", env=("AGENT_OTEL_GPU_DEVICES",), if_empty=None, shown_default="all"
+    )
     gpu_poll_interval: float = setting(
-        0.5, "seconds between NVML reads", env=("AGENT_OTEL_GPU_POLL_INTERVAL",), low=0.001, high=3600, unit="s")
+        0.5, "seconds between NVML reads", env=("AGENT_OTEL_GPU_POLL_INTERVAL",), low=0.001, high=3600, unit="s"
+    )
     gpu_idle_threshold: float = setting(
-        0.10, "utilization (0..1) at or below which the GPU is idle", env=("AGENT_OTEL_GPU_IDLE_THRESHOLD",),
-        low=0, high=1, unit="ratio")
+        0.10,
+        "utilization (0..1) at or below which the GPU is idle",
+        env=("AGENT_OTEL_GPU_IDLE_THRESHOLD",),
+        low=0,
+        high=1,
+        unit="ratio",
+    )
     gpu_min_idle: float = setting(
-        0.5, "seconds an idle stretch must last to become a window", env=("AGENT_OTEL_GPU_MIN_IDLE",), low=0.001,
-        high=3600, unit="s")
+        0.5,
+        "seconds an idle stretch must last to become a window",
+        env=("AGENT_OTEL_GPU_MIN_IDLE",),
+        low=0.001,
+        high=3600,
+        unit="s",
+    )
     gpu_log_file: Optional[str] = setting(
-        None, "also write the GPU samples as `nvidia-smi` CSV, for `agent-otel report --gpu-log` "
-        "(the utilization curve)", env=("AGENT_OTEL_GPU_LOG",))
+        None,
+        "also write the GPU samples as `nvidia-smi` CSV, for `agent-otel report --gpu-log` (the utilization curve)",
+        env=("AGENT_OTEL_GPU_LOG",),
+    )
     attribution_horizon: float = setting(
-        120.0, "seconds of finished tool calls kept for live attribution", env=("AGENT_OTEL_ATTRIBUTION_HORIZON",),
-        low=1, high=86400, unit="s")
+        120.0,
+        "seconds of finished tool calls kept for live attribution",
+        env=("AGENT_OTEL_ATTRIBUTION_HORIZON",),
+        low=1,
+        high=86400,
+        unit="s",
+    )
     gpu_pool: Optional[str] = setting(
-        None, "the GPU pool (model server) this process's tool calls can leave idle, e.g. `vllm-a.internal:8000`: "
+        None,
+        "the GPU pool (model server) this process's tool calls can leave idle, e.g. `vllm-a.internal:8000`: "
         "the resource attribute `agent.gpu.pool`; blame then happens in the pool's blame service, not here "
-        "([docs/attribution.md](docs/attribution.md#gpu-pools))", env=("AGENT_OTEL_GPU_POOL",),
-        shown_default="none: this process's own GPUs")
+        "([docs/attribution.md](docs/attribution.md#gpu-pools))",
+        env=("AGENT_OTEL_GPU_POOL",),
+        shown_default="none: this process's own GPUs",
+    )
     loop_monitor: bool = setting(
-        True, "watch asyncio event loops for blocking ([telemetry.md](docs/telemetry.md#event-loop-blocking))",
-        env=("AGENT_OTEL_LOOP_MONITOR",))
+        True,
+        "watch asyncio event loops for blocking ([telemetry.md](docs/telemetry.md#event-loop-blocking))",
+        env=("AGENT_OTEL_LOOP_MONITOR",),
+    )
     loop_block_threshold: float = setting(
-        0.1, "seconds an event loop must be blocked to record an `asyncio.loop.blocked` span",
-        env=("AGENT_OTEL_LOOP_BLOCK_THRESHOLD",), low=0.01, high=60, unit="s")
+        0.1,
+        "seconds an event loop must be blocked to record an `asyncio.loop.blocked` span",
+        env=("AGENT_OTEL_LOOP_BLOCK_THRESHOLD",),
+        low=0.01,
+        high=60,
+        unit="s",
+    )
 
 
 # The defaults, for code that takes a setting as a parameter (the GPU timeline, the report).
@@ -174,7 +252,9 @@ class SettingInfo:
 
 def _declared() -> dict[str, SettingInfo]:
     hints = get_type_hints(Settings)
-    return {f.name: SettingInfo(f.name, hints[f.name], f.default, f.metadata[_KEY]) for f in dataclasses.fields(Settings)}
+    return {
+        f.name: SettingInfo(f.name, hints[f.name], f.default, f.metadata[_KEY]) for f in dataclasses.fields(Settings)
+    }
 
 
 SETTINGS: dict[str, SettingInfo] = _declared()
@@ -272,7 +352,7 @@ def _parse_choice(info: SettingInfo, where: str, value: object) -> str:
         if choice.endswith(":PATH"):
             prefix = choice[: -len("PATH")]
             if lowered.startswith(prefix) and len(text) > len(prefix):
-                return prefix + text[len(prefix):]
+                return prefix + text[len(prefix) :]
         elif lowered == choice:
             return choice
     raise ConfigError(where, value, describe_choices(info.declaration.choices))
@@ -315,8 +395,11 @@ def check(name: str, value: float, where: str) -> float:
     return value
 
 
-def load_settings(arguments: Mapping[str, Any], environ: Optional[Mapping[str, str]] = None,
-                  defaults: Optional[Mapping[str, Any]] = None) -> Settings:
+def load_settings(
+    arguments: Mapping[str, Any],
+    environ: Optional[Mapping[str, str]] = None,
+    defaults: Optional[Mapping[str, Any]] = None,
+) -> Settings:
     """Validated settings: ``arguments`` (None: not given) win over the
     environment, which wins over ``defaults`` (a command's own, e.g. the
     GPU exporter's port), which win over the declared defaults."""
@@ -372,20 +455,31 @@ class ArgumentContainer(Protocol):
     def add_argument(self, *names: str, **options: Any) -> Any: ...
 
 
-def add_argument(parser: ArgumentContainer, option: str, name: str, *,
-                 default: Any = None, metavar: Optional[str] = None, environment: bool = True) -> None:
+def add_argument(
+    parser: ArgumentContainer,
+    option: str,
+    name: str,
+    *,
+    default: Any = None,
+    metavar: Optional[str] = None,
+    environment: bool = True,
+) -> None:
     """A command-line option for setting ``name``: help, default and environment variables from its
     declaration. It is stored as ``args.<name>``, a number for a number setting and text otherwise
     (None when not given); ``parse(name, value, option)`` checks it, naming the option in its error."""
     info = SETTINGS[name]
-    shown = plain(f"`{default:g}`" if isinstance(default, float) else f"`{default}`") if default is not None \
+    shown = (
+        plain(f"`{default:g}`" if isinstance(default, float) else f"`{default}`")
+        if default is not None
         else shown_default(info, in_markdown=False)
+    )
     text = f"{plain(info.declaration.help)} (default: {shown})"
     if environment and info.declaration.env:
         text += " [" + ", ".join(info.declaration.env) + "]"
     kind = _base_type(info.type)
-    parser.add_argument(option, dest=name, default=None, metavar=metavar, help=text,
-                        type=kind if kind in (int, float) else str)
+    parser.add_argument(
+        option, dest=name, default=None, metavar=metavar, help=text, type=kind if kind in (int, float) else str
+    )
 
 
 README_START = "<!-- settings: generated by `python -m agent_otel.config --write README.md`; do not edit -->"
@@ -412,8 +506,9 @@ def readme_with_table(readme: str) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent_otel.config",
-                                     description="Print the settings table, or put it into a README.")
+    parser = argparse.ArgumentParser(
+        prog="python -m agent_otel.config", description="Print the settings table, or put it into a README."
+    )
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--write", metavar="README", help="replace the table between the settings markers")
     action.add_argument("--check", metavar="README", help="exit 1 if the README's table differs from the settings")
@@ -427,8 +522,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     updated = readme_with_table(readme)
     if args.check:
         if updated != readme:
-            print(f"{path}: the settings table is stale (run python -m agent_otel.config --write {path})",
-                  file=sys.stderr)
+            print(
+                f"{path}: the settings table is stale (run python -m agent_otel.config --write {path})", file=sys.stderr
+            )
             return 1
         return 0
     if updated != readme:

@@ -50,6 +50,7 @@ def after_fork_in_child(function: Callable[[], None]) -> None:
     if inspect.ismethod(function):
         reference = weakref.WeakMethod(function)
     else:
+
         def reference(function: Callable[[], None] = function) -> Optional[Callable[[], None]]:
             return function
 
@@ -60,7 +61,11 @@ def after_fork_in_child(function: Callable[[], None]) -> None:
         try:
             bound()
         except Exception as exc:
-            logger.warning("agent-otel: after fork, %s failed (%s: %s); telemetry in this process "
-                           "may be incomplete", getattr(bound, "__qualname__", bound), type(exc).__name__, exc)
+            logger.warning(
+                "agent-otel: after fork, %s failed (%s: %s); telemetry in this process may be incomplete",
+                getattr(bound, "__qualname__", bound),
+                type(exc).__name__,
+                exc,
+            )
 
     os.register_at_fork(after_in_child=hook)

@@ -57,38 +57,68 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for option, (name, metavar) in OPTIONS.items():
         config.add_argument(parser, option, name, default=DEFAULTS.get(name), metavar=metavar)
     service = parser.add_argument_group("blame service (with --pool)")
-    service.add_argument("--pool", dest="gpu_pool", default=None, metavar="POOL",
-                         help="be the blame service of this GPU pool (agent.gpu.pool, the value its agents declare): "
-                         "receive their tool spans and blame this host's GPUs on them [AGENT_OTEL_GPU_POOL]")
-    service.add_argument("--otlp-grpc", default=DEFAULT_GRPC_ENDPOINT, metavar="HOST:PORT",
-                         help=f"receive tool spans over OTLP/gRPC here; 'off' for none (default: {DEFAULT_GRPC_ENDPOINT})")
-    service.add_argument("--otlp-http", default=DEFAULT_HTTP_ENDPOINT, metavar="HOST:PORT",
-                         help="receive tool spans over OTLP/HTTP (protobuf, POST /v1/traces) here; 'off' for none "
-                         f"(default: {DEFAULT_HTTP_ENDPOINT})")
-    service.add_argument("--watermark", type=float, default=DEFAULT_WATERMARK_S, metavar="S",
-                         help="blame GPU time this many seconds late, once the spans of the calls in flight then "
-                         "have arrived: at least the agents' export interval + the Collector's batching + the "
-                         f"longest tool call to blame in full (default: {DEFAULT_WATERMARK_S:g})")
-    service.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="N",
-                         help=f"largest OTLP request taken, decompressed (default: {DEFAULT_MAX_REQUEST_BYTES})")
+    service.add_argument(
+        "--pool",
+        dest="gpu_pool",
+        default=None,
+        metavar="POOL",
+        help="be the blame service of this GPU pool (agent.gpu.pool, the value its agents declare): "
+        "receive their tool spans and blame this host's GPUs on them [AGENT_OTEL_GPU_POOL]",
+    )
+    service.add_argument(
+        "--otlp-grpc",
+        default=DEFAULT_GRPC_ENDPOINT,
+        metavar="HOST:PORT",
+        help=f"receive tool spans over OTLP/gRPC here; 'off' for none (default: {DEFAULT_GRPC_ENDPOINT})",
+    )
+    service.add_argument(
+        "--otlp-http",
+        default=DEFAULT_HTTP_ENDPOINT,
+        metavar="HOST:PORT",
+        help="receive tool spans over OTLP/HTTP (protobuf, POST /v1/traces) here; 'off' for none "
+        f"(default: {DEFAULT_HTTP_ENDPOINT})",
+    )
+    service.add_argument(
+        "--watermark",
+        type=float,
+        default=DEFAULT_WATERMARK_S,
+        metavar="S",
+        help="blame GPU time this many seconds late, once the spans of the calls in flight then "
+        "have arrived: at least the agents' export interval + the Collector's batching + the "
+        f"longest tool call to blame in full (default: {DEFAULT_WATERMARK_S:g})",
+    )
+    service.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        metavar="N",
+        help=f"largest OTLP request taken, decompressed (default: {DEFAULT_MAX_REQUEST_BYTES})",
+    )
     parser.add_argument("--duration", type=float, default=None, metavar="S", help="stop after this many seconds")
 
 
 def run(args: argparse.Namespace) -> int:
-    given = {name: config.parse(name, getattr(args, name), option)
-             for option, (name, _) in [*OPTIONS.items(), ("--pool", ("gpu_pool", "POOL"))]
-             if getattr(args, name) is not None}
+    given = {
+        name: config.parse(name, getattr(args, name), option)
+        for option, (name, _) in [*OPTIONS.items(), ("--pool", ("gpu_pool", "POOL"))]
+        if getattr(args, name) is not None
+    }
     settings = config.load_settings({**given, **FIXED}, defaults=DEFAULTS)
     pool = declared_gpu_pool(settings)
     service = None
     if pool:
         if not 1024 <= args.max_request_bytes <= 1 << 30:
-            raise ConfigError("--max-request-bytes", args.max_request_bytes, "a number of bytes from 1024 to 1073741824")
+            raise ConfigError(
+                "--max-request-bytes", args.max_request_bytes, "a number of bytes from 1024 to 1073741824"
+            )
         try:
             handle, service = start_blame_service(
-                settings, watermark_s=args.watermark, max_request_bytes=args.max_request_bytes,
+                settings,
+                watermark_s=args.watermark,
+                max_request_bytes=args.max_request_bytes,
                 grpc_endpoint=None if args.otlp_grpc == "off" else args.otlp_grpc,
-                http_endpoint=None if args.otlp_http == "off" else args.otlp_http)
+                http_endpoint=None if args.otlp_http == "off" else args.otlp_http,
+            )
         except OSError as exc:
             raise ConfigError("--otlp-grpc/--otlp-http", str(exc), "free local addresses") from None
     else:
@@ -98,17 +128,25 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signum, lambda *_: stop.set())
     timeline = handle.gpu_timeline
     devices = timeline.source.devices() if timeline else []
-    print(f"agent-otel gpu-exporter: sampling {len(devices)} GPU(s) via {settings.gpu}: "
-          + (", ".join(f"{d.index} {d.name}" for d in devices) or "none (see the log line above)"), flush=True)
+    print(
+        f"agent-otel gpu-exporter: sampling {len(devices)} GPU(s) via {settings.gpu}: "
+        + (", ".join(f"{d.index} {d.name}" for d in devices) or "none (see the log line above)"),
+        flush=True,
+    )
     if handle.prometheus_url:
         print(f"agent-otel gpu-exporter: metrics at {handle.prometheus_url}", flush=True)
     if service is not None:
         receiver = service.receiver
-        endpoints = [f"OTLP/gRPC on {_host(receiver.grpc_endpoint)}:{receiver.grpc_port}"
-                     if receiver.grpc_port else "", f"OTLP/HTTP on {_host(receiver.http_endpoint)}:"
-                     f"{receiver.http_port}" if receiver.http_port else ""]
-        print(f"agent-otel gpu-exporter: blame service of GPU pool {pool!r}: "
-              + ", ".join(e for e in endpoints if e) + f"; watermark {args.watermark:g} s", flush=True)
+        endpoints = [
+            f"OTLP/gRPC on {_host(receiver.grpc_endpoint)}:{receiver.grpc_port}" if receiver.grpc_port else "",
+            f"OTLP/HTTP on {_host(receiver.http_endpoint)}:{receiver.http_port}" if receiver.http_port else "",
+        ]
+        print(
+            f"agent-otel gpu-exporter: blame service of GPU pool {pool!r}: "
+            + ", ".join(e for e in endpoints if e)
+            + f"; watermark {args.watermark:g} s",
+            flush=True,
+        )
     try:
         stop.wait(args.duration)
     finally:

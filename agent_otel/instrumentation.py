@@ -62,8 +62,11 @@ class Instrumentation:
         self.tracer_provider: Optional[TracerProvider] = None
         self.owns_provider = False
         self.span_processors: list[BatchSpanProcessor] = []
-        self.metrics = Metrics(tool_name_limit=settings.tool_name_limit,
-                               executor_name_limit=settings.executor_name_limit, gpu_pool=gpu_pool)
+        self.metrics = Metrics(
+            tool_name_limit=settings.tool_name_limit,
+            executor_name_limit=settings.executor_name_limit,
+            gpu_pool=gpu_pool,
+        )
         # Shared by the span processors: a span is dropped when every one of them lost it.
         self.losses = SpanLosses(self.metrics.dropped)
         self.metrics_server: Optional[MetricsServer] = None
@@ -87,8 +90,7 @@ class Instrumentation:
         if self.pipeline is not None:
             self.pipeline.drain()
         deadline = time.monotonic() + timeout_s
-        return not _finish([(processor.sink, _flush_within(processor)) for processor in self.span_processors],
-                           deadline)
+        return not _finish([(processor.sink, _flush_within(processor)) for processor in self.span_processors], deadline)
 
     def shutdown(self, timeout_s: Optional[float] = None) -> bool:
         """Undo ``instrument()``; export what is pending.
@@ -116,20 +118,26 @@ class Instrumentation:
         # at most half the time, so a GPU driver that hangs leaves the export
         # the other half; then the pipeline; then every exporter at once.
         background_deadline = start + timeout_s / 2
-        unfinished += _finish([(_part_name(part), part.shutdown) for part in reversed(self.background)],
-                              background_deadline)
+        unfinished += _finish(
+            [(_part_name(part), part.shutdown) for part in reversed(self.background)], background_deadline
+        )
         if self.pipeline is not None:
             unfinished += _finish([("the metrics pipeline", self.pipeline.shutdown)], deadline)
         _recorder.current = None
-        unfinished += _finish([(f"span export to {processor.sink}", processor.shutdown)
-                               for processor in self.span_processors], deadline)
+        unfinished += _finish(
+            [(f"span export to {processor.sink}", processor.shutdown) for processor in self.span_processors], deadline
+        )
         if self.metrics_server is not None:
-            unfinished += _finish([("the /metrics server", self.metrics_server.shutdown)],
-                                  max(deadline, time.monotonic() + 0.5))
+            unfinished += _finish(
+                [("the /metrics server", self.metrics_server.shutdown)], max(deadline, time.monotonic() + 0.5)
+            )
         if unfinished:
-            logger.warning("agent-otel: shutdown did not finish within %.1f s: %s still running; spans "
-                           "not exported by then are counted in agent_otel_spans_dropped_total",
-                           timeout_s, ", ".join(unfinished))
+            logger.warning(
+                "agent-otel: shutdown did not finish within %.1f s: %s still running; spans "
+                "not exported by then are counted in agent_otel_spans_dropped_total",
+                timeout_s,
+                ", ".join(unfinished),
+            )
             return False
         return True
 
@@ -177,6 +185,7 @@ def _finish(parts: list[tuple[str, Callable[[float], object]]], deadline: float)
     # (count the spans it could not export) before the caller stops waiting.
     own_deadline = deadline - min(0.05, max(deadline - time.monotonic(), 0.0) / 10)
     for name, shutdown in parts:
+
         def run(name=name, shutdown=shutdown):
             try:
                 outcomes[name] = shutdown(max(0.0, own_deadline - time.monotonic())) is not False
@@ -220,6 +229,7 @@ def _span_exporters(settings: Settings, names: tuple[str, ...]) -> list[SpanExpo
             exporters.append(HttpExporter(endpoint=settings.otlp_endpoint or None))
         elif name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
             exporters.append(ConsoleSpanExporter())
     return exporters
 
@@ -233,10 +243,13 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
 
     existing = trace_api.get_tracer_provider()
     if isinstance(existing, TracerProvider) and pool_of(existing.resource.attributes) != handle.gpu_pool:
-        logger.warning("agent-otel: gpu_pool is %r but the tracer provider's resource, set up earlier, says "
-                       "agent.gpu.pool=%r; spans keep the resource's (set it before the first instrument(), "
-                       "or with OTEL_RESOURCE_ATTRIBUTES)", handle.gpu_pool,
-                       pool_of(existing.resource.attributes))
+        logger.warning(
+            "agent-otel: gpu_pool is %r but the tracer provider's resource, set up earlier, says "
+            "agent.gpu.pool=%r; spans keep the resource's (set it before the first instrument(), "
+            "or with OTEL_RESOURCE_ATTRIBUTES)",
+            handle.gpu_pool,
+            pool_of(existing.resource.attributes),
+        )
     if existing is _global_provider:
         # An earlier instrument() in this process set it (OpenTelemetry
         # allows that once); its processors were shut down, so add ours again.
@@ -248,7 +261,7 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
         # and exporters, and add only what agent-otel was asked for.
         provider, exporters = existing, []
     else:
-        attributes = {SERVICE_NAME: settings.service_name} if settings.service_name else {}
+        attributes: dict[str, str | int] = {SERVICE_NAME: settings.service_name} if settings.service_name else {}
         if handle.gpu_pool:
             attributes[AGENT_GPU_POOL] = handle.gpu_pool
         attributes[AGENT_PROCESS_CPU_COUNT] = host.cores()  # what the report sizes its worker advice by
@@ -259,13 +272,16 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
     if settings.traces_file:
         exporters.append(OtlpJsonFileExporter(settings.traces_file))
     elif handle.sinks.default_file is not None:
-        exporters.append(OtlpJsonFileExporter(handle.sinks.default_file,
-                                              max_bytes=sinks.DEFAULT_FILE_LIMIT_BYTES))
+        exporters.append(OtlpJsonFileExporter(handle.sinks.default_file, max_bytes=sinks.DEFAULT_FILE_LIMIT_BYTES))
     for exporter in exporters:
-        processor = BatchSpanProcessor(exporter, max_queue_size=settings.max_queue_size,
-                                       batch_size=settings.export_batch_size,
-                                       interval_s=settings.export_interval,
-                                       losses=handle.losses, sink=_sink_name(exporter, settings))
+        processor = BatchSpanProcessor(
+            exporter,
+            max_queue_size=settings.max_queue_size,
+            batch_size=settings.export_batch_size,
+            interval_s=settings.export_interval,
+            losses=handle.losses,
+            sink=_sink_name(exporter, settings),
+        )
         provider.add_span_processor(processor)
         handle.span_processors.append(processor)
     handle.tracer_provider = provider
@@ -282,8 +298,13 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
 _global_provider: Optional[TracerProvider] = None
 
 
-def instrument(service_name: Optional[str] = None, *, traces_file: Optional[str] = None,
-               prometheus_port: Optional[int] = None, **options) -> Instrumentation:
+def instrument(
+    service_name: Optional[str] = None,
+    *,
+    traces_file: Optional[str] = None,
+    prometheus_port: Optional[int] = None,
+    **options,
+) -> Instrumentation:
     """Trace every tool call, time executors, and export spans and metrics.
 
     Idempotent: a second call returns the same handle. Keyword options are
@@ -295,8 +316,16 @@ def instrument(service_name: Optional[str] = None, *, traces_file: Optional[str]
             if service_name or traces_file or prometheus_port is not None or options:
                 logger.warning("agent_otel.instrument() was already called; keeping the first settings")
             return _handle
-        return start(load_settings({"service_name": service_name, "traces_file": traces_file,
-                                    "prometheus_port": prometheus_port, **options}))
+        return start(
+            load_settings(
+                {
+                    "service_name": service_name,
+                    "traces_file": traces_file,
+                    "prometheus_port": prometheus_port,
+                    **options,
+                }
+            )
+        )
 
 
 def start(settings: Settings) -> Instrumentation:
@@ -310,8 +339,12 @@ def start(settings: Settings) -> Instrumentation:
         frameworks.check_names(settings.frameworks)
         gpu_pool = declared_gpu_pool(settings)
         if gpu_pool and settings.gpu not in ("auto", "off"):
-            raise ConfigError("gpu", settings.gpu, f"auto or off with a GPU pool ({gpu_pool!r}): the pool's GPUs are "
-                              "sampled and blamed by its blame service, agent-otel gpu-exporter --pool")
+            raise ConfigError(
+                "gpu",
+                settings.gpu,
+                f"auto or off with a GPU pool ({gpu_pool!r}): the pool's GPUs are "
+                "sampled and blamed by its blame service, agent-otel gpu-exporter --pool",
+            )
         handle = Instrumentation(settings, gpu_pool)
         try:
             _setup(handle)
@@ -353,16 +386,20 @@ def _at_exit() -> None:
 def _setup(handle: Instrumentation) -> None:
     settings = handle.settings
     tracer = handle.tracer = _setup_tracing(handle)
-    recorder = handle.recorder = Recorder(tracer, record_arguments=settings.record_arguments,
-                                          record_results=settings.record_results,
-                                          max_attribute_length=settings.max_attribute_length,
-                                          redact=settings.redact,
-                                          record_exception_messages=settings.record_exception_messages)
+    recorder = handle.recorder = Recorder(
+        tracer,
+        record_arguments=settings.record_arguments,
+        record_results=settings.record_results,
+        max_attribute_length=settings.max_attribute_length,
+        redact=settings.redact,
+        record_exception_messages=settings.record_exception_messages,
+    )
     recorder.remedy_metrics = handle.metrics.remedies
     handle.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
     if settings.loop_monitor:
-        handle.loop_monitor = LoopMonitor(tracer, threshold_s=settings.loop_block_threshold,
-                                          max_stack_chars=settings.max_attribute_length)
+        handle.loop_monitor = LoopMonitor(
+            tracer, threshold_s=settings.loop_block_threshold, max_stack_chars=settings.max_attribute_length
+        )
         handle.metrics.loop_lags = handle.loop_monitor.lags
         handle.metrics.thread_label = thread_label
     handle.pipeline = Pipeline(recorder, handle.monitor, handle.metrics, loop_monitor=handle.loop_monitor)
@@ -372,11 +409,16 @@ def _setup(handle: Instrumentation) -> None:
     handle.metrics.before_collect = handle.pipeline.drain
     if settings.prometheus_port is not None:
         try:
-            handle.metrics_server = MetricsServer(handle.metrics.registry, settings.prometheus_port,
-                                                  settings.prometheus_address)
+            handle.metrics_server = MetricsServer(
+                handle.metrics.registry, settings.prometheus_port, settings.prometheus_address
+            )
         except OSError as exc:
-            logger.warning("agent-otel: cannot serve /metrics on %s:%s (%s); metrics are not exposed",
-                           settings.prometheus_address, settings.prometheus_port, exc)
+            logger.warning(
+                "agent-otel: cannot serve /metrics on %s:%s (%s); metrics are not exposed",
+                settings.prometheus_address,
+                settings.prometheus_port,
+                exc,
+            )
     models.configure(settings.model_spans)
     _recorder.current = handle.recorder
     if handle.monitor is not None:
@@ -389,12 +431,20 @@ def _setup(handle: Instrumentation) -> None:
         try:
             handle.loop_monitor.install()
         except Exception as exc:  # an event loop class we do not understand: no loop monitor
-            logger.warning("agent-otel: cannot watch asyncio event loops (%s: %s); loop blocking is "
-                           "not measured", type(exc).__name__, exc)
+            logger.warning(
+                "agent-otel: cannot watch asyncio event loops (%s: %s); loop blocking is not measured",
+                type(exc).__name__,
+                exc,
+            )
     if settings.gpu != "off" and not handle.gpu_pool:
         timeline = start_live_timeline(
-            settings, tracer=tracer, metrics=handle.metrics, recorder=handle.recorder, pipeline=handle.pipeline,
-            loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor is not None else None)
+            settings,
+            tracer=tracer,
+            metrics=handle.metrics,
+            recorder=handle.recorder,
+            pipeline=handle.pipeline,
+            loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor is not None else None,
+        )
         if timeline is not None:
             handle.background.append(timeline)
             handle.gpu_timeline = timeline

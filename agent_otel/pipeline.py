@@ -27,8 +27,14 @@ logger = logging.getLogger("agent_otel")
 class Pipeline:
     """Drains the hot path's records into the metrics and the consumers; see the module docstring."""
 
-    def __init__(self, recorder: Recorder, monitor: Optional[ExecutorMonitor], metrics: Metrics,
-                 interval_s: float = 0.25, loop_monitor: Optional[LoopMonitor] = None):
+    def __init__(
+        self,
+        recorder: Recorder,
+        monitor: Optional[ExecutorMonitor],
+        metrics: Metrics,
+        interval_s: float = 0.25,
+        loop_monitor: Optional[LoopMonitor] = None,
+    ):
         self._recorder = recorder
         self._monitor = monitor
         self._loop_monitor = loop_monitor
@@ -84,9 +90,13 @@ class Pipeline:
                     self._failed(getattr(consumer, "__qualname__", repr(consumer)), exc)
 
     def _failed(self, where: str, exc: Exception) -> None:
-        self._problems.report((where, type(exc).__name__),
-                              "agent-otel pipeline step %s failed (%s: %s); telemetry may be incomplete",
-                              where, type(exc).__name__, exc)
+        self._problems.report(
+            (where, type(exc).__name__),
+            "agent-otel pipeline step %s failed (%s: %s); telemetry may be incomplete",
+            where,
+            type(exc).__name__,
+            exc,
+        )
 
     def shutdown(self, timeout_s: float) -> bool:
         """Stop the thread and drain what is left; True if both happened within ``timeout_s``."""

@@ -30,8 +30,9 @@ MAX_KEYS = 256
 class Problems:
     """Logs each distinct problem once, then at most once per ``interval_s`` with a count."""
 
-    def __init__(self, logger: logging.Logger, interval_s: float = REPEAT_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, logger: logging.Logger, interval_s: float = REPEAT_INTERVAL_S, clock: Callable[[], float] = time.monotonic
+    ):
         self._logger = logger
         self._interval_s = interval_s
         self._clock = clock

@@ -351,75 +351,168 @@ _EXECUTOR = (LABEL_EXECUTOR,)
 _GPU = (LABEL_GPU,)
 
 # Every metric, by name, in the order of docs/telemetry.md.
-METRICS: Final[dict[str, MetricSpec]] = {spec.name: spec for spec in (
-    MetricSpec(METRIC_TOOL_CALLS, COUNTER, (LABEL_TOOL, LABEL_OUTCOME), "Tool calls by outcome."),
-    MetricSpec(METRIC_TOOL_DURATION, HISTOGRAM, _TOOL,
-               f"Tool call duration, request to result ({GEN_AI_EXECUTE_TOOL_DURATION}).", DURATION_BUCKETS),
-    MetricSpec(METRIC_TOOL_QUEUE, HISTOGRAM, (LABEL_TOOL, LABEL_EXECUTOR),
-               "Time a tool call waited for an executor worker.", DURATION_BUCKETS),
-    MetricSpec(METRIC_TOOL_EXEC, HISTOGRAM, _TOOL, "Time a tool call ran.", DURATION_BUCKETS),
-    MetricSpec(METRIC_TOOL_INFLIGHT, GAUGE, (LABEL_TOOL, LABEL_PHASE),
-               "Tool calls requested and not finished, by phase."),
-    MetricSpec(METRIC_EXECUTOR_QUEUE_DEPTH, GAUGE, _EXECUTOR, "Submissions waiting for a worker."),
-    MetricSpec(METRIC_EXECUTOR_ACTIVE_WORKERS, GAUGE, _EXECUTOR, "Workers running a submission."),
-    MetricSpec(METRIC_EXECUTOR_MAX_WORKERS, GAUGE, _EXECUTOR, "Workers the executor may start."),
-    MetricSpec(METRIC_EXECUTOR_WAIT, HISTOGRAM, _EXECUTOR, "Time any submission waited for a worker.",
-               DURATION_BUCKETS),
-    MetricSpec(METRIC_GPU_UTILIZATION, GAUGE, _GPU, "GPU utilization, last sample (0..1)."),
-    MetricSpec(METRIC_GPU_IDLE, COUNTER, _GPU, "GPU idle time in idle windows."),
-    MetricSpec(METRIC_GPU_IDLE_BLOCKED, COUNTER, (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
-               "GPU idle time while tool calls were in flight, by tool and phase."),
-    MetricSpec(METRIC_GPU_IDLE_UNATTRIBUTED, COUNTER, _GPU, "GPU idle time with no tool call in flight."),
-    MetricSpec(METRIC_GPU_UNDERUSED, COUNTER, _GPU,
-               "GPU capacity left unused, (1 - utilization) x time, in GPU-seconds (idle windows included)."),
-    MetricSpec(METRIC_GPU_UNDERUSED_BLOCKED, COUNTER, (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
-               "Unused GPU capacity while tool calls were in flight, by tool and phase."),
-    MetricSpec(METRIC_GPU_UNDERUSED_UNATTRIBUTED, COUNTER, _GPU, "Unused GPU capacity with no tool call in flight."),
-    MetricSpec(METRIC_SPANS_DROPPED, COUNTER, (LABEL_KIND,),
-               "Spans no sink could take (export queue full, export failed), by kind of span."),
-    MetricSpec(METRIC_GPU_ERRORS, COUNTER, (LABEL_REASON,), "GPU sampling problems, by reason."),
-    MetricSpec(METRIC_GPU_MISSING, COUNTER, _GPU,
-               "GPU time whose utilization samples were lost: neither idle nor busy."),
-    MetricSpec(METRIC_LOOP_BLOCKED, COUNTER, _TOOL,
-               "Time an asyncio event loop was blocked, by the tool call that blocked it (unknown: none)."),
-    MetricSpec(METRIC_LOOP_LAG, GAUGE, (LABEL_THREAD,),
-               "How late the event loop's latest heartbeat ran; while it is blocked, how long so far."),
-    MetricSpec(METRIC_TOOL_FALLBACKS, COUNTER, _TOOL, "Tool calls answered by their fallback.", remedy=True),
-    MetricSpec(METRIC_TOOL_RETRIES, COUNTER, _TOOL, "Tool call attempts retried after a failure or timeout.",
-               remedy=True),
-    MetricSpec(METRIC_TOOL_REJECTIONS, COUNTER, (LABEL_TOOL, LABEL_EXECUTOR),
-               "Submissions a full tool pool rejected.", remedy=True),
-    MetricSpec(METRIC_TOOL_CACHE_HITS, COUNTER, _TOOL, "Tool calls answered from the result cache.", remedy=True),
-    MetricSpec(METRIC_TOOL_CACHE_MISSES, COUNTER, _TOOL, "Tool calls the result cache could not answer.",
-               remedy=True),
-    MetricSpec(METRIC_TOOL_CACHE_EVICTIONS, COUNTER, _TOOL, "Cached results dropped to make room.", remedy=True),
-    MetricSpec(METRIC_TOOL_BATCH_SIZE, HISTOGRAM, _TOOL, "Calls merged into one batch.", BATCH_SIZE_BUCKETS,
-               remedy=True),
-    MetricSpec(METRIC_TOOL_BATCH_WAIT, HISTOGRAM, _TOOL, "Time a call waited for its batch to start.",
-               BATCH_WAIT_BUCKETS, remedy=True),
-    MetricSpec(METRIC_EXECUTOR_ABANDONED_WORKERS, GAUGE, _EXECUTOR,
-               "Workers still running a call whose caller stopped waiting (timed out).", remedy=True),
-    MetricSpec(METRIC_RECEIVED_SPANS, COUNTER, (LABEL_TRANSPORT,), "Spans received over OTLP, by transport.",
-               blame_service=True),
-    MetricSpec(METRIC_REFUSED_SPANS, COUNTER, (LABEL_REASON,),
-               "Received spans refused: not tool spans, malformed, of another GPU pool, or ending too far ahead "
-               "of this host's clock.", blame_service=True),
-    MetricSpec(METRIC_REFUSED_REQUESTS, COUNTER, (LABEL_TRANSPORT, LABEL_REASON),
-               "OTLP requests refused whole: malformed, too large, unsupported, busy or failed.",
-               blame_service=True),
-    MetricSpec(METRIC_LATE_SPANS, COUNTER, (LABEL_TOOL,),
-               "Tool spans that arrived after the watermark had passed part of their call: that part is not "
-               "blamed.", blame_service=True),
-    MetricSpec(METRIC_BLAME_CALLS, GAUGE, (), "Finished tool calls held for attribution.", blame_service=True),
-    MetricSpec(METRIC_BLAME_CALLS_DROPPED, COUNTER, (), "Finished tool calls dropped to stay within the memory bound.",
-               blame_service=True),
-    MetricSpec(METRIC_SPAN_DELAY, HISTOGRAM, (),
-               "Seconds from a tool span's end (the sender's clock) to its arrival (this host's clock).",
-               SPAN_DELAY_BUCKETS, blame_service=True),
-    MetricSpec(METRIC_BLAME_LAG, GAUGE, (),
-               "Seconds between now and the end of the GPU time blamed so far (the watermark, plus sampling delay).",
-               blame_service=True),
-)}
+METRICS: Final[dict[str, MetricSpec]] = {
+    spec.name: spec
+    for spec in (
+        MetricSpec(METRIC_TOOL_CALLS, COUNTER, (LABEL_TOOL, LABEL_OUTCOME), "Tool calls by outcome."),
+        MetricSpec(
+            METRIC_TOOL_DURATION,
+            HISTOGRAM,
+            _TOOL,
+            f"Tool call duration, request to result ({GEN_AI_EXECUTE_TOOL_DURATION}).",
+            DURATION_BUCKETS,
+        ),
+        MetricSpec(
+            METRIC_TOOL_QUEUE,
+            HISTOGRAM,
+            (LABEL_TOOL, LABEL_EXECUTOR),
+            "Time a tool call waited for an executor worker.",
+            DURATION_BUCKETS,
+        ),
+        MetricSpec(METRIC_TOOL_EXEC, HISTOGRAM, _TOOL, "Time a tool call ran.", DURATION_BUCKETS),
+        MetricSpec(
+            METRIC_TOOL_INFLIGHT, GAUGE, (LABEL_TOOL, LABEL_PHASE), "Tool calls requested and not finished, by phase."
+        ),
+        MetricSpec(METRIC_EXECUTOR_QUEUE_DEPTH, GAUGE, _EXECUTOR, "Submissions waiting for a worker."),
+        MetricSpec(METRIC_EXECUTOR_ACTIVE_WORKERS, GAUGE, _EXECUTOR, "Workers running a submission."),
+        MetricSpec(METRIC_EXECUTOR_MAX_WORKERS, GAUGE, _EXECUTOR, "Workers the executor may start."),
+        MetricSpec(
+            METRIC_EXECUTOR_WAIT, HISTOGRAM, _EXECUTOR, "Time any submission waited for a worker.", DURATION_BUCKETS
+        ),
+        MetricSpec(METRIC_GPU_UTILIZATION, GAUGE, _GPU, "GPU utilization, last sample (0..1)."),
+        MetricSpec(METRIC_GPU_IDLE, COUNTER, _GPU, "GPU idle time in idle windows."),
+        MetricSpec(
+            METRIC_GPU_IDLE_BLOCKED,
+            COUNTER,
+            (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
+            "GPU idle time while tool calls were in flight, by tool and phase.",
+        ),
+        MetricSpec(METRIC_GPU_IDLE_UNATTRIBUTED, COUNTER, _GPU, "GPU idle time with no tool call in flight."),
+        MetricSpec(
+            METRIC_GPU_UNDERUSED,
+            COUNTER,
+            _GPU,
+            "GPU capacity left unused, (1 - utilization) x time, in GPU-seconds (idle windows included).",
+        ),
+        MetricSpec(
+            METRIC_GPU_UNDERUSED_BLOCKED,
+            COUNTER,
+            (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
+            "Unused GPU capacity while tool calls were in flight, by tool and phase.",
+        ),
+        MetricSpec(
+            METRIC_GPU_UNDERUSED_UNATTRIBUTED, COUNTER, _GPU, "Unused GPU capacity with no tool call in flight."
+        ),
+        MetricSpec(
+            METRIC_SPANS_DROPPED,
+            COUNTER,
+            (LABEL_KIND,),
+            "Spans no sink could take (export queue full, export failed), by kind of span.",
+        ),
+        MetricSpec(METRIC_GPU_ERRORS, COUNTER, (LABEL_REASON,), "GPU sampling problems, by reason."),
+        MetricSpec(
+            METRIC_GPU_MISSING, COUNTER, _GPU, "GPU time whose utilization samples were lost: neither idle nor busy."
+        ),
+        MetricSpec(
+            METRIC_LOOP_BLOCKED,
+            COUNTER,
+            _TOOL,
+            "Time an asyncio event loop was blocked, by the tool call that blocked it (unknown: none).",
+        ),
+        MetricSpec(
+            METRIC_LOOP_LAG,
+            GAUGE,
+            (LABEL_THREAD,),
+            "How late the event loop's latest heartbeat ran; while it is blocked, how long so far.",
+        ),
+        MetricSpec(METRIC_TOOL_FALLBACKS, COUNTER, _TOOL, "Tool calls answered by their fallback.", remedy=True),
+        MetricSpec(
+            METRIC_TOOL_RETRIES, COUNTER, _TOOL, "Tool call attempts retried after a failure or timeout.", remedy=True
+        ),
+        MetricSpec(
+            METRIC_TOOL_REJECTIONS,
+            COUNTER,
+            (LABEL_TOOL, LABEL_EXECUTOR),
+            "Submissions a full tool pool rejected.",
+            remedy=True,
+        ),
+        MetricSpec(METRIC_TOOL_CACHE_HITS, COUNTER, _TOOL, "Tool calls answered from the result cache.", remedy=True),
+        MetricSpec(
+            METRIC_TOOL_CACHE_MISSES, COUNTER, _TOOL, "Tool calls the result cache could not answer.", remedy=True
+        ),
+        MetricSpec(METRIC_TOOL_CACHE_EVICTIONS, COUNTER, _TOOL, "Cached results dropped to make room.", remedy=True),
+        MetricSpec(
+            METRIC_TOOL_BATCH_SIZE, HISTOGRAM, _TOOL, "Calls merged into one batch.", BATCH_SIZE_BUCKETS, remedy=True
+        ),
+        MetricSpec(
+            METRIC_TOOL_BATCH_WAIT,
+            HISTOGRAM,
+            _TOOL,
+            "Time a call waited for its batch to start.",
+            BATCH_WAIT_BUCKETS,
+            remedy=True,
+        ),
+        MetricSpec(
+            METRIC_EXECUTOR_ABANDONED_WORKERS,
+            GAUGE,
+            _EXECUTOR,
+            "Workers still running a call whose caller stopped waiting (timed out).",
+            remedy=True,
+        ),
+        MetricSpec(
+            METRIC_RECEIVED_SPANS,
+            COUNTER,
+            (LABEL_TRANSPORT,),
+            "Spans received over OTLP, by transport.",
+            blame_service=True,
+        ),
+        MetricSpec(
+            METRIC_REFUSED_SPANS,
+            COUNTER,
+            (LABEL_REASON,),
+            "Received spans refused: not tool spans, malformed, of another GPU pool, or ending too far ahead "
+            "of this host's clock.",
+            blame_service=True,
+        ),
+        MetricSpec(
+            METRIC_REFUSED_REQUESTS,
+            COUNTER,
+            (LABEL_TRANSPORT, LABEL_REASON),
+            "OTLP requests refused whole: malformed, too large, unsupported, busy or failed.",
+            blame_service=True,
+        ),
+        MetricSpec(
+            METRIC_LATE_SPANS,
+            COUNTER,
+            (LABEL_TOOL,),
+            "Tool spans that arrived after the watermark had passed part of their call: that part is not blamed.",
+            blame_service=True,
+        ),
+        MetricSpec(METRIC_BLAME_CALLS, GAUGE, (), "Finished tool calls held for attribution.", blame_service=True),
+        MetricSpec(
+            METRIC_BLAME_CALLS_DROPPED,
+            COUNTER,
+            (),
+            "Finished tool calls dropped to stay within the memory bound.",
+            blame_service=True,
+        ),
+        MetricSpec(
+            METRIC_SPAN_DELAY,
+            HISTOGRAM,
+            (),
+            "Seconds from a tool span's end (the sender's clock) to its arrival (this host's clock).",
+            SPAN_DELAY_BUCKETS,
+            blame_service=True,
+        ),
+        MetricSpec(
+            METRIC_BLAME_LAG,
+            GAUGE,
+            (),
+            "Seconds between now and the end of the GPU time blamed so far (the watermark, plus sampling delay).",
+            blame_service=True,
+        ),
+    )
+}
 
 
 def series_names() -> set[str]:

@@ -71,9 +71,12 @@ def plan(settings, environ: Optional[Mapping[str, str]] = None) -> Plan:
         return Plan((), reason=reason)
     path = default_traces_path(settings.service_name)
     if path is None:
-        logger.warning("agent-otel: %s, and no directory to write traces to (the current one and %s are "
-                       "not writable): spans are not kept; set traces_file or an OTLP endpoint",
-                       reason, tempfile.gettempdir())
+        logger.warning(
+            "agent-otel: %s, and no directory to write traces to (the current one and %s are "
+            "not writable): spans are not kept; set traces_file or an OTLP endpoint",
+            reason,
+            tempfile.gettempdir(),
+        )
     return Plan((), default_file=path, reason=reason)
 
 
@@ -114,5 +117,6 @@ def exit_line(plan_: Plan) -> Optional[str]:
     except OSError:
         return None
     html = os.path.splitext(path)[0] + ".html"
-    return (f"agent-otel: {plan_.reason}, so the traces are in {path}; "
-            f"to see them: agent-otel report {path} --html {html}")
+    return (
+        f"agent-otel: {plan_.reason}, so the traces are in {path}; to see them: agent-otel report {path} --html {html}"
+    )

@@ -97,8 +97,9 @@ class Script:
         self.now = end
 
     def call(self, tool: str, submit: int, start: int, end: int) -> ToolCall:
-        call = ToolCall(tool, "pool" if start > submit else "direct", submit, start, end,
-                        trace_id=1, span_id=len(self.calls) + 1)
+        call = ToolCall(
+            tool, "pool" if start > submit else "direct", submit, start, end, trace_id=1, span_id=len(self.calls) + 1
+        )
         self.calls.append(call)
         return call
 
@@ -213,16 +214,29 @@ def blocked_event_loop(rng: random.Random, turns: int) -> Script:
         blocker = script.call("parse_pdf", block_start, block_start, returned)
         for call in waiting:
             call.end_ns = block_end + ns(rng.uniform(0.0001, 0.001))  # resumed, they return
-        script.blocks.append(LoopBlock("MainThread", block_start, block_end, blocker.tool,
-                                       (blocker.trace_id, blocker.span_id),
-                                       tuple((call.trace_id, call.span_id) for call in waiting)))
+        script.blocks.append(
+            LoopBlock(
+                "MainThread",
+                block_start,
+                block_end,
+                blocker.tool,
+                (blocker.trace_id, blocker.span_id),
+                tuple((call.trace_id, call.span_id) for call in waiting),
+            )
+        )
         script.idle_until(max(call.end_ns for call in waiting))
     script.busy(1.0)
     return script
 
 
-SCENARIOS = [one_tool_at_a_time, parallel_tools_on_two_workers, stalls_without_tools, two_gpus, background_tool,
-             blocked_event_loop]
+SCENARIOS = [
+    one_tool_at_a_time,
+    parallel_tools_on_two_workers,
+    stalls_without_tools,
+    two_gpus,
+    background_tool,
+    blocked_event_loop,
+]
 
 
 def sample(script: Script) -> list:
@@ -260,8 +274,11 @@ def reference_blame(script: Script, gpu: str, start: int, end: int) -> dict[tupl
             # While a loop is blocked, its waiting calls are not in flight; its blocker is, executing.
             blocked = [block for block in blocks if block.start_ns <= left and block.end_ns >= right]
             out = {key for block in blocked for key in (*block.waiting, block.blocker)}
-            in_flight = [(c.tool, "exec" if c.start_ns <= left else "queue") for c in calls
-                         if c.submit_ns <= left and c.end_ns >= right and (c.trace_id, c.span_id) not in out]
+            in_flight = [
+                (c.tool, "exec" if c.start_ns <= left else "queue")
+                for c in calls
+                if c.submit_ns <= left and c.end_ns >= right and (c.trace_id, c.span_id) not in out
+            ]
             in_flight += [(by_key[block.blocker].tool, "exec") for block in blocked if block.blocker]
             seconds = (right - left) / NS_PER_S
             if not in_flight:
@@ -316,15 +333,22 @@ def measure_accuracy(script: Script, use_blocks: bool = True) -> Accuracy:
                 result.split += 1
             else:
                 window = found[0]
-                result.boundary_errors += [abs(window.start_ns - start) / PERIOD_NS, abs(window.end_ns - end) / PERIOD_NS]
+                result.boundary_errors += [
+                    abs(window.start_ns - start) / PERIOD_NS,
+                    abs(window.end_ns - end) / PERIOD_NS,
+                ]
     return result
 
 
 def run_accuracy(turns: int, seed: int) -> bool:
-    print(f"(a) accuracy: scripted runs, {turns} turns each, sampled every {DEFAULT_SAMPLE_PERIOD_S:.3f} s, "
-          f"threshold {DEFAULTS.gpu_idle_threshold:.0%}, min idle {DEFAULTS.gpu_min_idle} s")
-    header = (f"{'scenario':<30} {'true':>5} {'found':>5} {'missed':>6} {'split':>5} {'spur.':>5} "
-              f"{'edge err mean':>13} {'max':>5} {'<=1 period':>10} {'right blame':>11} {'coverage':>8}")
+    print(
+        f"(a) accuracy: scripted runs, {turns} turns each, sampled every {DEFAULT_SAMPLE_PERIOD_S:.3f} s, "
+        f"threshold {DEFAULTS.gpu_idle_threshold:.0%}, min idle {DEFAULTS.gpu_min_idle} s"
+    )
+    header = (
+        f"{'scenario':<30} {'true':>5} {'found':>5} {'missed':>6} {'split':>5} {'spur.':>5} "
+        f"{'edge err mean':>13} {'max':>5} {'<=1 period':>10} {'right blame':>11} {'coverage':>8}"
+    )
     print(header)
     totals = Accuracy("all")
     for index, build in enumerate(SCENARIOS):
@@ -332,9 +356,11 @@ def run_accuracy(turns: int, seed: int) -> bool:
         errors = r.boundary_errors
         within = sum(e <= 1.0 for e in errors) / len(errors) if errors else 1.0
         right = r.right_s / r.window_s if r.window_s else 1.0
-        print(f"{r.scenario:<30} {r.true_windows:>5} {r.detected:>5} {r.missed:>6} {r.split:>5} {r.spurious:>5} "
-              f"{sum(errors) / max(len(errors), 1):>13.2f} {max(errors, default=0):>5.2f} {within:>10.1%} "
-              f"{right:>11.2%} {r.covered_s / r.true_idle_s:>8.1%}")
+        print(
+            f"{r.scenario:<30} {r.true_windows:>5} {r.detected:>5} {r.missed:>6} {r.split:>5} {r.spurious:>5} "
+            f"{sum(errors) / max(len(errors), 1):>13.2f} {max(errors, default=0):>5.2f} {within:>10.1%} "
+            f"{right:>11.2%} {r.covered_s / r.true_idle_s:>8.1%}"
+        )
         for name in ("true_windows", "missed", "split", "spurious", "window_s", "right_s", "true_idle_s", "covered_s"):
             setattr(totals, name, getattr(totals, name) + getattr(r, name))
         totals.boundary_errors += errors
@@ -342,16 +368,20 @@ def run_accuracy(turns: int, seed: int) -> bool:
         script = build(random.Random(seed + index), turns)
         if script.blocks:
             plain = measure_accuracy(script, use_blocks=False)
-            print(f"{script.name}: without its asyncio.loop.blocked spans (the plain rule) "
-                  f"{plain.right_s / plain.window_s:.2%} of the idle seconds would go to the right tool and phase: "
-                  "the waiting coroutines would take most of each block")
+            print(
+                f"{script.name}: without its asyncio.loop.blocked spans (the plain rule) "
+                f"{plain.right_s / plain.window_s:.2%} of the idle seconds would go to the right tool and phase: "
+                "the waiting coroutines would take most of each block"
+            )
     errors = totals.boundary_errors
     within = sum(e <= 1.0 for e in errors) / len(errors)
     right = totals.right_s / totals.window_s
     print(f"edges (window starts and ends) within one sample period: {within:.1%} of {len(errors)} (goal: 100%)")
     print(f"idle seconds in the windows blamed on the right tool and phase: {right:.2%} (goal: >= 99%)")
-    print(f"truly idle seconds that the windows cover: {totals.covered_s / totals.true_idle_s:.1%} "
-          f"(the rest is lost at the edges, up to one period each)")
+    print(
+        f"truly idle seconds that the windows cover: {totals.covered_s / totals.true_idle_s:.1%} "
+        f"(the rest is lost at the edges, up to one period each)"
+    )
     return within == 1.0 and right >= 0.99 and totals.missed == 0 and totals.spurious == 0
 
 
@@ -367,11 +397,16 @@ def sampler_cpu_fraction(seconds: float, gpus: int, blame: bool = True) -> tuple
     source = SimulatedGpu(devices=[str(i) for i in range(gpus)])
     engine = BlameEngine(max_gap_s=None)
     now = time.time_ns()
-    in_flight = [ToolCall("crawl", "pool", now, now), ToolCall("search", "pool", now, now),
-                 ToolCall("embed", "pool", now, 0)]
-    sampler = GpuSampler(source, interval_s=DEFAULTS.gpu_poll_interval,
-                         on_samples=(lambda samples: engine.feed(samples, in_flight)) if blame
-                         else engine.detector.feed)
+    in_flight = [
+        ToolCall("crawl", "pool", now, now),
+        ToolCall("search", "pool", now, now),
+        ToolCall("embed", "pool", now, 0),
+    ]
+    sampler = GpuSampler(
+        source,
+        interval_s=DEFAULTS.gpu_poll_interval,
+        on_samples=(lambda samples: engine.feed(samples, in_flight)) if blame else engine.detector.feed,
+    )
     sampler.start()
     thread = next(t for t in threading.enumerate() if t.name == THREAD_NAME)
     thread_clock = time.pthread_getcpuclockid(thread.ident)
@@ -388,15 +423,19 @@ def sampler_cpu_fraction(seconds: float, gpus: int, blame: bool = True) -> tuple
 
 
 def run_sampler_cost(seconds: float) -> bool:
-    print(f"(b) GPU sampler thread feeding the live blame engine (an idle GPU, 3 calls in flight), poll every "
-          f"{DEFAULTS.gpu_poll_interval} s, simulated GPU sampled every {DEFAULT_SAMPLE_PERIOD_S:.3f} s, "
-          f"{seconds:g} s each")
+    print(
+        f"(b) GPU sampler thread feeding the live blame engine (an idle GPU, 3 calls in flight), poll every "
+        f"{DEFAULTS.gpu_poll_interval} s, simulated GPU sampled every {DEFAULT_SAMPLE_PERIOD_S:.3f} s, "
+        f"{seconds:g} s each"
+    )
     ok = True
     for gpus in (1, 8):
         detector_share, _, _ = sampler_cpu_fraction(seconds, gpus, blame=False)
         thread_share, process_share, polls = sampler_cpu_fraction(seconds, gpus)
-        print(f"  {gpus} GPU(s): sampler thread {thread_share:.3%} of one core, whole process "
-              f"{process_share:.3%} ({polls} polls; goal < 0.5%); the idle detector alone {detector_share:.3%}")
+        print(
+            f"  {gpus} GPU(s): sampler thread {thread_share:.3%} of one core, whole process "
+            f"{process_share:.3%} ({polls} polls; goal < 0.5%); the idle detector alone {detector_share:.3%}"
+        )
         ok = ok and thread_share < 0.005
     print("  (the simulated source's cost stands in for NVML's nvmlDeviceGetSamples, not measured here)")
     return ok
@@ -436,11 +475,15 @@ def write_otlp_json(calls: list[ToolCall], path: str, per_line: int = 512) -> No
     per line, in OTLP/JSON."""
     with open(path, "w", encoding="utf-8") as out:
         for first in range(0, len(calls), per_line):
-            spans = [_tool_span(call) for call in calls[first:first + per_line]]
-            request = {"resourceSpans": [{
-                "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "bench-agent"}}]},
-                "scopeSpans": [{"scope": {"name": "agent_otel"}, "spans": spans}],
-            }]}
+            spans = [_tool_span(call) for call in calls[first : first + per_line]]
+            request = {
+                "resourceSpans": [
+                    {
+                        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "bench-agent"}}]},
+                        "scopeSpans": [{"scope": {"name": "agent_otel"}, "spans": spans}],
+                    }
+                ]
+            }
             out.write(json.dumps(request, separators=(",", ":")) + "\n")
 
 
@@ -522,8 +565,10 @@ def run_throughput(sizes: list[int], seed: int, directory: str) -> None:
         for name in names:
             per_call[name].append(seconds[name] / count * 1e6)
         cells = " ".join(f"{seconds[n]:>11.2f} ({seconds[n] / count * 1e6:>5.1f} µs)" for n in names)
-        print(f"{count:>9} {len(windows):>8} {os.path.getsize(path) / 1e6:>8.0f} {cells} "
-              f"{seconds['attribute'] / seconds['json.loads']:>6.2f}")
+        print(
+            f"{count:>9} {len(windows):>8} {os.path.getsize(path) / 1e6:>8.0f} {cells} "
+            f"{seconds['attribute'] / seconds['json.loads']:>6.2f}"
+        )
         os.remove(path)
     if len(sizes) > 1:
         growth = ", ".join(f"{name} x{per_call[name][-1] / per_call[name][0]:.2f}" for name in names)
@@ -540,8 +585,11 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [10_000, 30_000] if args.quick else [10_000, 30_000, 100_000]
     if args.million:
         sizes += [300_000, 1_000_000]
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
-          + ("quick run" if args.quick else "full run") + ("" if args.million else "; 1M case off (--million)"))
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
+        + ("quick run" if args.quick else "full run")
+        + ("" if args.million else "; 1M case off (--million)")
+    )
     accurate = run_accuracy(turns, args.seed)
     print()
     cheap = run_sampler_cost(sampler_s)
@@ -551,8 +599,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     cases = attribution_cases.run(turns, args.seed, args.quick)
     print()
-    print(f"goals met: accuracy {'yes' if accurate else 'NO'}, sampler cost {'yes' if cheap else 'NO'}, "
-          f"beyond the lab case {'yes' if cases else 'NO'}")
+    print(
+        f"goals met: accuracy {'yes' if accurate else 'NO'}, sampler cost {'yes' if cheap else 'NO'}, "
+        f"beyond the lab case {'yes' if cases else 'NO'}"
+    )
     return 0 if accurate and cheap and cases else 1
 
 

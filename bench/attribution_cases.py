@@ -81,8 +81,14 @@ def truth_blame(utilization: Utilization, calls: list[ToolCall], a: int, b: int)
     """The rule, instant by instant, on [a, b): each instant's unused
     capacity split equally among the calls in flight, by phase."""
     near = [c for c in calls if c.submit_ns < b and c.end_ns > a]
-    cuts = sorted({a, b, *utilization.changes_within(a, b),
-                   *(t for c in near for t in (c.submit_ns, c.start_ns, c.end_ns) if a < t < b)})
+    cuts = sorted(
+        {
+            a,
+            b,
+            *utilization.changes_within(a, b),
+            *(t for c in near for t in (c.submit_ns, c.start_ns, c.end_ns) if a < t < b),
+        }
+    )
     blame: dict[tuple[str, str], float] = {}
     for left, right in zip(cuts, cuts[1:]):
         unused = (1.0 - utilization.at(left)) * (right - left) / NS_PER_S
@@ -158,15 +164,18 @@ def measure_dips(run: DipRun, period_s: float) -> dict:
     for call in run.calls:
         if call.tool != "vector_search":
             continue
-        truth = sum(v for k, v in truth_blame(run.utilization, [call], call.submit_ns, call.end_ns).items()
-                    if k != NOBODY)
+        truth = sum(
+            v for k, v in truth_blame(run.utilization, [call], call.submit_ns, call.end_ns).items() if k != NOBODY
+        )
         errors.append(abs(per_call_measured.get(id(call), 0.0) - truth) / (0.7 * period_s))
     # The report's path over the same samples gives the same totals.
-    _windows, underuse = read_underuse(GpuLog(samples).steps(DEFAULTS.gpu_idle_threshold, DEFAULTS.gpu_min_idle),
-                                       run.calls, run.start, run.end)
+    _windows, underuse = read_underuse(
+        GpuLog(samples).steps(DEFAULTS.gpu_idle_threshold, DEFAULTS.gpu_min_idle), run.calls, run.start, run.end
+    )
     report_blamed = sum(underuse.totals.blocked_s.values())
     rule_blamed = measured_total - sum(
-        (1.0 - r.window.utilization) * r.unattributed_s for r in attribute(segments, run.calls))  # type: ignore[attr-defined]
+        (1.0 - r.window.utilization) * r.unattributed_s for r in attribute(segments, run.calls)
+    )  # type: ignore[attr-defined]
     ranked = sorted({k[1]: v for k, v in _by_tool(underuse.totals.blocked_s).items()}.items(), key=lambda kv: -kv[1])
     return {
         "samples": len(samples),
@@ -193,15 +202,19 @@ def run_dips(turns: int, seed: int) -> bool:
     ok = True
     for label, period in (("NVML-like, 1/6 s", NVML_PERIOD_S), ("dmon -d 2", 2.0)):
         r = measure_dips(run, period)
-        print(f"    {label:<17} unused GPU-s on the right tool and phase {r['right']:.2%} (goal >= 99%); "
-              f"per-call error mean {r['call_error_mean']:.2f}, max {r['call_error_max']:.2f} sample periods "
-              f"(goal <= 2: one per edge); ranked first: {r['first']} (goal: vector_search); "
-              f"report path equal: {'yes' if r['report_matches'] else 'NO'}")
+        print(
+            f"    {label:<17} unused GPU-s on the right tool and phase {r['right']:.2%} (goal >= 99%); "
+            f"per-call error mean {r['call_error_mean']:.2f}, max {r['call_error_max']:.2f} sample periods "
+            f"(goal <= 2: one per edge); ranked first: {r['first']} (goal: vector_search); "
+            f"report path equal: {'yes' if r['report_matches'] else 'NO'}"
+        )
         ok = ok and r["call_error_max"] <= 2.0 and r["first"] == "vector_search" and r["report_matches"]
         if period == NVML_PERIOD_S:
             ok = ok and r["right"] >= 0.99
-    print("    (with dmon's 2 s samples a call's edges fall inside 2 s samples, so the per-segment split is "
-          "coarser: the goal of 99% is for NVML's rate)")
+    print(
+        "    (with dmon's 2 s samples a call's edges fall inside 2 s samples, so the per-segment split is "
+        "coarser: the goal of 99% is for NVML's rate)"
+    )
     return ok
 
 
@@ -329,10 +342,12 @@ def run_short_stalls(driver, seed: int, each: int) -> bool:
             right += sum(min(seconds, expected.get(name, 0.0)) for name, seconds in blamed.items())
         within = sum(e <= 1.0 for e in errors) / len(errors) if errors else 0.0
         mode = "keeps 0% samples" if keeps_zeros else "runs dry when idle"
-        print(f"    buffer {mode:<19} found {matched}/{len(truth)} (goal: all), extra windows "
-              f"{len(windows) - matched}; edges within one sample period {within:.1%} (goal 100%), max "
-              f"{max(errors):.2f} periods; idle GPU-s on the right tool {right / total:.2%} (goal >= 99%); "
-              f"missing data {live.source.errors.get('samples_lost', 0)} (goal 0)")
+        print(
+            f"    buffer {mode:<19} found {matched}/{len(truth)} (goal: all), extra windows "
+            f"{len(windows) - matched}; edges within one sample period {within:.1%} (goal 100%), max "
+            f"{max(errors):.2f} periods; idle GPU-s on the right tool {right / total:.2%} (goal >= 99%); "
+            f"missing data {live.source.errors.get('samples_lost', 0)} (goal 0)"
+        )
         ok = ok and matched == len(truth) and within == 1.0 and right / total >= 0.99 and len(windows) == matched
     return ok
 
@@ -376,10 +391,12 @@ def run_live_stalls(driver, seed: int, count: int) -> bool:
     total = live.idle_s
     right = live.blocked.get(("hung_tool", "exec"), 0.0)
     print(f"  stalls still going on ({count}, 5-60 s, a tool hung throughout), counters read at every poll:")
-    print(f"    the counter first moved {max(first_moves):.2f} s into a stall at the latest (idle_after_s "
-          f"{1.0:g} s of silence, then the next poll); from then on it was behind the stall's true length by "
-          f"max {max(lags) / period:.2f} sample periods at each poll (goal <= 2: the window's start edge, plus "
-          f"the one period the dry buffer leaves before each poll)")
+    print(
+        f"    the counter first moved {max(first_moves):.2f} s into a stall at the latest (idle_after_s "
+        f"{1.0:g} s of silence, then the next poll); from then on it was behind the stall's true length by "
+        f"max {max(lags) / period:.2f} sample periods at each poll (goal <= 2: the window's start edge, plus "
+        f"the one period the dry buffer leaves before each poll)"
+    )
     print(f"    idle GPU-s on the hung tool {right / total:.2%} of all counted (goal >= 99%)")
     return max(lags) / period <= 2.0 + 1e-6 and right / total >= 0.99
 
@@ -429,8 +446,10 @@ def run_long_window(driver) -> bool:
             right = sum(min(v, truth.get(k, 0.0)) for k, v in got.items()) / sum(truth.values())
             how = "in one batch (starved sampler)" if starved else "polled every 0.5 s"
             if floor:
-                print(f"    {how:<31} blamed as the rule over every call: {right:.2%} (goal >= 99%); "
-                      f"calls dropped by the horizon's count bound: {live.engine.horizon.dropped}")
+                print(
+                    f"    {how:<31} blamed as the rule over every call: {right:.2%} (goal >= 99%); "
+                    f"calls dropped by the horizon's count bound: {live.engine.horizon.dropped}"
+                )
                 ok = ok and right >= 0.99
             else:
                 print(f"    {how:<31} ... with the horizon as before (pruned by age only): {right:.2%}")

@@ -54,7 +54,10 @@ from pathlib import Path
 
 import grpc
 from opentelemetry import trace
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -104,10 +107,15 @@ def tool_span(span, rng: random.Random, end_ns: int, serial: int) -> None:
     span.kind = 1
     span.start_time_unix_nano = submit
     span.end_time_unix_nano = end_ns
-    for key, value in (("gen_ai.operation.name", "execute_tool"), ("gen_ai.tool.name", tool),
-                       ("gen_ai.tool.type", "function"), ("agent.tool.queue.duration", queue_s),
-                       ("agent.tool.exec.duration", exec_s), ("agent.tool.executor", "tools" if queued else "direct"),
-                       ("agent.tool.outcome", "ok")):
+    for key, value in (
+        ("gen_ai.operation.name", "execute_tool"),
+        ("gen_ai.tool.name", tool),
+        ("gen_ai.tool.type", "function"),
+        ("agent.tool.queue.duration", queue_s),
+        ("agent.tool.exec.duration", exec_s),
+        ("agent.tool.executor", "tools" if queued else "direct"),
+        ("agent.tool.outcome", "ok"),
+    ):
         add_attribute(span, key, value)
     if queued:
         add_attribute(span, "agent.executor.max_workers", 4)
@@ -121,26 +129,35 @@ def request_of(agents: int, spans: int, rng: random.Random, serial: int, end_of=
     scopes = []
     for agent in range(agents):
         resource_spans = request.resource_spans.add()
-        for key, value in (("service.name", f"agent-{agent}"), ("agent.gpu.pool", POOL),
-                           ("telemetry.sdk.language", "python"), ("telemetry.sdk.name", "opentelemetry"),
-                           ("telemetry.sdk.version", "1.45.2")):
+        for key, value in (
+            ("service.name", f"agent-{agent}"),
+            ("agent.gpu.pool", POOL),
+            ("telemetry.sdk.language", "python"),
+            ("telemetry.sdk.name", "opentelemetry"),
+            ("telemetry.sdk.version", "1.45.2"),
+        ):
             attribute = resource_spans.resource.attributes.add()
             attribute.key, attribute.value.string_value = key, value
         scope = resource_spans.scope_spans.add()
         scope.scope.name, scope.scope.version = "agent_otel", "0.1.0"
         scopes.append(scope)
     for index in range(spans):
-        tool_span(scopes[index % agents].spans.add(), rng, end_of() - rng.randrange(0, 1_000_000_000),
-                  serial + index)
+        tool_span(scopes[index % agents].spans.add(), rng, end_of() - rng.randrange(0, 1_000_000_000), serial + index)
     return request.SerializeToString()
 
 
 def new_service(watermark_s: float = 30.0) -> BlameService:
     metrics = Metrics(gpu_pool=POOL)
-    timeline = PoolTimeline(SimulatedGpu(), pool=POOL, watermark_s=watermark_s, tracer=trace.NoOpTracer(),
-                            metrics=metrics, clock=now_ns)
-    service_metrics = BlameServiceMetrics(metrics.registry, metrics.tool_label, held_calls=timeline.held_calls,
-                                          dropped_calls=lambda: timeline.engine.horizon.dropped, lag_s=timeline.lag_s)
+    timeline = PoolTimeline(
+        SimulatedGpu(), pool=POOL, watermark_s=watermark_s, tracer=trace.NoOpTracer(), metrics=metrics, clock=now_ns
+    )
+    service_metrics = BlameServiceMetrics(
+        metrics.registry,
+        metrics.tool_label,
+        held_calls=timeline.held_calls,
+        dropped_calls=lambda: timeline.engine.horizon.dropped,
+        lag_s=timeline.lag_s,
+    )
     return BlameService(timeline, service_metrics, grpc_endpoint=None, http_endpoint="127.0.0.1:0")
 
 
@@ -148,8 +165,10 @@ def new_service(watermark_s: float = 30.0) -> BlameService:
 
 
 def ingest_in_process(rounds: int, requests: int) -> None:
-    print(f"(a) ingest, in this process, one core: {requests} requests of {PER_REQUEST} tool spans per round, "
-          f"{rounds} rounds, median")
+    print(
+        f"(a) ingest, in this process, one core: {requests} requests of {PER_REQUEST} tool spans per round, "
+        f"{rounds} rounds, median"
+    )
     rng = random.Random(1)
     serial = 1
     bodies = {}
@@ -159,7 +178,7 @@ def ingest_in_process(rounds: int, requests: int) -> None:
     full: dict[int, list[float]] = {a: [] for a in AGENTS}
     decode: dict[int, list[float]] = {a: [] for a in AGENTS}
     for round_ in range(rounds):
-        order = AGENTS[round_ % 3:] + AGENTS[:round_ % 3]
+        order = AGENTS[round_ % 3 :] + AGENTS[: round_ % 3]
         for agents in order:
             parsed = [ExportTraceServiceRequest.FromString(b) for b in bodies[agents]]
             started = time.process_time()
@@ -176,8 +195,10 @@ def ingest_in_process(rounds: int, requests: int) -> None:
     print("    agents   decode µs/span   service µs/span   spans/s on one core   vs 1 agent")
     for agents in AGENTS:
         per_span = statistics.median(full[agents])
-        print(f"    {agents:6d}   {statistics.median(decode[agents]) * 1e6:14.1f}   {per_span * 1e6:15.1f}"
-              f"   {1 / per_span:19,.0f}   {per_span / base:9.2f}x")
+        print(
+            f"    {agents:6d}   {statistics.median(decode[agents]) * 1e6:14.1f}   {per_span * 1e6:15.1f}"
+            f"   {1 / per_span:19,.0f}   {per_span / base:9.2f}x"
+        )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -189,10 +210,34 @@ def start_service(watermark_s: float, poll_s: float = 0.5) -> tuple[subprocess.P
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
     env.update({"OTEL_TRACES_EXPORTER": "none", "PYTHONUNBUFFERED": "1"})
     process = subprocess.Popen(
-        [sys.executable, "-m", "agent_otel.cli", "gpu-exporter", "--gpu", "simulated", "--pool", POOL,
-         "--otlp-grpc", "127.0.0.1:0", "--otlp-http", "off", "--prometheus-port", "0",
-         "--watermark", str(watermark_s), "--poll-interval", str(poll_s), "--max-request-bytes", str(64 << 20)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "agent_otel.cli",
+            "gpu-exporter",
+            "--gpu",
+            "simulated",
+            "--pool",
+            POOL,
+            "--otlp-grpc",
+            "127.0.0.1:0",
+            "--otlp-http",
+            "off",
+            "--prometheus-port",
+            "0",
+            "--watermark",
+            str(watermark_s),
+            "--poll-interval",
+            str(poll_s),
+            "--max-request-bytes",
+            str(64 << 20),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     metrics_url = grpc_endpoint = ""
     for line in process.stdout:
         found = re.search(r"metrics at (\S+)", line)
@@ -207,8 +252,10 @@ def start_service(watermark_s: float, poll_s: float = 0.5) -> tuple[subprocess.P
 
 
 def ingest_over_grpc(requests: int) -> None:
-    print(f"    over OTLP/gRPC to a gpu-exporter --pool process ({requests} requests of {PER_REQUEST} spans, "
-          "the service's CPU time):")
+    print(
+        f"    over OTLP/gRPC to a gpu-exporter --pool process ({requests} requests of {PER_REQUEST} spans, "
+        "the service's CPU time):"
+    )
     rng = random.Random(2)
     print("    agents   spans/s of service CPU   wall spans/s")
     serial = 10_000_000
@@ -218,8 +265,11 @@ def ingest_over_grpc(requests: int) -> None:
             bodies = [request_of(agents, PER_REQUEST, rng, serial + k * PER_REQUEST) for k in range(requests)]
             serial += requests * PER_REQUEST
             with grpc.insecure_channel(endpoint) as channel:
-                export = channel.unary_unary(f"/{GRPC_SERVICE}/Export", request_serializer=None,
-                                             response_deserializer=ExportTraceServiceResponse.FromString)
+                export = channel.unary_unary(
+                    f"/{GRPC_SERVICE}/Export",
+                    request_serializer=None,
+                    response_deserializer=ExportTraceServiceResponse.FromString,
+                )
                 export(bodies[0], timeout=30)  # warm: connection, first imports
                 cpu, wall = cpu_seconds(process.pid), time.perf_counter()
                 for body in bodies[1:]:
@@ -237,8 +287,10 @@ def ingest_over_grpc(requests: int) -> None:
 
 
 def memory_per_minute() -> None:
-    print(f"(b) memory for one minute of spans held for attribution ({CALLS_PER_AGENT_S:g} tool calls/s per agent), "
-          "tracemalloc")
+    print(
+        f"(b) memory for one minute of spans held for attribution ({CALLS_PER_AGENT_S:g} tool calls/s per agent), "
+        "tracemalloc"
+    )
     print("    agents   calls/min   MB      bytes per call")
     rng = random.Random(3)
     serial = 50_000_000
@@ -250,9 +302,17 @@ def memory_per_minute() -> None:
         for k in range(0, calls, PER_REQUEST):
             n = min(PER_REQUEST, calls - k)
             # ends spread over the minute, as a minute of agents' calls
-            requests.append(ExportTraceServiceRequest.FromString(request_of(
-                min(agents, n), n, rng, serial + k,
-                end_of=lambda start=start, minute=minute: start + rng.randrange(0, minute))))
+            requests.append(
+                ExportTraceServiceRequest.FromString(
+                    request_of(
+                        min(agents, n),
+                        n,
+                        rng,
+                        serial + k,
+                        end_of=lambda start=start, minute=minute: start + rng.randrange(0, minute),
+                    )
+                )
+            )
         serial += calls
         service = new_service(watermark_s=120.0)
         gc.collect()
@@ -276,8 +336,10 @@ MARKER = re.compile(r'^agent_gpu_idle_blocked_seconds_total\{gpu="0",phase="exec
 
 def end_to_end(markers: int) -> None:
     watermark_s = 2.0
-    print(f"(c) end-to-end delay, span end -> whole blame on /metrics: watermark {watermark_s:g} s, GPU polled "
-          f"every 0.5 s, agents export every 1 s, {markers} marker calls of 0.2 s")
+    print(
+        f"(c) end-to-end delay, span end -> whole blame on /metrics: watermark {watermark_s:g} s, GPU polled "
+        f"every 0.5 s, agents export every 1 s, {markers} marker calls of 0.2 s"
+    )
     print("    agents   spans/s   delay p50   delay max   over the watermark (p50)")
     for agents in AGENTS:
         process, endpoint, metrics_url = start_service(watermark_s=watermark_s)
@@ -302,8 +364,11 @@ def run_agents(agents: int, endpoint: str, metrics_url: str, markers: int) -> li
 
     def send():
         with grpc.insecure_channel(endpoint) as channel:
-            export = channel.unary_unary(f"/{GRPC_SERVICE}/Export", request_serializer=None,
-                                         response_deserializer=ExportTraceServiceResponse.FromString)
+            export = channel.unary_unary(
+                f"/{GRPC_SERVICE}/Export",
+                request_serializer=None,
+                response_deserializer=ExportTraceServiceResponse.FromString,
+            )
             next_marker = time.time() + 3.0  # past the start of the GPU timeline
             pending: list[tuple[str, int]] = []
             while not stop.is_set():

@@ -104,8 +104,7 @@ def openai_agents_async_tool() -> Callable[[], None]:
 
     def call():
         context = ToolContext(context=None, tool_name="lookup", tool_call_id="call_1", tool_arguments='{"x": 1}')
-        loop.run_until_complete(invoke_function_tool(function_tool=lookup, context=context,
-                                                     arguments='{"x": 1}'))
+        loop.run_until_complete(invoke_function_tool(function_tool=lookup, context=context, arguments='{"x": 1}'))
 
     return call
 
@@ -192,8 +191,7 @@ def measure(framework: Optional[str], make: Optional[Callable], count: int, roun
     plain_call = bare_function() if make is None else make()
     for _ in range(rounds):
         plain_us.append(_mean_us(plain_call, count))
-        handle = agent_otel.instrument(traces_exporters="none", gpu="off",
-                                       frameworks=[framework] if framework else [])
+        handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=[framework] if framework else [])
         hooked_call = bare_tool() if make is None else plain_call
         try:
             hooked_us.append(_mean_us(hooked_call, count))
@@ -227,8 +225,15 @@ def main(argv=None) -> int:
         except Exception as exc:  # an installed version whose API this bench does not know
             print(f"{label:32} (cannot run: {type(exc).__name__}: {exc})")
             continue
-        rows.append({"call": label, "plain_us": round(plain, 2), "hooked_us": round(hooked, 2),
-                     "hook_us": round(hooked - plain, 2), "ratio": round(hooked / plain, 3)})
+        rows.append(
+            {
+                "call": label,
+                "plain_us": round(plain, 2),
+                "hooked_us": round(hooked, 2),
+                "hook_us": round(hooked - plain, 2),
+                "ratio": round(hooked / plain, 3),
+            }
+        )
         print(f"{label:32} {plain:10.1f} {hooked:10.1f} {hooked - plain:9.1f} {hooked / plain:7.2f}")
     if args.json:
         with open(args.json, "w") as out:

@@ -64,8 +64,11 @@ def main() -> int:
     parser.add_argument("--out", default="gpu_probe.json", help="where to write the JSON summary")
     parser.add_argument("--device", default="0", help="NVML index or UUID of the GPU to probe")
     args = parser.parse_args()
-    result = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "python": sys.version.split()[0],
-              "platform": platform.platform()}
+    result = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
     section(result, "nvml", probe_nvml, args.device)
     if "handle_ok" in result.get("nvml", {}):
         section(result, "at_rest", probe_at_rest, args.device)
@@ -210,8 +213,14 @@ def probe_capacity(device: str) -> dict:
         function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetSamples")
         for label, last_seen in (("from_0", 0), ("from_now", time.time_ns() // 1000)):
             count, value_type = ctypes.c_uint(0), ctypes.c_int(0)
-            ret = function(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, ctypes.c_ulonglong(last_seen),
-                           ctypes.byref(value_type), ctypes.byref(count), None)
+            ret = function(
+                h,
+                pynvml.NVML_GPU_UTILIZATION_SAMPLES,
+                ctypes.c_ulonglong(last_seen),
+                ctypes.byref(value_type),
+                ctypes.byref(count),
+                None,
+            )
             out[label] = {"return": int(ret), "count": count.value}
     except Exception as exc:  # a private name of pynvml: may move
         out["error"] = repr(exc)
@@ -243,11 +252,16 @@ def answers(result: dict) -> dict:
     return {
         "buffer_when_idle": dry,
         "buffer_at_rest": rest.get("whole_buffer"),
-        "sample_period_s": {"busy_spacing": raw.get("busy", {}).get("spacing_s"),
-                            "measured_by_agent_otel": described.get("sample_period_s")},
-        "buffer_depth": {"samples_after_workload": buffered.get("count"), "span_s": buffered.get("span_s"),
-                         "nvml_says_allocate": capacity, "largest_batch_agent_otel_saw":
-                             described.get("buffer_depth_seen")},
+        "sample_period_s": {
+            "busy_spacing": raw.get("busy", {}).get("spacing_s"),
+            "measured_by_agent_otel": described.get("sample_period_s"),
+        },
+        "buffer_depth": {
+            "samples_after_workload": buffered.get("count"),
+            "span_s": buffered.get("span_s"),
+            "nvml_says_allocate": capacity,
+            "largest_batch_agent_otel_saw": described.get("buffer_depth_seen"),
+        },
         "clock": {"raw": raw.get("clock"), "agent_otel": described.get("clock")},
         "shortest_idle_found_s": min(within) if within else None,
         "sleeps_found": within,
@@ -330,7 +344,11 @@ def summarize_raw(raw: RawPoller, sleeps, bursts) -> dict:
     out: dict = {"calls": len(raw.calls), "samples": len(raw.samples)}
     outcomes: dict = {}
     for call in raw.calls:
-        key = str(call["outcome"]) if isinstance(call["outcome"], str) else ("empty" if call["outcome"] == 0 else "samples")
+        key = (
+            str(call["outcome"])
+            if isinstance(call["outcome"], str)
+            else ("empty" if call["outcome"] == 0 else "samples")
+        )
         outcomes[key] = outcomes.get(key, 0) + 1
     out["call_outcomes"] = outcomes
     if not raw.samples:
@@ -395,8 +413,14 @@ def start_agent_otel(device: str) -> dict:
         samples: list = []
         sampler = GpuSampler(source, 0.5, samples.extend)
         sampler.start()
-        return {"sampler": sampler, "source": source, "samples": samples, "find": find_idle_windows,
-                "devices": source.devices(), "reason": source.reason}
+        return {
+            "sampler": sampler,
+            "source": source,
+            "samples": samples,
+            "find": find_idle_windows,
+            "devices": source.devices(),
+            "reason": source.reason,
+        }
     except Exception as exc:
         return {"error": repr(exc)}
 
@@ -415,17 +439,22 @@ def finish_agent_otel(state: dict, sleeps) -> dict:
     matched = []
     for start, end in sleeps:
         best = min(windows, key=lambda w: abs(w.start_ns - start) + abs(w.end_ns - end), default=None)
-        near = best is not None and abs(best.start_ns - start) <= tolerance_ns and abs(best.end_ns - end) <= tolerance_ns
+        near = (
+            best is not None and abs(best.start_ns - start) <= tolerance_ns and abs(best.end_ns - end) <= tolerance_ns
+        )
         any_stretch = min(finest, key=lambda w: abs(w.start_ns - start) + abs(w.end_ns - end), default=None)
-        matched.append({
-            "sleep_s": round((end - start) / 1e9, 3),
-            "window_s": best.seconds if near else None,
-            "start_error_s": (best.start_ns - start) / 1e9 if near else None,
-            "end_error_s": (best.end_ns - end) / 1e9 if near else None,
-            "within_one_period": near,
-            "stretch_at_min_idle_0_s": any_stretch.seconds if any_stretch is not None and abs(
-                any_stretch.start_ns - start) <= tolerance_ns else None,
-        })
+        matched.append(
+            {
+                "sleep_s": round((end - start) / 1e9, 3),
+                "window_s": best.seconds if near else None,
+                "start_error_s": (best.start_ns - start) / 1e9 if near else None,
+                "end_error_s": (best.end_ns - end) / 1e9 if near else None,
+                "within_one_period": near,
+                "stretch_at_min_idle_0_s": any_stretch.seconds
+                if any_stretch is not None and abs(any_stretch.start_ns - start) <= tolerance_ns
+                else None,
+            }
+        )
     return {
         "stopped": stopped,
         "stats": sampler.stats(),

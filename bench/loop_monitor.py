@@ -65,9 +65,10 @@ def main() -> None:
     loop = {True: [], False: []}
     bare = {True: [], False: []}
     for round_ in range(args.rounds):
-        for on in ((True, False) if round_ % 2 == 0 else (False, True)):
-            agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(), loop_monitor=on,
-                                  loop_block_threshold=args.threshold)
+        for on in (True, False) if round_ % 2 == 0 else (False, True):
+            agent_otel.instrument(
+                traces_exporters="none", gpu="off", frameworks=(), loop_monitor=on, loop_block_threshold=args.threshold
+            )
             try:
                 loop[on].append(idle_loop(args.seconds))
                 bare[on].append(no_loop(args.seconds))
@@ -77,8 +78,10 @@ def main() -> None:
     def pct(seconds: float) -> str:
         return f"{100 * seconds / args.seconds:7.3f} %"
 
-    print(f"\nCPU per second of wall time, % of one core; median of {args.rounds} interleaved rounds "
-          f"of {args.seconds:g} s; threshold {args.threshold:g} s (heartbeat every {args.threshold / 2:g} s)\n")
+    print(
+        f"\nCPU per second of wall time, % of one core; median of {args.rounds} interleaved rounds "
+        f"of {args.seconds:g} s; threshold {args.threshold:g} s (heartbeat every {args.threshold / 2:g} s)\n"
+    )
     print(f"{'idle asyncio loop':44} {'monitor on':>12} {'monitor off':>12}")
     for index, what in enumerate(("loop thread (heartbeats)", "watchdog thread", "whole process")):
         on = statistics.median(sample[index] for sample in loop[True])
@@ -90,8 +93,10 @@ def main() -> None:
     print(f"  {'process on - off (includes other threads noise)':42} {pct(process_delta):>12}")
     no_loop_delta = statistics.median(a - b for a, b in zip(bare[True], bare[False]))
     print(f"\n{'no loop running: process on - off':44} {pct(no_loop_delta):>12}")
-    print(f"\ngoal: monitor well under 1 % of one core at rest: {pct(monitor_own).strip()} "
-          f"({'met' if monitor_own / args.seconds < 0.01 else 'NOT met'})")
+    print(
+        f"\ngoal: monitor well under 1 % of one core at rest: {pct(monitor_own).strip()} "
+        f"({'met' if monitor_own / args.seconds < 0.01 else 'NOT met'})"
+    )
 
 
 if __name__ == "__main__":

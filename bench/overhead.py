@@ -44,8 +44,11 @@ class NullExporter(SpanExporter):
 
 def setup_provider() -> TracerProvider:
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=1 << 20,
-                                                   max_export_batch_size=4096, schedule_delay_millis=200))
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            NullExporter(), max_queue_size=1 << 20, max_export_batch_size=4096, schedule_delay_millis=200
+        )
+    )
     trace.set_tracer_provider(provider)
     return provider
 
@@ -74,8 +77,11 @@ def timed(fn, calls: int, flush=None) -> float:
 cpu_times: list[float] = []
 
 
-SUBMIT_VARIANTS = ("submit+result, uninstrumented", "submit+result, instrumented",
-                   "submit+result of a tool, instrumented")
+SUBMIT_VARIANTS = (
+    "submit+result, uninstrumented",
+    "submit+result, instrumented",
+    "submit+result of a tool, instrumented",
+)
 
 
 def competitor_variants(provider):
@@ -121,9 +127,14 @@ def main() -> None:
         with tracer.start_as_current_span("execute_tool work"):
             work(1)
 
-    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "work",
-                  "gen_ai.tool.type": "function", "agent.tool.queue.duration": 0.0,
-                  "agent.tool.executor": "direct", "agent.tool.outcome": "ok"}
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "work",
+        "gen_ai.tool.type": "function",
+        "agent.tool.queue.duration": 0.0,
+        "agent.tool.executor": "direct",
+        "agent.tool.outcome": "ok",
+    }
 
     def hand_written_span():
         with tracer.start_as_current_span("execute_tool work", attributes=attributes) as span:
@@ -150,8 +161,7 @@ def main() -> None:
     results["submit+result of a tool, instrumented"] = []
     flush = provider.force_flush
     for _round in range(args.rounds):
-        results["submit+result, uninstrumented"].append(
-            timed(lambda: pool.submit(work, 1).result(), submit_calls))
+        results["submit+result, uninstrumented"].append(timed(lambda: pool.submit(work, 1).result(), submit_calls))
         cpu["submit+result, uninstrumented"].append(cpu_times[-1])
         handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=())
         for name, fn in variants.items():
@@ -160,7 +170,8 @@ def main() -> None:
         results["submit+result, instrumented"].append(timed(lambda: pool.submit(work, 1).result(), submit_calls))
         cpu["submit+result, instrumented"].append(cpu_times[-1])
         results["submit+result of a tool, instrumented"].append(
-            timed(lambda: pool.submit(tool_work, 1).result(), submit_calls, flush))
+            timed(lambda: pool.submit(tool_work, 1).result(), submit_calls, flush)
+        )
         cpu["submit+result of a tool, instrumented"].append(cpu_times[-1])
         agent_otel.uninstrument()
         # "bare call" and "bare SDK span" do not depend on instrument(); the
@@ -170,31 +181,42 @@ def main() -> None:
     median = {name: statistics.median(values) for name, values in results.items()}
     span = median["bare SDK span"]
     submit = median["submit+result, uninstrumented"]
-    print(f"\nPer-call cost, median of {args.rounds} interleaved rounds "
-          f"({args.calls} calls each; {submit_calls} for submit+result)\n")
+    print(
+        f"\nPer-call cost, median of {args.rounds} interleaved rounds "
+        f"({args.calls} calls each; {submit_calls} for submit+result)\n"
+    )
     print(f"{'variant':46} {'us/call':>9} {'x bare span':>12}")
     for name in variants:
         print(f"{name:46} {median[name] * 1e6:9.2f} {median[name] / span:12.2f}")
     hand = median["SDK span with the tool span's attributes"]
-    print(f"\n@agent_otel.tool vs the same span written by hand: {median['@agent_otel.tool'] / hand:.2f}x "
-          "(what the toolkit adds beyond the data it must record: in-flight table, finished record, "
-          "metrics on the pipeline thread)")
+    print(
+        f"\n@agent_otel.tool vs the same span written by hand: {median['@agent_otel.tool'] / hand:.2f}x "
+        "(what the toolkit adds beyond the data it must record: in-flight table, finished record, "
+        "metrics on the pipeline thread)"
+    )
     cpu_median = {name: statistics.median(values) for name, values in cpu.items()}
     cpu_submit = cpu_median["submit+result, uninstrumented"]
     print(f"\n{'variant':42} {'us/call':>9} {'x uninstr.':>12} {'CPU us/call':>12} {'x uninstr.':>12}")
     for name in SUBMIT_VARIANTS:
-        print(f"{name:42} {median[name] * 1e6:9.2f} {median[name] / submit:12.2f} "
-              f"{cpu_median[name] * 1e6:12.2f} {cpu_median[name] / cpu_submit:12.2f}")
-    print("(a submit+result round trip waits for the worker thread to wake: on an idle machine that "
-          "wake-up dominates the wall time; the CPU columns show the work itself)")
+        print(
+            f"{name:42} {median[name] * 1e6:9.2f} {median[name] / submit:12.2f} "
+            f"{cpu_median[name] * 1e6:12.2f} {cpu_median[name] / cpu_submit:12.2f}"
+        )
+    print(
+        "(a submit+result round trip waits for the worker thread to wake: on an idle machine that "
+        "wake-up dominates the wall time; the CPU columns show the work itself)"
+    )
     tool_ratio = median["@agent_otel.tool"] / span
     submit_ratio = median["submit+result, instrumented"] / submit
-    print(f"\ngoal: @agent_otel.tool <= 1.15x bare span: {tool_ratio:.2f}x "
-          f"({'met' if tool_ratio <= 1.15 else 'NOT met'})")
+    print(
+        f"\ngoal: @agent_otel.tool <= 1.15x bare span: {tool_ratio:.2f}x ({'met' if tool_ratio <= 1.15 else 'NOT met'})"
+    )
     cpu_ratio = cpu_median["submit+result, instrumented"] / cpu_submit
-    print(f"goal: instrumented submit+result <= 1.25x: {submit_ratio:.2f}x wall "
-          f"({'met' if submit_ratio <= 1.25 else 'NOT met'}), {cpu_ratio:.2f}x CPU "
-          f"({'met' if cpu_ratio <= 1.25 else 'NOT met'})")
+    print(
+        f"goal: instrumented submit+result <= 1.25x: {submit_ratio:.2f}x wall "
+        f"({'met' if submit_ratio <= 1.25 else 'NOT met'}), {cpu_ratio:.2f}x CPU "
+        f"({'met' if cpu_ratio <= 1.25 else 'NOT met'})"
+    )
     pool.shutdown()
     provider.shutdown()
 

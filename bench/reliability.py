@@ -34,7 +34,7 @@ import time
 
 TRIALS = ("load", "soak", "faults", "fork")
 
-COMMON = r'''
+COMMON = r"""
 import http.server, json, os, signal, sys, threading, time
 import agent_otel
 
@@ -62,9 +62,9 @@ def dropped(handle):
 
 ARGS = json.loads(sys.argv[1])
 TMP = ARGS["tmp"]
-'''
+"""
 
-LOAD = r'''
+LOAD = r"""
 traces = os.path.join(TMP, "load.jsonl")
 handle = agent_otel.instrument(service_name="load", traces_file=traces, traces_exporters="none", gpu="off",
                                frameworks=())
@@ -92,9 +92,9 @@ counted = handle.metrics.registry.get_sample_value("agent_tool_calls_total", {"t
 print(json.dumps({"calls": threads * per_thread, "calls_per_s": round(threads * per_thread / elapsed),
                   "metrics_counted": int(counted), "exported": spans_in(traces).get("execute_tool search", 0),
                   "dropped": dropped(handle), "shutdown": ok, "rss_mb": rss}))
-'''
+"""
 
-SOAK = r'''
+SOAK = r"""
 traces = os.path.join(TMP, "soak.jsonl")
 handle = agent_otel.instrument(service_name="soak", traces_file=traces, traces_exporters="none",
                                gpu="simulated", gpu_poll_interval=0.05, gpu_min_idle=0.05, frameworks=(),
@@ -132,9 +132,9 @@ counts = spans_in(traces)
 print(json.dumps({"seconds": seconds, "calls": sum(calls), "exported": counts.get("execute_tool search", 0),
                   "gpu_idle_spans": counts.get("gpu.idle", 0), "dropped": dropped(handle), "shutdown": ok,
                   "rss_mb": rss}))
-'''
+"""
 
-FAULTS = r'''
+FAULTS = r"""
 import contextlib, io, logging, socket
 
 class Refusing(http.server.BaseHTTPRequestHandler):
@@ -211,9 +211,9 @@ counts = spans_in(traces)
 queue = {"seconds": ARGS["seconds"], "calls": calls, "exported_tool_spans": counts.get("execute_tool search", 0),
          "exported_gpu_idle_spans": counts.get("gpu.idle", 0), "dropped": dropped(handle), "lines": len(lines)}
 print(json.dumps({"otlp_500": otlp, "full_disk": disk, "small_queue": queue}))
-'''
+"""
 
-FORK = r'''
+FORK = r"""
 from concurrent.futures import ThreadPoolExecutor
 from prometheus_client import generate_latest
 traces = os.path.join(TMP, "fork.jsonl")
@@ -283,7 +283,7 @@ print(json.dumps({"forks": ARGS["forks"], "outcomes": outcomes, "hangs": outcome
                   "child_spans_exported": spans_in(traces).get("execute_tool child_tool", 0),
                   "child_p50_s": round(child_s[len(child_s) // 2], 3), "child_max_s": round(child_s[-1], 3),
                   "parent_shutdown": ok}))
-'''
+"""
 
 CODE = {"load": LOAD, "soak": SOAK, "faults": FAULTS, "fork": FORK}
 
@@ -291,8 +291,13 @@ CODE = {"load": LOAD, "soak": SOAK, "faults": FAULTS, "fork": FORK}
 def run_trial(name: str, arguments: dict) -> tuple[dict, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(COMMON + CODE[name]), json.dumps(arguments)],
-                            env=env, capture_output=True, text=True, timeout=1800)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(COMMON + CODE[name]), json.dumps(arguments)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     took = time.monotonic() - started
     if result.returncode != 0:
         raise SystemExit(f"trial {name} failed:\n{result.stderr}")
@@ -321,34 +326,46 @@ def main() -> None:
             print(f"\n== {name} ({took:.0f} s)")
             if name == "load":
                 d = figures["dropped"]
-                print(f"calls made {figures['calls']:,} from 16 threads ({figures['calls_per_s']:,}/s); "
-                      f"counted in metrics {figures['metrics_counted']:,}; spans exported {figures['exported']:,}; "
-                      f"dropped tool {d['tool']:,}, derived {d['derived']:,}, other {d['other']:,}; "
-                      f"exported + dropped = calls: {figures['exported'] + d['tool'] == figures['calls']}; "
-                      f"shutdown {figures['shutdown']}")
+                print(
+                    f"calls made {figures['calls']:,} from 16 threads ({figures['calls_per_s']:,}/s); "
+                    f"counted in metrics {figures['metrics_counted']:,}; spans exported {figures['exported']:,}; "
+                    f"dropped tool {d['tool']:,}, derived {d['derived']:,}, other {d['other']:,}; "
+                    f"exported + dropped = calls: {figures['exported'] + d['tool'] == figures['calls']}; "
+                    f"shutdown {figures['shutdown']}"
+                )
                 print(f"RSS MB every 0.5 s: {spark(figures['rss_mb'])}")
             elif name == "soak":
                 d = figures["dropped"]
-                print(f"{figures['seconds']} s, calls made {figures['calls']:,}; spans exported "
-                      f"{figures['exported']:,} tool, {figures['gpu_idle_spans']:,} gpu.idle; dropped tool "
-                      f"{d['tool']}, derived {d['derived']}, other {d['other']}; exported + dropped = calls: "
-                      f"{figures['exported'] + d['tool'] == figures['calls']}; shutdown {figures['shutdown']}")
+                print(
+                    f"{figures['seconds']} s, calls made {figures['calls']:,}; spans exported "
+                    f"{figures['exported']:,} tool, {figures['gpu_idle_spans']:,} gpu.idle; dropped tool "
+                    f"{d['tool']}, derived {d['derived']}, other {d['other']}; exported + dropped = calls: "
+                    f"{figures['exported'] + d['tool'] == figures['calls']}; shutdown {figures['shutdown']}"
+                )
                 print(f"RSS MB at every tenth of the run: {spark(figures['rss_mb'])}")
             elif name == "faults":
                 o, f, q = figures["otlp_500"], figures["full_disk"], figures["small_queue"]
-                print(f"OTLP/HTTP answering 500, {o['seconds']} s: {o['calls']:,} calls, {o['posts']} POSTs "
-                      f"received, {o['lines']} log line(s); dropped tool {o['dropped']['tool']:,}")
-                print(f"traces file on a full disk, {f['seconds']} s: {f['calls']:,} calls, {f['lines']} log "
-                      f"line(s); dropped tool {f['dropped']['tool']:,}")
-                print(f"queue of 256 with the GPU idling, {q['seconds']} s: {q['calls']:,} calls; exported "
-                      f"{q['exported_tool_spans']:,} tool spans, {q['exported_gpu_idle_spans']:,} gpu.idle; dropped "
-                      f"tool {q['dropped']['tool']:,}, derived {q['dropped']['derived']:,}, other "
-                      f"{q['dropped']['other']:,}; {q['lines']} log line(s)")
+                print(
+                    f"OTLP/HTTP answering 500, {o['seconds']} s: {o['calls']:,} calls, {o['posts']} POSTs "
+                    f"received, {o['lines']} log line(s); dropped tool {o['dropped']['tool']:,}"
+                )
+                print(
+                    f"traces file on a full disk, {f['seconds']} s: {f['calls']:,} calls, {f['lines']} log "
+                    f"line(s); dropped tool {f['dropped']['tool']:,}"
+                )
+                print(
+                    f"queue of 256 with the GPU idling, {q['seconds']} s: {q['calls']:,} calls; exported "
+                    f"{q['exported_tool_spans']:,} tool spans, {q['exported_gpu_idle_spans']:,} gpu.idle; dropped "
+                    f"tool {q['dropped']['tool']:,}, derived {q['dropped']['derived']:,}, other "
+                    f"{q['dropped']['other']:,}; {q['lines']} log line(s)"
+                )
             else:
-                print(f"{figures['forks']} forks while 4 threads call tools: {figures['outcomes']}; hangs "
-                      f"{figures['hangs']}; child spans exported {figures['child_spans_exported']} of "
-                      f"{figures['forks']}; child run p50 {figures['child_p50_s']} s, max {figures['child_max_s']} s; "
-                      f"parent shutdown {figures['parent_shutdown']}")
+                print(
+                    f"{figures['forks']} forks while 4 threads call tools: {figures['outcomes']}; hangs "
+                    f"{figures['hangs']}; child spans exported {figures['child_spans_exported']} of "
+                    f"{figures['forks']}; child run p50 {figures['child_p50_s']} s, max {figures['child_max_s']} s; "
+                    f"parent shutdown {figures['parent_shutdown']}"
+                )
 
 
 if __name__ == "__main__":

@@ -70,8 +70,7 @@ def timed(fn, calls: int) -> float:
 def sequential_variants(plain_pool: cf.ThreadPoolExecutor) -> dict:
     plain_tool = agent_otel.tool(name="plain")(work)
     pooled = agent_otel.tool(name="pooled", pool="bench-io")(work)
-    guarded = agent_otel.tool(name="guarded", pool="bench-io", timeout=5.0, retries=1,
-                              fallback=lambda x: None)(work)
+    guarded = agent_otel.tool(name="guarded", pool="bench-io", timeout=5.0, retries=1, fallback=lambda x: None)(work)
     cached = agent_otel.tool(name="cached", cache=True)(work)
     cached(1)  # every timed call is a hit
     loop = asyncio.new_event_loop()
@@ -106,8 +105,7 @@ def concurrent_per_call(call_one, callers: int, calls: int) -> float:
 
 
 def concurrent_variants(plain_pool: cf.ThreadPoolExecutor, callers: int) -> dict:
-    batched = agent_otel.batch(lambda items: items, name="batched", max_size=callers, window_ms=1,
-                               pool="bench-batch")
+    batched = agent_otel.batch(lambda items: items, name="batched", max_size=callers, window_ms=1, pool="bench-batch")
     return {
         "plain ThreadPoolExecutor submit": lambda i: plain_pool.submit(work, i).result(),
         "@batch(window_ms=1)": batched,
@@ -127,8 +125,10 @@ def print_table(title: str, off: dict, on: dict) -> None:
     print(f"\n{title}")
     print(f"  {'variant':42} {'not instrumented':>22} {'instrumented':>22}")
     for name in off:
-        print(f"  {name:42} {off[name] * 1e6:9.1f} µs {off[name] / base_off:6.2f}x"
-              f" {on[name] * 1e6:9.1f} µs {on[name] / base_on:6.2f}x")
+        print(
+            f"  {name:42} {off[name] * 1e6:9.1f} µs {off[name] / base_off:6.2f}x"
+            f" {on[name] * 1e6:9.1f} µs {on[name] / base_on:6.2f}x"
+        )
 
 
 def main() -> None:
@@ -139,8 +139,11 @@ def main() -> None:
     args = parser.parse_args()
 
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=1 << 20,
-                                                   max_export_batch_size=4096, schedule_delay_millis=200))
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            NullExporter(), max_queue_size=1 << 20, max_export_batch_size=4096, schedule_delay_millis=200
+        )
+    )
     trace.set_tracer_provider(provider)
     agent_otel.pool("bench-io", workers=WORKERS, queue_limit=1024)
     agent_otel.pool("bench-batch", workers=WORKERS, queue_limit=1024)
@@ -155,8 +158,11 @@ def main() -> None:
             timed(variant, 200)
         results[phase] = (
             measure(sequential, lambda fn: timed(fn, args.calls), args.rounds),
-            measure(concurrent_variants(plain_pool, args.callers),
-                    lambda fn: concurrent_per_call(fn, args.callers, args.calls), args.rounds),
+            measure(
+                concurrent_variants(plain_pool, args.callers),
+                lambda fn: concurrent_per_call(fn, args.callers, args.calls),
+                args.rounds,
+            ),
         )
     agent_otel.uninstrument()
     plain_pool.shutdown()

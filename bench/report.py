@@ -81,7 +81,9 @@ def _i(key: str, value: int) -> dict:
     return {"key": key, "value": {"intValue": str(value)}}
 
 
-def _span(rng: random.Random, trace: str, parent: str, name: str, start: int, end: int, attributes: list, events=()) -> dict:
+def _span(
+    rng: random.Random, trace: str, parent: str, name: str, start: int, end: int, attributes: list, events=()
+) -> dict:
     span = {
         "traceId": trace,
         "spanId": f"{rng.getrandbits(64):016x}",
@@ -117,9 +119,13 @@ def spans_of_turns(rng: random.Random):
             start = submit + queue
             end = start + rng.randrange(20_000_000, 2_000_000_000)
             attributes = [
-                _s("gen_ai.operation.name", "execute_tool"), _s("gen_ai.tool.name", tool), _s("gen_ai.tool.type", "function"),
-                _s("gen_ai.tool.call.id", f"call_{rng.getrandbits(96):024x}"), _d("agent.tool.queue.duration", queue / 1e9),
-                _s("agent.tool.executor", "direct" if kind == "direct" else "io"), _s("agent.tool.outcome", "ok"),
+                _s("gen_ai.operation.name", "execute_tool"),
+                _s("gen_ai.tool.name", tool),
+                _s("gen_ai.tool.type", "function"),
+                _s("gen_ai.tool.call.id", f"call_{rng.getrandbits(96):024x}"),
+                _d("agent.tool.queue.duration", queue / 1e9),
+                _s("agent.tool.executor", "direct" if kind == "direct" else "io"),
+                _s("agent.tool.outcome", "ok"),
                 _d("agent.tool.exec.duration", (end - start) / 1e9),
             ]
             events = ()
@@ -135,17 +141,47 @@ def spans_of_turns(rng: random.Random):
             call = calls[0]
             a, b = int(call["startTimeUnixNano"]), int(call["endTimeUnixNano"])
             window_trace = f"{rng.getrandbits(128):032x}"
-            yield _span(rng, window_trace, "", "gpu.idle", a, b, [
-                _i("gpu.index", 0), _s("gpu.uuid", "GPU-8f3c1f7e-5d2a-4b6e-9c1d-2f4e6a8b0c1d"),
-                _d("gpu.idle.duration", (b - a) / 1e9), _d("gpu.utilization.avg", 0.03),
-                _s("gpu.idle.blocked_by", call["name"][len("execute_tool "):]), _d("gpu.idle.unattributed_duration", 0.0),
-            ])
-            yield _span(rng, trace, call["spanId"], "gpu.idle", a, b, [
-                _i("gpu.index", 0), _d("gpu.idle.blocked_duration", (b - a) / 1e9), _s("agent.tool.phase", "exec"),
-            ])
-        yield _span(rng, trace, "", "invoke_agent research", begin, finish, [
-            _s("gen_ai.operation.name", "invoke_agent"), _s("gen_ai.agent.name", "research"),
-        ])
+            yield _span(
+                rng,
+                window_trace,
+                "",
+                "gpu.idle",
+                a,
+                b,
+                [
+                    _i("gpu.index", 0),
+                    _s("gpu.uuid", "GPU-8f3c1f7e-5d2a-4b6e-9c1d-2f4e6a8b0c1d"),
+                    _d("gpu.idle.duration", (b - a) / 1e9),
+                    _d("gpu.utilization.avg", 0.03),
+                    _s("gpu.idle.blocked_by", call["name"][len("execute_tool ") :]),
+                    _d("gpu.idle.unattributed_duration", 0.0),
+                ],
+            )
+            yield _span(
+                rng,
+                trace,
+                call["spanId"],
+                "gpu.idle",
+                a,
+                b,
+                [
+                    _i("gpu.index", 0),
+                    _d("gpu.idle.blocked_duration", (b - a) / 1e9),
+                    _s("agent.tool.phase", "exec"),
+                ],
+            )
+        yield _span(
+            rng,
+            trace,
+            "",
+            "invoke_agent research",
+            begin,
+            finish,
+            [
+                _s("gen_ai.operation.name", "invoke_agent"),
+                _s("gen_ai.agent.name", "research"),
+            ],
+        )
         t = finish
 
 
@@ -231,14 +267,16 @@ def run_scaling(sizes: list[int], rounds: dict[int, int], directory: str) -> dic
     variants = ["json.loads", "orjson.loads", "report"]
     results: dict[int, dict] = {}
     print("Report time and memory against the parse floor; each figure: median [min-max] over interleaved rounds.")
-    print(f"{'spans':>9} {'file MB':>8} {'rounds':>6}  {'json.loads µs/span':>22} {'orjson.loads µs/span':>22} "
-          f"{'report µs/span':>22} {'report / json.loads':>22} {'goal':>6} {'report peak MB':>22}")
+    print(
+        f"{'spans':>9} {'file MB':>8} {'rounds':>6}  {'json.loads µs/span':>22} {'orjson.loads µs/span':>22} "
+        f"{'report µs/span':>22} {'report / json.loads':>22} {'goal':>6} {'report peak MB':>22}"
+    )
     for size in sizes:
         path = os.path.join(directory, f"traces-{size}.jsonl")
         write_traces(path, size)
         runs: dict[str, list[dict]] = {v: [] for v in variants}
         for number in range(rounds[size]):
-            order = variants[number % len(variants):] + variants[: number % len(variants)]
+            order = variants[number % len(variants) :] + variants[: number % len(variants)]
             for variant in order:
                 args = [path] if variant != "report" else [path, "--format", "json"]
                 runs[variant].append(measure(variant, *args))
@@ -246,10 +284,12 @@ def run_scaling(sizes: list[int], rounds: dict[int, int], directory: str) -> dic
         ratios = [r["cpu_s"] / j["cpu_s"] for r, j in zip(runs["report"], runs["json.loads"])]
         peak = [r["peak_mb"] for r in runs["report"]]
         results[size] = {"per_span": per_span, "ratios": ratios, "peak": peak}
-        print(f"{size:>9} {os.path.getsize(path) / 1e6:>8.0f} {rounds[size]:>6}  "
-              f"{spread(per_span['json.loads']):>22} {spread(per_span['orjson.loads']):>22} "
-              f"{spread(per_span['report']):>22} {spread(ratios):>22} {'<= ' + str(GOAL_RATIO):>6} "
-              f"{spread(peak, '{:.0f}'):>22}")
+        print(
+            f"{size:>9} {os.path.getsize(path) / 1e6:>8.0f} {rounds[size]:>6}  "
+            f"{spread(per_span['json.loads']):>22} {spread(per_span['orjson.loads']):>22} "
+            f"{spread(per_span['report']):>22} {spread(ratios):>22} {'<= ' + str(GOAL_RATIO):>6} "
+            f"{spread(peak, '{:.0f}'):>22}"
+        )
         if size != max(sizes):
             os.remove(path)
     return results
@@ -266,13 +306,17 @@ def run_growth(results: dict[int, dict]) -> bool:
         peak = statistics.median(results[1_000_000]["peak"])
         met = peak < GOAL_MB_1M
         ok = ok and met
-        print(f"peak memory at 1M spans: {spread(results[1_000_000]['peak'], '{:.0f}')} MB "
-              f"(goal < {GOAL_MB_1M:.0f} MB: {'met' if met else 'NOT MET'})")
+        print(
+            f"peak memory at 1M spans: {spread(results[1_000_000]['peak'], '{:.0f}')} MB "
+            f"(goal < {GOAL_MB_1M:.0f} MB: {'met' if met else 'NOT MET'})"
+        )
     for size, result in results.items():
         met = statistics.median(result["ratios"]) <= GOAL_RATIO
         ok = ok and met
-        print(f"report / json.loads at {size} spans: {statistics.median(result['ratios']):.2f} "
-              f"(goal <= {GOAL_RATIO}: {'met' if met else 'NOT MET'})")
+        print(
+            f"report / json.loads at {size} spans: {statistics.median(result['ratios']):.2f} "
+            f"(goal <= {GOAL_RATIO}: {'met' if met else 'NOT MET'})"
+        )
     return ok
 
 
@@ -284,13 +328,18 @@ def run_inputs(directory: str, megabytes: float) -> bool:
     ok = True
     print()
     startup = [measure("start-up")["cpu_s"] for _ in range(3)]
-    print(f"Start-up of agent-otel report (its imports, once per run, not in the figures above): "
-          f"{spread(startup)} CPU s")
+    print(
+        f"Start-up of agent-otel report (its imports, once per run, not in the figures above): {spread(startup)} CPU s"
+    )
     print()
     print("Large and hostile inputs (one run each): peak memory of the report process")
     runs = [
-        (f"10k spans + a {os.path.getsize(log) / 1e6:.0f} MB GPU log ({samples / 1e6:.1f}M samples)",
-         [traces, "--gpu-log", log, "--tz", "UTC", "--format", "json"], 0, GOAL_MB_GPU_LOG),
+        (
+            f"10k spans + a {os.path.getsize(log) / 1e6:.0f} MB GPU log ({samples / 1e6:.1f}M samples)",
+            [traces, "--gpu-log", log, "--tz", "UTC", "--format", "json"],
+            0,
+            GOAL_MB_GPU_LOG,
+        ),
         ("/dev/zero as traces", ["/dev/zero"], 2, GOAL_MB_HOSTILE),
         ("/dev/urandom as a GPU log", [traces, "--gpu-log", "/dev/urandom"], 2, GOAL_MB_HOSTILE),
     ]
@@ -299,8 +348,10 @@ def run_inputs(directory: str, megabytes: float) -> bool:
         met = result["exit"] == expected_exit and result["peak_mb"] < goal
         ok = ok and met
         said = f"; said: {result['stderr']}" if expected_exit else ""
-        print(f"  {label}: exit {result['exit']}, {result['cpu_s']:.2f} CPU s, peak {result['peak_mb']:.0f} MB "
-              f"(goal: exit {expected_exit}, < {goal:.0f} MB: {'met' if met else 'NOT MET'}){said}")
+        print(
+            f"  {label}: exit {result['exit']}, {result['cpu_s']:.2f} CPU s, peak {result['peak_mb']:.0f} MB "
+            f"(goal: exit {expected_exit}, < {goal:.0f} MB: {'met' if met else 'NOT MET'}){said}"
+        )
     return ok
 
 
@@ -317,8 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     rounds = {10_000: 3 if args.quick else 7, 100_000: 3 if args.quick else 5, 1_000_000: 3}
     import orjson as _orjson  # noqa: F401  (reported below)
 
-    print(f"python {sys.version.split()[0]}, orjson {orjson.__version__}, {os.cpu_count()} CPUs; "
-          f"{'quick run' if args.quick else 'full run'}; CPU seconds per process, after its imports")
+    print(
+        f"python {sys.version.split()[0]}, orjson {orjson.__version__}, {os.cpu_count()} CPUs; "
+        f"{'quick run' if args.quick else 'full run'}; CPU seconds per process, after its imports"
+    )
     with tempfile.TemporaryDirectory(prefix="agent-otel-bench-report-") as directory:
         results = run_scaling(sizes, rounds, directory)
         ok = run_growth(results)

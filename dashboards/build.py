@@ -48,14 +48,31 @@ def stale_files(files: dict[Path, str]) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dashboards", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--slo-threshold", type=float, default=DEFAULT_THRESHOLD_S, metavar="SECONDS",
-                        help="latency SLO threshold; must be a histogram bucket boundary (default %(default)s)")
-    parser.add_argument("--slo-objective", type=float, default=DEFAULT_OBJECTIVE, metavar="RATIO",
-                        help="share of calls that must finish within the threshold (default %(default)s)")
-    parser.add_argument("--runbook-base", default=rules.DEFAULT_RUNBOOK_BASE, metavar="URL",
-                        help="where docs/runbook.md is published, for the alerts' runbook_url (default %(default)s)")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if a committed file differs from what the code generates")
+    parser.add_argument(
+        "--slo-threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD_S,
+        metavar="SECONDS",
+        help="latency SLO threshold; must be a histogram bucket boundary (default %(default)s)",
+    )
+    parser.add_argument(
+        "--slo-objective",
+        type=float,
+        default=DEFAULT_OBJECTIVE,
+        metavar="RATIO",
+        help="share of calls that must finish within the threshold (default %(default)s)",
+    )
+    parser.add_argument(
+        "--runbook-base",
+        default=rules.DEFAULT_RUNBOOK_BASE,
+        metavar="URL",
+        help="where docs/runbook.md is published, for the alerts' runbook_url (default %(default)s)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if a committed file differs from what the code generates",
+    )
     args = parser.parse_args(argv)
     try:
         slo = LatencySLO(args.slo_threshold, args.slo_objective)

@@ -14,9 +14,22 @@ from agent_otel.semconv import (
     METRIC_TOOL_QUEUE,
 )
 from dashboards.panels import (
-    BAD, GOOD, RATE, WARN, common, dashboard_model,
-    datasource_variables, label_variable, new_dashboard, per_series_stat, query,
-    quantile_queries, selector, state_timeline_panel, target_variables, thresholds,
+    BAD,
+    GOOD,
+    RATE,
+    WARN,
+    common,
+    dashboard_model,
+    datasource_variables,
+    label_variable,
+    new_dashboard,
+    per_series_stat,
+    query,
+    quantile_queries,
+    selector,
+    state_timeline_panel,
+    target_variables,
+    thresholds,
     timeseries_panel,
 )
 
@@ -44,7 +57,8 @@ def build():
             query(
                 f"max by (executor) (({METRIC_EXECUTOR_ACTIVE_WORKERS}{EXECUTOR} >= bool {METRIC_EXECUTOR_MAX_WORKERS}{EXECUTOR})"
                 f" * ({METRIC_EXECUTOR_QUEUE_DEPTH}{EXECUTOR} > bool 0))",
-                "{{executor}}", "A",
+                "{{executor}}",
+                "A",
             ),
             thresholds(GOOD, (1, BAD)),
             {"0": ("ok", GOOD), "1": ("saturated", BAD)},
@@ -67,10 +81,13 @@ def build():
                 query(maximum, "{{executor}} max", "B"),
             ],
             min_value=0,
-        ).override_by_query("B", [
-            dashboard_model.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}),
-            dashboard_model.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
-        ]),
+        ).override_by_query(
+            "B",
+            [
+                dashboard_model.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}),
+                dashboard_model.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
+            ],
+        ),
         timeseries_panel(
             "Wait time p50 / p95 / p99",
             "Time from submit to a worker picking the call up, per executor.",
@@ -81,11 +98,14 @@ def build():
             "Tool queue time p95 by executor",
             "Which tools pay for a busy executor: p95 of each tool's queue time, per executor.",
             "s",
-            [query(
-                f"histogram_quantile(0.95, sum by (tool, executor, le) "
-                f"(rate({METRIC_TOOL_QUEUE}_bucket{EXECUTOR}[{RATE}])))",
-                "{{tool}} on {{executor}}", "A",
-            )],
+            [
+                query(
+                    f"histogram_quantile(0.95, sum by (tool, executor, le) "
+                    f"(rate({METRIC_TOOL_QUEUE}_bucket{EXECUTOR}[{RATE}])))",
+                    "{{tool}} on {{executor}}",
+                    "A",
+                )
+            ],
         ),
     ]
     return new_dashboard(

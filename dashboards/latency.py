@@ -11,9 +11,22 @@ from __future__ import annotations
 
 from agent_otel.semconv import METRIC_TOOL_CALLS, METRIC_TOOL_DURATION, METRIC_TOOL_EXEC, METRIC_TOOL_QUEUE, OUTCOME_OK
 from dashboards.panels import (
-    BAD, GOOD, RANGE, RATE, WARN, common,
-    datasource_variables, label_variable, new_dashboard, per_series_stat, query,
-    quantile_queries, selector, target_variables, thresholds, timeseries_panel,
+    BAD,
+    GOOD,
+    RANGE,
+    RATE,
+    WARN,
+    common,
+    datasource_variables,
+    label_variable,
+    new_dashboard,
+    per_series_stat,
+    query,
+    quantile_queries,
+    selector,
+    target_variables,
+    thresholds,
+    timeseries_panel,
 )
 from dashboards.rules import FAST_BURN, SLOW_BURN
 from dashboards.slo import LatencySLO, format_bound, format_percent
@@ -86,22 +99,28 @@ def build(slo: LatencySLO):
             "Calls per second by outcome",
             "Tool calls finished per second, by outcome (ok, error, timeout, cancelled).",
             "ops",
-            [query(
-                f"sum by (tool, outcome) (rate({METRIC_TOOL_CALLS}{TOOL}[{RATE}]))",
-                "{{tool}} {{outcome}}", "A",
-            )],
+            [
+                query(
+                    f"sum by (tool, outcome) (rate({METRIC_TOOL_CALLS}{TOOL}[{RATE}]))",
+                    "{{tool}} {{outcome}}",
+                    "A",
+                )
+            ],
             stacked=True,
         ),
         timeseries_panel(
             "Error ratio",
             "Share of calls per tool that did not end ok (error, timeout or cancelled).",
             "percentunit",
-            [query(
-                f"(sum by (tool) (rate({METRIC_TOOL_CALLS}{TOOL_NOT_OK}[{RATE}]))"
-                f" or 0 * sum by (tool) (rate({METRIC_TOOL_CALLS}{TOOL}[{RATE}])))"
-                f" / sum by (tool) (rate({METRIC_TOOL_CALLS}{TOOL}[{RATE}]))",
-                "{{tool}}", "A",
-            )],
+            [
+                query(
+                    f"(sum by (tool) (rate({METRIC_TOOL_CALLS}{TOOL_NOT_OK}[{RATE}]))"
+                    f" or 0 * sum by (tool) (rate({METRIC_TOOL_CALLS}{TOOL}[{RATE}])))"
+                    f" / sum by (tool) (rate({METRIC_TOOL_CALLS}{TOOL}[{RATE}]))",
+                    "{{tool}}",
+                    "A",
+                )
+            ],
             steps=thresholds(GOOD, (0.01, WARN), (0.05, BAD)),
             threshold_style=common.GraphThresholdsStyleMode.DASHED,
             min_value=0,

@@ -40,10 +40,7 @@ def selector(*matchers: str) -> str:
 
 def quantile_expr(quantile: float, histogram: str, by: str, matchers: str) -> str:
     """``histogram_quantile`` over a toolkit histogram, grouped by ``by``."""
-    return (
-        f"histogram_quantile({quantile}, sum by ({by}, le) "
-        f"(rate({histogram}_bucket{matchers}[{RATE}])))"
-    )
+    return f"histogram_quantile({quantile}, sum by ({by}, le) (rate({histogram}_bucket{matchers}[{RATE}])))"
 
 
 def query(expr: str, legend: str, ref_id: str, *, exemplar: bool = False, table_format: bool = False):
@@ -113,7 +110,9 @@ def timeseries_panel(
         .line_width(1)
         .fill_opacity(25 if stacked else 10)
         .legend(legend("mean", "max"))
-        .tooltip(common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI).sort(common.SortOrder.DESCENDING))
+        .tooltip(
+            common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI).sort(common.SortOrder.DESCENDING)
+        )
         .thresholds(steps or thresholds(GOOD))
         .thresholds_style(common_builders.GraphThresholdsStyleConfig().mode(threshold_style))
     )
@@ -152,7 +151,16 @@ def per_series_stat(title: str, description: str, unit: str, target, steps, *, w
     )
 
 
-def state_timeline_panel(title: str, description: str, target, steps, mappings: dict[str, tuple[str, str]] | None = None, *, width: int = 24, height: int = 5):
+def state_timeline_panel(
+    title: str,
+    description: str,
+    target,
+    steps,
+    mappings: dict[str, tuple[str, str]] | None = None,
+    *,
+    width: int = 24,
+    height: int = 5,
+):
     """States over time, coloured by ``steps``; ``mappings`` names exact values (value -> (text, colour))."""
     panel = (
         statetimeline.Panel()
@@ -181,7 +189,18 @@ def state_timeline_panel(title: str, description: str, target, steps, mappings: 
     return panel
 
 
-def table_panel(title: str, description: str, targets: list, columns: dict[str, str], sort_by: str, units: dict[str, str], steps, *, width: int = 24, height: int = 8):
+def table_panel(
+    title: str,
+    description: str,
+    targets: list,
+    columns: dict[str, str],
+    sort_by: str,
+    units: dict[str, str],
+    steps,
+    *,
+    width: int = 24,
+    height: int = 8,
+):
     """An instant table joining ``targets`` on their labels.
 
     ``columns`` renames the merged fields (``Value #A`` ...) to readable
@@ -206,9 +225,14 @@ def table_panel(title: str, description: str, targets: list, columns: dict[str, 
         .thresholds(steps)
         .span(width)
         .height(height)
-        .override_by_name(sort_by, [
-            dashboard_model.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-background", "mode": "gradient"}),
-        ])
+        .override_by_name(
+            sort_by,
+            [
+                dashboard_model.DynamicConfigValue(
+                    id_val="custom.cellOptions", value={"type": "color-background", "mode": "gradient"}
+                ),
+            ],
+        )
     )
     for column, unit in units.items():
         panel = panel.override_by_name(column, [dashboard_model.DynamicConfigValue(id_val="unit", value=unit)])

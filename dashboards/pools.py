@@ -21,17 +21,34 @@ from agent_otel.semconv import (
     TARGET_INFO,
 )
 from dashboards.panels import (
-    BAD, GOOD, RANGE, RATE, WARN, datasource_variables, label_variable, new_dashboard, query, stat_panel,
-    thresholds, timeseries_panel,
+    BAD,
+    GOOD,
+    RANGE,
+    RATE,
+    WARN,
+    datasource_variables,
+    label_variable,
+    new_dashboard,
+    query,
+    stat_panel,
+    thresholds,
+    timeseries_panel,
 )
-from dashboards.rules import IDLE_THRESHOLD, LIVE_STALL_FOR, POOL_BLOCKED_LIVE, POOL_GPU_BLOCKED, POOL_GPU_IDLE, POOL_INFLIGHT
+from dashboards.rules import (
+    IDLE_THRESHOLD,
+    LIVE_STALL_FOR,
+    POOL_BLOCKED_LIVE,
+    POOL_GPU_BLOCKED,
+    POOL_GPU_IDLE,
+    POOL_INFLIGHT,
+)
 from dashboards.slo import format_percent
 
 UID = "agent-otel-gpu-pools"
 
 POOL = f'{{{LABEL_GPU_POOL}=~"${LABEL_GPU_POOL}"}}'
 # A process's series, joined with the pool its target_info declares.
-OF_POOL = f'* on (job, instance) group_left ({LABEL_GPU_POOL}) {TARGET_INFO}{POOL}'
+OF_POOL = f"* on (job, instance) group_left ({LABEL_GPU_POOL}) {TARGET_INFO}{POOL}"
 
 
 def build():
@@ -85,8 +102,13 @@ def build():
             "The blame services' agent_gpu_idle_blocked_seconds_total: the exact rule over every agent's tool "
             "spans, counted once the watermark has passed (so this trails the live panel by the watermark).",
             "percentunit",
-            [query(f"sum by (tool, phase) (rate({METRIC_GPU_IDLE_BLOCKED}[{RATE}]) {OF_POOL})",
-                   "{{tool}} ({{phase}})", "A")],
+            [
+                query(
+                    f"sum by (tool, phase) (rate({METRIC_GPU_IDLE_BLOCKED}[{RATE}]) {OF_POOL})",
+                    "{{tool}} ({{phase}})",
+                    "A",
+                )
+            ],
             stacked=True,
         ),
         timeseries_panel(
@@ -94,8 +116,13 @@ def build():
             f"The pools' GPUs, as their blame services sample them. At or below {format_percent(IDLE_THRESHOLD)} "
             "a GPU is idle.",
             "percentunit",
-            [query(f"avg by ({LABEL_GPU_POOL}, instance, gpu) ({METRIC_GPU_UTILIZATION} {OF_POOL})",
-                   "{{agent_gpu_pool}} {{instance}} GPU {{gpu}}", "A")],
+            [
+                query(
+                    f"avg by ({LABEL_GPU_POOL}, instance, gpu) ({METRIC_GPU_UTILIZATION} {OF_POOL})",
+                    "{{agent_gpu_pool}} {{instance}} GPU {{gpu}}",
+                    "A",
+                )
+            ],
             min_value=0,
             max_value=1,
         ),
@@ -112,7 +139,11 @@ def build():
             "pool, a clock too far ahead) and took late.",
             "ops",
             [
-                query(f"sum by (transport) (rate({METRIC_RECEIVED_SPANS}[{RATE}]) {OF_POOL})", "received ({{transport}})", "A"),
+                query(
+                    f"sum by (transport) (rate({METRIC_RECEIVED_SPANS}[{RATE}]) {OF_POOL})",
+                    "received ({{transport}})",
+                    "A",
+                ),
                 query(f"sum by (reason) (rate({METRIC_REFUSED_SPANS}[{RATE}]) {OF_POOL})", "refused: {{reason}}", "B"),
                 query(f"sum by (tool) (rate({METRIC_LATE_SPANS}[{RATE}]) {OF_POOL})", "late: {{tool}}", "C"),
             ],

@@ -27,7 +27,8 @@ class LatencySLO:
         if self.threshold_s not in BUCKETS:
             bounds = ", ".join(format_bound(b) for b in BUCKETS)
             raise ConfigError(
-                "SLO threshold (seconds)", self.threshold_s,
+                "SLO threshold (seconds)",
+                self.threshold_s,
                 f"one of the toolkit's histogram bucket boundaries ({bounds})",
             )
         if not 0 < self.objective < 1:

@@ -27,10 +27,24 @@ from agent_otel.semconv import (
     PHASE_QUEUE,
 )
 from dashboards.panels import (
-    BAD, GOOD, RANGE, RATE, WARN, common,
-    datasource_variables, jaeger_search_link, label_variable, new_dashboard, query,
-    selector, stat_panel, state_timeline_panel, table_panel, target_variables,
-    thresholds, timeseries_panel,
+    BAD,
+    GOOD,
+    RANGE,
+    RATE,
+    WARN,
+    common,
+    datasource_variables,
+    jaeger_search_link,
+    label_variable,
+    new_dashboard,
+    query,
+    selector,
+    stat_panel,
+    state_timeline_panel,
+    table_panel,
+    target_variables,
+    thresholds,
+    timeseries_panel,
 )
 from dashboards.slo import format_percent
 
@@ -72,7 +86,8 @@ def build():
             "percentunit",
             query(
                 f"sum(increase({METRIC_GPU_IDLE_BLOCKED}{GPU}[{RANGE}])) / {IDLE_TOTAL}",
-                "blocked", "A",
+                "blocked",
+                "A",
             ),
             thresholds(GOOD, (0.2, WARN), (0.5, BAD)),
         ),
@@ -82,7 +97,8 @@ def build():
             "percentunit",
             query(
                 f"sum(increase({METRIC_GPU_IDLE_UNATTRIBUTED}{GPU}[{RANGE}])) / {IDLE_TOTAL}",
-                "unattributed", "A",
+                "unattributed",
+                "A",
             ),
             thresholds(GOOD, (0.2, WARN), (0.5, BAD)),
         ),
@@ -120,20 +136,26 @@ def build():
             "Idle GPU time attributed to each tool call in flight, split by phase: queue (waiting for an executor worker) "
             "or exec (running). 100% = one GPU fully idle because of that tool.",
             "percentunit",
-            [query(
-                f"sum by (tool, phase) (rate({METRIC_GPU_IDLE_BLOCKED}{GPU_TOOL}[{RATE}]))",
-                "{{tool}} ({{phase}})", "A",
-            )],
+            [
+                query(
+                    f"sum by (tool, phase) (rate({METRIC_GPU_IDLE_BLOCKED}{GPU_TOOL}[{RATE}]))",
+                    "{{tool}} ({{phase}})",
+                    "A",
+                )
+            ],
             stacked=True,
         ),
         timeseries_panel(
             "Unattributed GPU idle",
             "Idle GPU time with no tool call in flight, per GPU.",
             "percentunit",
-            [query(
-                f"sum by (gpu) (rate({METRIC_GPU_IDLE_UNATTRIBUTED}{GPU}[{RATE}]))",
-                "GPU {{gpu}}", "A",
-            )],
+            [
+                query(
+                    f"sum by (gpu) (rate({METRIC_GPU_IDLE_UNATTRIBUTED}{GPU}[{RATE}]))",
+                    "GPU {{gpu}}",
+                    "A",
+                )
+            ],
         ),
         timeseries_panel(
             "Unused GPU capacity blamed per tool and phase",
@@ -141,10 +163,13 @@ def build():
             "phase. Unlike idle time it counts partial dips too: a GPU at 30% while a tool runs leaves 70% unused. "
             "Grows while a stall lasts. 100% = one GPU's whole capacity.",
             "percentunit",
-            [query(
-                f"sum by (tool, phase) (rate({METRIC_GPU_UNDERUSED_BLOCKED}{GPU_TOOL}[{RATE}]))",
-                "{{tool}} ({{phase}})", "A",
-            )],
+            [
+                query(
+                    f"sum by (tool, phase) (rate({METRIC_GPU_UNDERUSED_BLOCKED}{GPU_TOOL}[{RATE}]))",
+                    "{{tool}} ({{phase}})",
+                    "A",
+                )
+            ],
             stacked=True,
         ),
         timeseries_panel(
@@ -154,8 +179,11 @@ def build():
             "percentunit",
             [
                 query(f"sum by (gpu) (rate({METRIC_GPU_UNDERUSED}{GPU}[{RATE}]))", "GPU {{gpu}} unused", "A"),
-                query(f"sum by (gpu) (rate({METRIC_GPU_UNDERUSED_UNATTRIBUTED}{GPU}[{RATE}]))",
-                      "GPU {{gpu}} unused, no tool in flight", "B"),
+                query(
+                    f"sum by (gpu) (rate({METRIC_GPU_UNDERUSED_UNATTRIBUTED}{GPU}[{RATE}]))",
+                    "GPU {{gpu}} unused, no tool in flight",
+                    "B",
+                ),
             ],
             min_value=0,
         ),
@@ -210,8 +238,13 @@ def build():
                 "Value #D": "Calls",
             },
             sort_by="GPU capacity unused",
-            units={"GPU capacity unused": "s", "GPU idle blamed": "s", "while queued": "s", "while executing": "s",
-                   "Calls": "short"},
+            units={
+                "GPU capacity unused": "s",
+                "GPU idle blamed": "s",
+                "while queued": "s",
+                "while executing": "s",
+                "Calls": "short",
+            },
             # GPU-seconds over the range: a minute is worth a look, five minutes a fix.
             steps=thresholds(GOOD, (60, WARN), (300, BAD)),
         ),
@@ -221,8 +254,11 @@ def build():
             "tool (execute_tool spans: calls missing from the traces), derived (per-call gpu.idle children, "
             "dropped first when the queue is full), other.",
             "short",
-            query(f"sum by ({LABEL_KIND}) (increase({METRIC_SPANS_DROPPED}{selector()}[{RANGE}]))",
-                  f"{{{{{LABEL_KIND}}}}}", "A"),
+            query(
+                f"sum by ({LABEL_KIND}) (increase({METRIC_SPANS_DROPPED}{selector()}[{RANGE}]))",
+                f"{{{{{LABEL_KIND}}}}}",
+                "A",
+            ),
             thresholds(GOOD, (1, BAD)),
             width=24,
             height=3,

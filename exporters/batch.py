@@ -46,8 +46,16 @@ from opentelemetry.trace import Link, Status
 from agent_otel import forks
 from agent_otel.config import DEFAULTS
 from agent_otel.problems import Problems
-from agent_otel.semconv import (GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME, METRIC_SPANS_DROPPED,
-                                SPAN_GPU_IDLE, SPAN_KIND_DERIVED, SPAN_KIND_OTHER, SPAN_KIND_TOOL, SPAN_KINDS)
+from agent_otel.semconv import (
+    GEN_AI_OPERATION_EXECUTE_TOOL,
+    GEN_AI_OPERATION_NAME,
+    METRIC_SPANS_DROPPED,
+    SPAN_GPU_IDLE,
+    SPAN_KIND_DERIVED,
+    SPAN_KIND_OTHER,
+    SPAN_KIND_TOOL,
+    SPAN_KINDS,
+)
 from agent_otel.text import valid_text
 
 logger = logging.getLogger("agent_otel.export")
@@ -150,10 +158,17 @@ def _hold_exporter_logs(exporter: SpanExporter) -> None:
 
 
 class BatchSpanProcessor(SpanProcessor):
-    def __init__(self, exporter: SpanExporter, *, max_queue_size: int = DEFAULTS.max_queue_size,
-                 batch_size: int = DEFAULTS.export_batch_size, interval_s: float = DEFAULTS.export_interval,
-                 losses: Optional[SpanLosses] = None,
-                 sink: Optional[str] = None, name: str = "agent-otel-span-export"):
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        max_queue_size: int = DEFAULTS.max_queue_size,
+        batch_size: int = DEFAULTS.export_batch_size,
+        interval_s: float = DEFAULTS.export_interval,
+        losses: Optional[SpanLosses] = None,
+        sink: Optional[str] = None,
+        name: str = "agent-otel-span-export",
+    ):
         self.exporter = exporter
         self.sink = sink or type(exporter).__name__
         self._max_queue_size = max_queue_size
@@ -327,10 +342,14 @@ class BatchSpanProcessor(SpanProcessor):
         self._retry_at = time.monotonic() + self._retry_delay_s
         if failure is None:
             failure = _what_failed(held)
-        self._problems.report((self.sink, _shape(failure)),
-                              "agent-otel: exporting spans to %s failed (%s); trying again with back-off, "
-                              "spans no sink could take are counted in %s",
-                              self.sink, failure, METRIC_SPANS_DROPPED)
+        self._problems.report(
+            (self.sink, _shape(failure)),
+            "agent-otel: exporting spans to %s failed (%s); trying again with back-off, "
+            "spans no sink could take are counted in %s",
+            self.sink,
+            failure,
+            METRIC_SPANS_DROPPED,
+        )
         return False
 
     # ------------------------------------------------------------ flush and shutdown
@@ -377,8 +396,12 @@ class BatchSpanProcessor(SpanProcessor):
         try:
             self.exporter.shutdown()
         except Exception as exc:
-            logger.warning("agent-otel: closing the span exporter to %s failed (%s: %s)",
-                           self.sink, type(exc).__name__, _one_line(str(exc)))
+            logger.warning(
+                "agent-otel: closing the span exporter to %s failed (%s: %s)",
+                self.sink,
+                type(exc).__name__,
+                _one_line(str(exc)),
+            )
 
     @property
     def running(self) -> bool:
@@ -440,8 +463,10 @@ def _valid_span(span: ReadableSpan) -> ReadableSpan:
         parent=span.parent,
         resource=span.resource,
         attributes=_valid_attributes(span.attributes),
-        events=[Event(valid_text(event.name, 256), _valid_attributes(event.attributes), event.timestamp)
-                for event in span.events],
+        events=[
+            Event(valid_text(event.name, 256), _valid_attributes(event.attributes), event.timestamp)
+            for event in span.events
+        ],
         links=[Link(link.context, _valid_attributes(link.attributes)) for link in span.links],
         kind=span.kind,
         status=Status(status.status_code, _valid(status.description)) if status.description else status,

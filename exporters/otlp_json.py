@@ -81,7 +81,10 @@ def encode_spans_json(spans: Sequence[ReadableSpan]) -> str:
             if scope is not None and scope.schema_url:
                 entry["schemaUrl"] = scope.schema_url
             scope_spans.append(entry)
-        entry = {"resource": _without_empty({"attributes": _attributes_json(resource.attributes)}), "scopeSpans": scope_spans}
+        entry = {
+            "resource": _without_empty({"attributes": _attributes_json(resource.attributes)}),
+            "scopeSpans": scope_spans,
+        }
         if resource.schema_url:
             entry["schemaUrl"] = resource.schema_url
         resource_spans.append(entry)
@@ -118,7 +121,9 @@ def _span_json(span: ReadableSpan) -> dict:
         }
     )
     # status is a message field: written even when it holds defaults.
-    encoded["status"] = _without_empty({"message": span.status.description or "", "code": span.status.status_code.value})
+    encoded["status"] = _without_empty(
+        {"message": span.status.description or "", "code": span.status.status_code.value}
+    )
     return encoded
 
 
@@ -244,21 +249,22 @@ class OtlpJsonFileExporter(SpanExporter):
         try:
             line = encode_spans_json(spans) + "\n"
         except Exception as exc:  # telemetry must never break the agent
-            _logger.warning("could not encode %d spans for %s (%s: %s)", len(spans), self.path,
-                            type(exc).__name__, exc)
+            _logger.warning("could not encode %d spans for %s (%s: %s)", len(spans), self.path, type(exc).__name__, exc)
             return SpanExportResult.FAILURE
         with self._lock:
             if self._file.closed:
                 return SpanExportResult.FAILURE
             if self.max_bytes is not None and self._size + len(line) > self.max_bytes:
-                _logger.warning("%s reached its limit of %d MB; later spans are not written", self.path,
-                                self.max_bytes // (1024 * 1024))
+                _logger.warning(
+                    "%s reached its limit of %d MB; later spans are not written",
+                    self.path,
+                    self.max_bytes // (1024 * 1024),
+                )
                 return SpanExportResult.FAILURE
             try:
                 self._file.append(line)
             except OSError as exc:
-                _logger.warning("could not write %d spans to %s (%s)", len(spans), self.path,
-                                exc.strerror or exc)
+                _logger.warning("could not write %d spans to %s (%s)", len(spans), self.path, exc.strerror or exc)
                 return SpanExportResult.FAILURE
             self._size += len(line)
         return SpanExportResult.SUCCESS
@@ -289,9 +295,7 @@ EXPECTED = "OTLP/JSON lines"
 # A pretty-printed document is read whole: this much at most.
 MAX_DOCUMENT = 128 * MiB
 
-_GPU_LOG_HINT = (
-    "this looks like an nvidia-smi GPU log, not traces: pass it to agent-otel report with --gpu-log"
-)
+_GPU_LOG_HINT = "this looks like an nvidia-smi GPU log, not traces: pass it to agent-otel report with --gpu-log"
 
 
 class SpanFormatError(ValueError):
@@ -470,7 +474,9 @@ def span_times(span: dict) -> tuple[int, int]:
     if not start_ns:
         raise SpanFormatError(f"span {span.get('name', '')!r} has no startTimeUnixNano")
     if end_ns < start_ns:
-        raise SpanFormatError(f"span {span.get('name', '')!r} ends (endTimeUnixNano {end_ns}) before it starts ({start_ns})")
+        raise SpanFormatError(
+            f"span {span.get('name', '')!r} ends (endTimeUnixNano {end_ns}) before it starts ({start_ns})"
+        )
     return start_ns, end_ns
 
 

@@ -21,8 +21,15 @@ from prometheus_client.exposition import start_http_server
 from agent_otel import forks, semconv
 from agent_otel.config import DEFAULTS
 from agent_otel.records import LoopBlock, ToolCall
-from agent_otel.semconv import (BLOCKED_BY_UNKNOWN, EXEMPLAR_TRACE_ID, OTHER_TOOL, PHASE_EXEC, PHASE_QUEUE, SPAN_KINDS,
-                                MetricSpec)
+from agent_otel.semconv import (
+    BLOCKED_BY_UNKNOWN,
+    EXEMPLAR_TRACE_ID,
+    OTHER_TOOL,
+    PHASE_EXEC,
+    PHASE_QUEUE,
+    SPAN_KINDS,
+    MetricSpec,
+)
 from agent_otel.text import LABEL_VALUE_LIMIT, valid_text
 
 OTHER = OTHER_TOOL  # the label value of every value past a label's limit
@@ -129,8 +136,9 @@ class PipelineHistogram:
                     buckets.append((le, cumulative))
                 else:
                     trace_id, value, timestamp = exemplar
-                    buckets.append((le, cumulative, Exemplar({EXEMPLAR_TRACE_ID: format(trace_id, "032x")}, value,
-                                                             timestamp)))
+                    buckets.append(
+                        (le, cumulative, Exemplar({EXEMPLAR_TRACE_ID: format(trace_id, "032x")}, value, timestamp))
+                    )
             family.add_metric(list(labels), buckets, total)
         return [family]
 
@@ -153,9 +161,16 @@ class _Locked:
 class _LiveGauges:
     """Collector for the gauges read at scrape time."""
 
-    SPECS = tuple(semconv.METRICS[name] for name in (
-        semconv.METRIC_TOOL_INFLIGHT, semconv.METRIC_EXECUTOR_QUEUE_DEPTH, semconv.METRIC_EXECUTOR_ACTIVE_WORKERS,
-        semconv.METRIC_EXECUTOR_MAX_WORKERS, semconv.METRIC_LOOP_LAG))
+    SPECS = tuple(
+        semconv.METRICS[name]
+        for name in (
+            semconv.METRIC_TOOL_INFLIGHT,
+            semconv.METRIC_EXECUTOR_QUEUE_DEPTH,
+            semconv.METRIC_EXECUTOR_ACTIVE_WORKERS,
+            semconv.METRIC_EXECUTOR_MAX_WORKERS,
+            semconv.METRIC_LOOP_LAG,
+        )
+    )
 
     def __init__(self, metrics: "Metrics"):
         self._metrics = metrics
@@ -208,9 +223,14 @@ class _LiveGauges:
 class Metrics:
     """Every metric of the telemetry contract, in its own registry."""
 
-    def __init__(self, *, tool_name_limit: int = DEFAULTS.tool_name_limit,
-                 executor_name_limit: int = DEFAULTS.executor_name_limit,
-                 registry: Optional[CollectorRegistry] = None, gpu_pool: str = ""):
+    def __init__(
+        self,
+        *,
+        tool_name_limit: int = DEFAULTS.tool_name_limit,
+        executor_name_limit: int = DEFAULTS.executor_name_limit,
+        registry: Optional[CollectorRegistry] = None,
+        gpu_pool: str = "",
+    ):
         self.registry = registry or CollectorRegistry(auto_describe=True)
         # Every label whose values come from outside goes through one of these.
         self.tool_label = LabelValues(tool_name_limit)
@@ -258,8 +278,9 @@ class Metrics:
         if gpu_pool:
             # The resource attribute the pool rules join on, the way the
             # OpenTelemetry Prometheus exporters expose resource attributes.
-            Info("target", "Resource attributes of this process: its GPU pool (agent.gpu.pool).",
-                 registry=r).info({"agent_gpu_pool": gpu_pool})
+            Info("target", "Resource attributes of this process: its GPU pool (agent.gpu.pool).", registry=r).info(
+                {"agent_gpu_pool": gpu_pool}
+            )
         forks.after_fork_in_child(self.reinit_after_fork)
 
     def reinit_after_fork(self) -> None:
@@ -279,8 +300,12 @@ class Metrics:
         children = self._children.get(key)
         if children is None:
             tool, executor = self.tool_label(call.tool), self.executor_label(call.executor)
-            children = (self.calls.labels(tool, call.outcome), self.duration.child(tool),
-                        self.queue.child(tool, executor), self.exec.child(tool))
+            children = (
+                self.calls.labels(tool, call.outcome),
+                self.duration.child(tool),
+                self.queue.child(tool, executor),
+                self.exec.child(tool),
+            )
             if len(self._children) < 100_000:
                 self._children[key] = children
         calls, duration, queue, exec_ = children
@@ -404,8 +429,15 @@ class BlameServiceMetrics:
     scrapes.
     """
 
-    def __init__(self, registry: CollectorRegistry, tool_label: LabelValues, *, held_calls: Callable[[], int],
-                 dropped_calls: Callable[[], int], lag_s: Callable[[], float]):
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        tool_label: LabelValues,
+        *,
+        held_calls: Callable[[], int],
+        dropped_calls: Callable[[], int],
+        lag_s: Callable[[], float],
+    ):
         spec = semconv.METRICS
         self._tool_label = tool_label
         self.received = _counter(spec[semconv.METRIC_RECEIVED_SPANS], registry)

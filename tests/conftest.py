@@ -61,8 +61,11 @@ class Spans:
 
     def models(self, model: str | None = None):
         """Model-call spans (chat, text_completion, generate_content), of one model if named."""
-        found = [s for s in self.all()
-                 if s.attributes.get("gen_ai.operation.name") in ("chat", "text_completion", "generate_content")]
+        found = [
+            s
+            for s in self.all()
+            if s.attributes.get("gen_ai.operation.name") in ("chat", "text_completion", "generate_content")
+        ]
         if model is not None:
             found = [s for s in found if s.attributes.get("gen_ai.request.model") == model]
         return found
@@ -81,8 +84,7 @@ def spans():
 @pytest.fixture
 def agent(spans):
     """agent_otel instrumented for one test, exporting only to ``spans``."""
-    handle = agent_otel.instrument(service_name="test-agent", traces_exporters="none", gpu="off",
-                                   frameworks=())
+    handle = agent_otel.instrument(service_name="test-agent", traces_exporters="none", gpu="off", frameworks=())
     yield handle
     agent_otel.uninstrument()
 

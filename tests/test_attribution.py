@@ -250,8 +250,14 @@ def test_unused_capacity_is_blamed_by_the_same_rule_weighted_by_one_minus_utiliz
     # (6-7 s) has no call in flight.
     search = call("web_search", 2.0, 2.0, 4.0, executor="direct")
     sql = call("run_sql", 3.0, 4.0, 6.0)
-    segments = [segment(0, 2, 0.95), segment(2, 3, 0.30), segment(3, 4, 0.30), segment(4, 6, 0.30),
-                segment(6, 7, 0.30), segment(7, 8, 0.95)]
+    segments = [
+        segment(0, 2, 0.95),
+        segment(2, 3, 0.30),
+        segment(3, 4, 0.30),
+        segment(4, 6, 0.30),
+        segment(6, 7, 0.30),
+        segment(7, 8, 0.95),
+    ]
 
     totals = attribute_underuse(segments, [search, sql])
 

@@ -24,8 +24,9 @@ _ids = iter(range(1, 1 << 30))
 
 
 def call(tool: str, submit: float, start: float, end, executor: str = "direct") -> ToolCall:
-    return ToolCall(tool, executor, at(submit), at(start), at(end) if end is not None else 0,
-                    trace_id=7, span_id=next(_ids))
+    return ToolCall(
+        tool, executor, at(submit), at(start), at(end) if end is not None else 0, trace_id=7, span_id=next(_ids)
+    )
 
 
 def key(c: ToolCall) -> tuple[int, int]:
@@ -33,10 +34,14 @@ def key(c: ToolCall) -> tuple[int, int]:
 
 
 def block(start: float, end, blocker=None, waiting=(), tool=None, thread="MainThread") -> LoopBlock:
-    return LoopBlock(thread, at(start), at(end) if end is not None else 0,
-                     tool=tool or (blocker.tool if blocker is not None else None),
-                     blocker=key(blocker) if blocker is not None else None,
-                     waiting=tuple(key(c) for c in waiting))
+    return LoopBlock(
+        thread,
+        at(start),
+        at(end) if end is not None else 0,
+        tool=tool or (blocker.tool if blocker is not None else None),
+        blocker=key(blocker) if blocker is not None else None,
+        waiting=tuple(key(c) for c in waiting),
+    )
 
 
 def window(start: float, end: float, gpu: str = "0") -> IdleWindow:
@@ -84,8 +89,9 @@ def test_a_call_running_on_another_thread_keeps_its_share_during_the_block():
     pooled = call("pooled", 0.0, 0.5, 3.0, executor="io")  # queued 0-0.5 s, then running on a worker
     waiting = call("async_a", 0.0, 0.0, 3.0)
     blocking = call("sync_lookup", 1.0, 1.0, 2.0)
-    [result] = attribute([window(0.0, 3.0)], [pooled, waiting, blocking],
-                         [block(1.0, 2.0, blocker=blocking, waiting=[waiting])])
+    [result] = attribute(
+        [window(0.0, 3.0)], [pooled, waiting, blocking], [block(1.0, 2.0, blocker=blocking, waiting=[waiting])]
+    )
     got = shares(result)
     # 0-0.5: pooled queued and a split; 0.5-1: both exec; 1-2: pooled and the blocker; 2-3: pooled and a.
     assert got["pooled"] == (pytest.approx(0.25), pytest.approx(0.25 + 0.5 + 0.5))
@@ -115,16 +121,16 @@ def test_a_blocker_not_among_the_calls_is_still_blamed_by_name():
 def test_a_block_still_going_on_reaches_the_end_of_the_window():
     waiting = call("async_a", 0.0, 0.0, None)
     blocking = call("sync_lookup", 1.0, 1.0, None)
-    [result] = attribute([window(0.0, 4.0)], [waiting, blocking],
-                         [block(1.0, None, blocker=blocking, waiting=[waiting])])
+    [result] = attribute(
+        [window(0.0, 4.0)], [waiting, blocking], [block(1.0, None, blocker=blocking, waiting=[waiting])]
+    )
     assert shares(result) == {"async_a": (0.0, pytest.approx(1.0)), "sync_lookup": (0.0, pytest.approx(3.0))}
 
 
 def test_a_queued_call_cut_by_a_block_stays_queued_after_it():
     queued = ToolCall("embed", "io", at(0.0), 0, trace_id=7, span_id=next(_ids))  # never started
     blocking = call("sync_lookup", 1.0, 1.0, 2.0)
-    [result] = attribute([window(0.0, 3.0)], [queued, blocking],
-                         [block(1.0, 2.0, blocker=blocking, waiting=[queued])])
+    [result] = attribute([window(0.0, 3.0)], [queued, blocking], [block(1.0, 2.0, blocker=blocking, waiting=[queued])])
     assert shares(result)["embed"] == (pytest.approx(2.0), 0.0)
 
 
@@ -148,8 +154,11 @@ def brute_force(window: IdleWindow, calls: list[ToolCall], blocks: list[LoopBloc
     for a, b in zip(cuts, cuts[1:]):
         active = [blk for blk in blocks if blk.start_ns <= a and (blk.end_ns == 0 or blk.end_ns >= b)]
         named = {k for blk in active for k in (*blk.waiting, *((blk.blocker,) if blk.blocker else ()))}
-        in_flight = [(i, 1 if 0 < c.start_ns <= a else 0) for i, c in enumerate(calls)
-                     if c.submit_ns <= a and (c.end_ns == 0 or c.end_ns >= b) and key(c) not in named]
+        in_flight = [
+            (i, 1 if 0 < c.start_ns <= a else 0)
+            for i, c in enumerate(calls)
+            if c.submit_ns <= a and (c.end_ns == 0 or c.end_ns >= b) and key(c) not in named
+        ]
         for blk in active:
             if blk.blocker is not None:
                 in_flight.append((by_key.get(blk.blocker, blk.blocker), 1))
@@ -167,8 +176,15 @@ def random_scenario(rng: random.Random):
         submit = rng.uniform(0, 20)
         start = submit + rng.choice([0.0, rng.uniform(0, 3)])
         end = start + rng.uniform(0.001, 4)
-        calls.append(call(rng.choice("abcd"), submit, start, None if rng.random() < 0.1 else end,
-                          executor=rng.choice(["direct", "io"])))
+        calls.append(
+            call(
+                rng.choice("abcd"),
+                submit,
+                start,
+                None if rng.random() < 0.1 else end,
+                executor=rng.choice(["direct", "io"]),
+            )
+        )
         if rng.random() < 0.05:
             calls[-1].start_ns = 0  # still queued
             calls[-1].end_ns = 0
@@ -223,11 +239,14 @@ def test_blame_totals_put_the_block_on_the_blockers_exec():
     waiting = call("async_a", 0.0, 0.0, 2.0)
     blocking = call("sync_lookup", 0.5, 0.5, 1.5)
     totals = BlameTotals()
-    for result in attribute([window(0.0, 2.0)], [waiting, blocking],
-                            [block(0.5, 1.5, blocker=blocking, waiting=[waiting])]):
+    for result in attribute(
+        [window(0.0, 2.0)], [waiting, blocking], [block(0.5, 1.5, blocker=blocking, waiting=[waiting])]
+    ):
         totals.add(result)
-    assert totals.blocked_s == {("0", "async_a", "exec"): pytest.approx(1.0),
-                                ("0", "sync_lookup", "exec"): pytest.approx(1.0)}
+    assert totals.blocked_s == {
+        ("0", "async_a", "exec"): pytest.approx(1.0),
+        ("0", "sync_lookup", "exec"): pytest.approx(1.0),
+    }
 
 
 def test_unused_capacity_during_a_block_goes_to_the_blocker_too():
@@ -237,7 +256,8 @@ def test_unused_capacity_during_a_block_goes_to_the_blocker_too():
     waiting = call("async_a", 0.0, 0.0, 2.0)
     blocking = call("sync_lookup", 1.0, 1.0, 2.0)
     segments = [UtilizationSegment("0", at(0.0), at(1.0), 0.5), UtilizationSegment("0", at(1.0), at(2.0), 0.4)]
-    totals = attribute_underuse(segments, [waiting, blocking],
-                                [block(1.0, 2.0, blocker=blocking, waiting=[waiting])])
-    assert totals.blocked_s == {("0", "async_a", "exec"): pytest.approx(0.5),
-                                ("0", "sync_lookup", "exec"): pytest.approx(0.6)}
+    totals = attribute_underuse(segments, [waiting, blocking], [block(1.0, 2.0, blocker=blocking, waiting=[waiting])])
+    assert totals.blocked_s == {
+        ("0", "async_a", "exec"): pytest.approx(0.5),
+        ("0", "sync_lookup", "exec"): pytest.approx(0.6),
+    }

@@ -20,8 +20,18 @@ from agent_otel.gpu.sampler import GpuSampler
 from agent_otel.pipeline import Pipeline
 from agent_otel.receiver.server import OtlpReceiver
 
-PARTS = [BatchSpanProcessor, Pipeline, LiveTimeline, PoolTimeline, GpuSampler, MetricsServer, FrameworkHooks,
-         LoopMonitor, BlameService, OtlpReceiver]
+PARTS = [
+    BatchSpanProcessor,
+    Pipeline,
+    LiveTimeline,
+    PoolTimeline,
+    GpuSampler,
+    MetricsServer,
+    FrameworkHooks,
+    LoopMonitor,
+    BlameService,
+    OtlpReceiver,
+]
 
 
 @pytest.mark.parametrize("part", PARTS, ids=lambda part: part.__name__)

@@ -36,8 +36,15 @@ class Service:
         self.origin = self.clock()
         self.metrics = Metrics()
         gpu = SimulatedGpu(PHASES, sample_period_s=PERIOD_S, clock=self.clock)
-        self.timeline = PoolTimeline(gpu, pool=POOL, watermark_s=watermark_s, max_calls=max_calls,
-                                     tracer=trace.get_tracer("test"), metrics=self.metrics, clock=self.clock)
+        self.timeline = PoolTimeline(
+            gpu,
+            pool=POOL,
+            watermark_s=watermark_s,
+            max_calls=max_calls,
+            tracer=trace.get_tracer("test"),
+            metrics=self.metrics,
+            clock=self.clock,
+        )
         self.samples: list[GpuSample] = []
         source: WatermarkSource = self.timeline.source
         shown = source.on_fresh
@@ -71,10 +78,12 @@ class Service:
         return self.metrics.registry.get_sample_value(name, {"gpu": "0"}) or 0.0
 
 
-def call(service: Service, tool: str, submit: float, start: float, end: float, *, span_id: int,
-         pool: str = POOL) -> ToolCall:
-    return ToolCall(tool, "tools", service.at(submit), service.at(start), service.at(end), trace_id=7,
-                    span_id=span_id, pool=pool)
+def call(
+    service: Service, tool: str, submit: float, start: float, end: float, *, span_id: int, pool: str = POOL
+) -> ToolCall:
+    return ToolCall(
+        tool, "tools", service.at(submit), service.at(start), service.at(end), trace_id=7, span_id=span_id, pool=pool
+    )
 
 
 def agents(service: Service, rng: random.Random) -> list[ToolCall]:
@@ -133,8 +142,9 @@ def test_calls_arriving_within_the_watermark_are_blamed_exactly_as_offline_in_an
             assert live[key] == pytest.approx(seconds, abs=1e-6), (delays_from, key)
         # Every idle second is blamed or unattributed, once.
         idle = service.counter("agent_gpu_idle_seconds_total")
-        assert sum(live.values()) + service.counter("agent_gpu_idle_unattributed_seconds_total") == \
-            pytest.approx(idle, abs=1e-6)
+        assert sum(live.values()) + service.counter("agent_gpu_idle_unattributed_seconds_total") == pytest.approx(
+            idle, abs=1e-6
+        )
 
 
 def test_the_engine_sees_gpu_time_only_a_watermark_late_and_the_gauge_at_once():
@@ -167,8 +177,9 @@ def test_a_late_span_is_counted_late_and_its_part_before_the_watermark_is_never_
     assert blocked[("hung_tool", "exec")] == pytest.approx((service.at(4.5) - frontier) / NS_PER_S, abs=1e-6)
     assert blocked[("search", "exec")] == pytest.approx(0.5, abs=1e-6)
     idle = service.counter("agent_gpu_idle_seconds_total")
-    assert sum(blocked.values()) + service.counter("agent_gpu_idle_unattributed_seconds_total") == \
-        pytest.approx(idle, abs=1e-6)
+    assert sum(blocked.values()) + service.counter("agent_gpu_idle_unattributed_seconds_total") == pytest.approx(
+        idle, abs=1e-6
+    )
 
 
 def test_a_span_sent_twice_counts_once_and_a_call_wholly_past_the_frontier_is_only_late():
@@ -189,12 +200,14 @@ def test_a_span_sent_twice_counts_once_and_a_call_wholly_past_the_frontier_is_on
 def test_calls_of_another_pool_or_from_a_clock_far_ahead_are_refused():
     service = Service(watermark_s=2.0)
     service.run_to(3.0)
-    intake = service.timeline.add_calls([
-        call(service, "search", 1.5, 1.5, 2.5, span_id=1, pool="vllm-b:8000"),
-        call(service, "search", 1.5, 1.5, 2.5, span_id=2, pool=""),
-        call(service, "search", 3.0, 3.0, 5.5, span_id=3),  # ends 2.5 s ahead of this host: over the watermark
-        call(service, "search", 2.0, 2.0, 4.5, span_id=4),  # 1.5 s ahead: within it, taken
-    ])
+    intake = service.timeline.add_calls(
+        [
+            call(service, "search", 1.5, 1.5, 2.5, span_id=1, pool="vllm-b:8000"),
+            call(service, "search", 1.5, 1.5, 2.5, span_id=2, pool=""),
+            call(service, "search", 3.0, 3.0, 5.5, span_id=3),  # ends 2.5 s ahead of this host: over the watermark
+            call(service, "search", 2.0, 2.0, 4.5, span_id=4),  # 1.5 s ahead: within it, taken
+        ]
+    )
     assert intake.refused == {OTHER_POOL: 2, CLOCK_AHEAD: 1}
     assert intake.accepted == 1
     assert "'vllm-b:8000'" in intake.examples[OTHER_POOL] and "NTP" in intake.examples[CLOCK_AHEAD]
@@ -210,7 +223,7 @@ def test_memory_stays_bounded_whatever_order_spans_arrive_in():
     service.run_to(10.0)
     rng.shuffle(calls)
     for start in range(0, len(calls), 100):
-        service.timeline.add_calls(calls[start:start + 100])
+        service.timeline.add_calls(calls[start : start + 100])
         assert service.timeline.held_calls() <= 100
     assert service.timeline.engine.horizon.dropped > 0
     assert len(service.timeline._seen) <= 2 * 100 + 1024 + 100

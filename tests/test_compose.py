@@ -52,7 +52,9 @@ def listen_port(endpoint: str) -> int:
 COLLECTOR = mounted_yaml("collector", "/etc/otelcol-contrib/config.yaml")
 JAEGER = mounted_yaml("jaeger", "/etc/jaeger/config.yaml")
 PROMETHEUS = mounted_yaml("prometheus", "/etc/prometheus/prometheus.yml")
-DATASOURCES = yaml.safe_load((REPO / "deploy/grafana/provisioning/datasources/datasources.yml").read_text())["datasources"]
+DATASOURCES = yaml.safe_load((REPO / "deploy/grafana/provisioning/datasources/datasources.yml").read_text())[
+    "datasources"
+]
 
 # What each service listens on inside the compose network, from its own config.
 LISTENS = {
@@ -70,9 +72,13 @@ LISTENS = {
     "prometheus": {9090},  # its default --web.listen-address
     "grafana": {3000},
     "demo": {int(SERVICES["demo"]["environment"]["AGENT_OTEL_PROMETHEUS_PORT"])},
-    "blame": {int(SERVICES["blame"]["environment"]["AGENT_OTEL_PROMETHEUS_PORT"]),
-              *(listen_port(build_parser().parse_args(SERVICES["blame"]["command"]).otlp_grpc),
-                listen_port(build_parser().parse_args(SERVICES["blame"]["command"]).otlp_http))},
+    "blame": {
+        int(SERVICES["blame"]["environment"]["AGENT_OTEL_PROMETHEUS_PORT"]),
+        *(
+            listen_port(build_parser().parse_args(SERVICES["blame"]["command"]).otlp_grpc),
+            listen_port(build_parser().parse_args(SERVICES["blame"]["command"]).otlp_http),
+        ),
+    },
 }
 
 
@@ -114,8 +120,11 @@ def test_agent_otel_services_send_otlp_to_the_collector_and_serve_metrics(servic
     # The image's entrypoint is agent-otel: the command must parse as its arguments.
     args = build_parser().parse_args(service["command"])
     assert args.command in {"demo", "gpu-exporter"}
-    assert_reaches(service["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"], "collector",
-                   listen_port(COLLECTOR["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]))
+    assert_reaches(
+        service["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"],
+        "collector",
+        listen_port(COLLECTOR["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]),
+    )
     assert service["environment"]["AGENT_OTEL_PROMETHEUS_ADDRESS"] == "0.0.0.0"
 
 
@@ -125,8 +134,9 @@ def test_the_blame_service_samples_a_simulated_gpu_or_with_the_gpu_override_the_
     on_gpu = build_parser().parse_args(gpu["command"])
     assert (base.gpu, on_gpu.gpu) == ("simulated", "nvml")
     # The same service otherwise: pool, receivers and watermark.
-    assert {k: v for k, v in vars(base).items() if k not in ("gpu", "_module")} == \
-        {k: v for k, v in vars(on_gpu).items() if k not in ("gpu", "_module")}
+    assert {k: v for k, v in vars(base).items() if k not in ("gpu", "_module")} == {
+        k: v for k, v in vars(on_gpu).items() if k not in ("gpu", "_module")
+    }
     assert base.gpu_pool == "local-gpu"
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
 
@@ -134,10 +144,15 @@ def test_the_blame_service_samples_a_simulated_gpu_or_with_the_gpu_override_the_
 def test_the_collector_uses_current_component_names_and_sends_traces_to_jaeger():
     exporters = COLLECTOR["exporters"]
     assert "otlp" not in exporters and "otlphttp" not in exporters and "spanmetrics" not in COLLECTOR["connectors"]
-    assert_reaches(exporters["otlp_grpc/jaeger"]["endpoint"], "jaeger",
-                   listen_port(JAEGER["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]))
+    assert_reaches(
+        exporters["otlp_grpc/jaeger"]["endpoint"],
+        "jaeger",
+        listen_port(JAEGER["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]),
+    )
     pipelines = COLLECTOR["service"]["pipelines"]
-    defined = {name for section in ("receivers", "processors", "exporters", "connectors") for name in COLLECTOR[section]}
+    defined = {
+        name for section in ("receivers", "processors", "exporters", "connectors") for name in COLLECTOR[section]
+    }
     for pipeline in pipelines.values():
         assert pipeline["processors"][0] == "memory_limiter"
         for component in pipeline["receivers"] + pipeline["processors"] + pipeline["exporters"]:
@@ -191,8 +206,12 @@ def test_promtool_accepts_the_prometheus_config_as_mounted(tmp_path):
         if source.is_dir():
             text = text.replace(target + "/", f"{source}/")
     (tmp_path / "prometheus.yml").write_text(text)
-    result = subprocess.run([require_tool("promtool", "prometheus"), "check", "config", str(tmp_path / "prometheus.yml")],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [require_tool("promtool", "prometheus"), "check", "config", str(tmp_path / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 1 rule files found" in result.stdout
 
@@ -218,7 +237,11 @@ def test_grafana_provisions_the_dashboards_without_anonymous_admin():
     provider = yaml.safe_load((provisioning / "dashboards" / "dashboards.yml").read_text())["providers"][0]
     dashboards_dir = mounts(grafana)[provider["options"]["path"]]
     assert sorted(p.name for p in dashboards_dir.glob("*.json")) == [
-        "agent-tools-vs-gpu.json", "executors.json", "gpu-pools.json", "tool-latency-and-slos.json"]
+        "agent-tools-vs-gpu.json",
+        "executors.json",
+        "gpu-pools.json",
+        "tool-latency-and-slos.json",
+    ]
     assert provider["folder"] == "Agent OTel"
     home = Path(environment["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"])
     assert (dashboards_dir / home.relative_to(provider["options"]["path"])).is_file()
@@ -239,27 +262,74 @@ POOL_CONDITION = re.compile(r'attributes\["agent\.gpu\.pool"\] == "([^"]+)"')
 # components of 0.160.0 declare them (their config.schema.yaml and config.go
 # in opentelemetry-collector and -contrib): a key outside these is a config
 # the Collector refuses to load.
-_TLS_CLIENT = {"insecure", "insecure_skip_verify", "server_name_override", "ca_file", "ca_pem", "cert_file",
-               "cert_pem", "key_file", "key_pem", "min_version", "max_version", "cipher_suites",
-               "curve_preferences", "include_system_ca_certs_pool", "reload_interval", "tpm"}
+_TLS_CLIENT = {
+    "insecure",
+    "insecure_skip_verify",
+    "server_name_override",
+    "ca_file",
+    "ca_pem",
+    "cert_file",
+    "cert_pem",
+    "key_file",
+    "key_pem",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "curve_preferences",
+    "include_system_ca_certs_pool",
+    "reload_interval",
+    "tpm",
+}
 COMPONENT_KEYS = {
     # connector/routingconnector/config.go
-    "routing": {"error_mode": None, "default_pipelines": None,
-                "table": {"context": None, "condition": None, "statement": None, "pipelines": None, "action": None}},
+    "routing": {
+        "error_mode": None,
+        "default_pipelines": None,
+        "table": {"context": None, "condition": None, "statement": None, "pipelines": None, "action": None},
+    },
     # exporter/otlpexporter: configgrpc.ClientConfig + exporterhelper timeout, sending_queue, retry_on_failure
     "otlp_grpc": {
-        "endpoint": None, "compression": None, "headers": None, "balancer_name": None, "authority": None,
-        "auth": None, "middlewares": None, "read_buffer_size": None, "write_buffer_size": None,
-        "wait_for_ready": None, "keepalive": {"time": None, "timeout": None, "permit_without_stream": None},
-        "tls": {key: None for key in _TLS_CLIENT}, "timeout": None,
-        "sending_queue": {"enabled": None, "num_consumers": None, "queue_size": None, "sizer": None,
-                          "block_on_overflow": None, "wait_for_result": None, "storage": None, "batch": None},
-        "retry_on_failure": {"enabled": None, "initial_interval": None, "randomization_factor": None,
-                             "multiplier": None, "max_interval": None, "max_elapsed_time": None, "max_retries": None},
+        "endpoint": None,
+        "compression": None,
+        "headers": None,
+        "balancer_name": None,
+        "authority": None,
+        "auth": None,
+        "middlewares": None,
+        "read_buffer_size": None,
+        "write_buffer_size": None,
+        "wait_for_ready": None,
+        "keepalive": {"time": None, "timeout": None, "permit_without_stream": None},
+        "tls": {key: None for key in _TLS_CLIENT},
+        "timeout": None,
+        "sending_queue": {
+            "enabled": None,
+            "num_consumers": None,
+            "queue_size": None,
+            "sizer": None,
+            "block_on_overflow": None,
+            "wait_for_result": None,
+            "storage": None,
+            "batch": None,
+        },
+        "retry_on_failure": {
+            "enabled": None,
+            "initial_interval": None,
+            "randomization_factor": None,
+            "multiplier": None,
+            "max_interval": None,
+            "max_elapsed_time": None,
+            "max_retries": None,
+        },
     },
     # processor/batchprocessor/config.schema.yaml
-    "batch": {"timeout": None, "send_batch_size": None, "send_batch_max_size": None, "metadata_keys": None,
-              "metadata_cardinality_limit": None},
+    "batch": {
+        "timeout": None,
+        "send_batch_size": None,
+        "send_batch_max_size": None,
+        "metadata_keys": None,
+        "metadata_cardinality_limit": None,
+    },
 }
 
 
@@ -269,8 +339,12 @@ def unknown_keys(config: object, allowed: object, where: str) -> list[str]:
     if isinstance(config, list):
         return [found for i, item in enumerate(config) for found in unknown_keys(item, allowed, f"{where}[{i}]")]
     found = [f"{where}.{key}" for key in config if key not in allowed]
-    return found + [item for key, value in config.items() if key in allowed
-                    for item in unknown_keys(value, allowed[key], f"{where}.{key}")]
+    return found + [
+        item
+        for key, value in config.items()
+        if key in allowed
+        for item in unknown_keys(value, allowed[key], f"{where}.{key}")
+    ]
 
 
 @pytest.mark.parametrize("config", [COLLECTOR, GATEWAY], ids=["otelcol-config.yaml", "gateway.yaml"])

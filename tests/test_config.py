@@ -75,20 +75,38 @@ def test_environment_then_command_defaults_then_declared_defaults():
     assert load_settings({"gpu": "off"}, env).gpu == "off"  # an argument wins over the environment
 
 
-@pytest.mark.parametrize(("name", "given", "value"), [
-    ("traces_exporters", "", None), ("traces_exporters", "OTLP, console", ("otlp", "console")),
-    ("frameworks", "", ()), ("frameworks", ["langchain"], ("langchain",)), ("gpu_devices", "", None),
-    ("gpu", "Replay:/tmp/G.log", "replay:/tmp/G.log"), ("gpu", "NVML", "nvml"), ("sdk_disabled", "yes", True),
-    ("prometheus_port", "0", 0), ("otlp_protocol", "HTTP/protobuf", "http/protobuf"),
-])
+@pytest.mark.parametrize(
+    ("name", "given", "value"),
+    [
+        ("traces_exporters", "", None),
+        ("traces_exporters", "OTLP, console", ("otlp", "console")),
+        ("frameworks", "", ()),
+        ("frameworks", ["langchain"], ("langchain",)),
+        ("gpu_devices", "", None),
+        ("gpu", "Replay:/tmp/G.log", "replay:/tmp/G.log"),
+        ("gpu", "NVML", "nvml"),
+        ("sdk_disabled", "yes", True),
+        ("prometheus_port", "0", 0),
+        ("otlp_protocol", "HTTP/protobuf", "http/protobuf"),
+    ],
+)
 def test_values_are_parsed_into_the_setting_type(name, given, value):
     assert parse(name, given) == value
 
 
-@pytest.mark.parametrize(("name", "given"), [
-    ("prometheus_port", "80.5"), ("prometheus_port", 8.5), ("prometheus_port", True), ("gpu", "nvidia"),
-    ("traces_exporters", "otlp,zipkin"), ("sdk_disabled", "maybe"), ("service_name", " "), ("redact", "x"),
-])
+@pytest.mark.parametrize(
+    ("name", "given"),
+    [
+        ("prometheus_port", "80.5"),
+        ("prometheus_port", 8.5),
+        ("prometheus_port", True),
+        ("gpu", "nvidia"),
+        ("traces_exporters", "otlp,zipkin"),
+        ("sdk_disabled", "maybe"),
+        ("service_name", " "),
+        ("redact", "x"),
+    ],
+)
 def test_bad_values_name_the_setting_and_the_value(name, given):
     with pytest.raises(ConfigError) as caught:
         parse(name, given, "--the-option")
@@ -107,8 +125,9 @@ def test_command_line_options_take_help_default_and_variables_from_the_declarati
     config.add_argument(parser, "--min-idle", "gpu_min_idle", metavar="S")
     config.add_argument(parser, "--port", "prometheus_port", default=9400, environment=False)
     text = parser.format_help().replace("\n", " ")
-    assert "seconds an idle stretch must last to become a window (default: 0.5) [AGENT_OTEL_GPU_MIN_IDLE]" in \
-        " ".join(text.split())
+    assert "seconds an idle stretch must last to become a window (default: 0.5) [AGENT_OTEL_GPU_MIN_IDLE]" in " ".join(
+        text.split()
+    )
     assert "(default: 9400)" in text and "AGENT_OTEL_PROMETHEUS_PORT" not in text
     args = parser.parse_args(["--min-idle", "0.25"])
     assert args.gpu_min_idle == 0.25 and args.prometheus_port is None

@@ -49,8 +49,12 @@ def test_committed_files_match_the_generator():
 def test_check_mode_reports_current_files_and_refuses_a_bad_threshold():
     ok = subprocess.run([sys.executable, "-m", "dashboards", "--check"], cwd=REPO, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run([sys.executable, "-m", "dashboards", "--check", "--slo-threshold", "0.75"],
-                         cwd=REPO, capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "dashboards", "--check", "--slo-threshold", "0.75"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2
     assert "0.75" in bad.stderr and "0.8" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -59,18 +63,31 @@ def test_dashboards_have_the_titles_and_panels_users_look_for():
     titles = {d["title"]: panels(d) for d in DASHBOARDS.values()}
     assert set(titles) == {"Agent tools vs GPU", "Tool latency and SLOs", "Executors"}
     assert {
-        "GPU utilization per GPU", "GPU idle windows", "GPU idle blamed per tool and phase",
-        "Unattributed GPU idle", "Tool calls in flight", "Tools ranked by GPU capacity left unused",
-        "Unused GPU capacity blamed per tool and phase", "Unused GPU capacity per GPU",
+        "GPU utilization per GPU",
+        "GPU idle windows",
+        "GPU idle blamed per tool and phase",
+        "Unattributed GPU idle",
+        "Tool calls in flight",
+        "Tools ranked by GPU capacity left unused",
+        "Unused GPU capacity blamed per tool and phase",
+        "Unused GPU capacity per GPU",
     } <= set(titles["Agent tools vs GPU"])
     assert {
-        "Tool duration p50 / p95 / p99", "Queue time p50 / p95 / p99", "Exec time p50 / p95 / p99",
-        "Calls per second by outcome", "Error ratio", "SLO compliance (calls within 0.8 s)",
-        "Error budget left", "Error budget burn rate",
+        "Tool duration p50 / p95 / p99",
+        "Queue time p50 / p95 / p99",
+        "Exec time p50 / p95 / p99",
+        "Calls per second by outcome",
+        "Error ratio",
+        "SLO compliance (calls within 0.8 s)",
+        "Error budget left",
+        "Error budget burn rate",
     } <= set(titles["Tool latency and SLOs"])
     assert {
-        "Queue depth", "Active vs max workers", "Wait time p50 / p95 / p99",
-        "Saturation now (active / max workers)", "Saturated (all workers busy and calls queued)",
+        "Queue depth",
+        "Active vs max workers",
+        "Wait time p50 / p95 / p99",
+        "Saturation now (active / max workers)",
+        "Saturated (all workers busy and calls queued)",
     } <= set(titles["Executors"])
     assert len({d["uid"] for d in DASHBOARDS.values()}) == 3
 
@@ -118,7 +135,9 @@ def test_panels_set_units_and_thresholds(name):
         defaults = panel["fieldConfig"]["defaults"]
         assert defaults.get("thresholds", {}).get("steps"), f"{panel['title']}: no thresholds"
         if panel["type"] == "table":
-            units = [p["value"] for o in panel["fieldConfig"]["overrides"] for p in o["properties"] if p["id"] == "unit"]
+            units = [
+                p["value"] for o in panel["fieldConfig"]["overrides"] for p in o["properties"] if p["id"] == "unit"
+            ]
             assert units, f"{panel['title']}: no column units"
         elif panel["type"] != "state-timeline":
             assert defaults.get("unit"), f"{panel['title']}: no unit"
@@ -161,14 +180,25 @@ def test_the_gpu_pools_dashboard_reads_the_pool_rules_and_the_blame_services_by_
     dashboard = load("gpu-pools.json")
     assert dashboard["title"] == "GPU pools"
     assert {
-        "GPUs idle now", "Tool calls in flight", "Idle GPUs blocked by running calls", "Late spans",
-        "Live: GPU idle blamed per tool and phase", "Exact: GPU idle blamed per tool and phase",
-        "GPU utilization per GPU", "Blame service intake", "Blame lag",
+        "GPUs idle now",
+        "Tool calls in flight",
+        "Idle GPUs blocked by running calls",
+        "Late spans",
+        "Live: GPU idle blamed per tool and phase",
+        "Exact: GPU idle blamed per tool and phase",
+        "GPU utilization per GPU",
+        "Blame service intake",
+        "Blame lag",
     } <= set(panels(dashboard))
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["agent_gpu_pool"]["query"] == "label_values(target_info, agent_gpu_pool)"
-    known = series_names() | {"target_info", rules.POOL_INFLIGHT, rules.POOL_GPU_IDLE, rules.POOL_BLOCKED_LIVE,
-                              rules.POOL_GPU_BLOCKED}
+    known = series_names() | {
+        "target_info",
+        rules.POOL_INFLIGHT,
+        rules.POOL_GPU_IDLE,
+        rules.POOL_BLOCKED_LIVE,
+        rules.POOL_GPU_BLOCKED,
+    }
     for panel in dashboard["panels"]:
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
         assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]

@@ -25,13 +25,23 @@ TOOLS_THAT_STALL = {"search_docs", "fetch_quote"}
 def agent_otel(*args: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "OTEL_TRACES_EXPORTER": "none", "PYTHONUNBUFFERED": "1"}
     env.pop("AGENT_OTEL_PROMETHEUS_PORT", None)
-    return subprocess.Popen([sys.executable, "-m", "agent_otel.cli", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent_otel.cli", *args],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        **popen,
+    )
 
 
 def report(path) -> dict:
-    done = subprocess.run([sys.executable, "-m", "agent_otel.cli", "report", str(path), "--format", "json"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_otel.cli", "report", str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -85,8 +95,10 @@ def test_the_fix_removes_most_of_the_gpu_idle_time_blocked_by_tools(demo):
     assert baseline_blocked > 1.0
     assert fixed_blocked < 0.5 * baseline_blocked
     # The fixed run serves more tool calls per second, on the same scripted latencies.
-    calls = {name: sum(t["calls"] for t in r["tools"]) / r["window"]["seconds"]
-             for name, r in (("baseline", baseline), ("fixed", fixed))}
+    calls = {
+        name: sum(t["calls"] for t in r["tools"]) / r["window"]["seconds"]
+        for name, r in (("baseline", baseline), ("fixed", fixed))
+    }
     assert calls["fixed"] > 1.5 * calls["baseline"]
     # The fixed quote tool answered within its bound: no call waited for the hung API.
     assert blocked(fixed)["fetch_quote"]["duration_p99_s"] < 2.0
@@ -131,16 +143,29 @@ def metrics_url(process: subprocess.Popen) -> str:
 
 def test_serve_mode_exposes_metrics_and_stops_after_its_duration():
     started = time.monotonic()
-    process = agent_otel("demo", "--serve", "--duration", "3", "--seconds", "1", "--scenario", "alternate",
-                         "--prometheus-port", "0", "--gpu", "simulated")
+    process = agent_otel(
+        "demo",
+        "--serve",
+        "--duration",
+        "3",
+        "--seconds",
+        "1",
+        "--scenario",
+        "alternate",
+        "--prometheus-port",
+        "0",
+        "--gpu",
+        "simulated",
+    )
     try:
         url = metrics_url(process)
         text = ""
         while "agent_tool_calls_total{" not in text and time.monotonic() - started < 20:
             time.sleep(0.3)
             text = urllib.request.urlopen(url, timeout=5).read().decode()
-        assert re.search(r'^agent_tool_calls_total\{outcome="ok",tool="(search_docs|fetch_quote|calculator)"\} ',
-                         text, re.M), text
+        assert re.search(
+            r'^agent_tool_calls_total\{outcome="ok",tool="(search_docs|fetch_quote|calculator)"\} ', text, re.M
+        ), text
         rest, _ = process.communicate(timeout=30)
     finally:
         process.kill()

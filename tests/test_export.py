@@ -42,7 +42,9 @@ class Recording(SpanExporter):
         if self.fail:
             logging.getLogger(__name__).warning(
                 "Transient error StatusCode.UNAVAILABLE encountered while exporting traces to localhost:4317, "
-                "retrying in %.2fs.", 1.03)
+                "retrying in %.2fs.",
+                1.03,
+            )
             return SpanExportResult.FAILURE
         self.batches.append(list(spans))
         return SpanExportResult.SUCCESS
@@ -60,8 +62,9 @@ def tracer():
 
 
 def tool_span(t, name="search"):
-    span = t.start_span(f"execute_tool {name}", attributes={"gen_ai.operation.name": "execute_tool",
-                                                            "gen_ai.tool.name": name})
+    span = t.start_span(
+        f"execute_tool {name}", attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
+    )
     span.end()
     return span
 
@@ -127,8 +130,9 @@ def test_a_full_queue_keeps_tool_spans_and_drops_derived_ones():
 def test_a_span_is_dropped_only_when_every_sink_lost_it():
     drops, losses = counted()
     ok, failing = Recording(), Recording(fail=True)
-    processors = [BatchSpanProcessor(e, max_queue_size=100, batch_size=5, interval_s=0.01, losses=losses)
-                  for e in (ok, failing)]
+    processors = [
+        BatchSpanProcessor(e, max_queue_size=100, batch_size=5, interval_s=0.01, losses=losses) for e in (ok, failing)
+    ]
     provider = TracerProvider()
     for processor in processors:
         provider.add_span_processor(processor)
@@ -152,8 +156,9 @@ def test_failures_back_off_and_are_said_once(caplog):
     caplog.set_level(logging.WARNING)
     exporter = Recording(fail=True)
     drops, losses = counted()
-    processor = BatchSpanProcessor(exporter, max_queue_size=10_000, batch_size=5, interval_s=0.01, losses=losses,
-                                   sink="OTLP/gRPC localhost:4317")
+    processor = BatchSpanProcessor(
+        exporter, max_queue_size=10_000, batch_size=5, interval_s=0.01, losses=losses, sink="OTLP/gRPC localhost:4317"
+    )
     t = tracer()
     start = time.monotonic()
     while time.monotonic() - start < 2.5:
@@ -182,8 +187,13 @@ def test_the_otlp_exporters_own_retry_warnings_fold_into_one_line(caplog):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     drops, losses = counted()
-    processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=f"127.0.0.1:{port}", insecure=True, timeout=2),
-                                   batch_size=5, interval_s=0.01, losses=losses, sink=f"OTLP/gRPC 127.0.0.1:{port}")
+    processor = BatchSpanProcessor(
+        OTLPSpanExporter(endpoint=f"127.0.0.1:{port}", insecure=True, timeout=2),
+        batch_size=5,
+        interval_s=0.01,
+        losses=losses,
+        sink=f"OTLP/gRPC 127.0.0.1:{port}",
+    )
     t = tracer()
     start = time.monotonic()
     while time.monotonic() - start < 3.0:
@@ -249,8 +259,9 @@ def test_a_lone_surrogate_in_another_librarys_span_does_not_lose_the_batch():
 
 
 def test_shutdown_says_false_and_names_an_exporter_that_blocks(caplog, spans, tmp_path):
-    handle = agent_otel.instrument(traces_file=str(tmp_path / "t.jsonl"), traces_exporters="none", gpu="off",
-                                   frameworks=())
+    handle = agent_otel.instrument(
+        traces_file=str(tmp_path / "t.jsonl"), traces_exporters="none", gpu="off", frameworks=()
+    )
     gate = threading.Event()
     (processor,) = handle.span_processors
     exporter = processor.exporter
@@ -286,8 +297,9 @@ def test_shutdown_says_false_and_names_an_exporter_that_blocks(caplog, spans, tm
 
 def test_shutdown_says_true_when_everything_flushed(caplog, spans, tmp_path):
     path = tmp_path / "t.jsonl"
-    handle = agent_otel.instrument(traces_file=str(path), traces_exporters="none", gpu="simulated",
-                                   gpu_poll_interval=0.05, frameworks=())
+    handle = agent_otel.instrument(
+        traces_file=str(path), traces_exporters="none", gpu="simulated", gpu_poll_interval=0.05, frameworks=()
+    )
 
     @agent_otel.tool
     def search():
@@ -301,8 +313,7 @@ def test_shutdown_says_true_when_everything_flushed(caplog, spans, tmp_path):
 
 
 def test_shutdown_names_gpu_sampling_stuck_in_the_driver(caplog, spans):
-    handle = agent_otel.instrument(traces_exporters="none", gpu="simulated", gpu_poll_interval=0.01,
-                                   frameworks=())
+    handle = agent_otel.instrument(traces_exporters="none", gpu="simulated", gpu_poll_interval=0.01, frameworks=())
     source = handle.gpu_timeline.source
     gate, entered = threading.Event(), threading.Event()
     real_poll = source.poll
@@ -326,8 +337,9 @@ def test_shutdown_names_gpu_sampling_stuck_in_the_driver(caplog, spans):
 
 def run(code: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")

@@ -39,8 +39,9 @@ def clean_env(**extra) -> dict:
 
 def run_until_exit(script: Path, env: dict, cwd: Path) -> tuple[float, str, str]:
     """Run ``script``; seconds from its "end" line to the process exit, its stdout and stderr."""
-    process = subprocess.Popen([sys.executable, str(script)], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(script)], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     first = process.stdout.readline()
     ended = time.monotonic()
     out, err = process.communicate(timeout=60)
@@ -63,8 +64,7 @@ def test_the_readme_snippet_with_no_collector(tmp_path):
     agent.write_text(snippet + call)
     # The same program without the one line: what exit costs anyway.
     baseline = tmp_path / "baseline.py"
-    baseline.write_text("\n".join(line for line in snippet.splitlines() if "agent_otel.instrument(" not in line)
-                        + call)
+    baseline.write_text("\n".join(line for line in snippet.splitlines() if "agent_otel.instrument(" not in line) + call)
     exits, bases, errs = [], [], []
     for round_ in range(5):
         run_dir = tmp_path / f"run{round_}"
@@ -92,8 +92,9 @@ def test_the_readme_snippet_with_no_collector(tmp_path):
     command = err.strip().split("to see them: ", 1)[1].split()
     assert command[0] == "agent-otel" and command[-2] == "--html"
     html = command[-1]
-    opened = subprocess.run([str(AGENT_OTEL), *command[1:]], cwd=run_dir, capture_output=True, text=True,
-                            timeout=120, env=clean_env())
+    opened = subprocess.run(
+        [str(AGENT_OTEL), *command[1:]], cwd=run_dir, capture_output=True, text=True, timeout=120, env=clean_env()
+    )
     assert opened.returncode == 0, opened.stderr
     assert (run_dir / html).stat().st_size > 0
     assert "search" in opened.stdout
@@ -106,8 +107,11 @@ def test_a_configured_endpoint_that_is_down_is_used_and_bounded(tmp_path):
     agent = tmp_path / "agent.py"
     agent.write_text(readme_snippet() + '\nsearch("x")\nprint("end", flush=True)\n')
     # The exporter would retry for 30 s; shutdown_timeout (1 s) bounds the wait at exit.
-    env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}", AGENT_OTEL_SHUTDOWN_TIMEOUT="1",
-                    OTEL_EXPORTER_OTLP_TIMEOUT="30")
+    env = clean_env(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+        AGENT_OTEL_SHUTDOWN_TIMEOUT="1",
+        OTEL_EXPORTER_OTLP_TIMEOUT="30",
+    )
     exit_s, _, err = run_until_exit(agent, env, tmp_path)
     assert exit_s < 1.0 + 6.0  # shutdown_timeout, plus gRPC's and the interpreter's teardown on a busy machine
     assert not (tmp_path / sinks.DEFAULT_DIRECTORY).exists()  # OTLP was used: no file of its own
@@ -144,8 +148,9 @@ def test_a_configured_endpoint_gets_the_spans(tmp_path, how):
             env = clean_env()
         else:
             call = ""
-            env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
-                            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
+            env = clean_env(
+                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf"
+            )
         agent = tmp_path / "agent.py"
         agent.write_text(f"""
 import agent_otel
@@ -189,8 +194,9 @@ def test_the_rule(monkeypatch, tmp_path):
     assert sinks.plan(settings(traces_exporters="otlp"), environ={}) == sinks.Plan(("otlp",))
     assert sinks.plan(settings(traces_exporters="none"), environ={}) == sinks.Plan(())
     # 2. An endpoint configured: OTLP.
-    assert sinks.plan(settings(), environ={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4317"}) == \
-        sinks.Plan(("otlp",))
+    assert sinks.plan(settings(), environ={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4317"}) == sinks.Plan(
+        ("otlp",)
+    )
     assert sinks.plan(settings(otlp_endpoint="c:4317"), environ={}) == sinks.Plan(("otlp",))
 
 

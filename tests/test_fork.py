@@ -18,8 +18,9 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is no
 
 def run_script(code: str, timeout: float = 240) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
-                            text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     outcome["stderr"] = result.stderr
@@ -112,7 +113,9 @@ def busy_parent(traces) -> str:
 
 def test_two_hundred_forks_while_four_threads_make_tool_calls(tmp_path):
     traces = tmp_path / "traces.jsonl"
-    result = run_script(busy_parent(traces) + """
+    result = run_script(
+        busy_parent(traces)
+        + """
     outcomes = {}
     for number in range(200):
         pid = os.fork()
@@ -139,7 +142,9 @@ def test_two_hundred_forks_while_four_threads_make_tool_calls(tmp_path):
     dropped = handle.metrics.registry.get_sample_value("agent_otel_spans_dropped_total", {"kind": "tool"})
     print(json.dumps({"outcomes": {str(k): v for k, v in outcomes.items()}, "parent_calls": calls + 1,
                       "parent_dropped": int(dropped), "shutdown": shut}))
-    """, timeout=600)
+    """,
+        timeout=600,
+    )
     assert result["outcomes"] == {"0": 200}, result  # no hang, no failure, every child's shutdown True
     assert result["shutdown"] is True, result["stderr"]
     spans = spans_in(traces)
@@ -156,7 +161,9 @@ def test_a_prefork_child_exports_its_spans_while_it_runs(tmp_path):
     """A long-lived worker (gunicorn --preload style): its export, pipeline and GPU
     sampling restart by themselves; spans reach the file while it still runs."""
     traces = tmp_path / "traces.jsonl"
-    result = run_script(busy_parent(traces) + f"""
+    result = run_script(
+        busy_parent(traces)
+        + f"""
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -190,7 +197,8 @@ def test_a_prefork_child_exports_its_spans_while_it_runs(tmp_path):
         thread.join()
     handle.shutdown()
     print(json.dumps({{"child": child, "exported_while_alive": exported_while_alive, "outcome": outcome}}))
-    """)
+    """
+    )
     child = result["child"]
     assert result["outcome"] == 0
     assert {"agent-otel-span-export", "agent-otel-pipeline", "agent-otel-gpu-sampler"} <= set(child["threads"])
@@ -204,7 +212,9 @@ def test_a_prefork_child_exports_its_spans_while_it_runs(tmp_path):
 def test_multiprocessing_with_the_fork_start_method(tmp_path):
     """Process and Pool children (which end with os._exit, no atexit) flush their spans as they exit."""
     traces = tmp_path / "traces.jsonl"
-    result = run_script(busy_parent(traces) + """
+    result = run_script(
+        busy_parent(traces)
+        + """
     import multiprocessing
     context = multiprocessing.get_context("fork")
 
@@ -227,7 +237,8 @@ def test_multiprocessing_with_the_fork_start_method(tmp_path):
         thread.join()
     handle.shutdown()
     print(json.dumps({"codes": codes, "pool_ok": squares == list(range(100))}))
-    """)
+    """
+    )
     assert result["codes"] == [0, 0, 0, 0] and result["pool_ok"], result
     tools = [tool_of(s) for s in spans_in(traces) if s["name"].startswith("execute_tool")]
     assert tools.count("child_tool") == 4 * 50 + 100

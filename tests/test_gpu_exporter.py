@@ -15,9 +15,29 @@ def test_gpu_exporter_serves_metrics_and_writes_idle_spans(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
     env.update({"OTEL_TRACES_EXPORTER": "none", "PYTHONUNBUFFERED": "1"})
     process = subprocess.Popen(
-        [sys.executable, "-m", "agent_otel.cli", "gpu-exporter", "--gpu", "simulated", "--prometheus-port", "0",
-         "--poll-interval", "0.05", "--min-idle", "0.2", "--traces-file", str(traces), "--duration", "4"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "agent_otel.cli",
+            "gpu-exporter",
+            "--gpu",
+            "simulated",
+            "--prometheus-port",
+            "0",
+            "--poll-interval",
+            "0.05",
+            "--min-idle",
+            "0.2",
+            "--traces-file",
+            str(traces),
+            "--duration",
+            "4",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         first = process.stdout.readline()
         assert "sampling 1 GPU(s) via simulated: 0 Simulated GPU" in first
@@ -30,8 +50,13 @@ def test_gpu_exporter_serves_metrics_and_writes_idle_spans(tmp_path):
     finally:
         process.kill()
     assert process.returncode == 0, err
-    spans = [span for line in traces.read_text().splitlines()
-             for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"] for span in ss["spans"]]
+    spans = [
+        span
+        for line in traces.read_text().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for span in ss["spans"]
+    ]
     (idle,) = [s for s in spans if s["name"] == "gpu.idle"]
     attributes = {a["key"]: a["value"] for a in idle["attributes"]}
     # The simulated GPU was never given work: one window, the whole run.
@@ -54,10 +79,33 @@ def test_gpu_exporter_with_a_pool_is_the_blame_service_and_exports_its_contract(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
     env.update({"OTEL_TRACES_EXPORTER": "none", "PYTHONUNBUFFERED": "1", "AGENT_OTEL_GPU_POOL": "vllm-a:8000"})
     process = subprocess.Popen(
-        [sys.executable, "-m", "agent_otel.cli", "gpu-exporter", "--gpu", "simulated", "--prometheus-port", "0",
-         "--otlp-grpc", "127.0.0.1:0", "--otlp-http", "127.0.0.1:0", "--watermark", "2",
-         "--poll-interval", "0.1", "--min-idle", "0.2", "--duration", "30"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "agent_otel.cli",
+            "gpu-exporter",
+            "--gpu",
+            "simulated",
+            "--prometheus-port",
+            "0",
+            "--otlp-grpc",
+            "127.0.0.1:0",
+            "--otlp-http",
+            "127.0.0.1:0",
+            "--watermark",
+            "2",
+            "--poll-interval",
+            "0.1",
+            "--min-idle",
+            "0.2",
+            "--duration",
+            "30",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert "sampling 1 GPU(s) via simulated" in process.stdout.readline()
         url = re.search(r"metrics at (\S+)", process.stdout.readline()).group(1)
@@ -66,20 +114,28 @@ def test_gpu_exporter_with_a_pool_is_the_blame_service_and_exports_its_contract(
         grpc_endpoint = re.search(r"OTLP/gRPC on (\S+),", line).group(1)
 
         def idle_blamed() -> float:
-            found = re.search(r'^agent_gpu_idle_seconds_total\{gpu="0"\} (\S+)$',
-                              urllib.request.urlopen(url, timeout=5).read().decode(), flags=re.M)
+            found = re.search(
+                r'^agent_gpu_idle_seconds_total\{gpu="0"\} (\S+)$',
+                urllib.request.urlopen(url, timeout=5).read().decode(),
+                flags=re.M,
+            )
             return float(found.group(1)) if found else 0.0
 
         deadline = time.monotonic() + 20
         while idle_blamed() < 0.5:  # the engine is blaming: its frontier is a watermark behind now
             assert time.monotonic() < deadline, "the blame service never blamed GPU time"
             time.sleep(0.1)
-        provider = TracerProvider(resource=Resource.create({"service.name": "agent-1", "agent.gpu.pool": "vllm-a:8000"}))
+        provider = TracerProvider(
+            resource=Resource.create({"service.name": "agent-1", "agent.gpu.pool": "vllm-a:8000"})
+        )
         provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=grpc_endpoint, insecure=True)))
         tracer = provider.get_tracer("agent_otel")
         now = time.time_ns()
-        span = tracer.start_span("execute_tool search", start_time=now - 800_000_000, attributes={
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"})
+        span = tracer.start_span(
+            "execute_tool search",
+            start_time=now - 800_000_000,
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"},
+        )
         span.end(end_time=now - 100_000_000)
         tracer.start_span("chat gpt-4o", start_time=now).end(end_time=now)  # not a tool span: refused
         provider.shutdown()
@@ -88,9 +144,11 @@ def test_gpu_exporter_with_a_pool_is_the_blame_service_and_exports_its_contract(
         late = TracerProvider(resource=Resource.create({"agent.gpu.pool": "vllm-a:8000"}))
         late.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=grpc_endpoint, insecure=True)))
         now = time.time_ns()
-        span = late.get_tracer("agent_otel").start_span("execute_tool sql", start_time=now - 5_000_000_000,
-                                                        attributes={"gen_ai.operation.name": "execute_tool",
-                                                                    "gen_ai.tool.name": "sql"})
+        span = late.get_tracer("agent_otel").start_span(
+            "execute_tool sql",
+            start_time=now - 5_000_000_000,
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "sql"},
+        )
         span.end(end_time=now - 3_000_000_000)
         late.shutdown()
         time.sleep(2.5)  # the watermark passes the search call
@@ -102,8 +160,11 @@ def test_gpu_exporter_with_a_pool_is_the_blame_service_and_exports_its_contract(
     families = {family.name: family for family in text_string_to_metric_families(text)}
     assert families["target"].type == "info"
     assert families["target"].samples[0].labels == {"agent_gpu_pool": "vllm-a:8000"}
-    ours = {spec.name.removesuffix("_total") if spec.kind == semconv.COUNTER else spec.name: spec
-            for spec in semconv.METRICS.values() if spec.blame_service}
+    ours = {
+        spec.name.removesuffix("_total") if spec.kind == semconv.COUNTER else spec.name: spec
+        for spec in semconv.METRICS.values()
+        if spec.blame_service
+    }
     for name, spec in ours.items():
         family = families[name]
         assert family.type == spec.kind and family.documentation == spec.help, name
@@ -115,5 +176,6 @@ def test_gpu_exporter_with_a_pool_is_the_blame_service_and_exports_its_contract(
     assert value[("agent_otel_late_spans_total", (("tool", "sql"),))] == 1
     assert ("agent_otel_late_spans_total", (("tool", "search"),)) not in value
     assert ("agent_gpu_idle_blocked_seconds_total", (("gpu", "0"), ("phase", "exec"), ("tool", "sql"))) not in value
-    assert value[("agent_gpu_idle_blocked_seconds_total", (("gpu", "0"), ("phase", "exec"), ("tool", "search")))] \
-        == pytest.approx(0.7, abs=0.2)
+    assert value[
+        ("agent_gpu_idle_blocked_seconds_total", (("gpu", "0"), ("phase", "exec"), ("tool", "search")))
+    ] == pytest.approx(0.7, abs=0.2)

@@ -159,7 +159,9 @@ timestamp, index, utilization.gpu [%]
     assert "timestamp '2024-01-02T19:12:32'" in str(caught.value)
 
     with pytest.raises(InputError, match=r":2: utilization.gpu value '137 %' is outside 0..100"):
-        read_gpu_log(write(tmp_path, "pct.csv", "timestamp, index, utilization.gpu [%]\n2024/01/02 19:12:31.1, 0, 137 %\n"))
+        read_gpu_log(
+            write(tmp_path, "pct.csv", "timestamp, index, utilization.gpu [%]\n2024/01/02 19:12:31.1, 0, 137 %\n")
+        )
 
 
 def test_a_missing_file_and_a_bad_zone_are_clear_errors(tmp_path):
@@ -177,9 +179,7 @@ def test_idle_windows_from_a_dmon_log(tmp_path):
     log = read_gpu_log(write(tmp_path, "dmon.log", text), tz="UTC")
     windows = find_idle_windows(log, threshold=0.1, min_idle_s=0.5, uuids=log.uuids)
 
-    assert [(w.start_ns, w.end_ns) for w in windows] == [
-        (utc_ns("2024-01-02 19:12:05"), utc_ns("2024-01-02 19:12:09"))
-    ]
+    assert [(w.start_ns, w.end_ns) for w in windows] == [(utc_ns("2024-01-02 19:12:05"), utc_ns("2024-01-02 19:12:09"))]
 
 
 CSV_TWO_GPUS = """\
@@ -208,9 +208,7 @@ def test_replay_all_at_once_keeps_recorded_times_and_selects_devices(tmp_path):
 
 def test_replay_in_real_time_starts_now_and_releases_samples_as_time_passes(tmp_path):
     now = [5_000 * NS_PER_S]
-    source = open_gpu_source(
-        "replay:" + write(tmp_path, "gpu.csv", CSV_TWO_GPUS), clock=lambda: now[0], tz="UTC"
-    )
+    source = open_gpu_source("replay:" + write(tmp_path, "gpu.csv", CSV_TWO_GPUS), clock=lambda: now[0], tz="UTC")
 
     first = source.poll()
     assert [(s.gpu, s.timestamp_ns) for s in first] == [("0", now[0]), ("1", now[0])]

@@ -30,10 +30,22 @@ def chromium(tmp_path: Path, url: str, width: int, height: int, *extra: str) -> 
     binary = require_tool("chromium")
     profile = tmp_path / f"profile-{width}"
     command = [
-        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic", "--hide-scrollbars",
-        f"--user-data-dir={profile}", f"--window-size={width},{height}", "--enable-logging=stderr", "--v=0",
-        *extra, url,
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-quic",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        f"--window-size={width},{height}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *extra,
+        url,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
@@ -53,8 +65,21 @@ def record_run(tmp_path: Path, *, simulated: bool) -> Path:
     writer.write([GpuSample("0", T0_NS + k * 100_000_000, 0.03 if 20 < k <= 50 else 0.85) for k in range(90)])
     writer.close()
     page = tmp_path / "report.html"
-    assert main(["report", str(tmp_path / "research.jsonl"), "--gpu-log", str(tmp_path / "gpu.csv"),
-                 "--html", str(page), "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(tmp_path / "research.jsonl"),
+                "--gpu-log",
+                str(tmp_path / "gpu.csv"),
+                "--html",
+                str(page),
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     return page
 
 

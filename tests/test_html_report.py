@@ -23,10 +23,21 @@ def chromium(tmp_path, url: str, *extra: str) -> subprocess.CompletedProcess:
     (``--enable-logging=stderr``) as lines containing ``CONSOLE``."""
     binary = require_tool("chromium")
     command = [
-        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}", f"--window-size={WIDTH},{HEIGHT}",
-        "--enable-logging=stderr", "--v=0", *extra, url,
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        f"--window-size={WIDTH},{HEIGHT}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *extra,
+        url,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
@@ -60,7 +71,9 @@ class Elements(HTMLParser):
             element["text"] += data
 
     def where(self, tag: str | None = None, **attrs) -> list[dict]:
-        return [e for e in self.found if tag in (None, e["tag"]) and all(e["attrs"].get(k) == v for k, v in attrs.items())]
+        return [
+            e for e in self.found if tag in (None, e["tag"]) and all(e["attrs"].get(k) == v for k, v in attrs.items())
+        ]
 
 
 @pytest.fixture
@@ -75,8 +88,21 @@ def page(tmp_path):
     run.close()
     write_gpu_csv(tmp_path / "gpu.csv", [(k / 10, 0, 3 if 20 < k <= 50 else 85) for k in range(100)])
     out = tmp_path / "report.html"
-    assert main(["report", str(tmp_path / "traces.jsonl"), "--gpu-log", str(tmp_path / "gpu.csv"), "--tz", "UTC",
-                 "--html", str(out)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(tmp_path / "traces.jsonl"),
+                "--gpu-log",
+                str(tmp_path / "gpu.csv"),
+                "--tz",
+                "UTC",
+                "--html",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -104,7 +130,7 @@ def test_chromium_draws_lanes_and_the_ranked_table_without_console_errors(page, 
 
     rows = [e for e in dom.found if e["tag"] == "tr" and "data-tool" in e["attrs"]]
     assert [r["attrs"]["data-tool"] for r in rows] == ["embed", "search", "</script><b>odd"]
-    cells = [[c["text"] for c in dom.found[dom.found.index(r) + 1:] if c["tag"] == "td"][:8] for r in rows]
+    cells = [[c["text"] for c in dom.found[dom.found.index(r) + 1 :] if c["tag"] == "td"][:8] for r in rows]
     # rank, tool, unused capacity blamed (GPU-s), blocked idle, queue / exec, calls, errors
     assert cells[0][:2] == ["1", "embed"] and 1.5 < float(cells[0][2]) < 1.7
     assert cells[0][3:5] == ["1.500", "0.000 / 1.500"]
@@ -175,16 +201,24 @@ def collector_file_of(path, calls: int, tools: int = 12, seconds: float = 3600.0
         queue = rng.expovariate(20) if number % 3 else 0.0
         start = submit + int(queue * 1e9)
         end = start + int(rng.expovariate(10) * 1e9)
-        batch.append({
-            "traceId": f"{rng.getrandbits(128):032x}", "spanId": f"{rng.getrandbits(64):016x}",
-            "name": f"execute_tool {tool}", "kind": 1,
-            "startTimeUnixNano": str(submit), "endTimeUnixNano": str(end),
-            "attributes": [attribute("gen_ai.operation.name", "execute_tool"), attribute("gen_ai.tool.name", tool),
-                           attribute("gen_ai.tool.call.id", f"call_{number}"),
-                           attribute("agent.tool.executor", "io" if number % 3 else "direct"),
-                           attribute("agent.tool.queue.duration", queue)],
-            "events": [{"timeUnixNano": str(start), "name": "exec.start"}],
-        })
+        batch.append(
+            {
+                "traceId": f"{rng.getrandbits(128):032x}",
+                "spanId": f"{rng.getrandbits(64):016x}",
+                "name": f"execute_tool {tool}",
+                "kind": 1,
+                "startTimeUnixNano": str(submit),
+                "endTimeUnixNano": str(end),
+                "attributes": [
+                    attribute("gen_ai.operation.name", "execute_tool"),
+                    attribute("gen_ai.tool.name", tool),
+                    attribute("gen_ai.tool.call.id", f"call_{number}"),
+                    attribute("agent.tool.executor", "io" if number % 3 else "direct"),
+                    attribute("agent.tool.queue.duration", queue),
+                ],
+                "events": [{"timeUnixNano": str(start), "name": "exec.start"}],
+            }
+        )
         if len(batch) == 512 or number == calls - 1:
             lines.append(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": batch}]}]}))
             batch = []
@@ -202,8 +236,23 @@ def test_a_hundred_thousand_calls_stay_responsive(tmp_path):
         samples.append((tenth / 10, 0, level))
     write_gpu_csv(tmp_path / "gpu.csv", samples)
     out = tmp_path / "big.html"
-    assert main(["report", str(tmp_path / "traces.jsonl"), "--gpu-log", str(tmp_path / "gpu.csv"), "--tz", "UTC",
-                 "--html", str(out), "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(tmp_path / "traces.jsonl"),
+                "--gpu-log",
+                str(tmp_path / "gpu.csv"),
+                "--tz",
+                "UTC",
+                "--html",
+                str(out),
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
 
     result = chromium(tmp_path, out.as_uri() + "#bench", "--dump-dom")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -211,8 +260,10 @@ def test_a_hundred_thousand_calls_stay_responsive(tmp_path):
     assert root["attrs"]["data-calls"] == "100000"
     first_render_ms = float(root["attrs"]["data-first-render-ms"])
     frame_ms = float(root["attrs"]["data-frame-ms-avg"])
-    print(f"100k calls: first render {first_render_ms} ms, redraw avg {frame_ms} ms, "
-          f"max {root['attrs']['data-frame-ms-max']} ms")
+    print(
+        f"100k calls: first render {first_render_ms} ms, redraw avg {frame_ms} ms, "
+        f"max {root['attrs']['data-frame-ms-max']} ms"
+    )
     # measured about 0.5 s and 15 ms on a 2-core machine; bounds leave room for a busy one
     assert first_render_ms < 8000
     assert frame_ms < 300
@@ -247,8 +298,21 @@ def test_the_turn_and_its_model_calls_have_lanes_and_a_breakdown(tmp_path):
     run.close()
     write_gpu_csv(tmp_path / "gpu.csv", [(t / 10, 0, 100 if t <= 20 or 60 < t <= 80 else 0) for t in range(1, 101)])
     page = tmp_path / "report.html"
-    assert main(["report", str(tmp_path / "traces.jsonl"), "--gpu-log", str(tmp_path / "gpu.csv"), "--tz", "UTC",
-                 "--html", str(page)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(tmp_path / "traces.jsonl"),
+                "--gpu-log",
+                str(tmp_path / "gpu.csv"),
+                "--tz",
+                "UTC",
+                "--html",
+                str(page),
+            ]
+        )
+        == 0
+    )
     played = tmp_path / "played.html"
     played.write_text(page.read_text().replace("</body>", TURN_SCRIPT + "</body>"))
 
@@ -257,19 +321,33 @@ def test_the_turn_and_its_model_calls_have_lanes_and_a_breakdown(tmp_path):
     assert console_messages(result) == []
     dom = Elements(result.stdout)
     labels = [e for e in dom.found if (e["attrs"].get("class") or "").startswith("lane-label")]
-    assert [e["attrs"]["class"] for e in labels] == ["lane-label gpu", "lane-label turns", "lane-label model",
-                                                     "lane-label"]  # GPU, turns, the model, the tool
+    assert [e["attrs"]["class"] for e in labels] == [
+        "lane-label gpu",
+        "lane-label turns",
+        "lane-label model",
+        "lane-label",
+    ]  # GPU, turns, the model, the tool
     assert labels[2]["text"] == "llama-3-70b2 model calls, 4.00 s"
     (turns,) = dom.where(id="turns")
     assert "1 turn (1 from invoke_agent spans), 10.0 s end to end" in turns["text"]
     parts = {row["attrs"]["data-part"]: row["text"] for row in dom.where(tag="tr") if "data-part" in row["attrs"]}
-    assert parts == {"model": "model4.00040 %", "q": "tool queue1.00010 %", "e": "tool exec3.00030 %",
-                     "other": "other2.00020 %"}
+    assert parts == {
+        "model": "model4.00040 %",
+        "q": "tool queue1.00010 %",
+        "e": "tool exec3.00030 %",
+        "other": "other2.00020 %",
+    }
     (sentence,) = dom.where(tag="li", **{"data-tool": "search"})
     assert sentence["text"] == "search idles the GPU 4.0 s per call, 40 % of end-to-end latency"
     (root,) = dom.where(tag="html")
     for shown in ("llama-3-70b", "duration2.000 s", "first chunk300.0 ms", "tokens in / out800 / 40", "outcomeok"):
         assert shown in root["attrs"]["data-hover-model"]
-    for shown in ("support", "end to end10.000 s", "model4.000 s", "tool queue1.000 s", "tool exec3.000 s",
-                  "other2.000 s"):
+    for shown in (
+        "support",
+        "end to end10.000 s",
+        "model4.000 s",
+        "tool queue1.000 s",
+        "tool exec3.000 s",
+        "other2.000 s",
+    ):
         assert shown in root["attrs"]["data-hover-turn"]

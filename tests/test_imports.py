@@ -36,16 +36,33 @@ ROOMS: dict[str, set[str]] = {
     "report": {"foundation", "gpu", "attribution", "outputs", "remedies"},
     "wiring": {"foundation", "capture", "gpu", "outputs", "attribution", "remedies"},
     "services": {"foundation", "gpu", "outputs", "attribution", "report"},  # the blame service (OTLP receiver)
-    "commands": {"foundation", "capture", "gpu", "outputs", "attribution", "remedies", "report", "services",
-                 "wiring"},
+    "commands": {"foundation", "capture", "gpu", "outputs", "attribution", "remedies", "report", "services", "wiring"},
     "dashboards": {"foundation"},
 }
 
-FOUNDATION = {"agent_otel.records", "agent_otel.clock", "agent_otel.errors", "agent_otel.semconv", "agent_otel.background",
-              "agent_otel.config", "agent_otel.version", "agent_otel.text", "agent_otel.forks",
-              "agent_otel.problems", "agent_otel.appending", "agent_otel.inputs", "agent_otel.host"}
-WIRING = {"agent_otel", "agent_otel.instrumentation", "agent_otel.instrumentors", "agent_otel.pipeline",
-          "agent_otel.tools", "agent_otel.sinks"}
+FOUNDATION = {
+    "agent_otel.records",
+    "agent_otel.clock",
+    "agent_otel.errors",
+    "agent_otel.semconv",
+    "agent_otel.background",
+    "agent_otel.config",
+    "agent_otel.version",
+    "agent_otel.text",
+    "agent_otel.forks",
+    "agent_otel.problems",
+    "agent_otel.appending",
+    "agent_otel.inputs",
+    "agent_otel.host",
+}
+WIRING = {
+    "agent_otel",
+    "agent_otel.instrumentation",
+    "agent_otel.instrumentors",
+    "agent_otel.pipeline",
+    "agent_otel.tools",
+    "agent_otel.sinks",
+}
 COMMANDS = {"agent_otel.cli", "agent_otel.gpu_exporter", "agent_otel.blame_service"}
 
 # Documented CPython functions with no public spelling: a thread's stack.
@@ -64,8 +81,15 @@ def room_of(module: str) -> str:
     if module.startswith("dashboards"):
         return "dashboards"
     part = module.split(".")[1]
-    return {"capture": "capture", "gpu": "gpu", "exporters": "outputs", "attribution": "attribution",
-            "remedies": "remedies", "report": "report", "receiver": "services"}[part]
+    return {
+        "capture": "capture",
+        "gpu": "gpu",
+        "exporters": "outputs",
+        "attribution": "attribution",
+        "remedies": "remedies",
+        "report": "report",
+        "receiver": "services",
+    }[part]
 
 
 def project_modules() -> dict[str, Path]:
@@ -120,8 +144,9 @@ class Imports:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     self._add_module(alias.name)
-                    aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else \
-                        alias.name.split(".")[0]
+                    aliases[alias.asname or alias.name.split(".")[0]] = (
+                        alias.name if alias.asname else alias.name.split(".")[0]
+                    )
             elif isinstance(node, ast.ImportFrom):
                 source = node.module or ""
                 if node.level:
@@ -139,9 +164,21 @@ class Imports:
                 self.names.append((aliases[node.value.id], node.attr, node.lineno))
         if module == "agent_otel":  # the lazy public names
             namespace: dict = {}
-            exec(compile(ast.Module([n for n in tree.body if isinstance(n, ast.AnnAssign)
-                                     and getattr(n.target, "id", "") == "_PUBLIC"], []), str(path), "exec"),
-                 namespace)
+            exec(
+                compile(
+                    ast.Module(
+                        [
+                            n
+                            for n in tree.body
+                            if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "_PUBLIC"
+                        ],
+                        [],
+                    ),
+                    str(path),
+                    "exec",
+                ),
+                namespace,
+            )
             self.modules.update(namespace["_PUBLIC"].values())
         self.modules.discard(module)
 
@@ -225,8 +262,7 @@ def test_each_room_imports_only_the_rooms_below_it(module):
     room = room_of(module)
     for target in IMPORTS[module].modules:
         target_room = room_of(target)
-        assert target_room == room or target_room in ROOMS[room], \
-            f"{module} ({room}) imports {target} ({target_room})"
+        assert target_room == room or target_room in ROOMS[room], f"{module} ({room}) imports {target} ({target_room})"
 
 
 def test_every_module_has_a_room():

@@ -26,8 +26,9 @@ def run_agent(code: str, env: dict | None = None, timeout: float = 60) -> subpro
     """Run a small agent in a fresh interpreter (its own global tracer provider)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_instrument_is_idempotent(agent):
@@ -39,12 +40,15 @@ def test_reuses_the_provider_the_app_set(agent):
     assert not agent.owns_provider
 
 
-@pytest.mark.parametrize("env,setting,value", [
-    ({"AGENT_OTEL_PROMETHEUS_PORT": "nine"}, "AGENT_OTEL_PROMETHEUS_PORT", "nine"),
-    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "smoke-signals"}, "OTEL_EXPORTER_OTLP_PROTOCOL", "smoke-signals"),
-    ({"OTEL_TRACES_EXPORTER": "otlp,zipkinn"}, "OTEL_TRACES_EXPORTER", "otlp,zipkinn"),
-    ({"AGENT_OTEL_GPU_IDLE_THRESHOLD": "1.5"}, "AGENT_OTEL_GPU_IDLE_THRESHOLD", "1.5"),
-])
+@pytest.mark.parametrize(
+    "env,setting,value",
+    [
+        ({"AGENT_OTEL_PROMETHEUS_PORT": "nine"}, "AGENT_OTEL_PROMETHEUS_PORT", "nine"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "smoke-signals"}, "OTEL_EXPORTER_OTLP_PROTOCOL", "smoke-signals"),
+        ({"OTEL_TRACES_EXPORTER": "otlp,zipkinn"}, "OTEL_TRACES_EXPORTER", "otlp,zipkinn"),
+        ({"AGENT_OTEL_GPU_IDLE_THRESHOLD": "1.5"}, "AGENT_OTEL_GPU_IDLE_THRESHOLD", "1.5"),
+    ],
+)
 def test_invalid_environment_names_the_variable(monkeypatch, env, setting, value):
     for key, val in env.items():
         monkeypatch.setenv(key, val)
@@ -57,6 +61,7 @@ def test_invalid_environment_names_the_variable(monkeypatch, env, setting, value
 
     from agent_otel.capture import patching, recorder
     from agent_otel.instrumentation import current
+
     assert current() is None
     assert recorder.current is None
     assert vars(ThreadPoolExecutor)["submit"] is UNPATCHED_SUBMIT
@@ -95,8 +100,11 @@ def test_metrics_endpoint_text_and_openmetrics_with_exemplars(spans):
         assert 'agent_tool_duration_seconds_bucket{le="0.8",tool="search"} 1.0' in text
         content_type, text = fetch(handle.prometheus_url, "application/openmetrics-text; version=1.0.0")
         assert content_type.startswith("application/openmetrics-text")
-        exemplar_lines = [line for line in text.splitlines()
-                          if line.startswith("agent_tool_duration_seconds_bucket") and "# {" in line]
+        exemplar_lines = [
+            line
+            for line in text.splitlines()
+            if line.startswith("agent_tool_duration_seconds_bucket") and "# {" in line
+        ]
         assert exemplar_lines and all(f'trace_id="{trace_id}"' in line for line in exemplar_lines)
     finally:
         agent_otel.uninstrument()
@@ -132,8 +140,13 @@ def test_tool_names_beyond_the_cap_fold_into_other(spans):
                 pass
         handle.pipeline.drain()
         value = handle.metrics.registry.get_sample_value
-        assert [value("agent_tool_calls_total", {"tool": f"tool_{i}", "outcome": "ok"}) for i in range(5)] == \
-            [1.0, 1.0, 1.0, None, None]
+        assert [value("agent_tool_calls_total", {"tool": f"tool_{i}", "outcome": "ok"}) for i in range(5)] == [
+            1.0,
+            1.0,
+            1.0,
+            None,
+            None,
+        ]
         assert value("agent_tool_calls_total", {"tool": "_other", "outcome": "ok"}) == 2.0
         assert len(spans.tools()) == 5  # spans keep the real names
     finally:
@@ -142,7 +155,8 @@ def test_tool_names_beyond_the_cap_fold_into_other(spans):
 
 def test_traces_file_is_otlp_json_lines(tmp_path):
     path = tmp_path / "traces.jsonl"
-    result = run_agent(f"""
+    result = run_agent(
+        f"""
         import agent_otel
         handle = agent_otel.instrument(traces_file={str(path)!r}, traces_exporters="none", gpu="off")
         @agent_otel.tool
@@ -151,23 +165,31 @@ def test_traces_file_is_otlp_json_lines(tmp_path):
         for i in range(3):
             search(i)
         handle.shutdown()
-    """, env={"OTEL_SERVICE_NAME": "support-agent"})
+    """,
+        env={"OTEL_SERVICE_NAME": "support-agent"},
+    )
     assert result.returncode == 0, result.stderr
     lines = path.read_text().splitlines()
     spans = []
     for line in lines:
         request = json.loads(line)
         for resource_spans in request["resourceSpans"]:
-            resource = {a["key"]: a["value"]["stringValue"] for a in resource_spans["resource"]["attributes"]
-                        if "stringValue" in a["value"]}
+            resource = {
+                a["key"]: a["value"]["stringValue"]
+                for a in resource_spans["resource"]["attributes"]
+                if "stringValue" in a["value"]
+            }
             assert resource["service.name"] == "support-agent"
             for scope_spans in resource_spans["scopeSpans"]:
                 spans += scope_spans["spans"]
     assert [s["name"] for s in spans] == ["execute_tool search"] * 3
     assert all(len(s["traceId"]) == 32 and len(s["spanId"]) == 16 for s in spans)
     # the CPUs the process may use travel on the resource, and the report reads them and the service
-    cpus = [a["value"] for a in json.loads(lines[0])["resourceSpans"][0]["resource"]["attributes"]
-            if a["key"] == "agent.process.cpu.count"]
+    cpus = [
+        a["value"]
+        for a in json.loads(lines[0])["resourceSpans"][0]["resource"]["attributes"]
+        if a["key"] == "agent.process.cpu.count"
+    ]
     assert cpus == [{"intValue": str(host.cores())}]
     inputs = report_json(analyse([str(path)], idle_threshold=0.1, min_idle_s=0.5))["inputs"]
     assert inputs["services"] == ["support-agent"] and inputs["cpu_count"] == host.cores()
@@ -255,9 +277,11 @@ def test_unreachable_or_silent_endpoint_slows_nothing(kind, protocol):
     server = SilentServer() if kind == "silent" else None
     port = server.port if server else closed_port()
     scheme_path = "" if protocol == "grpc" else "/v1/traces"
-    env = {"OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
-           "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{port}{scheme_path}",
-           "OTEL_EXPORTER_OTLP_TIMEOUT": "30"}
+    env = {
+        "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{port}{scheme_path}",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "30",
+    }
     try:
         started = time.monotonic()
         result = run_agent(SLOW_EXPORT_AGENT, env=env, timeout=60)
@@ -322,8 +346,11 @@ def test_a_declared_gpu_pool_is_a_resource_attribute_and_turns_local_blame_off(t
     result = run_agent(POOL_AGENT.format(traces=str(traces), extra=extra), env)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert out == {"pool": "vllm-a:8000", "timeline": False,
-                   "target_info": ['target_info{agent_gpu_pool="vllm-a:8000"} 1.0']}
+    assert out == {
+        "pool": "vllm-a:8000",
+        "timeline": False,
+        "target_info": ['target_info{agent_gpu_pool="vllm-a:8000"} 1.0'],
+    }
     (line,) = traces.read_text().splitlines()
     (resource_spans,) = json.loads(line)["resourceSpans"]
     resource = {a["key"]: a["value"] for a in resource_spans["resource"]["attributes"]}

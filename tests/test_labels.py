@@ -54,12 +54,19 @@ def test_a_pool_per_request_makes_at_most_executor_name_limit_label_values(spans
             with ThreadPoolExecutor(1, thread_name_prefix=f"request-{request}") as pool:
                 pool.submit(work).result()
         handle.pipeline.drain()
-        executors = {sample.labels["executor"]
-                     for family in handle.metrics.registry.collect()
-                     for sample in family.samples if "executor" in sample.labels}
+        executors = {
+            sample.labels["executor"]
+            for family in handle.metrics.registry.collect()
+            for sample in family.samples
+            if "executor" in sample.labels
+        }
         assert executors == {f"request-{i}" for i in range(5)} | {"_other"}
-        assert handle.metrics.registry.get_sample_value(
-            "agent_tool_queue_seconds_count", {"tool": "work", "executor": "_other"}) == 95
+        assert (
+            handle.metrics.registry.get_sample_value(
+                "agent_tool_queue_seconds_count", {"tool": "work", "executor": "_other"}
+            )
+            == 95
+        )
     finally:
         agent_otel.uninstrument()
 

@@ -10,8 +10,9 @@ import agent_otel
 
 @pytest.fixture
 def gpu_agent(spans):
-    handle = agent_otel.instrument(traces_exporters="none", frameworks=(), gpu="simulated",
-                                   gpu_poll_interval=0.05, gpu_min_idle=0.2)
+    handle = agent_otel.instrument(
+        traces_exporters="none", frameworks=(), gpu="simulated", gpu_poll_interval=0.05, gpu_min_idle=0.2
+    )
     yield handle
     agent_otel.uninstrument()
 
@@ -87,6 +88,7 @@ def test_no_gpu_means_no_timeline_and_tools_still_traced(spans):
         pytest.skip("this machine has a working NVIDIA GPU; tests/gpu covers it")
     handle = agent_otel.instrument(traces_exporters="none", frameworks=(), gpu="nvml")
     try:
+
         @agent_otel.tool
         def ping():
             return "pong"
@@ -94,9 +96,13 @@ def test_no_gpu_means_no_timeline_and_tools_still_traced(spans):
         assert ping() == "pong"
         assert len(spans.tools("ping")) == 1
         assert handle.gpu_timeline is None
-        reasons = {sample.labels["reason"]: sample.value for metric in handle.metrics.registry.collect()
-                   if metric.name == "agent_otel_gpu_errors" for sample in metric.samples
-                   if sample.name.endswith("_total")}
+        reasons = {
+            sample.labels["reason"]: sample.value
+            for metric in handle.metrics.registry.collect()
+            if metric.name == "agent_otel_gpu_errors"
+            for sample in metric.samples
+            if sample.name.endswith("_total")
+        }
         # Why there is no GPU depends on the machine: no NVML library, no driver, no device.
         assert len(reasons) == 1 and sum(reasons.values()) == 1
         assert set(reasons) <= {"library_not_found", "driver_not_loaded", "no_gpu", "bindings_missing"}

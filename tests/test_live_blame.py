@@ -47,9 +47,14 @@ class Agent:
         self.metrics = Metrics()
         self.recorder = FakeRecorder()
         self.pipeline = Pipeline(self.recorder, None, self.metrics)
-        self.timeline = LiveTimeline(NvmlSource(clock=self.clock), tracer=trace.get_tracer("test"),
-                                     metrics=self.metrics, recorder=self.recorder, pipeline=self.pipeline,
-                                     horizon_s=horizon_s)
+        self.timeline = LiveTimeline(
+            NvmlSource(clock=self.clock),
+            tracer=trace.get_tracer("test"),
+            metrics=self.metrics,
+            recorder=self.recorder,
+            pipeline=self.pipeline,
+            horizon_s=horizon_s,
+        )
         self.origin = self.clock()
         self.next_poll = self.origin
         self.calls: list[ToolCall] = []
@@ -69,8 +74,9 @@ class Agent:
         self.clock.advance_to(until)
 
     def start(self, tool: str) -> ToolCall:
-        call = ToolCall(tool, "direct", self.clock(), self.clock(), trace_id=len(self.calls) + 1,
-                        span_id=len(self.calls) + 1)
+        call = ToolCall(
+            tool, "direct", self.clock(), self.clock(), trace_id=len(self.calls) + 1, span_id=len(self.calls) + 1
+        )
         self.calls.append(call)
         self.recorder.inflight[id(call)] = call
         return call
@@ -138,15 +144,18 @@ def test_a_stall_still_going_on_shows_on_the_counters_split_by_the_tools_in_flig
     idle_total = agent.counter("agent_gpu_idle_seconds_total")
     assert window.attributes["gpu.idle.duration"] == pytest.approx(idle_total, abs=1e-9)
     assert window.attributes["gpu.idle.unattributed_duration"] == pytest.approx(
-        agent.counter("agent_gpu_idle_unattributed_seconds_total"), abs=1e-9)
+        agent.counter("agent_gpu_idle_unattributed_seconds_total"), abs=1e-9
+    )
     by_tool = {}
     for child in children:
         by_tool[agent.calls[child.parent.span_id - 1].tool] = child.attributes["gpu.idle.blocked_duration"]
     assert by_tool == {
-        "hung_tool": pytest.approx(agent.counter("agent_gpu_idle_blocked_seconds_total", tool="hung_tool",
-                                                 phase="exec"), abs=1e-9),
-        "lookup": pytest.approx(agent.counter("agent_gpu_idle_blocked_seconds_total", tool="lookup",
-                                              phase="exec"), abs=1e-9),
+        "hung_tool": pytest.approx(
+            agent.counter("agent_gpu_idle_blocked_seconds_total", tool="hung_tool", phase="exec"), abs=1e-9
+        ),
+        "lookup": pytest.approx(
+            agent.counter("agent_gpu_idle_blocked_seconds_total", tool="lookup", phase="exec"), abs=1e-9
+        ),
     }
     assert window.attributes["gpu.idle.blocked_by"] == "hung_tool"
     # And the whole stall, now that it is over, is within a sample period of the truth (1-8 s).
@@ -197,8 +206,10 @@ def test_a_window_longer_than_the_horizon_is_blamed_like_a_short_one(monkeypatch
     assert agent.timeline.engine.horizon.dropped == 0
     [window] = [s for s in spans.all() if s.name == "gpu.idle" and s.parent is None]
     assert window.attributes["gpu.idle.duration"] == pytest.approx(6.0, abs=PERIOD_S)
-    live = {tool: agent.counter("agent_gpu_idle_blocked_seconds_total", tool=tool, phase="exec")
-            for tool in ("crawl", "ping", "summarize")}
+    live = {
+        tool: agent.counter("agent_gpu_idle_blocked_seconds_total", tool=tool, phase="exec")
+        for tool in ("crawl", "ping", "summarize")
+    }
     expected = offline(agent, window.start_time, window.end_time)
     assert live == {tool: pytest.approx(seconds, abs=1e-6) for tool, seconds in expected.items()}
     assert live["crawl"] > 0.9  # the part the old horizon lost once crawl ended more than 1 s before

@@ -11,8 +11,14 @@ from agent_otel.report.analysis import analyse
 
 def test_live_metrics_equal_the_report_over_the_same_traces(tmp_path, spans):
     traces = tmp_path / "traces.jsonl"
-    handle = agent_otel.instrument(traces_file=str(traces), traces_exporters="none", frameworks=(),
-                                   gpu="simulated", gpu_poll_interval=0.05, gpu_min_idle=0.2)
+    handle = agent_otel.instrument(
+        traces_file=str(traces),
+        traces_exporters="none",
+        frameworks=(),
+        gpu="simulated",
+        gpu_poll_interval=0.05,
+        gpu_min_idle=0.2,
+    )
     gpu = handle.gpu_timeline.source
 
     @agent_otel.tool
@@ -58,9 +64,15 @@ def test_live_metrics_equal_the_report_over_the_same_traces(tmp_path, spans):
 
 def test_live_unused_capacity_equals_the_report_over_the_log_the_live_path_wrote(tmp_path, spans):
     traces, log = tmp_path / "traces.jsonl", tmp_path / "gpu.csv"
-    handle = agent_otel.instrument(traces_file=str(traces), traces_exporters="none", frameworks=(),
-                                   gpu="simulated", gpu_poll_interval=0.05, gpu_min_idle=0.2,
-                                   gpu_log_file=str(log))
+    handle = agent_otel.instrument(
+        traces_file=str(traces),
+        traces_exporters="none",
+        frameworks=(),
+        gpu="simulated",
+        gpu_poll_interval=0.05,
+        gpu_min_idle=0.2,
+        gpu_log_file=str(log),
+    )
     gpu = handle.gpu_timeline.source
 
     @agent_otel.tool

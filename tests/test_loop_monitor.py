@@ -39,9 +39,13 @@ def blocked_spans(spans, count: int = 1, by: str = None, timeout_s: float = 5.0)
     On a machine this busy a loop's thread can wait for a core long enough
     to count as blocked (by "unknown"): tests pick the blocks they caused.
     """
+
     def found():
-        return [s for s in spans.all() if s.name == BLOCKED
-                and (by is None or s.attributes["asyncio.loop.blocked_by"] == by)]
+        return [
+            s
+            for s in spans.all()
+            if s.name == BLOCKED and (by is None or s.attributes["asyncio.loop.blocked_by"] == by)
+        ]
 
     assert eventually(lambda: len(found()) >= count, timeout_s)
     return found()
@@ -78,7 +82,8 @@ def test_a_sync_tool_called_from_a_coroutine_is_recorded_as_blocking_the_loop(ag
     agent.force_flush()
     value = agent.metrics.registry.get_sample_value
     assert value("agent_asyncio_loop_blocked_seconds_total", {"tool": "lookup"}) == pytest.approx(
-        a["asyncio.loop.blocked.duration"])
+        a["asyncio.loop.blocked.duration"]
+    )
     assert value("agent_asyncio_loop_blocked_seconds_total", {"tool": "fetch"}) is None
 
 
@@ -87,8 +92,7 @@ def test_a_block_with_no_tool_running_names_the_top_of_the_stack(agent, spans):
         time.sleep(0.35)  # not a tool: the loop monitor can only show where it is
 
     asyncio.run(parse_everything())
-    (span,) = [s for s in blocked_spans(spans, by="unknown")
-               if "parse_everything" in s.attributes["code.stacktrace"]]
+    (span,) = [s for s in blocked_spans(spans, by="unknown") if "parse_everything" in s.attributes["code.stacktrace"]]
     a = dict(span.attributes)
     assert a["asyncio.loop.blocked_by"] == "unknown"
     assert list(span.links) == []
@@ -99,8 +103,8 @@ def test_a_block_with_no_tool_running_names_the_top_of_the_stack(agent, spans):
     assert 0.35 - 0.05 - 0.005 <= a["asyncio.loop.blocked.duration"] < 0.35 + 0.2
     agent.force_flush()
     assert agent.metrics.registry.get_sample_value(
-        "agent_asyncio_loop_blocked_seconds_total", {"tool": "unknown"}) == pytest.approx(
-        a["asyncio.loop.blocked.duration"])
+        "agent_asyncio_loop_blocked_seconds_total", {"tool": "unknown"}
+    ) == pytest.approx(a["asyncio.loop.blocked.duration"])
 
 
 def test_blocks_under_the_threshold_are_not_recorded(agent, spans):
@@ -114,8 +118,9 @@ def test_blocks_under_the_threshold_are_not_recorded(agent, spans):
     recorded = {link.context.span_id for s in spans.all() if s.name == BLOCKED for link in s.links}
     calls = spans.tools("lookup")
     # A 20 ms call is recorded only if this busy machine stretched it past the threshold.
-    assert all(span.context.span_id not in recorded for span in calls
-               if span.attributes["agent.tool.exec.duration"] < 0.1)
+    assert all(
+        span.context.span_id not in recorded for span in calls if span.attributes["agent.tool.exec.duration"] < 0.1
+    )
     assert all(s.attributes["asyncio.loop.blocked.duration"] >= 0.1 for s in spans.all() if s.name == BLOCKED)
 
 
@@ -128,7 +133,9 @@ def test_the_threshold_is_a_setting_and_an_environment_variable(spans, monkeypat
         time.sleep(0.3)
         (call,) = spans.tools("lookup")
         if call.attributes["agent.tool.exec.duration"] < 0.5:
-            assert [s for s in spans.all() if s.name == BLOCKED and s.attributes["asyncio.loop.blocked_by"] == "lookup"] == []
+            assert [
+                s for s in spans.all() if s.name == BLOCKED and s.attributes["asyncio.loop.blocked_by"] == "lookup"
+            ] == []
         assert all(s.attributes["asyncio.loop.blocked.duration"] >= 0.5 for s in spans.all() if s.name == BLOCKED)
     finally:
         agent_otel.uninstrument()
@@ -243,8 +250,13 @@ spans = [s for s in exporter.get_finished_spans() if s.name == "asyncio.loop.blo
 handle.shutdown()
 print(hooked, len(spans), spans[0].attributes["asyncio.loop.blocked_by"], "run_forever" in vars(uvloop.Loop))
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "OTEL_TRACES_EXPORTER": "none"})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OTEL_TRACES_EXPORTER": "none"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "1", "lookup", "False"]
 
@@ -270,8 +282,7 @@ def test_the_lag_gauge_shows_a_block_while_it_lasts(agent, spans):
 
     def scrape():
         time.sleep(0.3)
-        seen.append(agent.metrics.registry.get_sample_value("agent_asyncio_loop_lag_seconds",
-                                                            {"thread": "MainThread"}))
+        seen.append(agent.metrics.registry.get_sample_value("agent_asyncio_loop_lag_seconds", {"thread": "MainThread"}))
 
     async def main():
         scraper = threading.Thread(target=scrape)
@@ -291,14 +302,18 @@ def test_a_loop_that_stopped_is_dropped_not_reported_as_blocked(agent, spans):
     started = time.time_ns()
     time.sleep(0.3)  # the loop is not running: nothing is late
     loop.close()
-    assert [s for s in spans.all() if s.name == BLOCKED and s.attributes["thread.name"] == "MainThread"
-            and s.start_time > started] == []
+    assert [
+        s
+        for s in spans.all()
+        if s.name == BLOCKED and s.attributes["thread.name"] == "MainThread" and s.start_time > started
+    ] == []
     assert agent.loop_monitor.watched() == 0
 
 
 def test_live_attribution_blames_the_blocking_call_not_the_waiting_coroutines(spans):
-    handle = agent_otel.instrument(traces_exporters="none", frameworks=(), gpu="simulated",
-                                   gpu_poll_interval=0.05, gpu_min_idle=0.2)
+    handle = agent_otel.instrument(
+        traces_exporters="none", frameworks=(), gpu="simulated", gpu_poll_interval=0.05, gpu_min_idle=0.2
+    )
     gpu = handle.gpu_timeline.source
 
     async def turn():
@@ -332,8 +347,9 @@ def test_one_block_by_two_tools_in_a_row_is_split_where_the_second_began(agent, 
         render(0.3)  # no await in between: the loop stays blocked
 
     asyncio.run(two_in_a_row())
-    found = sorted(blocked_spans(spans, 1, by="lookup") + blocked_spans(spans, 1, by="render"),
-                   key=lambda s: s.start_time)
+    found = sorted(
+        blocked_spans(spans, 1, by="lookup") + blocked_spans(spans, 1, by="render"), key=lambda s: s.start_time
+    )
     (first_tool,), (second_tool,) = spans.tools("lookup"), spans.tools("render")
     assert [s.attributes["asyncio.loop.blocked_by"] for s in found] == ["lookup", "render"]
     assert found[0].start_time == first_tool.start_time
@@ -353,8 +369,11 @@ def test_a_block_still_going_on_is_open_ended_for_the_live_attribution(agent, sp
         # Poll as the GPU timeline would, until the block shows or the call returned.
         while not returned.is_set() and not seen:
             now = time.time_ns()
-            seen.extend(b for b in agent.loop_monitor.blocks_between(now - 5_000_000_000, now)
-                        if b.tool == "long_lookup" and not returned.is_set())
+            seen.extend(
+                b
+                for b in agent.loop_monitor.blocks_between(now - 5_000_000_000, now)
+                if b.tool == "long_lookup" and not returned.is_set()
+            )
             time.sleep(0.05)
 
     async def main():

@@ -24,9 +24,13 @@ def test_a_model_call_is_a_genai_client_span_with_usage(agent, spans):
     assert span.kind == SpanKind.CLIENT
     assert span.instrumentation_scope.name == "agent_otel"
     assert dict(span.attributes) == {
-        "gen_ai.operation.name": "chat", "gen_ai.request.model": "llama-3-70b", "gen_ai.provider.name": "vllm",
-        "gen_ai.usage.input_tokens": 812, "gen_ai.usage.output_tokens": 64,
-        "gen_ai.response.model": "llama-3-70b-instruct"}
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "llama-3-70b",
+        "gen_ai.provider.name": "vllm",
+        "gen_ai.usage.input_tokens": 812,
+        "gen_ai.usage.output_tokens": 64,
+        "gen_ai.response.model": "llama-3-70b-instruct",
+    }
     assert (span.end_time - span.start_time) / 1e9 >= 0.05 * 0.95
 
 
@@ -97,8 +101,10 @@ class _PeerInstrumentor(BaseInstrumentor):
         pass
 
 
-@pytest.mark.parametrize("mode, with_peer, recorded", [
-    ("auto", False, True), ("auto", True, False), ("on", True, True), ("off", False, False)])
+@pytest.mark.parametrize(
+    "mode, with_peer, recorded",
+    [("auto", False, True), ("auto", True, False), ("on", True, True), ("off", False, False)],
+)
 def test_the_model_spans_setting_decides_for_the_framework_hooks(spans, mode, with_peer, recorded):
     peer = _PeerInstrumentor()
     agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(), model_spans=mode)

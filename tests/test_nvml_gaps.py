@@ -127,8 +127,9 @@ def test_idle_stretches_from_0_6_to_2_s_are_found_within_one_sample_period(monke
     if tool is None:
         assert run.blocked == {} and all(r.shares == [] for r in run.windows)
     else:
-        assert run.blocked[(tool, "exec")] == pytest.approx(sum(
-            sum(s.blocked_s for s in r.shares) for r in run.windows), abs=1e-6)
+        assert run.blocked[(tool, "exec")] == pytest.approx(
+            sum(sum(s.blocked_s for s in r.shares) for r in run.windows), abs=1e-6
+        )
     assert run.missing_s == 0.0
     assert run.source.errors == {}
     # The offline reading of the same samples (and of the log the live path
@@ -230,6 +231,7 @@ def test_instrument_at_defaults_blames_a_0_6_s_stall_on_the_tool(monkeypatch, sp
     monkeypatch.setitem(sys.modules, "pynvml", StandInNvml([gpu]))
     agent_otel.instrument(traces_exporters="none", frameworks=(), gpu="nvml")
     try:
+
         @agent_otel.tool
         def fetch_url(url):
             time.sleep(0.6)

@@ -15,7 +15,16 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 
 from agent_otel.errors import ConfigError, InputError
 from agent_otel.exporters.otlp_json import OtlpJsonFileExporter, encode_spans_json, iter_spans
@@ -98,8 +107,18 @@ def test_encoding_equals_the_sdks_protobuf_encoder_with_hex_ids():
     remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1), trace_state=TraceState([("k", "v")]))
     parent_context = trace.set_span_in_context(NonRecordingSpan(remote))
     with tracer.start_as_current_span("root", context=parent_context, links=[Link(remote, {"why": "retry"})]):
-        attributes = {"s": "", "i": 0, "neg": -5, "f": 0.0, "b": False, "nan": float("nan"), "inf": float("-inf"),
-                      "ints": [1, 2], "strs": ["a"], "empty": []}
+        attributes = {
+            "s": "",
+            "i": 0,
+            "neg": -5,
+            "f": 0.0,
+            "b": False,
+            "nan": float("nan"),
+            "inf": float("-inf"),
+            "ints": [1, 2],
+            "strs": ["a"],
+            "empty": [],
+        }
         with other.start_as_current_span("child", attributes=attributes) as child:
             child.add_event("exec.start", {"q": 1.5})
             child.set_status(Status(StatusCode.ERROR, "boom"))
@@ -129,29 +148,44 @@ def test_a_collector_file_exporter_line_is_read(tmp_path):
             {
                 "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "agent"}}]},
                 "scopeSpans": [
-                    {"scope": {"name": "a"}, "spans": [{
-                        "traceId": "5B8EFFF798038103D269B633813FC60C",
-                        "spanId": "EEE19B7EC3C1B174",
-                        "name": "execute_tool search",
-                        "startTimeUnixNano": 1544712660000000000,
-                        "endTimeUnixNano": "1544712661000000000",
-                        "attributes": [
-                            {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
-                            {"key": "agent.tool.exec.duration", "value": {"doubleValue": 1}},
-                            {"key": "retries", "value": {"intValue": 2}},
-                            {"key": "meta", "value": {"kvlistValue": {"values": [{"key": "k", "value": {"boolValue": True}}]}}},
+                    {
+                        "scope": {"name": "a"},
+                        "spans": [
+                            {
+                                "traceId": "5B8EFFF798038103D269B633813FC60C",
+                                "spanId": "EEE19B7EC3C1B174",
+                                "name": "execute_tool search",
+                                "startTimeUnixNano": 1544712660000000000,
+                                "endTimeUnixNano": "1544712661000000000",
+                                "attributes": [
+                                    {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                                    {"key": "agent.tool.exec.duration", "value": {"doubleValue": 1}},
+                                    {"key": "retries", "value": {"intValue": 2}},
+                                    {
+                                        "key": "meta",
+                                        "value": {
+                                            "kvlistValue": {"values": [{"key": "k", "value": {"boolValue": True}}]}
+                                        },
+                                    },
+                                ],
+                                "events": [{"timeUnixNano": "1544712660300000000", "name": "exec.start"}],
+                                "status": {},
+                            }
                         ],
-                        "events": [{"timeUnixNano": "1544712660300000000", "name": "exec.start"}],
-                        "status": {},
-                    }]},
-                    {"scope": {"name": "b"}, "spans": [{
-                        "traceId": "5b8efff798038103d269b633813fc60c",
-                        "spanId": "eee19b7ec3c1b173",
-                        "parentSpanId": "",
-                        "name": "root",
-                        "startTimeUnixNano": "1544712659000000000",
-                        "endTimeUnixNano": "1544712662000000000",
-                    }]},
+                    },
+                    {
+                        "scope": {"name": "b"},
+                        "spans": [
+                            {
+                                "traceId": "5b8efff798038103d269b633813fc60c",
+                                "spanId": "eee19b7ec3c1b173",
+                                "parentSpanId": "",
+                                "name": "root",
+                                "startTimeUnixNano": "1544712659000000000",
+                                "endTimeUnixNano": "1544712662000000000",
+                            }
+                        ],
+                    },
                 ],
             }
         ]
@@ -164,8 +198,12 @@ def test_a_collector_file_exporter_line_is_read(tmp_path):
     assert first.span_id == 0xEEE19B7EC3C1B174
     assert first.start_ns == 1544712660000000000
     assert first.end_ns == 1544712661000000000
-    assert first.attributes == {"gen_ai.operation.name": "execute_tool", "agent.tool.exec.duration": 1.0,
-                                "retries": 2, "meta": {"k": True}}
+    assert first.attributes == {
+        "gen_ai.operation.name": "execute_tool",
+        "agent.tool.exec.duration": 1.0,
+        "retries": 2,
+        "meta": {"k": True},
+    }
     assert first.events[0].time_ns == 1544712660300000000
     assert (second.name, second.parent_span_id, second.attributes, second.events) == ("root", 0, {}, [])
 
@@ -183,13 +221,25 @@ def line_with(span: str) -> str:
         ('{"resourceSpans": [', "not JSON"),
         ('["resourceSpans"]', "not an OTLP ExportTraceServiceRequest"),
         ('{"spans": []}', "no resourceSpans"),
-        (line_with(GOOD_SPAN.replace("5b8efff798038103d269b633813fc60c", "W47/95gDgQPSabYzgT/GDA==")),
-         "traceId is not 32 hex digits: 'W47/95gDgQPSabYzgT/GDA==' (it looks base64"),
+        (
+            line_with(GOOD_SPAN.replace("5b8efff798038103d269b633813fc60c", "W47/95gDgQPSabYzgT/GDA==")),
+            "traceId is not 32 hex digits: 'W47/95gDgQPSabYzgT/GDA==' (it looks base64",
+        ),
         (line_with(GOOD_SPAN.replace("eee19b7ec3c1b174", "eee19b7ec3c1b17z")), "spanId is not 16 hex digits"),
-        (line_with(GOOD_SPAN.replace('"10"', '"yesterday"')), "startTimeUnixNano is not an unsigned 64-bit integer: 'yesterday'"),
-        (line_with(GOOD_SPAN.replace('"10"', '"\u00b2"')), "startTimeUnixNano is not an unsigned 64-bit integer: '\u00b2'"),
-        (line_with(GOOD_SPAN.replace('"name":"x"', '"attributes":[{"key":"k","value":{"arrayValue":{"values":5}}}]')),
-         "values is not a JSON array"),
+        (
+            line_with(GOOD_SPAN.replace('"10"', '"yesterday"')),
+            "startTimeUnixNano is not an unsigned 64-bit integer: 'yesterday'",
+        ),
+        (
+            line_with(GOOD_SPAN.replace('"10"', '"\u00b2"')),
+            "startTimeUnixNano is not an unsigned 64-bit integer: '\u00b2'",
+        ),
+        (
+            line_with(
+                GOOD_SPAN.replace('"name":"x"', '"attributes":[{"key":"k","value":{"arrayValue":{"values":5}}}]')
+            ),
+            "values is not a JSON array",
+        ),
         (line_with(GOOD_SPAN.replace('"20"', '"5"')), "ends (endTimeUnixNano 5) before it starts (10)"),
         (line_with(GOOD_SPAN.replace('"startTimeUnixNano":"10",', "")), "has no startTimeUnixNano"),
         ('{"resourceSpans":[{"scopeSpans":{"spans":[]}}]}', "scopeSpans is not a JSON array"),

@@ -36,19 +36,25 @@ def test_public_names_resolve_to_what_they_name():
 def test_instrument_stays_the_function_whichever_module_is_imported_first():
     # Importing the module that defines instrument() (as the framework entry
     # points and the demo do) must not shadow the function on the package.
-    assert run("""
+    assert (
+        run("""
         import agent_otel.instrumentation, agent_otel
         print(callable(agent_otel.instrument), agent_otel.instrument.__module__)
-    """) == "True agent_otel.instrumentation"
+    """)
+        == "True agent_otel.instrumentation"
+    )
 
 
 def test_importing_the_package_loads_nothing_heavy_until_a_name_is_used():
-    assert run("""
+    assert (
+        run("""
         import sys, agent_otel
         print(sorted(m for m in sys.modules if m.startswith(("opentelemetry", "prometheus_client", "agent_otel."))))
         agent_otel.instrument
         print("opentelemetry.sdk.trace" in sys.modules)
-    """) == "['agent_otel.version']\nTrue"
+    """)
+        == "['agent_otel.version']\nTrue"
+    )
 
 
 def test_one_version_for_the_package_its_metadata_and_its_spans(agent, spans):

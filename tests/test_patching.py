@@ -86,8 +86,7 @@ def queued_tool_span(spans):
     return span
 
 
-def test_their_wrapper_installed_before_instrument_stays_in_the_chain_and_is_put_back(
-        threading_instrumentor, spans):
+def test_their_wrapper_installed_before_instrument_stays_in_the_chain_and_is_put_back(threading_instrumentor, spans):
     threading_instrumentor.instrument()
     theirs = submit()
     assert theirs is not UNPATCHED_SUBMIT

@@ -32,8 +32,23 @@ def trace(tmp_path):
     samples += [(k / 10, 1, 2 if 30 < k <= 40 else 90) for k in range(80)]
     write_gpu_csv(tmp_path / "gpu.csv", samples)
     out = tmp_path / "trace.json"
-    assert main(["report", str(tmp_path / "traces.jsonl"), "--gpu-log", str(tmp_path / "gpu.csv"), "--tz", "UTC",
-                 "--perfetto", str(out), "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(tmp_path / "traces.jsonl"),
+                "--gpu-log",
+                str(tmp_path / "gpu.csv"),
+                "--tz",
+                "UTC",
+                "--perfetto",
+                str(out),
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     return json.loads(out.read_text())
 
 
@@ -85,7 +100,13 @@ def test_slices_on_one_track_never_partly_overlap(trace):
 def test_tracks_are_named_gpus_executors_workers_and_queues(trace):
     processes = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
-    assert sorted(processes.values()) == ["GPUs", "executor asyncio", "executor direct", "executor gpu-pool", "executor io"]
+    assert sorted(processes.values()) == [
+        "GPUs",
+        "executor asyncio",
+        "executor direct",
+        "executor gpu-pool",
+        "executor io",
+    ]
     names = defaultdict(set)
     for (pid, _tid), name in threads.items():
         names[processes[pid]].add(name)
@@ -121,8 +142,10 @@ def test_gpu_counters_and_idle_slices(trace):
     assert set(counters) == {"GPU 0 utilization %", "GPU 1 utilization %"}
     assert set(counters["GPU 0 utilization %"]) == {2.0, 90.0}
     idle = sorted((e["args"]["gpu"], e["ts"], e["dur"]) for e in trace["traceEvents"] if e["name"] == "gpu.idle")
-    assert idle == [("0", pytest.approx(2_000_000), pytest.approx(3_000_000)),
-                    ("1", pytest.approx(3_000_000), pytest.approx(1_000_000))]
+    assert idle == [
+        ("0", pytest.approx(2_000_000), pytest.approx(3_000_000)),
+        ("1", pytest.approx(3_000_000), pytest.approx(1_000_000)),
+    ]
 
 
 def test_flow_arrows_pair_an_idle_window_with_each_call_it_blamed(trace):
@@ -142,7 +165,9 @@ def test_flow_arrows_pair_an_idle_window_with_each_call_it_blamed(trace):
         assert set(pair) == {"s", "f"}
         (window,) = [x for x in enclosing(pair["s"]) if x["name"] == "gpu.idle"]
         (call,) = enclosing(pair["f"])
-        targets.add((window["args"]["gpu"], call["name"], call["cat"], call["args"]["call_id"] or call["args"]["span_id"]))
+        targets.add(
+            (window["args"]["gpu"], call["name"], call["cat"], call["args"]["call_id"] or call["args"]["span_id"])
+        )
     # GPU 0 idle 2-5 s: embed, the three searches (queued and executing), both fetches
     # GPU 1 idle 3-4 s: embed, the searches, the second fetch (until 3.5)
     assert ("0", "embed", "exec", "call_1") in targets
@@ -177,6 +202,9 @@ def test_turns_and_model_calls_have_tracks_of_their_own(tmp_path):
     assert turn_slice["args"]["tool_exec_s"] == pytest.approx(3.0)
     model_slices = [e for e in slices if processes[e["pid"]] == "Models"]
     assert sorted((threads[(e["pid"], e["tid"])], e["ts"]) for e in model_slices) == [
-        ("embedder", 7_000_000.0), ("llama-3-70b", 0.0), ("llama-3-70b", 6_000_000.0)]
+        ("embedder", 7_000_000.0),
+        ("llama-3-70b", 0.0),
+        ("llama-3-70b", 6_000_000.0),
+    ]
     first = next(e for e in model_slices if e["ts"] == 0.0)
     assert first["args"]["input_tokens"] == 800 and first["args"]["time_to_first_chunk_s"] == pytest.approx(0.3)

@@ -42,7 +42,10 @@ from pathlib import Path
 import grpc
 import pytest
 import yaml
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
 from agent_otel.receiver.server import GRPC_SERVICE, HTTP_PATH
 from agent_otel.report.analysis import analyse
@@ -83,8 +86,9 @@ class Process:
         self.name = name
         self.lines: list[str] = []
         self.log = log
-        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                        cwd=REPO)
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -105,7 +109,9 @@ class Process:
             if self.process.poll() is not None and not self._reader.is_alive():
                 break
             time.sleep(0.05)
-        pytest.fail(f"{self.name}: no line matching {pattern!r} within {timeout_s:.0f} s:\n" + "\n".join(self.lines[-30:]))
+        pytest.fail(
+            f"{self.name}: no line matching {pattern!r} within {timeout_s:.0f} s:\n" + "\n".join(self.lines[-30:])
+        )
 
     def stop(self, sig=signal.SIGTERM, timeout_s: float = 20.0) -> int:
         if self.process.poll() is None:
@@ -145,12 +151,37 @@ def _run(prometheus_bin: str, work: Path, processes: list[Process]) -> dict:
     gpu_log(work / "gpu.csv")
     service_metrics, prometheus_port, *agent_ports = free_ports(5)
     env = {**base_env(), "OTEL_TRACES_EXPORTER": "none", "AGENT_OTEL_GPU_LOG": str(work / "service-gpu.csv")}
-    service = Process("blame service", [
-        sys.executable, "-m", "agent_otel.cli", "gpu-exporter", "--gpu", f"replay:{work / 'gpu.csv'}",
-        "--pool", POOL, "--otlp-grpc", "127.0.0.1:0", "--otlp-http", "127.0.0.1:0",
-        "--prometheus-port", str(service_metrics), "--watermark", str(WATERMARK_S), "--poll-interval", "0.25",
-        "--min-idle", "0.3", "--max-request-bytes", str(MAX_REQUEST_BYTES), "--traces-file", str(work / "service.jsonl"),
-    ], env, work / "service.log")
+    service = Process(
+        "blame service",
+        [
+            sys.executable,
+            "-m",
+            "agent_otel.cli",
+            "gpu-exporter",
+            "--gpu",
+            f"replay:{work / 'gpu.csv'}",
+            "--pool",
+            POOL,
+            "--otlp-grpc",
+            "127.0.0.1:0",
+            "--otlp-http",
+            "127.0.0.1:0",
+            "--prometheus-port",
+            str(service_metrics),
+            "--watermark",
+            str(WATERMARK_S),
+            "--poll-interval",
+            "0.25",
+            "--min-idle",
+            "0.3",
+            "--max-request-bytes",
+            str(MAX_REQUEST_BYTES),
+            "--traces-file",
+            str(work / "service.jsonl"),
+        ],
+        env,
+        work / "service.log",
+    )
     processes.append(service)
     endpoints = service.wait_line(r"OTLP/gRPC on ([\d.]+:\d+), OTLP/HTTP on ([\d.]+:\d+)")
     started = time.time()  # the replayed log starts now
@@ -167,19 +198,47 @@ def _run(prometheus_bin: str, work: Path, processes: list[Process]) -> dict:
         ],
     }
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    processes.append(Process("prometheus", [
-        prometheus_bin, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
-        f"--web.listen-address=127.0.0.1:{prometheus_port}"], base_env(), work / "prometheus.log"))
+    processes.append(
+        Process(
+            "prometheus",
+            [
+                prometheus_bin,
+                f"--config.file={work / 'prometheus.yml'}",
+                f"--storage.tsdb.path={work / 'data'}",
+                f"--web.listen-address=127.0.0.1:{prometheus_port}",
+            ],
+            base_env(),
+            work / "prometheus.log",
+        )
+    )
     api = PrometheusAPI(f"http://127.0.0.1:{prometheus_port}")
 
     release = work / "release"
     agents = []
     for number, port in enumerate(agent_ports, start=1):
-        env = {**base_env(), "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc" if number < 3 else "http/protobuf",
-               "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{grpc_endpoint if number < 3 else http_endpoint}"}
-        args = [sys.executable, str(AGENT), "--name", f"agent-{number}", "--pool", POOL, "--port", str(port),
-                "--traces", str(work / f"agent-{number}.jsonl"), "--seed", str(number),
-                "--stop-at", str(started + STOP_AT_S), "--release", str(release)]
+        env = {
+            **base_env(),
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc" if number < 3 else "http/protobuf",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{grpc_endpoint if number < 3 else http_endpoint}",
+        }
+        args = [
+            sys.executable,
+            str(AGENT),
+            "--name",
+            f"agent-{number}",
+            "--pool",
+            POOL,
+            "--port",
+            str(port),
+            "--traces",
+            str(work / f"agent-{number}.jsonl"),
+            "--seed",
+            str(number),
+            "--stop-at",
+            str(started + STOP_AT_S),
+            "--release",
+            str(release),
+        ]
         if number == 1:
             args += ["--hang-at", str(started + HANG_AT_S)]
         elif number == 2:  # quiet through the stall: the hung call is the pool's only call then
@@ -202,8 +261,12 @@ def _run(prometheus_bin: str, work: Path, processes: list[Process]) -> dict:
     # The stall: the alert must fire while hung_tool still runs.
     agents[0].wait_line(r"^hanging$", timeout_s=40)
     hang_seen = time.time()
-    firing = wait_for(lambda: api.instant('ALERTS{alertname="AgentGPUIdleBlockedByTools",alertstate="firing",'
-                                          'signal="live"}'), STALL_LIMIT_S + 5, "the live alert", work / "prometheus.log")
+    firing = wait_for(
+        lambda: api.instant('ALERTS{alertname="AgentGPUIdleBlockedByTools",alertstate="firing",signal="live"}'),
+        STALL_LIMIT_S + 5,
+        "the live alert",
+        work / "prometheus.log",
+    )
     alert_seen = time.time()
     still_hung = not any(line == "released" for line in agents[0].lines)
     time.sleep(max(0.0, hang_seen + STALL_S - time.time()))
@@ -215,13 +278,30 @@ def _run(prometheus_bin: str, work: Path, processes: list[Process]) -> dict:
 
     # The exact blame is final once the service has blamed past every call.
     last_end = max(span_end(work / f"agent-{n}.jsonl") for n in (1, 2, 3))
-    wait_for(lambda: time.time() - float(api.instant("agent_otel_blame_lag_seconds")[0]["value"][1]) > last_end / 1e9 + 1,
-             WATERMARK_S + 30, "the blame to pass the last call", work / "service.log")
+    wait_for(
+        lambda: time.time() - float(api.instant("agent_otel_blame_lag_seconds")[0]["value"][1]) > last_end / 1e9 + 1,
+        WATERMARK_S + 30,
+        "the blame to pass the last call",
+        work / "service.log",
+    )
     time.sleep(2.5)  # two more scrapes, so Prometheus holds the final counters
     received = sum(float(s["value"][1]) for s in api.instant("agent_otel_received_spans_total"))
-    return {"received": received, "work": work, "api": api, "service": service, "grpc": grpc_endpoint, "http": http_endpoint,
-            "agents": agents, "killed_after": killed_after, "firing": firing, "still_hung": still_hung,
-            "hang_seen": hang_seen, "alert_seen": alert_seen, "released": released, "started": started}
+    return {
+        "received": received,
+        "work": work,
+        "api": api,
+        "service": service,
+        "grpc": grpc_endpoint,
+        "http": http_endpoint,
+        "agents": agents,
+        "killed_after": killed_after,
+        "firing": firing,
+        "still_hung": still_hung,
+        "hang_seen": hang_seen,
+        "alert_seen": alert_seen,
+        "released": released,
+        "started": started,
+    }
 
 
 def span_end(path: Path) -> int:
@@ -273,14 +353,17 @@ def check_the_service_blame_equals_the_offline_report_over_the_merged_files(run:
     assert set(offline) == set(live)
     for key, seconds in offline.items():
         assert live[key] == pytest.approx(seconds, abs=1e-6), key
-    print("blame per tool and phase, service = report:", {f"{t}/{p}": round(v, 3) for (t, p), v in sorted(live.items())})
+    print(
+        "blame per tool and phase, service = report:", {f"{t}/{p}": round(v, 3) for (t, p), v in sorted(live.items())}
+    )
     # The gpu.idle child spans the service wrote under the agents' tool spans agree too.
     for tool in report.tools:
         assert tool.live_blocked_s == pytest.approx(tool.blocked_s, abs=1e-6), tool.tool
     # The same from the service's GPU log, cut into windows offline: within a
     # sample period at each edge of each window.
-    from_log = analyse(files[:3], [str(work / "service-gpu.csv")], idle_threshold=0.10, min_idle_s=0.3,
-                       gpu_pool=POOL, tz="UTC")
+    from_log = analyse(
+        files[:3], [str(work / "service-gpu.csv")], idle_threshold=0.10, min_idle_s=0.3, gpu_pool=POOL, tz="UTC"
+    )
     windows = len(from_log.windows)
     for tool in from_log.tools:
         exact = live.get((tool.tool, "queue"), 0.0) + live.get((tool.tool, "exec"), 0.0)
@@ -303,14 +386,18 @@ def check_killing_an_agent_loses_nothing_it_exported_and_the_service_goes_on(run
 
 def grpc_call(endpoint: str, body: bytes):
     with grpc.insecure_channel(endpoint) as channel:
-        export = channel.unary_unary(f"/{GRPC_SERVICE}/Export", request_serializer=None,
-                                     response_deserializer=ExportTraceServiceResponse.FromString)
+        export = channel.unary_unary(
+            f"/{GRPC_SERVICE}/Export",
+            request_serializer=None,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+        )
         return export(body, timeout=10)
 
 
 def http_call(endpoint: str, body: bytes) -> int:
-    request = urllib.request.Request(f"http://{endpoint}{HTTP_PATH}", data=body, method="POST",
-                                     headers={"Content-Type": "application/x-protobuf"})
+    request = urllib.request.Request(
+        f"http://{endpoint}{HTTP_PATH}", data=body, method="POST", headers={"Content-Type": "application/x-protobuf"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status
@@ -339,15 +426,24 @@ def check_bad_otlp_input_gets_the_otlp_status_and_the_service_keeps_serving(run:
     response = grpc_call(grpc_endpoint, request.SerializeToString())
     assert response.partial_success.rejected_spans == 1
     assert "not_a_tool_span" in response.partial_success.error_message
-    wait_for(lambda: api.instant('agent_otel_refused_spans_total{reason="not_a_tool_span"} >= 1')
-             and api.instant('sum(agent_otel_refused_requests_total{reason="too_large"}) >= 2'), 10, "the refusals")
+    wait_for(
+        lambda: (
+            api.instant('agent_otel_refused_spans_total{reason="not_a_tool_span"} >= 1')
+            and api.instant('sum(agent_otel_refused_requests_total{reason="too_large"}) >= 2')
+        ),
+        10,
+        "the refusals",
+    )
     assert service.process.poll() is None
 
 
 def check_the_live_rule_comes_close_to_the_exact_blame_of_the_stall(run: dict) -> None:
     api = run["api"]
-    exact = sum(by_tool_phase(api.instant('sum by (tool, phase) (agent_gpu_idle_blocked_seconds_total'
-                                          '{tool="hung_tool"})')).values())
+    exact = sum(
+        by_tool_phase(
+            api.instant('sum by (tool, phase) (agent_gpu_idle_blocked_seconds_total{tool="hung_tool"})')
+        ).values()
+    )
     stall = run["released"] - run["hang_seen"]
     assert exact == pytest.approx(stall, abs=1.5)  # the hung call alone, on an idle GPU
     # The recorded live blame (GPU-seconds per second), integrated over its
@@ -368,7 +464,11 @@ def check_every_panel_of_the_gpu_pools_dashboard_shows_data(run: dict) -> None:
     for panel in dashboard["panels"]:
         found = False
         for target in panel["targets"]:
-            expr = (target["expr"].replace("$__rate_interval", "1m").replace("$__range", "5m")
-                    .replace("$agent_gpu_pool", ".*"))
+            expr = (
+                target["expr"]
+                .replace("$__rate_interval", "1m")
+                .replace("$__range", "5m")
+                .replace("$agent_gpu_pool", ".*")
+            )
             found |= bool(finite_values(api.range(expr, start, now)))
         assert found, f"{panel['title']}: no data"

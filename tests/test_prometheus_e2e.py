@@ -136,36 +136,60 @@ def stack():
     processes: list[subprocess.Popen] = []
     try:
         agent_log = workdir / "agent.log"
-        processes.append(subprocess.Popen(
-            [sys.executable, str(WORKLOAD), "--port", str(agent_port), "--seconds", "120"],
-            stdout=agent_log.open("w"), stderr=subprocess.STDOUT, cwd=REPO,
-        ))
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKLOAD), "--port", str(agent_port), "--seconds", "120"],
+                stdout=agent_log.open("w"),
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+        )
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(RULES_FILE)],
-            "scrape_configs": [{
-                "job_name": "e2e-agent",
-                "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}],
-            }],
+            "scrape_configs": [
+                {
+                    "job_name": "e2e-agent",
+                    "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}],
+                }
+            ],
         }
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         prometheus_log = workdir / "prometheus.log"
-        processes.append(subprocess.Popen(
-            [prometheus, f"--config.file={workdir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{prometheus_port}",
-             "--enable-feature=exemplar-storage"],
-            stdout=prometheus_log.open("w"), stderr=subprocess.STDOUT,
-        ))
+        processes.append(
+            subprocess.Popen(
+                [
+                    prometheus,
+                    f"--config.file={workdir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{prometheus_port}",
+                    "--enable-feature=exemplar-storage",
+                ],
+                stdout=prometheus_log.open("w"),
+                stderr=subprocess.STDOUT,
+            )
+        )
         api = PrometheusAPI(f"http://127.0.0.1:{prometheus_port}")
         started = time.time()
-        wait_for(lambda: urllib.request.urlopen(f"{api.url}/-/ready", timeout=2).status == 200,
-                 30, "Prometheus to be ready", prometheus_log)
+        wait_for(
+            lambda: urllib.request.urlopen(f"{api.url}/-/ready", timeout=2).status == 200,
+            30,
+            "Prometheus to be ready",
+            prometheus_log,
+        )
         # Ten seconds of scrapes, and the recording rules evaluated over them.
-        wait_for(lambda: finite_values(api.instant('count_over_time(agent_tool_calls_total{tool="search"}[1m]) >= 10')),
-                 40, "ten scrapes of the agent", agent_log)
-        wait_for(lambda: len(api.instant("agent_tool:latency_sli:ratio_rate5m")) >= 3,
-                 20, "the recording rules", prometheus_log)
+        wait_for(
+            lambda: finite_values(api.instant('count_over_time(agent_tool_calls_total{tool="search"}[1m]) >= 10')),
+            40,
+            "ten scrapes of the agent",
+            agent_log,
+        )
+        wait_for(
+            lambda: len(api.instant("agent_tool:latency_sli:ratio_rate5m")) >= 3,
+            20,
+            "the recording rules",
+            prometheus_log,
+        )
         yield api, started
     finally:
         for process in processes:
@@ -219,8 +243,9 @@ def test_latency_panels_link_exemplars_to_traces(stack):
 def test_recording_rules_measure_each_tools_sli(stack):
     api, _ = stack
     for window in ("5m", "30m", "1h", "6h"):
-        sli = {s["metric"]["tool"]: float(s["value"][1])
-               for s in api.instant(f"agent_tool:latency_sli:ratio_rate{window}")}
+        sli = {
+            s["metric"]["tool"]: float(s["value"][1]) for s in api.instant(f"agent_tool:latency_sli:ratio_rate{window}")
+        }
         # Searches run first on an idle pool (~0.05 s); page fetches take
         # 0.9 s and the flaky lookup queues behind them: over the 0.8 s SLO.
         assert sli == {"search": 1.0, "fetch_page": 0.0, "flaky_lookup": 0.0}, window
@@ -228,15 +253,21 @@ def test_recording_rules_measure_each_tools_sli(stack):
 
 def test_gpu_idle_time_is_blamed_on_the_tools_that_held_it(stack):
     api, _ = stack
-    blamed = {(s["metric"]["tool"], s["metric"]["phase"]): float(s["value"][1]) for s in api.instant(
-        "sum by (tool, phase) (agent_gpu_idle_blocked_seconds_total)")}
+    blamed = {
+        (s["metric"]["tool"], s["metric"]["phase"]): float(s["value"][1])
+        for s in api.instant("sum by (tool, phase) (agent_gpu_idle_blocked_seconds_total)")
+    }
     # Page fetches run while the GPU idles; the flaky lookup waits in the queue.
     assert blamed[("fetch_page", "exec")] > blamed.get(("search", "exec"), 0)
     assert blamed[("flaky_lookup", "queue")] > 0
     idle, blocked, unattributed = (
         float(api.instant(f"sum({name})")[0]["value"][1])
-        for name in ("agent_gpu_idle_seconds_total", "agent_gpu_idle_blocked_seconds_total",
-                     "agent_gpu_idle_unattributed_seconds_total"))
+        for name in (
+            "agent_gpu_idle_seconds_total",
+            "agent_gpu_idle_blocked_seconds_total",
+            "agent_gpu_idle_unattributed_seconds_total",
+        )
+    )
     # Every idle second is either blamed on tools or unattributed (the pause).
     assert unattributed > 0
     assert blocked + unattributed == pytest.approx(idle, rel=0.05)

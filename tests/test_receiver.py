@@ -57,8 +57,13 @@ class Sink:
 def receiver():
     sink = Sink()
     refused = []
-    server = OtlpReceiver(sink, grpc_endpoint="127.0.0.1:0", http_endpoint="127.0.0.1:0", max_request_bytes=64 * 1024,
-                          on_refused=lambda transport, reason: refused.append((transport, reason)))
+    server = OtlpReceiver(
+        sink,
+        grpc_endpoint="127.0.0.1:0",
+        http_endpoint="127.0.0.1:0",
+        max_request_bytes=64 * 1024,
+        on_refused=lambda transport, reason: refused.append((transport, reason)),
+    )
     server.start()
     sink.refused = refused
     yield server, sink
@@ -71,13 +76,27 @@ def agent_spans(exporter, pool="vllm-a:8000"):
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("agent_otel")
     with tracer.start_as_current_span("invoke_agent research", start_time=T0):
-        span = tracer.start_span("execute_tool search", start_time=T0 + 1_000_000_000, attributes={
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
-            "agent.tool.executor": "tools", "agent.tool.queue.duration": 0.5})
+        span = tracer.start_span(
+            "execute_tool search",
+            start_time=T0 + 1_000_000_000,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "search",
+                "agent.tool.executor": "tools",
+                "agent.tool.queue.duration": 0.5,
+            },
+        )
         span.add_event("exec.start", timestamp=T0 + 1_500_000_000)
         span.end(end_time=T0 + 3_000_000_000)
-        direct = tracer.start_span("execute_tool sql", start_time=T0 + 2_000_000_000, attributes={
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "sql", "agent.tool.executor": "direct"})
+        direct = tracer.start_span(
+            "execute_tool sql",
+            start_time=T0 + 2_000_000_000,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "sql",
+                "agent.tool.executor": "direct",
+            },
+        )
         direct.end(end_time=T0 + 2_500_000_000)
     provider.shutdown()
 
@@ -97,15 +116,20 @@ def test_tool_spans_from_the_sdk_exporters_become_tool_calls_with_their_pool(rec
     if transport == "grpc":
         exporter = GrpcExporter(endpoint=f"127.0.0.1:{server.grpc_port}", insecure=True)
     else:
-        exporter = HttpExporter(endpoint=f"http://127.0.0.1:{server.http_port}{HTTP_PATH}",
-                                compression=Compression.Gzip if transport.endswith("gzip") else Compression.NoCompression)
+        exporter = HttpExporter(
+            endpoint=f"http://127.0.0.1:{server.http_port}{HTTP_PATH}",
+            compression=Compression.Gzip if transport.endswith("gzip") else Compression.NoCompression,
+        )
     agent_spans(exporter)
     wait_for(lambda: len(sink.decoded) == 3)
     calls = {call.tool: call for call in sink.calls()}
     assert set(calls) == {"search", "sql"}
     search = calls["search"]
-    assert (search.submit_ns, search.start_ns, search.end_ns) == (T0 + 1_000_000_000, T0 + 1_500_000_000,
-                                                                  T0 + 3_000_000_000)
+    assert (search.submit_ns, search.start_ns, search.end_ns) == (
+        T0 + 1_000_000_000,
+        T0 + 1_500_000_000,
+        T0 + 3_000_000_000,
+    )
     assert search.executor == "tools" and search.pool == "vllm-a:8000" and search.trace_id and search.span_id
     assert calls["sql"].start_ns == calls["sql"].submit_ns
     # The agent's own span is not a tool span: refused, one by one.
@@ -116,14 +140,21 @@ def test_tool_spans_from_the_sdk_exporters_become_tool_calls_with_their_pool(rec
 
 def grpc_export(server, body: bytes):
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        export = channel.unary_unary(f"/{GRPC_SERVICE}/Export", request_serializer=None,
-                                     response_deserializer=ExportTraceServiceResponse.FromString)
+        export = channel.unary_unary(
+            f"/{GRPC_SERVICE}/Export",
+            request_serializer=None,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+        )
         return export(body, timeout=10)
 
 
 def http_post(server, body: bytes, headers=None):
-    request = urllib.request.Request(f"http://127.0.0.1:{server.http_port}{HTTP_PATH}", data=body, method="POST",
-                                     headers={"Content-Type": "application/x-protobuf", **(headers or {})})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.http_port}{HTTP_PATH}",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/x-protobuf", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.read()
@@ -222,11 +253,13 @@ def test_a_failing_consumer_is_an_internal_error_not_a_dead_receiver(receiver):
 
 def test_a_port_in_use_is_an_error_naming_the_endpoint(receiver):
     server, _ = receiver
-    other = OtlpReceiver(lambda request, peer, transport: Outcome(), grpc_endpoint=None,
-                         http_endpoint=f"127.0.0.1:{server.http_port}")
+    other = OtlpReceiver(
+        lambda request, peer, transport: Outcome(), grpc_endpoint=None, http_endpoint=f"127.0.0.1:{server.http_port}"
+    )
     with pytest.raises(OSError, match=f"OTLP/HTTP on 127.0.0.1:{server.http_port}"):
         other.start()
-    other = OtlpReceiver(lambda request, peer, transport: Outcome(), grpc_endpoint=f"127.0.0.1:{server.grpc_port}",
-                         http_endpoint=None)
+    other = OtlpReceiver(
+        lambda request, peer, transport: Outcome(), grpc_endpoint=f"127.0.0.1:{server.grpc_port}", http_endpoint=None
+    )
     with pytest.raises(OSError, match=f"OTLP/gRPC on 127.0.0.1:{server.grpc_port}"):
         other.start()

@@ -91,7 +91,7 @@ def test_a_timeout_far_above_p99_is_tightened(tmp_path):
     assert found["evidence"]["duration_p99_s"] == pytest.approx(0.14)
     assert found["evidence"]["suggested_timeout_s"] == 0.28
     assert found["evidence"]["calls_over_suggested"] == 0
-    assert 'timeout=0.28 s from p99 0.14 s' in found["message"]
+    assert "timeout=0.28 s from p99 0.14 s" in found["message"]
     assert found["remedy"] == "@agent_otel.tool(timeout=0.28, retries=1, fallback=...)"
 
 

@@ -213,11 +213,22 @@ def openai_agents():
         return lookup_value(key)
 
     def call(key, call_id):
-        return ResponseFunctionToolCall(type="function_call", name="lookup", arguments=json.dumps({"key": key}),
-                                        call_id=call_id, id=f"fc_{call_id}", status="completed")
+        return ResponseFunctionToolCall(
+            type="function_call",
+            name="lookup",
+            arguments=json.dumps({"key": key}),
+            call_id=call_id,
+            id=f"fc_{call_id}",
+            status="completed",
+        )
 
-    done = ResponseOutputMessage(id="msg", type="message", role="assistant", status="completed",
-                                 content=[ResponseOutputText(type="output_text", text="ok", annotations=[])])
+    done = ResponseOutputMessage(
+        id="msg",
+        type="message",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputText(type="output_text", text="ok", annotations=[])],
+    )
 
     class Scripted(Model):
         turns = [[call(SECRET, "c1"), call("fail-" + SECRET, "c2")], [done]]
@@ -289,8 +300,14 @@ PATHS = {
 @pytest.mark.parametrize("path", list(PATHS))
 def test_a_secret_never_leaves_the_process(path, spans, fresh_pools):
     run, frameworks = PATHS[path]
-    agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=frameworks, record_arguments=True,
-                          record_results=True, redact=redact)
+    agent_otel.instrument(
+        traces_exporters="none",
+        gpu="off",
+        frameworks=frameworks,
+        record_arguments=True,
+        record_results=True,
+        redact=redact,
+    )
     try:
         run()
     finally:

@@ -169,8 +169,9 @@ def test_the_memory_store_is_bounded_and_counts_what_it_evicts():
     assert len(store) == 2
 
 
-@pytest.mark.parametrize("options, setting", [({"ttl": 0}, "ttl"), ({"max_entries": 0}, "max_entries"),
-                                              ({"key": "args"}, "key")])
+@pytest.mark.parametrize(
+    "options, setting", [({"ttl": 0}, "ttl"), ({"max_entries": 0}, "max_entries"), ({"key": "args"}, "key")]
+)
 def test_invalid_cache_settings_name_the_setting(options, setting):
     with pytest.raises(agent_otel.ConfigError, match=f"ResultCache {setting}"):
         agent_otel.ResultCache(**options)

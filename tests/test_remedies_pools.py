@@ -15,7 +15,6 @@ from agent_otel.remedies import pools
 pytestmark = pytest.mark.usefixtures("fresh_pools")
 
 
-
 def slow_report(quarter):
     time.sleep(0.6)
     return f"report {quarter}"
@@ -42,7 +41,8 @@ def test_a_slow_tool_in_its_own_pool_no_longer_delays_a_fast_tool(agent, spans, 
     shared_fast = agent_otel.tool(name="fast_lookup", pool="shared")(fast_lookup)
     # Before: the fast tool waits for a worker the slow tool holds.
     shared_latency = latency_of_fast_call_while_two_slow_calls_run(
-        shared_slow, shared_fast, lambda: metric("agent_executor_active_workers", {"executor": "shared"}) == 2)
+        shared_slow, shared_fast, lambda: metric("agent_executor_active_workers", {"executor": "shared"}) == 2
+    )
     assert shared_latency >= 0.35
 
     agent_otel.pool("reports", workers=2)
@@ -50,7 +50,8 @@ def test_a_slow_tool_in_its_own_pool_no_longer_delays_a_fast_tool(agent, spans, 
     isolated_slow = agent_otel.tool(name="slow_report", pool="reports")(slow_report)
     isolated_fast = agent_otel.tool(name="fast_lookup", pool="lookups")(fast_lookup)
     isolated_latency = latency_of_fast_call_while_two_slow_calls_run(
-        isolated_slow, isolated_fast, lambda: metric("agent_executor_active_workers", {"executor": "reports"}) == 2)
+        isolated_slow, isolated_fast, lambda: metric("agent_executor_active_workers", {"executor": "reports"}) == 2
+    )
     assert isolated_latency < 0.25
 
     # The spans say why: queue time in the shared pool, none in its own.
@@ -142,12 +143,15 @@ def test_a_pool_named_by_a_tool_but_never_declared_is_made_with_defaults_on_firs
     assert span.attributes["agent.tool.executor"] == "made-on-first-use"
 
 
-@pytest.mark.parametrize("options, setting", [
-    ({"workers": 0}, "workers"),
-    ({"queue_limit": -1}, "queue_limit"),
-    ({"kind": "gpu"}, "kind"),
-    ({"rejection": "drop"}, "rejection"),
-])
+@pytest.mark.parametrize(
+    "options, setting",
+    [
+        ({"workers": 0}, "workers"),
+        ({"queue_limit": -1}, "queue_limit"),
+        ({"kind": "gpu"}, "kind"),
+        ({"rejection": "drop"}, "rejection"),
+    ],
+)
 def test_invalid_pool_settings_name_the_setting(options, setting):
     with pytest.raises(agent_otel.ConfigError, match=f"pool 'bad' {setting}"):
         agent_otel.pool("bad", **options)

@@ -2,9 +2,18 @@
 
 import pytest
 
-from agent_otel.remedies.suggest import (DOCS, snippet_for, suggest_async_io, suggest_batch, suggest_isolation,
-                                         suggest_offload, suggest_pool_workers, suggest_process_pool, suggest_timeout,
-                                         suggested_timeout)
+from agent_otel.remedies.suggest import (
+    DOCS,
+    snippet_for,
+    suggest_async_io,
+    suggest_batch,
+    suggest_isolation,
+    suggest_offload,
+    suggest_pool_workers,
+    suggest_process_pool,
+    suggest_timeout,
+    suggested_timeout,
+)
 
 
 @pytest.mark.parametrize("p99_s, timeout_s", [(1.4, 2.8), (0.123, 0.25), (7.0, 14.0), (64.0, 130.0)])
@@ -25,7 +34,8 @@ def test_pool_snippets_declare_the_pool_and_put_the_tools_on_it():
     assert suggest_pool_workers("ThreadPoolExecutor", 8).startswith('agent_otel.pool("io", workers=8)')
     assert "max_workers=16" in suggest_pool_workers("asyncio-default", 16)
     assert suggest_isolation("web_search", 3) == (
-        'agent_otel.pool("web_search", workers=3)\n@agent_otel.tool(pool="web_search")')
+        'agent_otel.pool("web_search", workers=3)\n@agent_otel.tool(pool="web_search")'
+    )
 
 
 def test_a_batch_snippet_sizes_batches_from_the_bursts():
@@ -34,21 +44,36 @@ def test_a_batch_snippet_sizes_batches_from_the_bursts():
 
 
 def test_snippet_for_reads_the_evidence_the_report_writes():
-    assert snippet_for("set_timeout", {"tool": "finance_quote", "timeout_s": 30.0, "duration_p99_s": 1.4,
-                                       "suggested_timeout_s": 2.8}) == suggest_timeout(1.4)
-    assert snippet_for("raise_pool_workers", {"executor": "io", "suggested_workers": 24}) == \
-        suggest_pool_workers("io", 24)
-    assert snippet_for("isolate_tool", {"tool": "render_pdf", "executor": "io", "suggested_workers": 2}) == \
-        suggest_isolation("render_pdf", 2)
-    assert snippet_for("batch_calls", {"tool": "embed", "largest_burst": 9, "burst_gap_s": 0.05}) == \
-        suggest_batch(9, 0.05)
+    assert snippet_for(
+        "set_timeout", {"tool": "finance_quote", "timeout_s": 30.0, "duration_p99_s": 1.4, "suggested_timeout_s": 2.8}
+    ) == suggest_timeout(1.4)
+    assert snippet_for("raise_pool_workers", {"executor": "io", "suggested_workers": 24}) == suggest_pool_workers(
+        "io", 24
+    )
+    assert snippet_for(
+        "isolate_tool", {"tool": "render_pdf", "executor": "io", "suggested_workers": 2}
+    ) == suggest_isolation("render_pdf", 2)
+    assert snippet_for("batch_calls", {"tool": "embed", "largest_burst": 9, "burst_gap_s": 0.05}) == suggest_batch(
+        9, 0.05
+    )
     assert snippet_for("idle_not_tools", {"gpu": "0"}) is None
     assert snippet_for("offload_from_loop", {"tool": "lookup", "wait_kind": "io"}) == suggest_offload("lookup", False)
     assert snippet_for("offload_from_loop", {"tool": "parse", "wait_kind": "gil"}) == suggest_offload("parse", True)
-    assert "processes=True" in suggest_offload("parse", True) and "await parse.aio(...)" in suggest_offload("parse", True)
+    assert "processes=True" in suggest_offload("parse", True) and "await parse.aio(...)" in suggest_offload(
+        "parse", True
+    )
     assert snippet_for("offload_from_loop", {"tool": None}) is None  # code that is no tool
     assert snippet_for("use_process_pool", {"tool": "render"}) == suggest_process_pool("render")
     assert snippet_for("use_async_io", {"tool": "fetch"}) == suggest_async_io("fetch")
     assert snippet_for("overlap_tool_with_gpu", {"tool": "search", "gpu": "0"}) is None
-    assert set(DOCS) == {"raise_pool_workers", "set_timeout", "isolate_tool", "batch_calls", "idle_not_tools",
-                         "offload_from_loop", "use_process_pool", "use_async_io", "overlap_tool_with_gpu"}
+    assert set(DOCS) == {
+        "raise_pool_workers",
+        "set_timeout",
+        "isolate_tool",
+        "batch_calls",
+        "idle_not_tools",
+        "offload_from_loop",
+        "use_process_pool",
+        "use_async_io",
+        "overlap_tool_with_gpu",
+    }

@@ -13,7 +13,6 @@ from helpers.waiting import eventually
 pytestmark = pytest.mark.usefixtures("fresh_pools")
 
 
-
 def attempt_outcomes(span):
     return [event.attributes["agent.tool.outcome"] for event in span.events if event.name == "tool.attempt"]
 
@@ -206,15 +205,19 @@ def test_timeouts_and_fallbacks_work_without_instrumentation():
     release.set()
 
 
-@pytest.mark.parametrize("options, setting", [
-    ({"timeout": 0}, "timeout"),
-    ({"retries": -1}, "retries"),
-    ({"retry_interval": -0.5, "retries": 1}, "retry_interval"),
-    ({"fallback": "cached"}, "fallback"),
-    ({"cache": "yes"}, "cache"),
-])
+@pytest.mark.parametrize(
+    "options, setting",
+    [
+        ({"timeout": 0}, "timeout"),
+        ({"retries": -1}, "retries"),
+        ({"retry_interval": -0.5, "retries": 1}, "retry_interval"),
+        ({"fallback": "cached"}, "fallback"),
+        ({"cache": "yes"}, "cache"),
+    ],
+)
 def test_invalid_remedy_options_name_the_option(options, setting):
     with pytest.raises(agent_otel.ConfigError, match=f"@tool 'search' {setting}"):
+
         @agent_otel.tool(**options)
         def search(query):
             return query
@@ -222,6 +225,7 @@ def test_invalid_remedy_options_name_the_option(options, setting):
 
 def test_a_coroutine_tool_cannot_have_a_pool():
     with pytest.raises(agent_otel.ConfigError, match="runs on the event loop"):
+
         @agent_otel.tool(pool="io")
         async def search(query):
             return query

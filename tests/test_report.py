@@ -20,11 +20,21 @@ from helpers.traces import RecordedRun, write_gpu_csv
 CONTRACT_KEYS = {
     "window": {"start", "end", "seconds"},
     "tools": {
-        "tool", "calls", "errors",
-        "duration_p50_s", "duration_p95_s", "duration_p99_s",
-        "exec_p50_s", "exec_p95_s", "exec_p99_s",
-        "queue_p50_s", "queue_p95_s", "queue_p99_s",
-        "gpu_idle_blocked_s", "gpu_idle_blocked_queue_s", "gpu_idle_blocked_exec_s",
+        "tool",
+        "calls",
+        "errors",
+        "duration_p50_s",
+        "duration_p95_s",
+        "duration_p99_s",
+        "exec_p50_s",
+        "exec_p95_s",
+        "exec_p99_s",
+        "queue_p50_s",
+        "queue_p95_s",
+        "queue_p99_s",
+        "gpu_idle_blocked_s",
+        "gpu_idle_blocked_queue_s",
+        "gpu_idle_blocked_exec_s",
     },
     "executors": {"executor", "submissions", "wait_p95_s", "max_queue_depth", "max_workers"},
     "gpus": {"gpu", "busy_s", "idle_s", "idle_blocked_s", "idle_unattributed_s"},
@@ -32,14 +42,35 @@ CONTRACT_KEYS = {
 }
 # Keys the report adds (docs/report.md); the contract allows additions only.
 ADDED_KEYS = {
-    "tools": {"gpu_idle_blocked_live_s", "executors", "timeout_s",
-              "exec_cpu_s", "exec_cpu_share", "exec_cpu_share_alone", "exec_cpu_share_parallel", "wait_kind",
-              "loop_blocks", "loop_blocked_s", "loop_blocked_longest_s", "gpu_idle_blocked_loop_s",
-              "gpu_underused_blocked_s", "gpu_underused_blocked_queue_s", "gpu_underused_blocked_exec_s",
-              "gpu_idle_blocked_per_call_s", "latency_share"},
+    "tools": {
+        "gpu_idle_blocked_live_s",
+        "executors",
+        "timeout_s",
+        "exec_cpu_s",
+        "exec_cpu_share",
+        "exec_cpu_share_alone",
+        "exec_cpu_share_parallel",
+        "wait_kind",
+        "loop_blocks",
+        "loop_blocked_s",
+        "loop_blocked_longest_s",
+        "gpu_idle_blocked_loop_s",
+        "gpu_underused_blocked_s",
+        "gpu_underused_blocked_queue_s",
+        "gpu_underused_blocked_exec_s",
+        "gpu_idle_blocked_per_call_s",
+        "latency_share",
+    },
     "executors": {"max_concurrent_exec", "peak_in_flight", "tools"},
-    "gpus": {"uuid", "underused_s", "underused_blocked_s", "underused_unattributed_s", "missing_s", "utilization_avg",
-             "simulated"},
+    "gpus": {
+        "uuid",
+        "underused_s",
+        "underused_blocked_s",
+        "underused_unattributed_s",
+        "missing_s",
+        "utilization_avg",
+        "simulated",
+    },
 }
 
 
@@ -73,7 +104,11 @@ def stalled_run(tmp_path):
 def test_idle_time_is_blamed_on_the_calls_in_flight_queue_and_exec_apart(stalled_run, capsys):
     report = report_of(capsys, stalled_run / "traces.jsonl", "--gpu-log", stalled_run / "gpu.csv", "--tz", "UTC")
 
-    assert report["window"] == {"start": "2026-03-02T09:00:00.000000Z", "end": "2026-03-02T09:00:09.000000Z", "seconds": 9.0}
+    assert report["window"] == {
+        "start": "2026-03-02T09:00:00.000000Z",
+        "end": "2026-03-02T09:00:09.000000Z",
+        "seconds": 9.0,
+    }
     tools = {t["tool"]: t for t in report["tools"]}
     assert [t["tool"] for t in report["tools"]] == ["embed", "search"]
     assert tools["embed"]["gpu_idle_blocked_s"] == pytest.approx(1.5)
@@ -84,8 +119,13 @@ def test_idle_time_is_blamed_on_the_calls_in_flight_queue_and_exec_apart(stalled
     assert tools["search"]["gpu_idle_blocked_s"] == pytest.approx(1.0)
     [gpu] = report["gpus"]
     assert {key: gpu[key] for key in CONTRACT_KEYS["gpus"] | {"uuid"}} == {
-        "gpu": "0", "busy_s": pytest.approx(6.0), "idle_s": pytest.approx(3.0), "idle_blocked_s": pytest.approx(2.5),
-        "idle_unattributed_s": pytest.approx(0.5), "uuid": None}
+        "gpu": "0",
+        "busy_s": pytest.approx(6.0),
+        "idle_s": pytest.approx(3.0),
+        "idle_blocked_s": pytest.approx(2.5),
+        "idle_unattributed_s": pytest.approx(0.5),
+        "uuid": None,
+    }
     # Unused capacity from the log's samples (0.1 s apart, 85% busy but 3% in 2-5 s), by the same rule:
     # embed 1-4 s and search 3-4.5 s in flight, four 0.1 s searches later, nobody the rest of the time.
     assert gpu["underused_s"] == pytest.approx(0.15 * 6 + 0.97 * 3)
@@ -215,8 +255,13 @@ def test_spans_in_two_overlapping_files_count_once(stalled_run, capsys):
 
 
 def test_the_table_ranks_tools_and_fits_the_terminal(stalled_run):
-    analysis = analyse([str(stalled_run / "traces.jsonl")], [str(stalled_run / "gpu.csv")], tz="UTC",
-                       idle_threshold=0.1, min_idle_s=0.5)
+    analysis = analyse(
+        [str(stalled_run / "traces.jsonl")],
+        [str(stalled_run / "gpu.csv")],
+        tz="UTC",
+        idle_threshold=0.1,
+        min_idle_s=0.5,
+    )
     plain = render(analysis)
     assert "\x1b[" not in plain
     rows = plain.split("Tools, by GPU capacity they left unused")[1].splitlines()
@@ -259,10 +304,13 @@ def test_malformed_traces_exit_2_with_one_line(tmp_path, capsys):
 
 def test_malformed_traces_from_the_command_line_print_no_traceback(tmp_path):
     traces = tmp_path / "traces.jsonl"
-    traces.write_text('{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"xyz","spanId":"eee19b7ec3c1b174",'
-                      '"startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]}\n')
-    result = subprocess.run([sys.executable, "-m", "agent_otel.cli", "report", str(traces)],
-                            capture_output=True, text=True, timeout=60)
+    traces.write_text(
+        '{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"xyz","spanId":"eee19b7ec3c1b174",'
+        '"startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]}\n'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "agent_otel.cli", "report", str(traces)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"agent-otel report: error: {traces}:1: traceId is not 32 hex digits: 'xyz'"]
     assert "Traceback" not in result.stderr

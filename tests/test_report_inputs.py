@@ -45,7 +45,10 @@ def run_cli(*argv, stdin=None, memory_limit=None, timeout=60) -> subprocess.Comp
 
     return subprocess.run(
         [sys.executable, "-m", "agent_otel.cli", *map(str, argv)],
-        input=stdin, capture_output=True, timeout=timeout, preexec_fn=limit,
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        preexec_fn=limit,
     )
 
 
@@ -130,7 +133,9 @@ def test_a_cut_off_last_line_is_a_warning_and_the_rest_is_reported(traces, capsy
     assert warning.startswith(f"{traces.parent / 'live.jsonl'}:{len(lines) + 1}: the last line is cut off")
 
     assert main(["report", str(traces.parent / "live.jsonl")]) == 0
-    assert f"warning: {traces.parent / 'live.jsonl'}:{len(lines) + 1}: the last line is cut off" in capsys.readouterr().out
+    assert (
+        f"warning: {traces.parent / 'live.jsonl'}:{len(lines) + 1}: the last line is cut off" in capsys.readouterr().out
+    )
 
 
 def test_compressed_data_that_stops_mid_stream_is_a_warning(traces, capsys):
@@ -234,10 +239,14 @@ def test_html_and_perfetto_say_where_they_wrote(traces, capsys):
 def span_line(name="x", tool=None, start='"1700000000000000000"', end='"1700000001000000000"', extra="") -> str:
     attributes = ""
     if tool is not None:
-        attributes = (',"attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"execute_tool"}},'
-                      f'{{"key":"gen_ai.tool.name","value":{{"stringValue":{tool}}}}}]')
-    span = (f'{{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"{name}",'
-            f'"startTimeUnixNano":{start},"endTimeUnixNano":{end}{attributes}{extra}}}')
+        attributes = (
+            ',"attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"execute_tool"}},'
+            f'{{"key":"gen_ai.tool.name","value":{{"stringValue":{tool}}}}}]'
+        )
+    span = (
+        f'{{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"{name}",'
+        f'"startTimeUnixNano":{start},"endTimeUnixNano":{end}{attributes}{extra}}}'
+    )
     return '{"resourceSpans":[{"scopeSpans":[{"spans":[' + span + "]}]}]}\n"
 
 
@@ -303,22 +312,33 @@ def test_an_endless_line_stops_at_the_line_limit_in_bounded_memory(tmp_path):
     )
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "agent_otel.cli", "report", "-"], stdin=process.stdout, capture_output=True,
-            timeout=120, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
+            [sys.executable, "-m", "agent_otel.cli", "report", "-"],
+            stdin=process.stdout,
+            capture_output=True,
+            timeout=120,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
         )
     finally:
         process.kill()
         process.wait()
     assert result.returncode == 2
-    assert result.stderr.decode() == "agent-otel report: error: <stdin>:1: line longer than 128 MiB: not OTLP/JSON lines\n"
+    assert (
+        result.stderr.decode() == "agent-otel report: error: <stdin>:1: line longer than 128 MiB: not OTLP/JSON lines\n"
+    )
 
 
 @pytest.mark.parametrize(
     "line, complaint",
     [
-        ("0001/01/01 00:00:00.000, 0, 37 %", ":2: date/time '0001/01/01 00:00:00.000' is out of range (years 1970 to 2261)"),
+        (
+            "0001/01/01 00:00:00.000, 0, 37 %",
+            ":2: date/time '0001/01/01 00:00:00.000' is out of range (years 1970 to 2261)",
+        ),
         ("9999/12/31 23:59:59.999, 0, 37 %", ":2: date/time '9999/12/31 23:59:59.999' is out of range"),
-        ("2024/13/01 00:00:00.000, 0, 37 %", ":2: date/time '2024/13/01 00:00:00.000' is not like 2024/01/02 19:12:31.123"),
+        (
+            "2024/13/01 00:00:00.000, 0, 37 %",
+            ":2: date/time '2024/13/01 00:00:00.000' is not like 2024/01/02 19:12:31.123",
+        ),
         ("2024/01/02 19:12:31.123, 99999999999999999999, 37 %", ":2: GPU index '99999999999999999999' is not a number"),
         ("2024/01/02 19:12:31.123, 0, nan %", ":2: utilization.gpu value 'nan %' is outside 0..100"),
     ],
@@ -333,7 +353,9 @@ def test_hostile_gpu_logs_are_one_line_errors(traces, capsys, line, complaint):
 
 def test_a_dmon_log_dated_year_0001(traces, capsys):
     log = traces.parent / "dmon.log"
-    log.write_text("#Date       Time        gpu    sm\n#YYYYMMDD   HH:MM:SS    Idx     %\n 00010101   00:00:00      0    97\n")
+    log.write_text(
+        "#Date       Time        gpu    sm\n#YYYYMMDD   HH:MM:SS    Idx     %\n 00010101   00:00:00      0    97\n"
+    )
     assert error_of(capsys, traces, "--gpu-log", log).startswith(
         f"agent-otel report: error: {log}:3: date/time '00010101 00:00:00' is out of range"
     )

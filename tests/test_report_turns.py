@@ -57,22 +57,30 @@ def test_a_turn_splits_into_model_queue_exec_and_other(one_turn, capsys):
     assert search["gpu_idle_blocked_per_call_s"] == pytest.approx(4.0)
     assert search["latency_share"] == pytest.approx(0.4)
     (model,) = report["models"]
-    assert model == {"model": "llama-3-70b", "calls": 2, "errors": 0, "seconds": pytest.approx(4.0),
-                     "duration_p50_s": pytest.approx(2.0), "duration_p95_s": pytest.approx(2.0),
-                     "time_to_first_chunk_p50_s": pytest.approx(0.3), "input_tokens": 1700,
-                     "output_tokens": 100}
+    assert model == {
+        "model": "llama-3-70b",
+        "calls": 2,
+        "errors": 0,
+        "seconds": pytest.approx(4.0),
+        "duration_p50_s": pytest.approx(2.0),
+        "duration_p95_s": pytest.approx(2.0),
+        "time_to_first_chunk_p50_s": pytest.approx(0.3),
+        "input_tokens": 1700,
+        "output_tokens": 100,
+    }
     assert report["inputs"]["model_calls"] == 2
     assert report["inputs"]["agent_runs"] == 1
 
 
 def test_the_table_says_it_as_a_sentence(one_turn, capsys):
-    assert main(["report", str(one_turn / "traces.jsonl"), "--gpu-log", str(one_turn / "gpu.csv"),
-                 "--tz", "UTC"]) == 0
+    assert main(["report", str(one_turn / "traces.jsonl"), "--gpu-log", str(one_turn / "gpu.csv"), "--tz", "UTC"]) == 0
     text = capsys.readouterr().out
 
     assert "search idles the GPU 4.0 s per call, 40 % of end-to-end latency" in text
-    assert "1 turn (invoke_agent spans): 10.0 s end to end = model 4.0 s (40 %) + tool queue 1.0 s (10 %)" \
-           " + tool exec 3.0 s (30 %) + other 2.0 s (20 %)" in text
+    assert (
+        "1 turn (invoke_agent spans): 10.0 s end to end = model 4.0 s (40 %) + tool queue 1.0 s (10 %)"
+        " + tool exec 3.0 s (30 %) + other 2.0 s (20 %)" in text
+    )
     assert "llama-3-70b" in text
 
 
@@ -89,8 +97,9 @@ def test_parallel_tools_and_a_model_overlapping_count_each_instant_once(tmp_path
 
     turns = report["turns"]
     # 0-3 model; 3-5 exec (search to 4, fetch to 5); fetch's queue 1-2 is under the model; 5-6 other
-    assert (turns["model_s"], turns["tool_queue_s"], turns["tool_exec_s"], turns["other_s"]) == \
-        pytest.approx((3.0, 0.0, 2.0, 1.0))
+    assert (turns["model_s"], turns["tool_queue_s"], turns["tool_exec_s"], turns["other_s"]) == pytest.approx(
+        (3.0, 0.0, 2.0, 1.0)
+    )
     shares = {t["tool"]: t["latency_share"] for t in report["tools"]}
     assert shares == {"search": pytest.approx(0.5), "fetch": pytest.approx(4 / 6, abs=1e-4)}  # JSON: 4 decimals
 
@@ -133,24 +142,41 @@ def test_openinference_and_openllmetry_spans_are_read(tmp_path, capsys):
     run = RecordedRun(tmp_path / "traces.jsonl")
     # OpenInference: a chain root, an LLM span, a TOOL span beside agent-otel's span of the same call
     root = run.span("LangGraph", 0.0, 6.0, {"openinference.span.kind": "CHAIN"})
-    run.span("ChatOpenAI", 0.0, 1.0, {"openinference.span.kind": "LLM", "llm.model_name": "gpt-4o",
-                                      "llm.token_count.prompt": 120, "llm.token_count.completion": 8},
-             parent=root)
+    run.span(
+        "ChatOpenAI",
+        0.0,
+        1.0,
+        {
+            "openinference.span.kind": "LLM",
+            "llm.model_name": "gpt-4o",
+            "llm.token_count.prompt": 120,
+            "llm.token_count.completion": 8,
+        },
+        parent=root,
+    )
     tools_node = run.span("tools", 1.0, 4.0, {"openinference.span.kind": "CHAIN"}, parent=root)
     run.tool_call("search", 1.0, 1.5, 4.0, parent=tools_node)
     run.span("search", 1.5, 4.0, {"openinference.span.kind": "TOOL", "tool.name": "search"}, parent=tools_node)
     # a tool agent-otel did not see: counted from OpenInference's span alone
     run.span("calculator", 4.0, 4.5, {"openinference.span.kind": "TOOL", "tool.name": "calculator"}, parent=root)
     # OpenLLMetry, another trace: invoke_agent root, a chat span naming no model, an execute_tool span
-    agent = run.span("invoke_agent LangGraph", 10.0, 14.0,
-                     {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "LangGraph",
-                      "traceloop.span.kind": "workflow"})
-    run.span("ChatModel.chat", 10.0, 11.0, {"gen_ai.operation.name": "chat", "gen_ai.request.model": "unknown"},
-             parent=agent)
+    agent = run.span(
+        "invoke_agent LangGraph",
+        10.0,
+        14.0,
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "LangGraph", "traceloop.span.kind": "workflow"},
+    )
+    run.span(
+        "ChatModel.chat", 10.0, 11.0, {"gen_ai.operation.name": "chat", "gen_ai.request.model": "unknown"}, parent=agent
+    )
     run.tool_call("search", 11.0, 11.0, 13.0, parent=agent)
-    run.span("execute_tool search", 11.001, 12.999,
-             {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search", "traceloop.span.kind": "tool"},
-             parent=agent)
+    run.span(
+        "execute_tool search",
+        11.001,
+        12.999,
+        {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search", "traceloop.span.kind": "tool"},
+        parent=agent,
+    )
     run.close()
 
     report = report_of(capsys, tmp_path / "traces.jsonl")

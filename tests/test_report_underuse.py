@@ -64,8 +64,21 @@ def dipping_run(tmp_path):
 
 
 def test_a_tool_the_gpu_dips_for_ranks_first_with_a_recommendation_at_default_settings(dipping_run, capsys):
-    assert main(["report", str(dipping_run / "traces.jsonl"), "--gpu-log", str(dipping_run / "gpu-dmon.log"),
-                 "--tz", "UTC", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(dipping_run / "traces.jsonl"),
+                "--gpu-log",
+                str(dipping_run / "gpu-dmon.log"),
+                "--tz",
+                "UTC",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
 
     tools = report["tools"]
@@ -91,17 +104,23 @@ def test_a_tool_the_gpu_dips_for_ranks_first_with_a_recommendation_at_default_se
     assert evidence["utilization_during"] == pytest.approx(0.30, abs=0.07)
     assert evidence["utilization_otherwise"] == pytest.approx(0.95, abs=0.02)
     assert evidence["underused_share"] > 0.6
-    assert advice["message"].startswith('tool="vector_search" leaves gpu="0" waiting: the GPU ran at '
-                                        f'{evidence["utilization_during"]:.0%} while its calls were in flight (100 s) '
-                                        f'and {evidence["utilization_otherwise"]:.0%} the rest of the time')
+    assert advice["message"].startswith(
+        'tool="vector_search" leaves gpu="0" waiting: the GPU ran at '
+        f"{evidence['utilization_during']:.0%} while its calls were in flight (100 s) "
+        f"and {evidence['utilization_otherwise']:.0%} the rest of the time"
+    )
     assert advice["docs"] == "docs/remedies.md#when-the-gpu-waits-on-a-tool"
 
 
 def test_the_table_ranks_by_unused_capacity_and_shows_it(dipping_run, capsys):
-    assert main(["report", str(dipping_run / "traces.jsonl"), "--gpu-log", str(dipping_run / "gpu-dmon.log"),
-                 "--tz", "UTC"]) == 0
+    assert (
+        main(
+            ["report", str(dipping_run / "traces.jsonl"), "--gpu-log", str(dipping_run / "gpu-dmon.log"), "--tz", "UTC"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    tools = out[out.index("Tools, by GPU capacity they left unused"):out.index("Executors")].splitlines()
+    tools = out[out.index("Tools, by GPU capacity they left unused") : out.index("Executors")].splitlines()
     assert tools[1].split()[:3] == ["TOOL", "UNUSED", "BLOCKED"]
     assert tools[2].split()[0] == "vector_search"
     assert 60.0 < float(tools[2].split()[1]) < 80.0
@@ -132,11 +151,26 @@ def test_a_gap_in_a_gpu_log_is_missing_data_said_so(tmp_path, capsys):
     lines = [DMON_HEADER]
     for seconds in list(range(0, 20, 2)) + list(range(40, 61, 2)):  # nothing from 18 to 40 s
         moment = T0 + timedelta(seconds=seconds)
-        lines.append(f" {moment:%Y%m%d}    {moment:%H:%M:%S}       0    300     58      -     0      0      0      0"
-                     "      0      0   2619   1980      0      0\n")
+        lines.append(
+            f" {moment:%Y%m%d}    {moment:%H:%M:%S}       0    300     58      -     0      0      0      0"
+            "      0      0   2619   1980      0      0\n"
+        )
     (tmp_path / "gpu.log").write_text("".join(lines))
-    assert main(["report", str(tmp_path / "traces.jsonl"), "--gpu-log", str(tmp_path / "gpu.log"), "--tz", "UTC",
-                 "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(tmp_path / "traces.jsonl"),
+                "--gpu-log",
+                str(tmp_path / "gpu.log"),
+                "--tz",
+                "UTC",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
 
     [gpu] = report["gpus"]
@@ -151,14 +185,29 @@ def test_the_html_timeline_draws_the_unused_capacity_tools_are_blamed_for(dippin
     from test_html_report import Elements, chromium, console_messages
 
     page = tmp_path / "report.html"
-    assert main(["report", str(dipping_run / "traces.jsonl"), "--gpu-log", str(dipping_run / "gpu-dmon.log"),
-                 "--tz", "UTC", "--html", str(page)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(dipping_run / "traces.jsonl"),
+                "--gpu-log",
+                str(dipping_run / "gpu-dmon.log"),
+                "--tz",
+                "UTC",
+                "--html",
+                str(page),
+            ]
+        )
+        == 0
+    )
     text = page.read_text()
     data = json.loads(text.split('<script type="application/json" id="report-data">')[1].split("</script>")[0])
     [gpu] = data["gpus"]
     unused = gpu["unused"]
     assert len(unused["start"]) == len(unused["end"]) == len(unused["blamed"]) == TURNS * TURN_S / 2
-    during = [r for s, r in zip(unused["start"], unused["blamed"]) if SEARCH[0] + 1 <= (s / 1000) % TURN_S < SEARCH[1] - 2]
+    during = [
+        r for s, r in zip(unused["start"], unused["blamed"]) if SEARCH[0] + 1 <= (s / 1000) % TURN_S < SEARCH[1] - 2
+    ]
     assert during and all(r == pytest.approx(0.7) for r in during)
     weather = [r for s, r in zip(unused["start"], unused["blamed"]) if 34 <= (s / 1000) % TURN_S < 46]
     assert max(weather) == pytest.approx(0.05 * 0.5 / 2)  # 5% unused, a quarter of the 2 s sample in flight

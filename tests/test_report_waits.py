@@ -57,12 +57,21 @@ def test_the_blocking_call_takes_the_block_and_the_report_says_to_offload_it(tmp
     assert report["tools"][0]["tool"] == "lookup"
     lookup = by_tool["lookup"]
     assert (lookup["loop_blocks"], lookup["loop_blocked_s"], lookup["loop_blocked_longest_s"]) == (
-        1, pytest.approx(2.05), pytest.approx(2.05))
+        1,
+        pytest.approx(2.05),
+        pytest.approx(2.05),
+    )
     assert lookup["gpu_idle_blocked_loop_s"] == pytest.approx(2.05)
     assert by_tool["fetch_a"]["loop_blocks"] == 0
-    assert report["event_loops"] == [{"thread": "MainThread", "blocks": 1, "blocked_s": pytest.approx(2.05),
-                                      "longest_s": pytest.approx(2.05),
-                                      "by_tool": [{"tool": "lookup", "blocked_s": pytest.approx(2.05)}]}]
+    assert report["event_loops"] == [
+        {
+            "thread": "MainThread",
+            "blocks": 1,
+            "blocked_s": pytest.approx(2.05),
+            "longest_s": pytest.approx(2.05),
+            "by_tool": [{"tool": "lookup", "blocked_s": pytest.approx(2.05)}],
+        }
+    ]
     offload = recommendations(report, "offload_from_loop")["lookup"]
     assert offload["evidence"]["most_waiting_calls"] == 2
     assert offload["evidence"]["threads"] == ["MainThread"]
@@ -82,8 +91,10 @@ def test_without_the_block_span_the_waiting_tools_would_take_most_of_it(tmp_path
 
 
 def test_a_block_with_no_tool_names_the_top_of_the_stack(tmp_path, capsys):
-    stack = ('  File "/srv/agent/main.py", line 40, in turn\n    plan = build_plan(history)\n'
-             '  File "/srv/agent/plan.py", line 12, in build_plan\n    return json.loads(blob)\n')
+    stack = (
+        '  File "/srv/agent/main.py", line 40, in turn\n    plan = build_plan(history)\n'
+        '  File "/srv/agent/plan.py", line 12, in build_plan\n    return json.loads(blob)\n'
+    )
     run = RecordedRun(tmp_path / "traces.jsonl")
     run.agent_run(0.0, 5.0)
     waiting = run.tool_call("fetch", 0.5, 0.5, 3.0, executor="direct")
@@ -135,8 +146,9 @@ def test_cpu_bound_io_bound_and_gil_bound_tools_are_told_apart(tmp_path, capsys)
 
     process = recommendations(report, "use_process_pool")
     assert set(process) == {"render_chart", "tokenize", "hash_files"}
-    assert process["render_chart"]["remedy"] == ('agent_otel.pool("render_chart", kind="cpu", processes=True)\n'
-                                                 '@agent_otel.tool(pool="render_chart")')
+    assert process["render_chart"]["remedy"] == (
+        'agent_otel.pool("render_chart", kind="cpu", processes=True)\n@agent_otel.tool(pool="render_chart")'
+    )
     assert "GIL-bound" in process["tokenize"]["message"] and "95%" in process["tokenize"]["message"]
     assert process["tokenize"]["evidence"]["wait_kind"] == "gil"
     asynchronous = recommendations(report, "use_async_io")
@@ -196,8 +208,13 @@ AGENT = textwrap.dedent("""
 
 def test_a_real_agent_whose_loop_a_sync_tool_blocks(tmp_path, capsys):
     traces = tmp_path / "traces.jsonl"
-    done = subprocess.run([sys.executable, "-c", AGENT, str(traces)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "OTEL_TRACES_EXPORTER": "none"})
+    done = subprocess.run(
+        [sys.executable, "-c", AGENT, str(traces)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OTEL_TRACES_EXPORTER": "none"},
+    )
     assert done.returncode == 0, done.stderr
     report = report_of(capsys, traces)
     by_tool = tools(report)

@@ -25,8 +25,11 @@ RULES_DIR = REPO / "dashboards" / "rules"
 RULES_FILE = RULES_DIR / "agent-otel-rules.yml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 CONTRACT_ALERTS = {
-    "AgentToolLatencySLOFastBurn", "AgentToolLatencySLOSlowBurn",
-    "AgentExecutorSaturated", "AgentGPUIdleBlockedByTools", "AgentEventLoopBlocked",
+    "AgentToolLatencySLOFastBurn",
+    "AgentToolLatencySLOSlowBurn",
+    "AgentExecutorSaturated",
+    "AgentGPUIdleBlockedByTools",
+    "AgentEventLoopBlocked",
 }
 
 
@@ -35,7 +38,9 @@ def committed_rules() -> list[dict]:
 
 
 def promtool(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([require_tool("promtool", "prometheus"), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [require_tool("promtool", "prometheus"), *args], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_promtool_accepts_the_rules():
@@ -94,28 +99,51 @@ def test_slo_parameters_reach_the_alert_expressions_and_text():
 def test_a_whole_number_threshold_matches_buckets_written_by_prometheus_2_and_3(tmp_path):
     # Prometheus 3 and prometheus_client write le="1.0"; older exporters le="1".
     (tmp_path / "rules.yml").write_text(rules.render(LatencySLO(threshold_s=1)))
-    (tmp_path / "tests.yml").write_text(yaml.safe_dump({
-        "rule_files": ["rules.yml"],
-        "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [
-                {"series": 'agent_tool_duration_seconds_count{job="a",tool="new"}', "values": "0+10x10"},
-                {"series": 'agent_tool_duration_seconds_bucket{job="a",tool="new",le="1.0"}', "values": "0+5x10"},
-                {"series": 'agent_tool_duration_seconds_count{job="a",tool="old"}', "values": "0+10x10"},
-                {"series": 'agent_tool_duration_seconds_bucket{job="a",tool="old",le="1"}', "values": "0+10x10"},
-                # Never the SLO bucket: 10 must not match the regex for 1.
-                {"series": 'agent_tool_duration_seconds_bucket{job="a",tool="old",le="10.0"}', "values": "0+10x10"},
-            ],
-            "promql_expr_test": [{
-                "expr": "agent_tool:latency_sli:ratio_rate5m",
-                "eval_time": "10m",
-                "exp_samples": [
-                    {"labels": 'agent_tool:latency_sli:ratio_rate5m{job="a",slo="latency",tool="new"}', "value": 0.5},
-                    {"labels": 'agent_tool:latency_sli:ratio_rate5m{job="a",slo="latency",tool="old"}', "value": 1},
+    (tmp_path / "tests.yml").write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["rules.yml"],
+                "evaluation_interval": "1m",
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": [
+                            {"series": 'agent_tool_duration_seconds_count{job="a",tool="new"}', "values": "0+10x10"},
+                            {
+                                "series": 'agent_tool_duration_seconds_bucket{job="a",tool="new",le="1.0"}',
+                                "values": "0+5x10",
+                            },
+                            {"series": 'agent_tool_duration_seconds_count{job="a",tool="old"}', "values": "0+10x10"},
+                            {
+                                "series": 'agent_tool_duration_seconds_bucket{job="a",tool="old",le="1"}',
+                                "values": "0+10x10",
+                            },
+                            # Never the SLO bucket: 10 must not match the regex for 1.
+                            {
+                                "series": 'agent_tool_duration_seconds_bucket{job="a",tool="old",le="10.0"}',
+                                "values": "0+10x10",
+                            },
+                        ],
+                        "promql_expr_test": [
+                            {
+                                "expr": "agent_tool:latency_sli:ratio_rate5m",
+                                "eval_time": "10m",
+                                "exp_samples": [
+                                    {
+                                        "labels": 'agent_tool:latency_sli:ratio_rate5m{job="a",slo="latency",tool="new"}',
+                                        "value": 0.5,
+                                    },
+                                    {
+                                        "labels": 'agent_tool:latency_sli:ratio_rate5m{job="a",slo="latency",tool="old"}',
+                                        "value": 1,
+                                    },
+                                ],
+                            }
+                        ],
+                    }
                 ],
-            }],
-        }],
-    }))
+            }
+        )
+    )
     result = promtool("test", "rules", "tests.yml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -27,8 +27,9 @@ TELEMETRY_DOC = (REPO / "docs" / "telemetry.md").read_text()
 
 
 def constants(prefixes: tuple[str, ...]) -> dict[str, str]:
-    return {name: value for name, value in vars(semconv).items()
-            if name.startswith(prefixes) and isinstance(value, str)}
+    return {
+        name: value for name, value in vars(semconv).items() if name.startswith(prefixes) and isinstance(value, str)
+    }
 
 
 def test_gen_ai_names_equal_the_installed_semantic_conventions():
@@ -55,23 +56,39 @@ def test_gen_ai_names_equal_the_installed_semantic_conventions():
 
 def test_every_name_is_documented_in_telemetry_md():
     documented = set(re.findall(r"`([^`\s]+)`", TELEMETRY_DOC))
-    attributes = {value for name, value in vars(semconv).items()
-                  if isinstance(value, str) and re.fullmatch(r"(gen_ai|agent|gpu|error)\.[a-z_.]+", value)
-                  and name.isupper()}
+    attributes = {
+        value
+        for name, value in vars(semconv).items()
+        if isinstance(value, str) and re.fullmatch(r"(gen_ai|agent|gpu|error)\.[a-z_.]+", value) and name.isupper()
+    }
     assert attributes, "semconv defines attributes"
     assert attributes - {semconv.THREAD_NAME} <= documented, attributes - documented
     for spec in semconv.METRICS.values():
         assert spec.name in TELEMETRY_DOC, spec.name
         for label in spec.labels:
             assert f"`{label}`" in TELEMETRY_DOC, label
-    for value in (semconv.SPAN_GPU_IDLE, semconv.EVENT_EXEC_START, semconv.EVENT_TOOL_ATTEMPT,
-                  semconv.EVENT_POOL_REJECTED, *semconv.OUTCOMES, *semconv.SPAN_PHASES, semconv.EXECUTOR_DIRECT,
-                  semconv.EXECUTOR_ASYNCIO_DEFAULT, semconv.EXECUTOR_UNNAMED, semconv.EXECUTOR_ANYIO, semconv.OTHER_TOOL):
+    for value in (
+        semconv.SPAN_GPU_IDLE,
+        semconv.EVENT_EXEC_START,
+        semconv.EVENT_TOOL_ATTEMPT,
+        semconv.EVENT_POOL_REJECTED,
+        *semconv.OUTCOMES,
+        *semconv.SPAN_PHASES,
+        semconv.EXECUTOR_DIRECT,
+        semconv.EXECUTOR_ASYNCIO_DEFAULT,
+        semconv.EXECUTOR_UNNAMED,
+        semconv.EXECUTOR_ANYIO,
+        semconv.OTHER_TOOL,
+    ):
         assert f"`{value}`" in TELEMETRY_DOC or f'"{value}"' in TELEMETRY_DOC, value
     assert "execute_tool {gen_ai.tool.name}" in TELEMETRY_DOC
     buckets = ", ".join(f"{b:g}" for b in semconv.DURATION_BUCKETS)
-    assert buckets == re.sub(r"\*\*", "", re.search(r"Histogram buckets \(seconds\): ([\d.,\s*]+)\.",
-                                                    TELEMETRY_DOC).group(1)).replace("\n", " ").strip()
+    assert (
+        buckets
+        == re.sub(r"\*\*", "", re.search(r"Histogram buckets \(seconds\): ([\d.,\s*]+)\.", TELEMETRY_DOC).group(1))
+        .replace("\n", " ")
+        .strip()
+    )
 
 
 def test_telemetry_md_names_nothing_the_contract_lacks():
@@ -112,6 +129,7 @@ def test_importing_the_contract_and_the_dashboards_loads_no_runtime():
 
 # ---------------------------------------------------------------- dashboards and rules vs a live process
 
+
 def dashboard_queries() -> list[str]:
     found = []
     for path in sorted((REPO / "dashboards" / "json").glob("*.json")):
@@ -123,8 +141,11 @@ def dashboard_queries() -> list[str]:
 
 def rule_queries() -> tuple[list[str], set[str]]:
     """Every expression (and annotation text, which may hold a query) of the rules, and the recorded names."""
-    rules = [rule for group in yaml.safe_load((REPO / "dashboards" / "rules" / "agent-otel-rules.yml")
-                                              .read_text())["groups"] for rule in group["rules"]]
+    rules = [
+        rule
+        for group in yaml.safe_load((REPO / "dashboards" / "rules" / "agent-otel-rules.yml").read_text())["groups"]
+        for rule in group["rules"]
+    ]
     texts = [rule["expr"] for rule in rules] + [text for rule in rules for text in rule.get("annotations", {}).values()]
     return texts, {rule["record"] for rule in rules if "record" in rule}
 
@@ -146,8 +167,13 @@ def label_names(query: str) -> set[str]:
 @pytest.fixture(scope="module")
 def live_scrapes() -> tuple[dict, dict]:
     """(metric families with samples while calls were in flight, at the end) of a live process."""
-    done = subprocess.run([sys.executable, str(REPO / "tests" / "helpers" / "contract_workload.py")],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "helpers" / "contract_workload.py")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     during, after = done.stdout.split("----\n")
@@ -175,11 +201,15 @@ def test_the_dashboards_and_rules_query_only_what_a_live_process_exports(live_sc
             assert used <= exported, f"{where}: {query!r} reads {used - exported}, which the process never exported"
             assert used <= semconv.series_names(), f"{where}: {query!r}: {used - semconv.series_names()}"
     # Recording rules read only exported series; alerts may read the recorded ones.
-    assert all(re.fullmatch(r"agent_tool:latency_sli:ratio_rate\w+|agent_gpu_pool:\w+:\w+", name)
-               for name in recorded), recorded
+    assert all(
+        re.fullmatch(r"agent_tool:latency_sli:ratio_rate\w+|agent_gpu_pool:\w+:\w+", name) for name in recorded
+    ), recorded
     used_series = {name for queries in used_by.values() for query in queries for name in metric_names(query)}
-    assert {semconv.METRIC_TOOL_INFLIGHT, semconv.METRIC_GPU_IDLE_BLOCKED,
-            semconv.METRIC_TOOL_DURATION + "_bucket"} <= used_series
+    assert {
+        semconv.METRIC_TOOL_INFLIGHT,
+        semconv.METRIC_GPU_IDLE_BLOCKED,
+        semconv.METRIC_TOOL_DURATION + "_bucket",
+    } <= used_series
 
 
 def test_the_dashboards_and_rules_use_only_the_labels_the_metrics_carry():
@@ -194,8 +224,11 @@ def test_a_live_process_exports_the_contract_with_its_types_and_labels(live_scra
     during, after = live_scrapes
     ours = {name: family for name, family in {**during, **after}.items() if name.startswith("agent_")}
     # The parser names a counter's family without "_total".
-    by_metric = {spec.name.removesuffix("_total") if spec.kind == semconv.COUNTER else spec.name: spec
-                 for spec in semconv.METRICS.values() if not spec.blame_service}
+    by_metric = {
+        spec.name.removesuffix("_total") if spec.kind == semconv.COUNTER else spec.name: spec
+        for spec in semconv.METRICS.values()
+        if not spec.blame_service
+    }
     assert set(ours) == set(by_metric), set(ours) ^ set(by_metric)
     for name, family in ours.items():
         spec = by_metric[name]
@@ -209,8 +242,10 @@ def test_a_live_process_exports_the_contract_with_its_types_and_labels(live_scra
     # Every metric had samples, except the GPU error and missing-data counters
     # (a simulated GPU never fails, and never loses samples).
     silent = {name for name, family in ours.items() if not family.samples and not during.get(name, family).samples}
-    assert silent <= {semconv.METRIC_GPU_ERRORS.removesuffix("_total"),
-                      semconv.METRIC_GPU_MISSING.removesuffix("_total")}, silent
+    assert silent <= {
+        semconv.METRIC_GPU_ERRORS.removesuffix("_total"),
+        semconv.METRIC_GPU_MISSING.removesuffix("_total"),
+    }, silent
     phases = {sample.labels["phase"] for sample in during[semconv.METRIC_TOOL_INFLIGHT].samples}
     assert phases == set(semconv.PHASES)
     outcomes = {sample.labels["outcome"] for sample in after[semconv.METRIC_TOOL_CALLS.removesuffix("_total")].samples}

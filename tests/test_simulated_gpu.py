@@ -45,9 +45,14 @@ def test_scripted_phases_give_the_average_of_each_sample_period():
 
     assert [s.timestamp_ns - start for s in samples] == [i * 250 * MS for i in range(1, 11)]
     assert [round(s.utilization, 6) for s in samples] == [
-        0.9, 0.9, 0.9, 0.9,  # 0-1 s at 90%
-        0.0, 0.0,  # 1-1.5 s idle
-        1.0, 1.0,  # 1.5-2 s busy
+        0.9,
+        0.9,
+        0.9,
+        0.9,  # 0-1 s at 90%
+        0.0,
+        0.0,  # 1-1.5 s idle
+        1.0,
+        1.0,  # 1.5-2 s busy
         0.4,  # 2-2.1 s busy, then the script is over: idle
         0.0,
     ]
@@ -111,6 +116,6 @@ def test_a_pause_between_two_model_calls_becomes_one_idle_window():
 def test_phases_and_specs_are_checked():
     with pytest.raises(ValueError, match="utilization in 0..1"):
         SimulatedGpu([(1.0, 90)])
-    with pytest.raises(ConfigError, match="'nvidia'.*\"auto\", \"nvml\", \"simulated\", \"replay:PATH\" or \"off\""):
+    with pytest.raises(ConfigError, match='\'nvidia\'.*"auto", "nvml", "simulated", "replay:PATH" or "off"'):
         open_gpu_source("nvidia")
     assert open_gpu_source("off") is None

@@ -79,9 +79,7 @@ def test_several_gpus_are_tracked_separately_and_carry_their_uuids():
     gpu1 = nvml_like([(0, 2.0), (4.0, 6.0)], 0, 6, gpu="1")
     interleaved = sorted(gpu0 + gpu1, key=lambda s: s.timestamp_ns)
 
-    windows = find_idle_windows(
-        interleaved, threshold=0.1, min_idle_s=0.5, uuids={"0": "GPU-aaa", "1": "GPU-bbb"}
-    )
+    windows = find_idle_windows(interleaved, threshold=0.1, min_idle_s=0.5, uuids={"0": "GPU-aaa", "1": "GPU-bbb"})
 
     assert [(w.gpu, w.uuid) for w in windows] == [("0", "GPU-aaa"), ("1", "GPU-bbb")]
     for window, (start, end) in zip(windows, [(1.0, 3.0), (2.0, 4.0)]):
@@ -234,13 +232,18 @@ def test_threshold_must_be_a_ratio(threshold):
         IdleDetector(threshold, 0.5)
 
 
-@pytest.mark.parametrize(("idle_ns", "is_window"), [(S // 2, True), (S // 2 - 1, False)],
-                         ids=["exactly min_idle", "1 ns shorter"])
+@pytest.mark.parametrize(
+    ("idle_ns", "is_window"), [(S // 2, True), (S // 2 - 1, False)], ids=["exactly min_idle", "1 ns shorter"]
+)
 def test_an_idle_stretch_exactly_min_idle_long_is_a_window_and_one_ns_shorter_is_not(idle_ns, is_window):
     # Busy samples at 100% around it, so no idle part of theirs counts toward the stretch.
     start = 10 * S
-    samples = [GpuSample("0", start, 1.0), GpuSample("0", start + idle_ns // 2, 0.0),
-               GpuSample("0", start + idle_ns, 0.0), GpuSample("0", start + S, 1.0)]
+    samples = [
+        GpuSample("0", start, 1.0),
+        GpuSample("0", start + idle_ns // 2, 0.0),
+        GpuSample("0", start + idle_ns, 0.0),
+        GpuSample("0", start + S, 1.0),
+    ]
     expected = [("0", start / S, (start + idle_ns) / S)] if is_window else []
     detector = IdleDetector(0.1, 0.5)
     assert seconds(detector.feed(samples) + detector.flush()) == expected

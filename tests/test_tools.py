@@ -78,12 +78,15 @@ async def _agen(n: int):
         yield i
 
 
-@pytest.mark.parametrize("fn,check", [
-    (_sync, inspect.isfunction),
-    (_coro, inspect.iscoroutinefunction),
-    (_gen, inspect.isgeneratorfunction),
-    (_agen, inspect.isasyncgenfunction),
-])
+@pytest.mark.parametrize(
+    "fn,check",
+    [
+        (_sync, inspect.isfunction),
+        (_coro, inspect.iscoroutinefunction),
+        (_gen, inspect.isgeneratorfunction),
+        (_agen, inspect.isasyncgenfunction),
+    ],
+)
 def test_wrapper_keeps_what_frameworks_read(fn, check):
     wrapped = agent_otel.tool(fn)
     assert wrapped.__wrapped__ is fn
@@ -350,10 +353,17 @@ def test_nested_tool_is_a_child_span(agent, spans):
 
 
 def test_arguments_and_results_recorded_only_when_asked(spans):
-    agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(),
-                          record_arguments=True, record_results=True, max_attribute_length=60,
-                          redact=lambda attribute, text: text.replace("secret", "******"))
+    agent_otel.instrument(
+        traces_exporters="none",
+        gpu="off",
+        frameworks=(),
+        record_arguments=True,
+        record_results=True,
+        max_attribute_length=60,
+        redact=lambda attribute, text: text.replace("secret", "******"),
+    )
     try:
+
         @agent_otel.tool
         def login(user, password):
             return "token-" + "x" * 100

@@ -6,8 +6,21 @@ timeline with the calls while the agent runs.
 """
 
 from agent_otel.attribution.rule import (
-    BlameTotals, CallShare, UnderuseTotals, WindowAttribution, attribute, attribute_underuse, gpu_key,
+    BlameTotals,
+    CallShare,
+    UnderuseTotals,
+    WindowAttribution,
+    attribute,
+    attribute_underuse,
+    gpu_key,
 )
 
-__all__ = ["BlameTotals", "CallShare", "UnderuseTotals", "WindowAttribution", "attribute", "attribute_underuse",
-           "gpu_key"]
+__all__ = [
+    "BlameTotals",
+    "CallShare",
+    "UnderuseTotals",
+    "WindowAttribution",
+    "attribute",
+    "attribute_underuse",
+    "gpu_key",
+]

@@ -41,7 +41,12 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 from agent_otel import forks
 from agent_otel.attribution.horizon import CallHorizon
 from agent_otel.attribution.rule import (
-    BlameTotals, CallShare, UnderuseTotals, WindowAttribution, attribute, gpu_key,
+    BlameTotals,
+    CallShare,
+    UnderuseTotals,
+    WindowAttribution,
+    attribute,
+    gpu_key,
 )
 from agent_otel.config import DEFAULTS
 from agent_otel.gpu.timeline import IdleDetector, is_missing
@@ -161,8 +166,9 @@ class BlameEngine:
         """Finished calls, as they finish (any thread)."""
         self.horizon.add_many(calls)
 
-    def feed(self, samples: Sequence[GpuSample], in_flight: Iterable[ToolCall] = (),
-             blocks: Iterable[LoopBlock] = ()) -> BlameUpdate:
+    def feed(
+        self, samples: Sequence[GpuSample], in_flight: Iterable[ToolCall] = (), blocks: Iterable[LoopBlock] = ()
+    ) -> BlameUpdate:
         """Add a batch of samples; ``in_flight`` are the calls not finished now
         (read before the finished calls were last added, so none falls between);
         ``blocks`` the event-loop blocks that may overlap the new stretches
@@ -179,8 +185,9 @@ class BlameEngine:
 
     # -- the work --------------------------------------------------------
 
-    def _update(self, step, in_flight: Iterable[ToolCall], blocks: Iterable[LoopBlock], *,
-                flushing: bool) -> BlameUpdate:
+    def _update(
+        self, step, in_flight: Iterable[ToolCall], blocks: Iterable[LoopBlock], *, flushing: bool
+    ) -> BlameUpdate:
         update = BlameUpdate()
         closed = list(step.windows)
         if flushing:
@@ -208,7 +215,7 @@ class BlameEngine:
         results = attribute(intervals, calls, blocks) if intervals else []
         for (piece, start, window), result in zip(pieces, results):
             self._accrue(piece, start, window, result, originals, update)
-        for result in results[len(pieces):]:
+        for result in results[len(pieces) :]:
             update.underused.add(result)
         self.horizon.keep_from(self._needed_from())
         return update
@@ -220,8 +227,15 @@ class BlameEngine:
             start_ns = current.accrued_to
         return _Piece(gpu, start_ns, max(start_ns, end_ns), self.pool)
 
-    def _accrue(self, piece: _Piece, start: int, window: Optional[IdleWindow], result: WindowAttribution,
-                originals: dict[int, ToolCall], update: BlameUpdate) -> None:
+    def _accrue(
+        self,
+        piece: _Piece,
+        start: int,
+        window: Optional[IdleWindow],
+        result: WindowAttribution,
+        originals: dict[int, ToolCall],
+        update: BlameUpdate,
+    ) -> None:
         gpu, label = piece.gpu, gpu_key(piece)
         current = self._open.get(gpu)
         if current is None or current.start_ns != start:

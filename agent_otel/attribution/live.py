@@ -28,9 +28,18 @@ from agent_otel.gpu.sampler import GpuSampler
 from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
 from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
-from agent_otel.semconv import (AGENT_GPU_SOURCE, AGENT_TOOL_PHASE, GPU_IDLE_BLOCKED_BY, GPU_IDLE_BLOCKED_DURATION, GPU_IDLE_DURATION,
-                                GPU_IDLE_UNATTRIBUTED_DURATION, GPU_INDEX, GPU_UTILIZATION_AVG, GPU_UUID,
-                                SPAN_GPU_IDLE)
+from agent_otel.semconv import (
+    AGENT_GPU_SOURCE,
+    AGENT_TOOL_PHASE,
+    GPU_IDLE_BLOCKED_BY,
+    GPU_IDLE_BLOCKED_DURATION,
+    GPU_IDLE_DURATION,
+    GPU_IDLE_UNATTRIBUTED_DURATION,
+    GPU_INDEX,
+    GPU_UTILIZATION_AVG,
+    GPU_UUID,
+    SPAN_GPU_IDLE,
+)
 from agent_otel.problems import Problems
 from agent_otel.text import NAME_LIMIT, valid_text
 
@@ -39,8 +48,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("agent_otel.gpu")
 
-__all__ = ["MAX_HORIZON_CALLS", "CallsInFlight", "FinishedCalls", "GpuMetrics", "LiveTimeline",
-           "start_live_timeline"]
+__all__ = ["MAX_HORIZON_CALLS", "CallsInFlight", "FinishedCalls", "GpuMetrics", "LiveTimeline", "start_live_timeline"]
 
 
 class CallsInFlight(Protocol):
@@ -95,13 +103,22 @@ class LiveTimeline:
 
     part_name = "GPU sampling"
 
-    def __init__(self, source: GpuSource, *, tracer: trace_api.Tracer, metrics: GpuMetrics,
-                 recorder: Optional[CallsInFlight] = None, pipeline: Optional[FinishedCalls] = None,
-                 poll_interval_s: float = DEFAULTS.gpu_poll_interval,
-                 idle_threshold: float = DEFAULTS.gpu_idle_threshold, min_idle_s: float = DEFAULTS.gpu_min_idle,
-                 horizon_s: float = DEFAULTS.attribution_horizon, log_path: Optional[str] = None,
-                 loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None,
-                 max_calls: int = MAX_HORIZON_CALLS):
+    def __init__(
+        self,
+        source: GpuSource,
+        *,
+        tracer: trace_api.Tracer,
+        metrics: GpuMetrics,
+        recorder: Optional[CallsInFlight] = None,
+        pipeline: Optional[FinishedCalls] = None,
+        poll_interval_s: float = DEFAULTS.gpu_poll_interval,
+        idle_threshold: float = DEFAULTS.gpu_idle_threshold,
+        min_idle_s: float = DEFAULTS.gpu_min_idle,
+        horizon_s: float = DEFAULTS.attribution_horizon,
+        log_path: Optional[str] = None,
+        loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None,
+        max_calls: int = MAX_HORIZON_CALLS,
+    ):
         self.source = source
         # (start_ns, end_ns) -> the event-loop blocks overlapping it (the loop monitor's)
         self.loop_blocks = loop_blocks
@@ -116,8 +133,14 @@ class LiveTimeline:
         # a poll interval above a second spaces samples out: widen the limit
         # with it, or sparse samples read as missing data.
         max_gap_s = None if getattr(source, "reports_gaps", False) else max(DEFAULT_MAX_GAP_S, 3 * poll_interval_s)
-        self.engine = BlameEngine(idle_threshold=idle_threshold, min_idle_s=min_idle_s, max_gap_s=max_gap_s,
-                                  uuids=uuids, horizon_s=horizon_s, max_calls=max_calls)
+        self.engine = BlameEngine(
+            idle_threshold=idle_threshold,
+            min_idle_s=min_idle_s,
+            max_gap_s=max_gap_s,
+            uuids=uuids,
+            horizon_s=horizon_s,
+            max_calls=max_calls,
+        )
         self.log = GpuLogWriter(log_path, source.devices()) if log_path else None
         self._problems = Problems(logger)
         self._reported_errors: dict[str, int] = {}
@@ -157,9 +180,12 @@ class LiveTimeline:
             try:
                 self.log.write(samples)
             except OSError as exc:
-                self._problems.report(("gpu log", exc.errno), "agent-otel: could not write GPU samples to %s "
-                                      "(%s); they are missing from the GPU log", self.log.path,
-                                      exc.strerror or exc)
+                self._problems.report(
+                    ("gpu log", exc.errno),
+                    "agent-otel: could not write GPU samples to %s (%s); they are missing from the GPU log",
+                    self.log.path,
+                    exc.strerror or exc,
+                )
         self.apply(self.engine.feed(samples, self._in_flight(), self._blocks()))
         self._count_source_errors()
 
@@ -223,10 +249,10 @@ class LiveTimeline:
         links = []
         for share in result.shares:
             if share.call.trace_id:
-                context = SpanContext(share.call.trace_id, share.call.span_id, is_remote=False,
-                                      trace_flags=TraceFlags(TraceFlags.SAMPLED))
-                links.append(Link(context, {GPU_IDLE_BLOCKED_DURATION: share.blocked_s,
-                                            AGENT_TOOL_PHASE: share.phase}))
+                context = SpanContext(
+                    share.call.trace_id, share.call.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+                )
+                links.append(Link(context, {GPU_IDLE_BLOCKED_DURATION: share.blocked_s, AGENT_TOOL_PHASE: share.phase}))
         attributes: dict[str, AttributeValue] = {
             GPU_INDEX: gpu,
             GPU_IDLE_DURATION: closed.idle_s,  # what agent_gpu_idle_seconds_total received for it
@@ -240,19 +266,28 @@ class LiveTimeline:
             attributes[GPU_IDLE_BLOCKED_BY] = result.blocked_by
         # Each window is the root of its own trace: the GPU's timeline is not
         # part of any one agent turn, and the links lead to the turns it hit.
-        span = self.tracer.start_span(SPAN_GPU_IDLE, context=trace_api.set_span_in_context(trace_api.INVALID_SPAN),
-                                      attributes=attributes, links=links, start_time=window.start_ns)
+        span = self.tracer.start_span(
+            SPAN_GPU_IDLE,
+            context=trace_api.set_span_in_context(trace_api.INVALID_SPAN),
+            attributes=attributes,
+            links=links,
+            start_time=window.start_ns,
+        )
         span.end(end_time=window.end_ns)
         for share in result.shares:
             if not share.call.trace_id or share.blocked_s <= 0:
                 continue
-            parent = NonRecordingSpan(SpanContext(share.call.trace_id, share.call.span_id, is_remote=False,
-                                                  trace_flags=TraceFlags(TraceFlags.SAMPLED)))
+            parent = NonRecordingSpan(
+                SpanContext(
+                    share.call.trace_id, share.call.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+                )
+            )
             child = self.tracer.start_span(
-                SPAN_GPU_IDLE, context=trace_api.set_span_in_context(parent),
-                attributes={GPU_INDEX: gpu, GPU_IDLE_BLOCKED_DURATION: share.blocked_s,
-                            AGENT_TOOL_PHASE: share.phase},
-                start_time=share.start_ns)
+                SPAN_GPU_IDLE,
+                context=trace_api.set_span_in_context(parent),
+                attributes={GPU_INDEX: gpu, GPU_IDLE_BLOCKED_DURATION: share.blocked_s, AGENT_TOOL_PHASE: share.phase},
+                start_time=share.start_ns,
+            )
             child.end(end_time=share.end_ns)
 
     def _count_source_errors(self) -> None:
@@ -263,17 +298,21 @@ class LiveTimeline:
                 self._reported_errors[reason] = count
 
 
-def start_live_timeline(settings: Settings, *, tracer: trace_api.Tracer, metrics: GpuMetrics,
-                        recorder: Optional[CallsInFlight], pipeline: Optional[FinishedCalls],
-                        loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None
-                        ) -> Optional[LiveTimeline]:
+def start_live_timeline(
+    settings: Settings,
+    *,
+    tracer: trace_api.Tracer,
+    metrics: GpuMetrics,
+    recorder: Optional[CallsInFlight],
+    pipeline: Optional[FinishedCalls],
+    loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None,
+) -> Optional[LiveTimeline]:
     """Open the GPU source ``settings`` name and start the timeline; None without a GPU.
 
     ``loop_blocks(start_ns, end_ns)``: the event-loop blocks of a stretch (the loop monitor's).
     """
     options = {"clock": now_ns} if settings.gpu == "simulated" else {}
-    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None,
-                             **options)
+    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None, **options)
     if source is None:
         return None
     if not source.devices():
@@ -283,9 +322,18 @@ def start_live_timeline(settings: Settings, *, tracer: trace_api.Tracer, metrics
             metrics.gpu_errors.labels(metrics.reason_label(reason)).inc(count)
         source.close()
         return None
-    timeline = LiveTimeline(source, tracer=tracer, metrics=metrics, recorder=recorder, pipeline=pipeline,
-                            poll_interval_s=settings.gpu_poll_interval, idle_threshold=settings.gpu_idle_threshold,
-                            min_idle_s=settings.gpu_min_idle, horizon_s=settings.attribution_horizon,
-                            log_path=settings.gpu_log_file, loop_blocks=loop_blocks)
+    timeline = LiveTimeline(
+        source,
+        tracer=tracer,
+        metrics=metrics,
+        recorder=recorder,
+        pipeline=pipeline,
+        poll_interval_s=settings.gpu_poll_interval,
+        idle_threshold=settings.gpu_idle_threshold,
+        min_idle_s=settings.gpu_min_idle,
+        horizon_s=settings.attribution_horizon,
+        log_path=settings.gpu_log_file,
+        loop_blocks=loop_blocks,
+    )
     timeline.start()
     return timeline

@@ -195,8 +195,9 @@ class UnderuseTotals:
                     self.blocked_s[key] = self.blocked_s.get(key, 0.0) + unused * blocked
 
 
-def attribute_underuse(segments: Sequence[UtilizationSegment], calls: Iterable[ToolCall],
-                       blocks: Iterable[LoopBlock] = ()) -> UnderuseTotals:
+def attribute_underuse(
+    segments: Sequence[UtilizationSegment], calls: Iterable[ToolCall], blocks: Iterable[LoopBlock] = ()
+) -> UnderuseTotals:
     """Blame the unused capacity of ``segments`` on ``calls`` by the rule
     (refined by the event loops' ``blocks``, as for idle windows).
 
@@ -269,8 +270,9 @@ class _Calls:
         return self.h[i], self.z[i] + elapsed
 
 
-def attribute(windows: Iterable[Interval], calls: Iterable[ToolCall],
-              blocks: Iterable[LoopBlock] = ()) -> list[WindowAttribution]:
+def attribute(
+    windows: Iterable[Interval], calls: Iterable[ToolCall], blocks: Iterable[LoopBlock] = ()
+) -> list[WindowAttribution]:
     """Blame each idle window (or any ``Interval``) on the tool calls in flight during it.
 
     Returns one ``WindowAttribution`` per window, in the order given. A
@@ -395,9 +397,16 @@ def _cut_at_blocks(calls: list[ToolCall], blocks: Sequence[LoopBlock]) -> tuple[
             continue
         blocker = by_key.get(block.blocker)
         tool = blocker.tool if blocker is not None else (block.tool or "unknown")
-        piece = ToolCall(tool, "direct", block.start_ns, block.start_ns, block.end_ns,
-                         trace_id=block.blocker[0], span_id=block.blocker[1],
-                         pool=blocker.pool if blocker is not None else block.pool)
+        piece = ToolCall(
+            tool,
+            "direct",
+            block.start_ns,
+            block.start_ns,
+            block.end_ns,
+            trace_id=block.blocker[0],
+            span_id=block.blocker[1],
+            pool=blocker.pool if blocker is not None else block.pool,
+        )
         if blocker is not None:
             pieces_of[id(piece)] = blocker
         result.append(piece)
@@ -417,8 +426,11 @@ def _pieces(call: ToolCall, intervals: list[tuple[int, int]]) -> list[ToolCall]:
                 piece_start = 0  # still queued
             else:
                 piece_start = min(max(start, at), piece_end)
-            pieces.append(dataclasses.replace(call, submit_ns=at, start_ns=piece_start,
-                                              end_ns=0 if piece_end == _OPEN_END else piece_end))
+            pieces.append(
+                dataclasses.replace(
+                    call, submit_ns=at, start_ns=piece_start, end_ns=0 if piece_end == _OPEN_END else piece_end
+                )
+            )
         at = max(at, cut_end)
         if at >= end:
             break

@@ -75,8 +75,14 @@ class WatermarkSource:
     thread polls it.
     """
 
-    def __init__(self, source, delay_s: float, *, on_fresh: Callable[[list[GpuSample]], None] = lambda s: None,
-                 clock: Callable[[], int] = time.time_ns):
+    def __init__(
+        self,
+        source,
+        delay_s: float,
+        *,
+        on_fresh: Callable[[list[GpuSample]], None] = lambda s: None,
+        clock: Callable[[], int] = time.time_ns,
+    ):
         self.source = source
         self.kind = source.kind
         self.reports_gaps = getattr(source, "reports_gaps", False)
@@ -138,9 +144,17 @@ class PoolTimeline(LiveTimeline):
     returns (``Intake``) is for the caller to count (``BlameService``).
     """
 
-    def __init__(self, source, *, pool: str, watermark_s: float = DEFAULT_WATERMARK_S, max_calls: int = MAX_CALLS,
-                 horizon_s: float = DEFAULTS.attribution_horizon, clock: Callable[[], int] = time.time_ns,
-                 **options):
+    def __init__(
+        self,
+        source,
+        *,
+        pool: str,
+        watermark_s: float = DEFAULT_WATERMARK_S,
+        max_calls: int = MAX_CALLS,
+        horizon_s: float = DEFAULTS.attribution_horizon,
+        clock: Callable[[], int] = time.time_ns,
+        **options,
+    ):
         if not pool:
             raise ValueError("a blame service needs the GPU pool it blames (agent.gpu.pool)")
         if not watermark_s >= 0:
@@ -172,14 +186,20 @@ class PoolTimeline(LiveTimeline):
             for call in calls:
                 if call.pool != self.pool:
                     intake.refused[OTHER_POOL] += 1
-                    intake.examples.setdefault(OTHER_POOL, f"tool span {call.tool!r} is of GPU pool {call.pool!r} "
-                                               f"(agent.gpu.pool), not this blame service's {self.pool!r}")
+                    intake.examples.setdefault(
+                        OTHER_POOL,
+                        f"tool span {call.tool!r} is of GPU pool {call.pool!r} "
+                        f"(agent.gpu.pool), not this blame service's {self.pool!r}",
+                    )
                     continue
                 if call.end_ns > now + self.watermark_ns:
                     intake.refused[CLOCK_AHEAD] += 1
-                    intake.examples.setdefault(CLOCK_AHEAD, f"tool span {call.tool!r} ends "
-                                               f"{(call.end_ns - now) / NS_PER_S:.1f} s after this host's clock: "
-                                               "check the sender's clock (NTP)")
+                    intake.examples.setdefault(
+                        CLOCK_AHEAD,
+                        f"tool span {call.tool!r} ends "
+                        f"{(call.end_ns - now) / NS_PER_S:.1f} s after this host's clock: "
+                        "check the sender's clock (NTP)",
+                    )
                     continue
                 key = (call.trace_id, call.span_id)
                 if key in self._seen:
@@ -246,4 +266,3 @@ class PoolTimeline(LiveTimeline):
         if len(self._seen) > 2 * self.engine.horizon.max_calls + 1024:
             held = self.engine.horizon.overlapping(0, 1 << 63)
             self._seen = {(call.trace_id, call.span_id): call.end_ns for call in held}
-

@@ -184,8 +184,7 @@ _patch: Optional[Patch] = None
 class _Submission:
     """One submitted callable: runs it in the worker, notices a cancellation."""
 
-    __slots__ = ("monitor", "stats", "submit_perf_ns", "parent_context", "call", "started", "fn", "args",
-                 "kwargs")
+    __slots__ = ("monitor", "stats", "submit_perf_ns", "parent_context", "call", "started", "fn", "args", "kwargs")
 
     def __init__(self, monitor, stats, submit_perf_ns, parent_context, call, fn, args, kwargs):
         self.monitor = monitor

@@ -57,9 +57,19 @@ from agent_otel.capture import stacks
 from agent_otel.capture.patching import Patches
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
-from agent_otel.semconv import (ASYNCIO_LOOP_BLOCKED_BY, ASYNCIO_LOOP_BLOCKED_DURATION, ASYNCIO_LOOP_ROLE,
-                                ASYNCIO_LOOP_WAITING_CALLS, BLOCKED_BY_UNKNOWN, CODE_STACKTRACE, LOOP_ROLE_BLOCKING,
-                                LOOP_ROLE_WAITING, SPAN_LOOP_BLOCKED, THREAD_ID, THREAD_NAME)
+from agent_otel.semconv import (
+    ASYNCIO_LOOP_BLOCKED_BY,
+    ASYNCIO_LOOP_BLOCKED_DURATION,
+    ASYNCIO_LOOP_ROLE,
+    ASYNCIO_LOOP_WAITING_CALLS,
+    BLOCKED_BY_UNKNOWN,
+    CODE_STACKTRACE,
+    LOOP_ROLE_BLOCKING,
+    LOOP_ROLE_WAITING,
+    SPAN_LOOP_BLOCKED,
+    THREAD_ID,
+    THREAD_NAME,
+)
 
 logger = logging.getLogger("agent_otel")
 
@@ -102,8 +112,18 @@ class _Episode:
 class _Watch:
     """One watched loop: its heartbeat (run on the loop) and what the watchdog saw."""
 
-    __slots__ = ("monitor", "loop", "thread_id", "thread_name", "due_ns", "last_ns", "handle", "late",
-                 "stopped", "episode")
+    __slots__ = (
+        "monitor",
+        "loop",
+        "thread_id",
+        "thread_name",
+        "due_ns",
+        "last_ns",
+        "handle",
+        "late",
+        "stopped",
+        "episode",
+    )
 
     def __init__(self, monitor: "LoopMonitor", loop, thread_id: int, thread_name: str):
         self.monitor = monitor
@@ -123,8 +143,7 @@ class _Watch:
     def start(self) -> None:
         """Schedule the first heartbeat (on the loop's thread, or before the loop runs)."""
         if not self.stopped:
-            self.handle = self.loop.call_later(self.monitor.interval_s, self.beat,
-                                               context=self.monitor.context)
+            self.handle = self.loop.call_later(self.monitor.interval_s, self.beat, context=self.monitor.context)
 
     def beat(self) -> None:
         if self.stopped:
@@ -377,7 +396,7 @@ class LoopMonitor:
             return "(the loop's thread has no Python frame)"
         text = "".join(traceback.format_list(traceback.extract_stack(frame, limit=STACK_FRAMES)))
         if len(text) > self.max_stack_chars:
-            text = "…" + text[len(text) - self.max_stack_chars + 1:]  # keep the innermost frames
+            text = "…" + text[len(text) - self.max_stack_chars + 1 :]  # keep the innermost frames
         return text
 
     def _close(self, watch: _Watch, due: int, ran: int) -> None:
@@ -417,8 +436,13 @@ class LoopMonitor:
             attributes[CODE_STACKTRACE] = block.stack
         # Its own trace, like a GPU idle window: a blocked loop stalls every
         # coroutine on it, not one agent turn; the links lead to the calls.
-        span = self.tracer.start_span(SPAN_LOOP_BLOCKED, context=trace_api.set_span_in_context(trace_api.INVALID_SPAN),
-                                      attributes=attributes, links=links, start_time=block.start_ns)
+        span = self.tracer.start_span(
+            SPAN_LOOP_BLOCKED,
+            context=trace_api.set_span_in_context(trace_api.INVALID_SPAN),
+            attributes=attributes,
+            links=links,
+            start_time=block.start_ns,
+        )
         span.end(end_time=block.end_ns)
 
     # ------------------------------------------------------------ readers
@@ -490,8 +514,17 @@ def _blocks(thread: str, segments: list[_Segment], waiting: dict[int, ToolCall],
             continue
         blocker = segment.blocker
         key = (blocker.trace_id, blocker.span_id) if blocker is not None and blocker.span_id else None
-        blocks.append(LoopBlock(thread, segment.start_ns, segment_end, blocker.tool if blocker is not None else None,
-                                key, tuple(k for k in waiting_keys if k != key), stack=segment.stack))
+        blocks.append(
+            LoopBlock(
+                thread,
+                segment.start_ns,
+                segment_end,
+                blocker.tool if blocker is not None else None,
+                key,
+                tuple(k for k in waiting_keys if k != key),
+                stack=segment.stack,
+            )
+        )
     return blocks
 
 
@@ -541,4 +574,3 @@ def _hook_uvloop_on_import(monitor: LoopMonitor) -> None:
     except ImportError:
         return
     wrapt.register_post_import_hook(lambda _module: _hook_uvloop(monitor), "uvloop")
-

@@ -14,9 +14,20 @@ from typing import Callable, Optional
 
 from opentelemetry.util.types import AttributeValue
 
-from agent_otel.semconv import (AGENT_TOOL_EXECUTOR, AGENT_TOOL_OUTCOME, AGENT_TOOL_QUEUE_DURATION, EXECUTOR_DIRECT,
-                                GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME, GEN_AI_TOOL_DESCRIPTION,
-                                GEN_AI_TOOL_NAME, GEN_AI_TOOL_TYPE, OUTCOME_OK, TOOL_TYPE_FUNCTION, tool_span_name)
+from agent_otel.semconv import (
+    AGENT_TOOL_EXECUTOR,
+    AGENT_TOOL_OUTCOME,
+    AGENT_TOOL_QUEUE_DURATION,
+    EXECUTOR_DIRECT,
+    GEN_AI_OPERATION_EXECUTE_TOOL,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_TOOL_DESCRIPTION,
+    GEN_AI_TOOL_NAME,
+    GEN_AI_TOOL_TYPE,
+    OUTCOME_OK,
+    TOOL_TYPE_FUNCTION,
+    tool_span_name,
+)
 from agent_otel.text import NAME_LIMIT, valid_text
 
 # The longest tool description put on a span, in characters.
@@ -53,8 +64,12 @@ class ToolMeta:
         # A direct call's queue time, executor and (until an exception says
         # otherwise) outcome are known at start: set with the span, they
         # cost one attribute pass instead of two.
-        self.direct_attributes: dict[str, AttributeValue] = {**attributes, AGENT_TOOL_QUEUE_DURATION: 0.0,
-                                  AGENT_TOOL_EXECUTOR: EXECUTOR_DIRECT, AGENT_TOOL_OUTCOME: OUTCOME_OK}
+        self.direct_attributes: dict[str, AttributeValue] = {
+            **attributes,
+            AGENT_TOOL_QUEUE_DURATION: 0.0,
+            AGENT_TOOL_EXECUTOR: EXECUTOR_DIRECT,
+            AGENT_TOOL_OUTCOME: OUTCOME_OK,
+        }
 
 
 _META_CACHE: dict[tuple, ToolMeta] = {}

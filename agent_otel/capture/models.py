@@ -43,11 +43,22 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.recorder import error_type_of
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
-from agent_otel.semconv import (ERROR_TYPE, GEN_AI_AGENT_NAME, GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_INVOKE_AGENT,
-                                GEN_AI_OPERATION_NAME, GEN_AI_PROVIDER_NAME, GEN_AI_REQUEST_MODEL,
-                                GEN_AI_REQUEST_STREAM, GEN_AI_RESPONSE_MODEL, GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
-                                GEN_AI_USAGE_INPUT_TOKENS, GEN_AI_USAGE_OUTPUT_TOKENS, agent_span_name,
-                                model_span_name)
+from agent_otel.semconv import (
+    ERROR_TYPE,
+    GEN_AI_AGENT_NAME,
+    GEN_AI_OPERATION_CHAT,
+    GEN_AI_OPERATION_INVOKE_AGENT,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_PROVIDER_NAME,
+    GEN_AI_REQUEST_MODEL,
+    GEN_AI_REQUEST_STREAM,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+    GEN_AI_USAGE_INPUT_TOKENS,
+    GEN_AI_USAGE_OUTPUT_TOKENS,
+    agent_span_name,
+    model_span_name,
+)
 
 MODEL_SPANS_MODES = ("auto", "on", "off")
 _mode = "auto"  # the model_spans setting, set by instrument()
@@ -56,11 +67,35 @@ _mode = "auto"  # the model_spans setting, set by instrument()
 # instrumentation, and these OpenLLMetry / OpenTelemetry contrib ones
 # (``opentelemetry.instrumentation.{name}``).
 _PEER_PREFIX = "openinference.instrumentation."
-_PEER_MODULES = frozenset(f"opentelemetry.instrumentation.{name}" for name in (
-    "langchain", "llamaindex", "openai_agents", "crewai", "haystack", "openai", "openai_v2", "anthropic",
-    "bedrock", "vertexai", "google_genai", "google_generativeai", "cohere", "mistralai", "groq", "ollama",
-    "together", "replicate", "transformers", "watsonx", "sagemaker", "alephalpha", "writer", "litellm",
-))
+_PEER_MODULES = frozenset(
+    f"opentelemetry.instrumentation.{name}"
+    for name in (
+        "langchain",
+        "llamaindex",
+        "openai_agents",
+        "crewai",
+        "haystack",
+        "openai",
+        "openai_v2",
+        "anthropic",
+        "bedrock",
+        "vertexai",
+        "google_genai",
+        "google_generativeai",
+        "cohere",
+        "mistralai",
+        "groq",
+        "ollama",
+        "together",
+        "replicate",
+        "transformers",
+        "watsonx",
+        "sagemaker",
+        "alephalpha",
+        "writer",
+        "litellm",
+    )
+)
 
 
 def configure(mode: str) -> None:
@@ -84,8 +119,9 @@ def peer_instrumentation() -> Optional[str]:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
         module = cls.__module__
-        if not (module.startswith(_PEER_PREFIX) or module.rsplit(".", 1)[0] in _PEER_MODULES
-                or module in _PEER_MODULES):
+        if not (
+            module.startswith(_PEER_PREFIX) or module.rsplit(".", 1)[0] in _PEER_MODULES or module in _PEER_MODULES
+        ):
             continue
         instance = cls.__dict__.get("_instance")
         if instance is not None and getattr(instance, "_is_instrumented_by_opentelemetry", False):
@@ -128,8 +164,14 @@ class ModelSpan:
         self.response_model: Optional[str] = None
 
     @classmethod
-    def start(cls, model: str, operation: str = GEN_AI_OPERATION_CHAT, provider: Optional[str] = None,
-              stream: Optional[bool] = None, context=None) -> Optional["ModelSpan"]:
+    def start(
+        cls,
+        model: str,
+        operation: str = GEN_AI_OPERATION_CHAT,
+        provider: Optional[str] = None,
+        stream: Optional[bool] = None,
+        context=None,
+    ) -> Optional["ModelSpan"]:
         """Start a model call's span (None when not instrumented)."""
         rec = _recorder.current
         if rec is None:
@@ -141,8 +183,13 @@ class ModelSpan:
         if stream is not None:
             attributes[GEN_AI_REQUEST_STREAM] = bool(stream)
         start_ns = _now_ns()
-        span = rec.tracer.start_span(model_span_name(operation, model), context=context, kind=SpanKind.CLIENT,
-                                     attributes=attributes, start_time=start_ns)
+        span = rec.tracer.start_span(
+            model_span_name(operation, model),
+            context=context,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=start_ns,
+        )
         return cls(span, start_ns)
 
     def first_chunk(self) -> None:
@@ -218,8 +265,14 @@ class model_span:
 
     __slots__ = ("_model", "_operation", "_provider", "_stream", "_call", "_token")
 
-    def __init__(self, model: str, *, operation: str = GEN_AI_OPERATION_CHAT, provider: Optional[str] = None,
-                 stream: Optional[bool] = None):
+    def __init__(
+        self,
+        model: str,
+        *,
+        operation: str = GEN_AI_OPERATION_CHAT,
+        provider: Optional[str] = None,
+        stream: Optional[bool] = None,
+    ):
         self._model = model
         self._operation = operation
         self._provider = provider
@@ -274,9 +327,10 @@ class agent_span:
         if rec is None:
             return trace_api.INVALID_SPAN
         span = self._span = rec.tracer.start_span(
-            agent_span_name(self._name), attributes={GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_INVOKE_AGENT,
-                                                     GEN_AI_AGENT_NAME: self._name},
-            start_time=_now_ns())
+            agent_span_name(self._name),
+            attributes={GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_INVOKE_AGENT, GEN_AI_AGENT_NAME: self._name},
+            start_time=_now_ns(),
+        )
         self._token = context_api.attach(trace_api.set_span_in_context(span))
         return span
 

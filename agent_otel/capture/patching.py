@@ -103,9 +103,13 @@ def _as_method(owner: Any, replaced: Any) -> Any:
     the instance on each call instead.
     """
     # type(), not isinstance(): a wrapt proxy passes isinstance checks for what it wraps.
-    if (not inspect.isclass(owner) or type(replaced) is types.FunctionType
-            or not hasattr(replaced, "__get__") or type(replaced) in (staticmethod, classmethod)
-            or isinstance(replaced, type)):
+    if (
+        not inspect.isclass(owner)
+        or type(replaced) is types.FunctionType
+        or not hasattr(replaced, "__get__")
+        or type(replaced) in (staticmethod, classmethod)
+        or isinstance(replaced, type)
+    ):
         return replaced
 
     def call_as_method(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -123,11 +127,13 @@ def _switch(patch: Patch, wrapper: Any, replaced: Any) -> Any:
     if type(wrapper) is not types.FunctionType:
         return wrapper
     if inspect.iscoroutinefunction(wrapper):
+
         async def switch_async(*args: Any, **kwargs: Any) -> Any:
             return await (wrapper if patch.active else replaced)(*args, **kwargs)
 
         switch: Callable[..., Any] = switch_async
     else:
+
         def switch_sync(*args: Any, **kwargs: Any) -> Any:
             return (wrapper if patch.active else replaced)(*args, **kwargs)
 

@@ -84,7 +84,7 @@ def exception_text(exc: BaseException, with_messages: bool) -> str:
 
 def keep_end(text: str, limit: int) -> str:
     """``text`` within ``limit`` characters, keeping its end (where a stack trace says most)."""
-    return text if len(text) <= limit else "…" + text[-(limit - 1):]
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
 
 
 def redacted(redact, attribute: str, text: str, limit: int) -> str:

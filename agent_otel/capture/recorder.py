@@ -30,12 +30,28 @@ from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.config import DEFAULTS
 from agent_otel.capture.meta import ToolMeta
 from agent_otel.records import ToolCall
-from agent_otel.semconv import (AGENT_EXECUTOR_MAX_WORKERS, AGENT_TOOL_EXEC_CPU_TIME, AGENT_TOOL_EXEC_DURATION,
-                                AGENT_TOOL_EXECUTOR,
-                                AGENT_TOOL_OUTCOME, AGENT_TOOL_QUEUE_DURATION, ERROR_TYPE, EVENT_EXEC_START,
-                                EVENT_EXCEPTION, EXCEPTION_ESCAPED, EXCEPTION_MESSAGE, EXCEPTION_STACKTRACE,
-                                EXCEPTION_TYPE, EXECUTOR_DIRECT, GEN_AI_TOOL_CALL_ID, OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK,
-                                OUTCOME_TIMEOUT, SCOPE_NAME)
+from agent_otel.semconv import (
+    AGENT_EXECUTOR_MAX_WORKERS,
+    AGENT_TOOL_EXEC_CPU_TIME,
+    AGENT_TOOL_EXEC_DURATION,
+    AGENT_TOOL_EXECUTOR,
+    AGENT_TOOL_OUTCOME,
+    AGENT_TOOL_QUEUE_DURATION,
+    ERROR_TYPE,
+    EVENT_EXEC_START,
+    EVENT_EXCEPTION,
+    EXCEPTION_ESCAPED,
+    EXCEPTION_MESSAGE,
+    EXCEPTION_STACKTRACE,
+    EXCEPTION_TYPE,
+    EXECUTOR_DIRECT,
+    GEN_AI_TOOL_CALL_ID,
+    OUTCOME_CANCELLED,
+    OUTCOME_ERROR,
+    OUTCOME_OK,
+    OUTCOME_TIMEOUT,
+    SCOPE_NAME,
+)
 
 # Exceptions that mean "the call ran out of time", whichever module raised them
 # (they are one class from Python 3.11 on, three before).
@@ -61,8 +77,13 @@ class ActiveCall:
 
     __slots__ = ("call", "span", "token", "started_late")
 
-    def __init__(self, call: Optional[ToolCall], span: trace_api.Span, token: Optional[Token[Context]],
-                 started_late: bool = False):
+    def __init__(
+        self,
+        call: Optional[ToolCall],
+        span: trace_api.Span,
+        token: Optional[Token[Context]],
+        started_late: bool = False,
+    ):
         self.call = call
         self.span = span
         self.token = token
@@ -106,10 +127,16 @@ class RemedyCounts(Protocol):
 class Recorder:
     """Begins and ends tool calls; owns the in-flight table and the finished queue."""
 
-    def __init__(self, tracer: trace_api.Tracer, *, record_arguments: bool = False,
-                 record_results: bool = False, max_attribute_length: int = DEFAULTS.max_attribute_length,
-                 redact: Optional[Callable[[str, str], str]] = None,
-                 record_exception_messages: bool = DEFAULTS.record_exception_messages):
+    def __init__(
+        self,
+        tracer: trace_api.Tracer,
+        *,
+        record_arguments: bool = False,
+        record_results: bool = False,
+        max_attribute_length: int = DEFAULTS.max_attribute_length,
+        redact: Optional[Callable[[str, str], str]] = None,
+        record_exception_messages: bool = DEFAULTS.record_exception_messages,
+    ):
         self.tracer = tracer
         self.record_arguments = record_arguments
         self.record_results = record_results
@@ -154,8 +181,11 @@ class Recorder:
             worker_local.pending = None
             call.start_ns = now
             attributes: dict[str, AttributeValue] = {
-                **meta.start_attributes, AGENT_TOOL_QUEUE_DURATION: (now - call.submit_ns) / 1e9,
-                AGENT_TOOL_EXECUTOR: call.executor, AGENT_TOOL_OUTCOME: OUTCOME_OK}
+                **meta.start_attributes,
+                AGENT_TOOL_QUEUE_DURATION: (now - call.submit_ns) / 1e9,
+                AGENT_TOOL_EXECUTOR: call.executor,
+                AGENT_TOOL_OUTCOME: OUTCOME_OK,
+            }
             if call.executor_workers:
                 attributes[AGENT_EXECUTOR_MAX_WORKERS] = call.executor_workers
         else:
@@ -201,8 +231,9 @@ class Recorder:
         token = context_api.attach(trace_api.set_span_in_context(span))
         return ActiveCall(call, span, token, started_late=True)
 
-    def started(self, active: ActiveCall, executor: str, at_ns: Optional[int] = None,
-                max_workers: Optional[int] = None) -> None:
+    def started(
+        self, active: ActiveCall, executor: str, at_ns: Optional[int] = None, max_workers: Optional[int] = None
+    ) -> None:
         """A requested call began executing (on a worker of ``executor``, or at ``at_ns``)."""
         call = active.call
         if call is None or call.start_ns:
@@ -297,16 +328,19 @@ class Recorder:
         call.start_ns = call.end_ns = now
         call.outcome = OUTCOME_CANCELLED
         meta = ToolMeta(call.tool)
-        span = self.tracer.start_span(meta.span_name, context=parent_context,
-                                      attributes=meta.start_attributes, start_time=call.submit_ns)
+        span = self.tracer.start_span(
+            meta.span_name, context=parent_context, attributes=meta.start_attributes, start_time=call.submit_ns
+        )
         span_context = span.get_span_context()
         call.trace_id, call.span_id = span_context.trace_id, span_context.span_id
-        span.set_attributes({
-            AGENT_TOOL_QUEUE_DURATION: (now - call.submit_ns) / 1e9,
-            AGENT_TOOL_EXEC_DURATION: 0.0,
-            AGENT_TOOL_EXECUTOR: call.executor,
-            AGENT_TOOL_OUTCOME: OUTCOME_CANCELLED,
-        })
+        span.set_attributes(
+            {
+                AGENT_TOOL_QUEUE_DURATION: (now - call.submit_ns) / 1e9,
+                AGENT_TOOL_EXEC_DURATION: 0.0,
+                AGENT_TOOL_EXECUTOR: call.executor,
+                AGENT_TOOL_OUTCOME: OUTCOME_CANCELLED,
+            }
+        )
         span.end(end_time=now)
         self.finished.append(call)
         self.inflight.pop(id(call), None)

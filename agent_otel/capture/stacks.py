@@ -83,13 +83,19 @@ def calls_on_stack(frame: Optional[FrameType]) -> list[tuple[ToolCall, bool]]:
 def _awaited_frames(awaitable: Any) -> Iterator[FrameType]:
     """The frames of a suspended coroutine and of everything it awaits, outermost first."""
     for _ in range(MAX_DEPTH):
-        frame = (getattr(awaitable, "cr_frame", None) or getattr(awaitable, "gi_frame", None)
-                 or getattr(awaitable, "ag_frame", None))
+        frame = (
+            getattr(awaitable, "cr_frame", None)
+            or getattr(awaitable, "gi_frame", None)
+            or getattr(awaitable, "ag_frame", None)
+        )
         if frame is None:
             return
         yield frame
-        awaitable = (getattr(awaitable, "cr_await", None) or getattr(awaitable, "gi_yieldfrom", None)
-                     or getattr(awaitable, "ag_await", None))
+        awaitable = (
+            getattr(awaitable, "cr_await", None)
+            or getattr(awaitable, "gi_yieldfrom", None)
+            or getattr(awaitable, "ag_await", None)
+        )
 
 
 def calls_awaiting(coroutine: Any) -> list[ToolCall]:

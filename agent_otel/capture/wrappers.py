@@ -205,8 +205,14 @@ class tool_span:
 
     __slots__ = ("_meta", "_call_id", "_recorder", "_active", "_cpu", "_frame")
 
-    def __init__(self, name: str, *, call_id: Optional[str] = None,
-                 description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION):
+    def __init__(
+        self,
+        name: str,
+        *,
+        call_id: Optional[str] = None,
+        description: Optional[str] = None,
+        tool_type: str = TOOL_TYPE_FUNCTION,
+    ):
         self._meta = meta_for(name, description, tool_type)
         self._call_id = call_id
         self._recorder: Optional[Recorder] = None

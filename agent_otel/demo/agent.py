@@ -54,8 +54,9 @@ class Model:
         self.run_kernel(MODEL_STEP_BASE_S + MODEL_STEP_PER_CONVERSATION_S * batch)
 
 
-def serve_baseline(model: Model, tools: Toolset, services: Services, conversations: int,
-                   done: Callable[[], bool]) -> None:
+def serve_baseline(
+    model: Model, tools: Toolset, services: Services, conversations: int, done: Callable[[], bool]
+) -> None:
     """Serve every conversation in lock step until ``done()``.
 
     One agent turn (``invoke_agent round``) is one round: the batched model
@@ -64,11 +65,14 @@ def serve_baseline(model: Model, tools: Toolset, services: Services, conversatio
     asyncio.run(_serve_baseline(model, tools, services, conversations, done))
 
 
-async def _serve_baseline(model: Model, tools: Toolset, services: Services, conversations: int,
-                          done: Callable[[], bool]) -> None:
+async def _serve_baseline(
+    model: Model, tools: Toolset, services: Services, conversations: int, done: Callable[[], bool]
+) -> None:
     loop = asyncio.get_running_loop()
-    with ThreadPoolExecutor(max_workers=BASELINE_POOL_WORKERS, thread_name_prefix="agent-tools") as pool, \
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="model") as gpu_thread:
+    with (
+        ThreadPoolExecutor(max_workers=BASELINE_POOL_WORKERS, thread_name_prefix="agent-tools") as pool,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="model") as gpu_thread,
+    ):
         number = 0
         while True:
             with agent_span(BASELINE_TURN):
@@ -79,8 +83,9 @@ async def _serve_baseline(model: Model, tools: Toolset, services: Services, conv
                 turns = [services.turn(conversation, number) for conversation in range(conversations)]
                 # The GPU idles until the slowest call is back. (A real agent would
                 # hand each answer, or error, to the model; the demo moves on.)
-                await asyncio.gather(*(_baseline_call(loop, pool, tools, turn) for turn in turns),
-                                     return_exceptions=True)
+                await asyncio.gather(
+                    *(_baseline_call(loop, pool, tools, turn) for turn in turns), return_exceptions=True
+                )
             number += 1
 
 
@@ -92,14 +97,14 @@ async def _baseline_call(loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecut
     return await loop.run_in_executor(pool, tools[turn.tool], turn.argument, turn.request_id)
 
 
-def serve_fixed(model: Model, tools: Toolset, services: Services, conversations: int,
-                done: Callable[[], bool]) -> None:
+def serve_fixed(model: Model, tools: Toolset, services: Services, conversations: int, done: Callable[[], bool]) -> None:
     """Serve every conversation on its own until ``done()``."""
     asyncio.run(_serve_fixed(model, tools, services, conversations, done))
 
 
-async def _serve_fixed(model: Model, tools: Toolset, services: Services, conversations: int,
-                       done: Callable[[], bool]) -> None:
+async def _serve_fixed(
+    model: Model, tools: Toolset, services: Services, conversations: int, done: Callable[[], bool]
+) -> None:
     batcher = ContinuousBatcher(model)
     serving = asyncio.create_task(batcher.serve())
     try:
@@ -109,8 +114,9 @@ async def _serve_fixed(model: Model, tools: Toolset, services: Services, convers
         await serving
 
 
-async def _converse(conversation: int, batcher: "ContinuousBatcher", tools: Toolset, services: Services,
-                    done: Callable[[], bool]) -> None:
+async def _converse(
+    conversation: int, batcher: "ContinuousBatcher", tools: Toolset, services: Services, done: Callable[[], bool]
+) -> None:
     """One conversation; each of its turns (``invoke_agent conversation``) is
     its model call (the wait for a batched step and the step itself) and its
     tool call."""

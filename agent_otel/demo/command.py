@@ -45,23 +45,52 @@ SERVE_SCENARIOS = ("baseline", "fixed", "alternate")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
-                        help=f"where the traces and HTML timelines go (default: ./{DEFAULT_OUT})")
-    parser.add_argument("--seconds", type=float, default=10.0, metavar="S",
-                        help="length of each run; with --serve, of each scenario's turn (default: 10)")
-    parser.add_argument("--conversations", type=int, default=8, metavar="N",
-                        help="concurrent conversations sharing the GPU (default: 8)")
-    parser.add_argument("--seed", type=int, default=7, metavar="N",
-                        help="seed of the scripted tool latencies; the same seed gives both runs the same ones "
-                             "(default: 7)")
-    parser.add_argument("--gpu", choices=demo_gpu.CHOICES, default="auto",
-                        help="auto: a real NVIDIA GPU when NVML finds one and torch can use CUDA, else the "
-                             "simulated GPU (default: auto)")
+    parser.add_argument(
+        "--out",
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help=f"where the traces and HTML timelines go (default: ./{DEFAULT_OUT})",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="length of each run; with --serve, of each scenario's turn (default: 10)",
+    )
+    parser.add_argument(
+        "--conversations",
+        type=int,
+        default=8,
+        metavar="N",
+        help="concurrent conversations sharing the GPU (default: 8)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=7,
+        metavar="N",
+        help="seed of the scripted tool latencies; the same seed gives both runs the same ones (default: 7)",
+    )
+    parser.add_argument(
+        "--gpu",
+        choices=demo_gpu.CHOICES,
+        default="auto",
+        help="auto: a real NVIDIA GPU when NVML finds one and torch can use CUDA, else the "
+        "simulated GPU (default: auto)",
+    )
     serve = parser.add_argument_group("continuous mode (for a Prometheus/Grafana stack)")
-    serve.add_argument("--serve", action="store_true",
-                       help="run continuously under one instrument() until SIGINT/SIGTERM; writes no files")
-    serve.add_argument("--scenario", choices=SERVE_SCENARIOS, default="baseline",
-                       help="with --serve: which scenario to run, or both in turn (default: baseline)")
+    serve.add_argument(
+        "--serve",
+        action="store_true",
+        help="run continuously under one instrument() until SIGINT/SIGTERM; writes no files",
+    )
+    serve.add_argument(
+        "--scenario",
+        choices=SERVE_SCENARIOS,
+        default="baseline",
+        help="with --serve: which scenario to run, or both in turn (default: baseline)",
+    )
     serve.add_argument("--duration", type=float, metavar="S", help="with --serve: stop after S seconds")
     config.add_argument(serve, "--prometheus-port", "prometheus_port", metavar="PORT")
 
@@ -84,8 +113,11 @@ def _validate(args: argparse.Namespace) -> None:
     if args.duration is not None and not (0 < args.duration < math.inf):
         raise ConfigError("--duration", args.duration, "seconds, more than 0")
     if not args.serve:
-        for option, value, default in (("--scenario", args.scenario, "baseline"), ("--duration", args.duration, None),
-                                       ("--prometheus-port", args.prometheus_port, None)):
+        for option, value, default in (
+            ("--scenario", args.scenario, "baseline"),
+            ("--duration", args.duration, None),
+            ("--prometheus-port", args.prometheus_port, None),
+        ):
             if value != default:
                 raise ConfigError(option, value, "to be given only with --serve")
     if args.prometheus_port is not None:
@@ -96,8 +128,9 @@ def _instrument(gpu: demo_gpu.GpuChoice, defaults: Optional[dict] = None, **argu
     """``instrument()`` for the demo: its GPU and ``arguments`` first, then the user's
     environment (OTEL_*, AGENT_OTEL_*), then the demo's ``defaults`` (it names itself);
     no framework hooks (the demo agent uses none)."""
-    settings = config.load_settings({**gpu.settings, **arguments, "frameworks": ()},
-                                    defaults={"service_name": SERVICE_NAME, **(defaults or {})})
+    settings = config.load_settings(
+        {**gpu.settings, **arguments, "frameworks": ()}, defaults={"service_name": SERVICE_NAME, **(defaults or {})}
+    )
     return start(settings)
 
 
@@ -111,8 +144,10 @@ def _demo(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
     except OSError as exc:
         raise ConfigError("--out", args.out, f"a directory it can create ({exc.strerror})") from None
     width, colour = table.terminal_style(sys.stdout)
-    _say(f"agent-otel demo: {args.conversations} conversations share one GPU; the agent runs twice, "
-         f"{args.seconds:g} s each, with the same scripted tool latencies (seed {args.seed}).")
+    _say(
+        f"agent-otel demo: {args.conversations} conversations share one GPU; the agent runs twice, "
+        f"{args.seconds:g} s each, with the same scripted tool latencies (seed {args.seed})."
+    )
     reports = {}
     for number, scenario in enumerate(SCENARIOS.values(), start=1):
         _say("")
@@ -130,8 +165,10 @@ def _demo(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
     _say("")
     for name in SCENARIOS:
         _say(f"{name}: traces {out / (name + '.jsonl')}, HTML timeline {out / (name + '.html')}")
-    _say(f"Read them again with: agent-otel report {out / 'baseline.jsonl'} "
-         f"--gpu-log {out / 'baseline-gpu.csv'} --html report.html")
+    _say(
+        f"Read them again with: agent-otel report {out / 'baseline.jsonl'} "
+        f"--gpu-log {out / 'baseline-gpu.csv'} --html report.html"
+    )
     return 0
 
 
@@ -146,16 +183,27 @@ def _record(scenario, traces: Path, gpu: demo_gpu.GpuChoice, args: argparse.Name
     handle = _instrument(gpu, {"traces_exporters": ("none",)}, traces_file=str(traces), gpu_log_file=str(gpu_log))
     try:
         _say(f"   GPU: {gpu.describe(gpu_name(handle))}; running...", flush=True)
-        run_scenario(scenario, handle, gpu, seconds=args.seconds, conversations=args.conversations,
-                     seed=args.seed, stop=threading.Event())
+        run_scenario(
+            scenario,
+            handle,
+            gpu,
+            seconds=args.seconds,
+            conversations=args.conversations,
+            seed=args.seed,
+            stop=threading.Event(),
+        )
     finally:
         handle.shutdown()
     if not traces.exists():
         raise AgentOtelError(f"no spans were written to {traces} (is OTEL_SDK_DISABLED set?)")
     # The samples the run saw give the report the utilization curve; the
     # idle windows found in them are the ones the live gpu.idle spans show.
-    return analyse([str(traces)], [str(gpu_log)] if gpu_log.exists() else [],
-                   idle_threshold=handle.settings.gpu_idle_threshold, min_idle_s=handle.settings.gpu_min_idle)
+    return analyse(
+        [str(traces)],
+        [str(gpu_log)] if gpu_log.exists() else [],
+        idle_threshold=handle.settings.gpu_idle_threshold,
+        min_idle_s=handle.settings.gpu_min_idle,
+    )
 
 
 def _write(path: Path, text: str) -> None:
@@ -196,8 +244,14 @@ class RunTotals:
             blocked_s=sum(g["idle_blocked_s"] for g in gpus),
             unattributed_s=sum(g["idle_unattributed_s"] for g in gpus),
             loop_blocked_s=sum(loop["blocked_s"] for loop in report.get("event_loops", ())),
-            tools={tool["tool"]: (tool["gpu_idle_blocked_s"], tool["gpu_idle_blocked_queue_s"],
-                                  tool["gpu_idle_blocked_exec_s"]) for tool in report["tools"]},
+            tools={
+                tool["tool"]: (
+                    tool["gpu_idle_blocked_s"],
+                    tool["gpu_idle_blocked_queue_s"],
+                    tool["gpu_idle_blocked_exec_s"],
+                )
+                for tool in report["tools"]
+            },
         )
 
     @property
@@ -213,8 +267,10 @@ def comparison(baseline_report: dict, fixed_report: dict) -> str:
     """The closing table: baseline against fixed, from the two reports' JSON."""
     base, fixed = RunTotals.of(baseline_report), RunTotals.of(fixed_report)
     label_width, value_width = 40, 22
-    lines = ["Baseline versus fixed (from the two reports)",
-             f"{'':{label_width}}{'baseline':>{value_width}}{'fixed':>{value_width}}"]
+    lines = [
+        "Baseline versus fixed (from the two reports)",
+        f"{'':{label_width}}{'baseline':>{value_width}}{'fixed':>{value_width}}",
+    ]
 
     def row(label: str, baseline_value: str, fixed_value: str) -> None:
         lines.append(f"{label:{label_width}}{baseline_value:>{value_width}}{fixed_value:>{value_width}}")
@@ -247,12 +303,16 @@ def _verdict(base: RunTotals, fixed: RunTotals) -> str:
         return "The baseline run made no tool calls: nothing to compare."
     top = max(base.tools, key=lambda name: base.tools[name][0])
     blocked, queue, exec_ = base.tools[top]
-    text = (f"In the baseline the GPU waited longest on {top}: {blocked:.1f} s "
-            f"({queue:.1f} s queued for a worker, {exec_:.1f} s executing). ")
+    text = (
+        f"In the baseline the GPU waited longest on {top}: {blocked:.1f} s "
+        f"({queue:.1f} s queued for a worker, {exec_:.1f} s executing). "
+    )
     removed = base.blocked_s - fixed.blocked_s
     if base.blocked_s > 0 and removed > 0:
-        text += (f"The fix removed {removed:.1f} s of GPU idle time blocked by tool calls "
-                 f"({removed / base.blocked_s:.0%} of the baseline's {base.blocked_s:.1f} s)")
+        text += (
+            f"The fix removed {removed:.1f} s of GPU idle time blocked by tool calls "
+            f"({removed / base.blocked_s:.0%} of the baseline's {base.blocked_s:.1f} s)"
+        )
     else:
         text += f"The fix did not reduce the GPU idle time blocked by tool calls ({fixed.blocked_s:.1f} s)"
     if base.calls_per_s > 0:
@@ -271,8 +331,11 @@ def _serve(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
     handle = _instrument(gpu, prometheus_port=args.prometheus_port)
     try:
         metrics = handle.prometheus_url or "not served (set --prometheus-port or AGENT_OTEL_PROMETHEUS_PORT)"
-        _say(f"agent-otel demo --serve: scenario {args.scenario}, {args.conversations} conversations, "
-             f"GPU: {gpu.describe(gpu_name(handle))}", flush=True)
+        _say(
+            f"agent-otel demo --serve: scenario {args.scenario}, {args.conversations} conversations, "
+            f"GPU: {gpu.describe(gpu_name(handle))}",
+            flush=True,
+        )
         _say(f"metrics: {metrics}", flush=True)
         deadline = time.monotonic() + args.duration if args.duration else math.inf
         names = ["baseline", "fixed"] if args.scenario == "alternate" else [args.scenario]
@@ -280,8 +343,15 @@ def _serve(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
         while not stop.is_set() and time.monotonic() < deadline:
             scenario = SCENARIOS[names[turn % len(names)]]
             seconds = min(args.seconds, deadline - time.monotonic())
-            run_scenario(scenario, handle, gpu, seconds=seconds, conversations=args.conversations,
-                         seed=args.seed + turn, stop=stop)
+            run_scenario(
+                scenario,
+                handle,
+                gpu,
+                seconds=seconds,
+                conversations=args.conversations,
+                seed=args.seed + turn,
+                stop=stop,
+            )
             turn += 1
     finally:
         handle.shutdown()

@@ -44,8 +44,12 @@ def choose(requested: str) -> GpuChoice:
     problem = _real_gpu_problem()
     if problem is None:
         real = TorchGpu()
-        return GpuChoice("real", "real GPU: model steps are torch matmuls, sampled through NVML",
-                         {"gpu": "nvml", "gpu_devices": (real.nvml_id,)}, real)
+        return GpuChoice(
+            "real",
+            "real GPU: model steps are torch matmuls, sampled through NVML",
+            {"gpu": "nvml", "gpu_devices": (real.nvml_id,)},
+            real,
+        )
     if requested == "real":
         raise ConfigError("--gpu", requested, f"a machine where the demo can use an NVIDIA GPU ({problem})")
     return GpuChoice("simulated", problem, {"gpu": "simulated"})

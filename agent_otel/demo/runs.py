@@ -47,15 +47,17 @@ SCENARIOS = {
 }
 
 
-def run_scenario(scenario: Scenario, handle, gpu: GpuChoice, *, seconds: float, conversations: int, seed: int,
-                 stop: threading.Event) -> None:
+def run_scenario(
+    scenario: Scenario, handle, gpu: GpuChoice, *, seconds: float, conversations: int, seed: int, stop: threading.Event
+) -> None:
     """Serve ``conversations`` for ``seconds`` (or until ``stop``); the tool
     calls in flight then finish, and every conversation gets a last model step."""
     services = tools.Services(seed)
     model = agent.Model(model_kernel(handle, gpu))
     deadline = time.monotonic() + seconds
-    scenario.serve(model, scenario.tools(services), services, conversations,
-                   lambda: stop.is_set() or time.monotonic() >= deadline)
+    scenario.serve(
+        model, scenario.tools(services), services, conversations, lambda: stop.is_set() or time.monotonic() >= deadline
+    )
 
 
 def model_kernel(handle, gpu: GpuChoice) -> Callable[[float], None]:
@@ -64,8 +66,10 @@ def model_kernel(handle, gpu: GpuChoice) -> Callable[[float], None]:
         return gpu.real.run_kernel
     timeline = handle.gpu_timeline
     if timeline is None or timeline.source.kind != "simulated":
-        raise AgentOtelError("the demo needs instrument() to sample its simulated GPU, and it does not "
-                             "(was instrument() already called with other settings?)")
+        raise AgentOtelError(
+            "the demo needs instrument() to sample its simulated GPU, and it does not "
+            "(was instrument() already called with other settings?)"
+        )
     return timeline.source.run_kernel
 
 

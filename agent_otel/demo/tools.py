@@ -208,8 +208,13 @@ def fixed_tools(services: Services) -> Toolset:
 
     return Toolset(
         search_docs=agent_otel.tool(pool=SEARCH_POOL)(_search_docs(services)),
-        fetch_quote=agent_otel.tool(pool=QUOTE_POOL, timeout=FIXED_QUOTE_TIMEOUT_S, retries=FIXED_QUOTE_RETRIES,
-                                    retry_interval=FIXED_RETRY_INTERVAL_S, fallback=last_known_quote)(fetch_quote),
+        fetch_quote=agent_otel.tool(
+            pool=QUOTE_POOL,
+            timeout=FIXED_QUOTE_TIMEOUT_S,
+            retries=FIXED_QUOTE_RETRIES,
+            retry_interval=FIXED_RETRY_INTERVAL_S,
+            fallback=last_known_quote,
+        )(fetch_quote),
         lookup_account=agent_otel.tool(pool=ACCOUNT_POOL)(_lookup_account(services)),
         calculator=agent_otel.tool(_calculator(services)),
     )

@@ -202,7 +202,9 @@ class GpuLog(Sequence):
         for series in self.series.values():
             gpu, times, values = series.gpu, series.times, series.values
             for first in range(0, len(times), _CHUNK):
-                chunk = [GpuSample(gpu, t, u) for t, u in zip(times[first : first + _CHUNK], values[first : first + _CHUNK])]
+                chunk = [
+                    GpuSample(gpu, t, u) for t, u in zip(times[first : first + _CHUNK], values[first : first + _CHUNK])
+                ]
                 yield detector.step(chunk)
         yield TimelineStep(detector.flush(), [])
 
@@ -362,7 +364,9 @@ class _LogReader:
             utilization = fields[at_value]
             if utilization.lower() in _NOT_AVAILABLE:
                 continue
-            self.log.add(gpu, self._csv_time(number, fields[at_time]), self._percent(number, utilization, "utilization.gpu"))
+            self.log.add(
+                gpu, self._csv_time(number, fields[at_time]), self._percent(number, utilization, "utilization.gpu")
+            )
 
     def _csv_time(self, number: int, text: str) -> int:
         # YYYY/MM/DD HH:MM:SS[.fff]; the minute's start is computed once per minute
@@ -372,7 +376,9 @@ class _LogReader:
                 base = self._minute(number, text[:16], text, "like 2024/01/02 19:12:31.123")
             seconds = int(text[17:19])
             fraction = text[19:]
-            if seconds < 60 and (not fraction or (fraction[0] == "." and 1 < len(fraction) <= 7 and fraction[1:].isdigit())):
+            if seconds < 60 and (
+                not fraction or (fraction[0] == "." and 1 < len(fraction) <= 7 and fraction[1:].isdigit())
+            ):
                 micros = int((fraction[1:] + "000000")[:6]) if fraction else 0
                 return base + seconds * NS_PER_S + micros * 1000
         raise self.error(number, f"timestamp {text!r} is not like 2024/01/02 19:12:31.123")
@@ -470,8 +476,10 @@ class GpuLogWriter:
     def __init__(self, path: str, devices: Sequence = ()):
         self.path = path
         # index -> ", name, uuid" (commas in a name would split its column: none in nvidia-smi's)
-        self._device = {device.index: f", {(device.name or '[N/A]').replace(',', ' ')}, {device.uuid or '[N/A]'}"
-                        for device in devices}
+        self._device = {
+            device.index: f", {(device.name or '[N/A]').replace(',', ' ')}, {device.uuid or '[N/A]'}"
+            for device in devices
+        }
         try:
             self._file = AppendFile(path, truncate=True)
             self._file.append(self.HEADER_WITH_DEVICES if self._device else self.HEADER)

@@ -133,8 +133,19 @@ def clock_offset_ns(clock: str) -> int:
 
 class _Device:
     __slots__ = (
-        "handle", "info", "mode", "last_seen", "clock", "spacings", "period_ns",
-        "last_real_ns", "last_emitted_ns", "depth", "polled_ns", "lost_s", "active",
+        "handle",
+        "info",
+        "mode",
+        "last_seen",
+        "clock",
+        "spacings",
+        "period_ns",
+        "last_real_ns",
+        "last_emitted_ns",
+        "depth",
+        "polled_ns",
+        "lost_s",
+        "active",
     )
 
     def __init__(self, handle, info: GpuDevice):
@@ -309,7 +320,11 @@ class NvmlSource:
                 return self._from_samples(device, None, [], now_ns)  # the buffer ran dry: idle
             except nvml.NVMLError_NotSupported:
                 self.errors["samples_not_supported"] += 1
-                self._log_once(device, "samples_not_supported", "keeps no utilization samples; reading its utilization rate each poll instead")
+                self._log_once(
+                    device,
+                    "samples_not_supported",
+                    "keeps no utilization samples; reading its utilization rate each poll instead",
+                )
                 device.mode = "rates"
         return self._from_rate(device, nvml.nvmlDeviceGetUtilizationRates(device.handle).gpu, now_ns)
 
@@ -321,8 +336,10 @@ class NvmlSource:
         # The ring held at least as many samples as the largest batch before
         # this one; a batch that large, after a poll later than that many
         # periods, may have lost what came before it.
-        full = device.depth > 0 and len(fresh) >= device.depth and (
-            now_ns - polled_before > device.depth * device.period_ns
+        full = (
+            device.depth > 0
+            and len(fresh) >= device.depth
+            and (now_ns - polled_before > device.depth * device.period_ns)
         )
         device.depth = max(device.depth, len(raw))
         first_read = device.last_seen == 0
@@ -372,7 +389,8 @@ class NvmlSource:
         self.errors["samples_lost"] += 1
         device.lost_s += lost_ns / 1e9
         self._log_once(
-            device, "samples_lost",
+            device,
+            "samples_lost",
             f"NVML's sample buffer overflowed while the sampler was away ({away_ns / 1e9:.1f} s since its "
             f"previous poll; the buffer holds at least {device.depth} samples, "
             f"{device.depth * device.period_ns / 1e9:.1f} s): {lost_ns / 1e9:.1f} s of samples lost, counted as "

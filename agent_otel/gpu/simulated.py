@@ -86,8 +86,9 @@ class SimulatedGpu:
         self._start_ns = clock()
         self._script = _Steps(self._script_changes(phases or ()))
         labels = [str(d) for d in devices] if devices else ["0"]
-        self._devices = [GpuDevice(index=label, uuid=SIMULATED_GPU_UUID_PREFIX + label, name=SIMULATED_GPU_NAME)
-                         for label in labels]
+        self._devices = [
+            GpuDevice(index=label, uuid=SIMULATED_GPU_UUID_PREFIX + label, name=SIMULATED_GPU_NAME) for label in labels
+        ]
         self._driven = {label: _Steps() for label in labels}
         self._depth = {label: 0 for label in labels}
         self._next_ns = {label: self._start_ns + self._period_ns for label in labels}

@@ -231,8 +231,9 @@ class IdleDetector:
         """Seconds of missing data per GPU so far (marked lost, or gaps over ``max_gap_s``)."""
         return {gpu: state.missing_ns / NS_PER_S for gpu, state in self._gpus.items() if state.missing_ns}
 
-    def _add(self, sample: GpuSample, state: _GpuState, closed: list[IdleWindow],
-             segments: list[UtilizationSegment]) -> None:
+    def _add(
+        self, sample: GpuSample, state: _GpuState, closed: list[IdleWindow], segments: list[UtilizationSegment]
+    ) -> None:
         t = sample.timestamp_ns
         if state.last_ns is not None and t <= state.last_ns:
             return
@@ -345,8 +346,9 @@ def find_idle_windows(
 ) -> list[IdleWindow]:
     """All idle windows in a finished set of samples, sorted by start
     (``read_timeline``'s windows; same parameters)."""
-    return read_timeline(samples, threshold=threshold, min_idle_s=min_idle_s, uuids=uuids,
-                         max_gap_s=max_gap_s, end_ns=end_ns).windows
+    return read_timeline(
+        samples, threshold=threshold, min_idle_s=min_idle_s, uuids=uuids, max_gap_s=max_gap_s, end_ns=end_ns
+    ).windows
 
 
 def median_spacing_s(samples: Iterable[GpuSample]) -> float:

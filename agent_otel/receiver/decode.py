@@ -58,8 +58,11 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 if len(span.trace_id) != 16 or len(span.span_id) != 8:
-                    decoded.refuse(MALFORMED_SPAN, f"span {printable(span.name)!r} has a {len(span.trace_id)}-byte "
-                                   f"trace_id and a {len(span.span_id)}-byte span_id (OTLP: 16 and 8)")
+                    decoded.refuse(
+                        MALFORMED_SPAN,
+                        f"span {printable(span.name)!r} has a {len(span.trace_id)}-byte "
+                        f"trace_id and a {len(span.span_id)}-byte span_id (OTLP: 16 and 8)",
+                    )
                     continue
                 calls, duplicates = len(data.calls), data.duplicate_count
                 try:
@@ -70,8 +73,10 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                 if data.duplicate_count > duplicates:
                     decoded.duplicates += 1
                 elif len(data.calls) == calls:
-                    decoded.refuse(NOT_A_TOOL_SPAN, f"span {printable(span.name)!r} has no "
-                                   f"{GEN_AI_OPERATION_NAME}={GEN_AI_OPERATION_EXECUTE_TOOL}")
+                    decoded.refuse(
+                        NOT_A_TOOL_SPAN,
+                        f"span {printable(span.name)!r} has no {GEN_AI_OPERATION_NAME}={GEN_AI_OPERATION_EXECUTE_TOOL}",
+                    )
     before = data.duplicate_count
     reader.finish()  # a call seen from two sides counts once
     decoded.duplicates += data.duplicate_count - before
@@ -95,8 +100,9 @@ def _span_json(span) -> dict:
         "name": span.name,
         "startTimeUnixNano": span.start_time_unix_nano,
         "endTimeUnixNano": span.end_time_unix_nano,
-        "attributes": [{"key": item.key, "value": _value(item.value)}
-                       for item in span.attributes if item.key in WANTED_ATTRIBUTES],
+        "attributes": [
+            {"key": item.key, "value": _value(item.value)} for item in span.attributes if item.key in WANTED_ATTRIBUTES
+        ],
         "status": {"code": span.status.code},
     }
     if span.parent_span_id:
@@ -119,8 +125,11 @@ def _value(value: AnyValue) -> dict:
     if kind == "array_value":
         return {"arrayValue": {"values": [_value(item) for item in value.array_value.values]}}
     if kind == "kvlist_value":
-        return {"kvlistValue": {"values": [{"key": item.key, "value": _value(item.value)}
-                                           for item in value.kvlist_value.values]}}
+        return {
+            "kvlistValue": {
+                "values": [{"key": item.key, "value": _value(item.value)} for item in value.kvlist_value.values]
+            }
+        }
     if kind == "bytes_value":
         return {"bytesValue": base64.b64encode(value.bytes_value).decode("ascii")}
     return {}

@@ -102,8 +102,11 @@ class _Refused(Exception):
 def _response(outcome: Outcome) -> ExportTraceServiceResponse:
     if not outcome.rejected_spans and not outcome.error_message:
         return ExportTraceServiceResponse()
-    return ExportTraceServiceResponse(partial_success=ExportTracePartialSuccess(
-        rejected_spans=outcome.rejected_spans, error_message=outcome.error_message))
+    return ExportTraceServiceResponse(
+        partial_success=ExportTracePartialSuccess(
+            rejected_spans=outcome.rejected_spans, error_message=outcome.error_message
+        )
+    )
 
 
 class OtlpReceiver:
@@ -114,10 +117,15 @@ class OtlpReceiver:
     leaves that transport off.
     """
 
-    def __init__(self, consume: Consumer, *, grpc_endpoint: Optional[str] = "127.0.0.1:4317",
-                 http_endpoint: Optional[str] = "127.0.0.1:4318",
-                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-                 on_refused: Callable[[str, str], None] = lambda transport, reason: None):
+    def __init__(
+        self,
+        consume: Consumer,
+        *,
+        grpc_endpoint: Optional[str] = "127.0.0.1:4317",
+        http_endpoint: Optional[str] = "127.0.0.1:4318",
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        on_refused: Callable[[str, str], None] = lambda transport, reason: None,
+    ):
         self._consume = consume
         self.grpc_endpoint = grpc_endpoint
         self.http_endpoint = http_endpoint
@@ -186,8 +194,9 @@ class OtlpReceiver:
         except (OSError, ValueError) as exc:
             raise OSError(f"cannot serve OTLP/HTTP on {endpoint}: {exc}") from None
         self._http, self.http_port = server, server.server_address[1]
-        self._http_thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                                             name="agent-otel-otlp-http", daemon=True)
+        self._http_thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="agent-otel-otlp-http", daemon=True
+        )
         self._http_thread.start()
 
     # -- one request, either transport ---------------------------------
@@ -197,14 +206,22 @@ class OtlpReceiver:
         try:
             request = ExportTraceServiceRequest.FromString(body)
         except DecodeError as exc:
-            raise _Refused(MALFORMED, 400, grpc.StatusCode.INVALID_ARGUMENT,
-                           f"the body is not an OTLP ExportTraceServiceRequest (protobuf): {exc}") from None
+            raise _Refused(
+                MALFORMED,
+                400,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the body is not an OTLP ExportTraceServiceRequest (protobuf): {exc}",
+            ) from None
         try:
             outcome = self._consume(request, peer, transport)
         except Exception as exc:
             self._log_once("consume", exc)
-            raise _Refused(INTERNAL, 500, grpc.StatusCode.INTERNAL,
-                           f"the blame service failed on this request ({type(exc).__name__})") from None
+            raise _Refused(
+                INTERNAL,
+                500,
+                grpc.StatusCode.INTERNAL,
+                f"the blame service failed on this request ({type(exc).__name__})",
+            ) from None
         return _response(outcome)
 
     def refused(self, transport: str, refusal: _Refused) -> None:
@@ -216,9 +233,12 @@ class OtlpReceiver:
     def _grpc_export(self, body: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         try:
             if len(body) > self.max_request_bytes:
-                raise _Refused(TOO_LARGE, 413, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                               f"the request is {len(body)} bytes, over this receiver's limit of "
-                               f"{self.max_request_bytes}")
+                raise _Refused(
+                    TOO_LARGE,
+                    413,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"the request is {len(body)} bytes, over this receiver's limit of {self.max_request_bytes}",
+                )
             return self.handle(body, context.peer(), "grpc")
         except _Refused as refusal:
             self.refused("grpc", refusal)
@@ -228,8 +248,9 @@ class OtlpReceiver:
     def _log_once(self, where: str, exc: Exception) -> None:
         if where not in self._logged:
             self._logged.add(where)
-            logger.warning("OTLP receiver: %s raised %r (logged once; the request got an error status)",
-                           where, exc, exc_info=exc)
+            logger.warning(
+                "OTLP receiver: %s raised %r (logged once; the request got an error status)", where, exc, exc_info=exc
+            )
 
 
 class _HttpServer(http.server.ThreadingHTTPServer):
@@ -255,11 +276,19 @@ class _HttpHandler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - BaseHTTPRequestHandler's name
         receiver = self.server.receiver
         if self.path.split("?", 1)[0] != HTTP_PATH:
-            return self._refuse(_Refused(UNSUPPORTED, 404, grpc.StatusCode.NOT_FOUND,
-                                         f"no such endpoint {self.path!r}: OTLP traces go to {HTTP_PATH}"))
+            return self._refuse(
+                _Refused(
+                    UNSUPPORTED,
+                    404,
+                    grpc.StatusCode.NOT_FOUND,
+                    f"no such endpoint {self.path!r}: OTLP traces go to {HTTP_PATH}",
+                )
+            )
         if not self.server.slots.acquire(timeout=1.0):
-            return self._refuse(_Refused(BUSY, 503, grpc.StatusCode.UNAVAILABLE,
-                                         "too many requests at once; retry later"), retry_after=1)
+            return self._refuse(
+                _Refused(BUSY, 503, grpc.StatusCode.UNAVAILABLE, "too many requests at once; retry later"),
+                retry_after=1,
+            )
         try:
             body = self._body(receiver.max_request_bytes)
             response = receiver.handle(body, f"{self.client_address[0]}:{self.client_address[1]}", "http")
@@ -273,29 +302,49 @@ class _HttpHandler(http.server.BaseHTTPRequestHandler):
         content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         if content_type != PROTOBUF:
             self.close_connection = True
-            raise _Refused(UNSUPPORTED, 415, grpc.StatusCode.INVALID_ARGUMENT,
-                           f"Content-Type {content_type or '(none)'!r} is not accepted: send {PROTOBUF} "
-                           "(OTLP/HTTP protobuf; OTLP/JSON is not accepted)")
+            raise _Refused(
+                UNSUPPORTED,
+                415,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Content-Type {content_type or '(none)'!r} is not accepted: send {PROTOBUF} "
+                "(OTLP/HTTP protobuf; OTLP/JSON is not accepted)",
+            )
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding not in ("identity", "gzip"):
             self.close_connection = True
-            raise _Refused(UNSUPPORTED, 415, grpc.StatusCode.INVALID_ARGUMENT,
-                           f"Content-Encoding {encoding!r} is not accepted: send gzip or none")
+            raise _Refused(
+                UNSUPPORTED,
+                415,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Content-Encoding {encoding!r} is not accepted: send gzip or none",
+            )
         length = self.headers.get("Content-Length")
         if length is None or not length.strip().isdigit():
             self.close_connection = True
-            raise _Refused(MALFORMED, 411, grpc.StatusCode.INVALID_ARGUMENT,
-                           f"Content-Length is missing or not a number ({length!r})")
+            raise _Refused(
+                MALFORMED,
+                411,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Content-Length is missing or not a number ({length!r})",
+            )
         size = int(length)
         if size > limit:
             self.close_connection = True  # the body stays unread: the connection cannot be reused
-            raise _Refused(TOO_LARGE, 413, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                           f"the request is {size} bytes, over this receiver's limit of {limit}")
+            raise _Refused(
+                TOO_LARGE,
+                413,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the request is {size} bytes, over this receiver's limit of {limit}",
+            )
         body = self.rfile.read(size)
         if len(body) < size:
             self.close_connection = True
-            raise _Refused(MALFORMED, 400, grpc.StatusCode.INVALID_ARGUMENT,
-                           f"the body ended after {len(body)} of its {size} bytes")
+            raise _Refused(
+                MALFORMED,
+                400,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the body ended after {len(body)} of its {size} bytes",
+            )
         if encoding == "gzip":
             body = _gunzip(body, limit)
         return body
@@ -333,8 +382,12 @@ def _gunzip(body: bytes, limit: int) -> bytes:
     try:
         data = inflater.decompress(body, limit + 1)
         if len(data) > limit or inflater.unconsumed_tail:
-            raise _Refused(TOO_LARGE, 413, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                           f"the request decompresses to over this receiver's limit of {limit} bytes")
+            raise _Refused(
+                TOO_LARGE,
+                413,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the request decompresses to over this receiver's limit of {limit} bytes",
+            )
         if not inflater.eof:
             raise zlib.error("the gzip data is cut off")
     except (zlib.error, gzip.BadGzipFile) as exc:

@@ -24,5 +24,15 @@ from agent_otel.remedies.batching import BatchedTool, batch
 from agent_otel.remedies.cache import MISS, CacheStore, MemoryStore, ResultCache
 from agent_otel.remedies.pools import PoolFullError, ToolPool, pool
 
-__all__ = ["BatchedTool", "CacheStore", "MISS", "MemoryStore", "PoolFullError", "ResultCache", "ToolPool",
-           "batch", "pool", "pools"]
+__all__ = [
+    "BatchedTool",
+    "CacheStore",
+    "MISS",
+    "MemoryStore",
+    "PoolFullError",
+    "ResultCache",
+    "ToolPool",
+    "batch",
+    "pool",
+    "pools",
+]

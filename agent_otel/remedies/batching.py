@@ -72,8 +72,7 @@ class _Batch:
 class BatchedTool:
     """A batch function that callers call with one item each (see the module docs)."""
 
-    def __init__(self, fn: Callable[[list], list], *, name: str, max_size: int, window_ms: float,
-                 pool: Optional[str]):
+    def __init__(self, fn: Callable[[list], list], *, name: str, max_size: int, window_ms: float, pool: Optional[str]):
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
             raise ConfigError(f"@batch {name!r} max_size", max_size, "a whole number >= 1")
         if isinstance(window_ms, bool) or not isinstance(window_ms, (int, float)) or window_ms < 0:
@@ -170,8 +169,10 @@ class BatchedTool:
         try:
             results = list(self.fn([slot.item for slot in slots]))
             if len(results) != size:
-                raise ValueError(f"batch function {self.meta.name!r} returned {len(results)} results "
-                                 f"for {size} calls: it must return one result per item, in order")
+                raise ValueError(
+                    f"batch function {self.meta.name!r} returned {len(results)} results "
+                    f"for {size} calls: it must return one result per item, in order"
+                )
         except Exception as exc:
             _end_batch_span(batch_span, exc)
             for slot in slots:
@@ -193,8 +194,7 @@ class BatchedTool:
             batch_span_name(self.meta.name),
             context=trace_api.set_span_in_context(spans[0]),
             links=[Link(span.get_span_context()) for span in spans],
-            attributes={GEN_AI_TOOL_NAME: self.meta.name, AGENT_TOOL_BATCH_SIZE: size,
-                        AGENT_TOOL_EXECUTOR: self.pool},
+            attributes={GEN_AI_TOOL_NAME: self.meta.name, AGENT_TOOL_BATCH_SIZE: size, AGENT_TOOL_EXECUTOR: self.pool},
         )
 
 
@@ -221,8 +221,14 @@ def _end_batch_span(span, exc: Optional[BaseException]) -> None:
     span.end()
 
 
-def batch(fn: Optional[Callable] = None, *, max_size: int = 32, window_ms: float = 5.0,
-          pool: Optional[str] = None, name: Optional[str] = None):
+def batch(
+    fn: Optional[Callable] = None,
+    *,
+    max_size: int = 32,
+    window_ms: float = 5.0,
+    pool: Optional[str] = None,
+    name: Optional[str] = None,
+):
     """Make ``fn`` (items -> results) callable one item at a time, merging calls into batches.
 
     ``max_size``: most calls in one batch. ``window_ms``: longest a batch

@@ -85,8 +85,13 @@ class ResultCache:
     a dict) simply bypasses the cache.
     """
 
-    def __init__(self, ttl: float = 300.0, max_entries: int = 1024, store: Optional[CacheStore] = None,
-                 key: Optional[Callable[[tuple, dict], Hashable]] = None):
+    def __init__(
+        self,
+        ttl: float = 300.0,
+        max_entries: int = 1024,
+        store: Optional[CacheStore] = None,
+        key: Optional[Callable[[tuple, dict], Hashable]] = None,
+    ):
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
             raise ConfigError("ResultCache ttl", ttl, "a number of seconds > 0")
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
@@ -112,5 +117,10 @@ class ResultCache:
         """A store that raises turns into misses; say so once, not on every call."""
         if not self._failure_logged:
             self._failure_logged = True
-            logger.warning("agent-otel: cache store %s failed for tool %r (%s: %s); calls run uncached "
-                           "while it fails", operation, tool, type(exc).__name__, exc)
+            logger.warning(
+                "agent-otel: cache store %s failed for tool %r (%s: %s); calls run uncached while it fails",
+                operation,
+                tool,
+                type(exc).__name__,
+                exc,
+            )

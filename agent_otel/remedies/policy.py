@@ -36,9 +36,18 @@ from agent_otel.capture.wrappers import finish_wrapper
 from agent_otel.remedies import pools
 from agent_otel.remedies.cache import MISS, ResultCache
 from agent_otel.remedies.telemetry import open_call
-from agent_otel.semconv import (AGENT_EXECUTOR_MAX_WORKERS, AGENT_POOL_REJECTION, AGENT_TOOL_CACHE_HIT,
-                                AGENT_TOOL_EXECUTOR, AGENT_TOOL_RETRIES, AGENT_TOOL_TIMEOUT, EVENT_POOL_REJECTED,
-                                EXECUTOR_DIRECT, OUTCOME_FALLBACK, POOL_REJECTION_CALLER_RUNS)
+from agent_otel.semconv import (
+    AGENT_EXECUTOR_MAX_WORKERS,
+    AGENT_POOL_REJECTION,
+    AGENT_TOOL_CACHE_HIT,
+    AGENT_TOOL_EXECUTOR,
+    AGENT_TOOL_RETRIES,
+    AGENT_TOOL_TIMEOUT,
+    EVENT_POOL_REJECTED,
+    EXECUTOR_DIRECT,
+    OUTCOME_FALLBACK,
+    POOL_REJECTION_CALLER_RUNS,
+)
 
 
 class Remedies:
@@ -50,8 +59,7 @@ class Remedies:
         where = f"@tool {meta.name!r}"
         if pool is not None and (not isinstance(pool, str) or not pool.strip()):
             raise ConfigError(f"{where} pool", pool, "a pool name (str)")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or timeout <= 0):
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
             raise ConfigError(f"{where} timeout", timeout, "a number of seconds > 0, or None")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ConfigError(f"{where} retries", retries, "a whole number >= 0")
@@ -100,24 +108,40 @@ def _call_original(wrapper: Callable, *args, **kwargs):
     return wrapper.__wrapped__(*args, **kwargs)  # type: ignore[attr-defined]  # set by functools.update_wrapper
 
 
-def wrap(fn: Callable, meta: ToolMeta, *, pool=None, timeout=None, retries=0, retry_interval=0.1,
-         fallback=None, cache=None) -> Callable:
+def wrap(
+    fn: Callable, meta: ToolMeta, *, pool=None, timeout=None, retries=0, retry_interval=0.1, fallback=None, cache=None
+) -> Callable:
     """Build the remedy wrapper of ``fn``, with ``fn``'s metadata and the tool mark."""
     if is_gen(fn) or is_async_gen(fn):
-        raise ConfigError(f"@tool {meta.name!r}", "a generator function",
-                          "a function or coroutine function: remedies need one result per call")
-    remedies = Remedies(fn, meta, pool=pool, timeout=timeout, retries=retries, retry_interval=retry_interval,
-                        fallback=fallback, cache=cache)
+        raise ConfigError(
+            f"@tool {meta.name!r}",
+            "a generator function",
+            "a function or coroutine function: remedies need one result per call",
+        )
+    remedies = Remedies(
+        fn,
+        meta,
+        pool=pool,
+        timeout=timeout,
+        retries=retries,
+        retry_interval=retry_interval,
+        fallback=fallback,
+        cache=cache,
+    )
     if is_coroutine(fn):
         if pool is not None:
-            raise ConfigError(f"@tool {meta.name!r} pool", pool,
-                              "None for a coroutine function (it runs on the event loop, not in a pool)")
+            raise ConfigError(
+                f"@tool {meta.name!r} pool",
+                pool,
+                "None for a coroutine function (it runs on the event loop, not in a pool)",
+            )
 
         async def coroutine_wrapper(*args, **kwargs):
             return await _call_coroutine(remedies, args, kwargs)
 
         wrapper: Callable = coroutine_wrapper
     else:
+
         def sync_wrapper(*args, **kwargs):
             return _call_sync(remedies, args, kwargs)
 
@@ -247,11 +271,13 @@ def _run(telemetry, fn: Callable, args: tuple, kwargs: dict):
 def _dispatch(remedies: Remedies, pool: pools.ToolPool, telemetry, args: tuple, kwargs: dict):
     """Submit one attempt to ``pool`` (which may reject it); returns (attempt, future)."""
     attempt = _Attempt(telemetry, pool.name)
-    future, ran_here = pool.dispatch(remedies.meta.name, _run_attempt,
-                                     (attempt, remedies.target(pool), args, kwargs), {})
+    future, ran_here = pool.dispatch(
+        remedies.meta.name, _run_attempt, (attempt, remedies.target(pool), args, kwargs), {}
+    )
     if ran_here:
-        telemetry.event(EVENT_POOL_REJECTED, {AGENT_TOOL_EXECUTOR: pool.name,
-                                              AGENT_POOL_REJECTION: POOL_REJECTION_CALLER_RUNS})
+        telemetry.event(
+            EVENT_POOL_REJECTED, {AGENT_TOOL_EXECUTOR: pool.name, AGENT_POOL_REJECTION: POOL_REJECTION_CALLER_RUNS}
+        )
     return attempt, future
 
 

@@ -83,8 +83,13 @@ class ToolPool(Executor):
         self._start()
 
     def settings(self) -> dict:
-        return {"workers": self.workers, "queue_limit": self.queue_limit, "kind": self.kind,
-                "rejection": self.rejection, "processes": self.processes}
+        return {
+            "workers": self.workers,
+            "queue_limit": self.queue_limit,
+            "kind": self.kind,
+            "rejection": self.rejection,
+            "processes": self.processes,
+        }
 
     def submit(self, fn, /, *args, **kwargs) -> Future:
         """Run ``fn(*args, **kwargs)`` on the pool, or reject it as configured."""
@@ -165,12 +170,23 @@ def _validated(name: object, workers, queue_limit, kind, rejection, processes) -
         queue_limit = QUEUE_PER_WORKER * workers
     if isinstance(queue_limit, bool) or not isinstance(queue_limit, int) or queue_limit < 0:
         raise ConfigError(f"pool {name!r} queue_limit", queue_limit, "a whole number >= 0")
-    return {"workers": workers, "queue_limit": queue_limit, "kind": kind, "rejection": rejection,
-            "processes": bool(processes)}
+    return {
+        "workers": workers,
+        "queue_limit": queue_limit,
+        "kind": kind,
+        "rejection": rejection,
+        "processes": bool(processes),
+    }
 
 
-def pool(name: str, workers: Optional[int] = None, queue_limit: Optional[int] = None, kind: str = "io",
-         rejection: str = "raise", processes: bool = False) -> ToolPool:
+def pool(
+    name: str,
+    workers: Optional[int] = None,
+    queue_limit: Optional[int] = None,
+    kind: str = "io",
+    rejection: str = "raise",
+    processes: bool = False,
+) -> ToolPool:
     """Declare the pool ``name`` (or return it if already declared the same way).
 
     ``workers`` defaults to min(32, cores + 4) for ``kind="io"`` and to the
@@ -187,9 +203,12 @@ def pool(name: str, workers: Optional[int] = None, queue_limit: Optional[int] = 
         existing = _pools.get(name)
         if existing is not None:
             if existing.settings() != settings:
-                raise ConfigError(f"pool {name!r}", settings,
-                                  f"the settings it already has, {existing.settings()} "
-                                  "(a pool is declared once, before its first use)")
+                raise ConfigError(
+                    f"pool {name!r}",
+                    settings,
+                    f"the settings it already has, {existing.settings()} "
+                    "(a pool is declared once, before its first use)",
+                )
             return existing
         created = _pools[name] = ToolPool(name, **settings)
     return created

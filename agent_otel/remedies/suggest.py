@@ -52,8 +52,10 @@ def suggest_pool_workers(executor: str, workers: int) -> str:
     """Size a pool: an agent-otel pool of that name, or asyncio's default executor."""
     workers = max(1, int(workers))
     if executor == EXECUTOR_ASYNCIO_DEFAULT:
-        return ("loop.set_default_executor(concurrent.futures.ThreadPoolExecutor("
-                f'max_workers={workers}, thread_name_prefix="asyncio"))')
+        return (
+            "loop.set_default_executor(concurrent.futures.ThreadPoolExecutor("
+            f'max_workers={workers}, thread_name_prefix="asyncio"))'
+        )
     name = DEFAULT_IO_POOL if executor.startswith(EXECUTOR_UNNAMED) else executor
     return f'agent_otel.pool("{name}", workers={workers})\n@agent_otel.tool(pool="{name}")'
 
@@ -85,8 +87,10 @@ def suggest_offload(tool: str, cpu_bound: bool) -> str:
 
 def suggest_async_io(tool: str) -> str:
     """An I/O-bound tool: overlap its waits (a pool of threads, awaited from async code)."""
-    return (f'agent_otel.pool("{tool}")\n@agent_otel.tool(pool="{tool}")\n'
-            f"# in async code: result = await {tool}.aio(...)   (or an async client)")
+    return (
+        f'agent_otel.pool("{tool}")\n@agent_otel.tool(pool="{tool}")\n'
+        f"# in async code: result = await {tool}.aio(...)   (or an async client)"
+    )
 
 
 def snippet_for(kind: str, evidence: dict) -> Optional[str]:

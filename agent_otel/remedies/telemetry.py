@@ -23,8 +23,15 @@ from agent_otel.capture import recorder as _recorder
 from agent_otel.clock import now_ns
 from agent_otel.capture.meta import ToolMeta
 from agent_otel.capture.recorder import ActiveCall, error_type_of, outcome_of, worker_local
-from agent_otel.semconv import (AGENT_TOOL_ATTEMPT, AGENT_TOOL_OUTCOME, ERROR_TYPE, EVENT_TOOL_ATTEMPT,
-                                GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, OUTCOME_OK)
+from agent_otel.semconv import (
+    AGENT_TOOL_ATTEMPT,
+    AGENT_TOOL_OUTCOME,
+    ERROR_TYPE,
+    EVENT_TOOL_ATTEMPT,
+    GEN_AI_TOOL_CALL_ARGUMENTS,
+    GEN_AI_TOOL_CALL_RESULT,
+    OUTCOME_OK,
+)
 
 
 def metrics():
@@ -106,7 +113,8 @@ class CallTelemetry(_Notes):
         rec = self._recorder
         if rec.record_arguments:
             self.attributes[GEN_AI_TOOL_CALL_ARGUMENTS] = rec.payload_text(
-                GEN_AI_TOOL_CALL_ARGUMENTS, {"args": args, "kwargs": kwargs})
+                GEN_AI_TOOL_CALL_ARGUMENTS, {"args": args, "kwargs": kwargs}
+            )
 
     def result(self, value) -> None:
         """Record what the caller got (a result, a cached one, a fallback's), with ``record_results``."""

@@ -46,10 +46,16 @@ from agent_otel.report.recommendations import Recommendation, recommend
 from agent_otel.report.underuse import Underuse, read_underuse
 from agent_otel.report.stats import max_overlap, percentile
 from agent_otel.report.turns import ModelStats, Turn, TurnTotals, find_turns, model_stats
-from agent_otel.report.waits import (CpuStats, LoopBlockStats, LoopStats, cpu_stats, loop_block_stats, loops_json,
-                                     tool_json)
-from agent_otel.semconv import (ERROR_OUTCOMES, PHASE_EXEC, PHASE_QUEUE, SIMULATED_GPU_NAME,
-                                SIMULATED_GPU_UUID_PREFIX)
+from agent_otel.report.waits import (
+    CpuStats,
+    LoopBlockStats,
+    LoopStats,
+    cpu_stats,
+    loop_block_stats,
+    loops_json,
+    tool_json,
+)
+from agent_otel.semconv import ERROR_OUTCOMES, PHASE_EXEC, PHASE_QUEUE, SIMULATED_GPU_NAME, SIMULATED_GPU_UUID_PREFIX
 
 GPU_FROM_LOGS = "gpu-log"
 GPU_FROM_TRACES = "traces"
@@ -266,14 +272,16 @@ def _turn_inputs(analysis: Analysis, traces: TraceData) -> None:
     analysis.model_calls = sorted(traces.model_calls, key=lambda call: call.start_ns)
     analysis.agent_runs = sorted(traces.agent_runs, key=lambda run: run.start_ns)
     analysis.models = model_stats(analysis.model_calls)
-    analysis.turns, analysis.turn_totals = find_turns(analysis.calls, analysis.model_calls, analysis.agent_runs,
-                                                      traces.roots)
+    analysis.turns, analysis.turn_totals = find_turns(
+        analysis.calls, analysis.model_calls, analysis.agent_runs, traces.roots
+    )
     analysis.peer_tool_spans = traces.peer_tool_spans
     analysis.peer_tool_spans_merged = traces.peer_tool_spans_merged
 
 
-def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[str], tz: Optional[str],
-                gpu_pool: str) -> dict[str, float]:
+def _gpu_inputs(
+    analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[str], tz: Optional[str], gpu_pool: str
+) -> dict[str, float]:
     """Fill the analysis's windows and samples; return seconds observed per GPU (by ``gpu_key``)."""
     start, end = analysis.start_ns, analysis.end_ns
     if gpu_log_paths:
@@ -295,8 +303,9 @@ def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[s
         combined = GpuLog.merge(logs)
         del logs
         for gpu in combined.series:
-            if (combined.names.get(gpu) == SIMULATED_GPU_NAME
-                    or combined.uuids.get(gpu, "").startswith(SIMULATED_GPU_UUID_PREFIX)):
+            if combined.names.get(gpu) == SIMULATED_GPU_NAME or combined.uuids.get(gpu, "").startswith(
+                SIMULATED_GPU_UUID_PREFIX
+            ):
                 analysis.simulated_gpus.add(f"{gpu_pool}/{gpu}" if gpu_pool else gpu)
         steps = combined.steps(analysis.idle_threshold, analysis.min_idle_s, pool=gpu_pool)
         windows, analysis.underuse = read_underuse(steps, analysis.calls, start, end, analysis.loop_blocks)
@@ -304,7 +313,8 @@ def _gpu_inputs(analysis: Analysis, traces: TraceData, gpu_log_paths: Sequence[s
         for gpu, seconds in sorted(analysis.underuse.missing_s.items()):
             analysis.warnings.append(
                 f"GPU {gpu}: {seconds:.3g} s of its utilization samples are missing (gaps in the GPU log): "
-                "that time is neither idle nor busy, and nothing is blamed for it")
+                "that time is neither idle nor busy, and nothing is blamed for it"
+            )
         observed: dict[str, float] = {}
         for gpu, series in combined.series.items():
             key = f"{gpu_pool}/{gpu}" if gpu_pool else gpu
@@ -431,8 +441,9 @@ def _clip(windows: Sequence[IdleWindow], start: int, end: int) -> list[IdleWindo
     return clipped
 
 
-def _tool_stats(calls: Sequence[ToolCall], totals: BlameTotals, traces: TraceData,
-                underuse: Optional[Underuse] = None) -> list[ToolStats]:
+def _tool_stats(
+    calls: Sequence[ToolCall], totals: BlameTotals, traces: TraceData, underuse: Optional[Underuse] = None
+) -> list[ToolStats]:
     by_tool: dict[str, list[ToolCall]] = defaultdict(list)
     for call in calls:
         by_tool[call.tool].append(call)
@@ -574,8 +585,9 @@ def run_name(report: dict) -> tuple[str, str]:
     "2026-11-30 13:55:53 to 13:56:05 UTC (11.8 s)")``."""
     inputs, window = report["inputs"], report["window"]
     services = _some(inputs["services"], "services")
-    files = _some([input_name(path) if path == STDIN else os.path.basename(path) or path
-                   for path in inputs["traces"]], "files")
+    files = _some(
+        [input_name(path) if path == STDIN else os.path.basename(path) or path for path in inputs["traces"]], "files"
+    )
     what = ", ".join(part for part in (services, files) if part)
     start, end = window["start"], window["end"]
     if not start or not end:

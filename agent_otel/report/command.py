@@ -57,7 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default: table)")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML timeline to FILE")
-    parser.add_argument("--perfetto", metavar="FILE", help="write Chrome trace-event JSON (Perfetto, chrome://tracing) to FILE")
+    parser.add_argument(
+        "--perfetto", metavar="FILE", help="write Chrome trace-event JSON (Perfetto, chrome://tracing) to FILE"
+    )
     # The same settings as instrument()'s, for the idle windows found in a GPU log.
     for option, name, metavar in IDLE_OPTIONS:
         config.add_argument(parser, option, name, metavar=metavar, environment=False)
@@ -68,13 +70,22 @@ IDLE_OPTIONS = (("--idle-threshold", "gpu_idle_threshold", "R"), ("--min-idle", 
 
 
 def run(args: argparse.Namespace) -> int:
-    idle = {name: getattr(config.DEFAULTS, name) if getattr(args, name) is None
-            else config.parse(name, getattr(args, name), option) for option, name, _ in IDLE_OPTIONS}
+    idle = {
+        name: getattr(config.DEFAULTS, name)
+        if getattr(args, name) is None
+        else config.parse(name, getattr(args, name), option)
+        for option, name, _ in IDLE_OPTIONS
+    }
     if args.tz is not None and not args.gpu_log:
-        raise ConfigError("--tz", args.tz, "--gpu-log as well: the zone is that of a GPU log's times (traces carry UTC)")
+        raise ConfigError(
+            "--tz", args.tz, "--gpu-log as well: the zone is that of a GPU log's times (traces carry UTC)"
+        )
     if args.gpu_pool is not None and not args.gpu_log:
-        raise ConfigError("--gpu-pool", args.gpu_pool, "--gpu-log as well: it names the pool of a GPU log's GPUs "
-                          "(gpu.idle spans carry their own)")
+        raise ConfigError(
+            "--gpu-pool",
+            args.gpu_pool,
+            "--gpu-log as well: it names the pool of a GPU log's GPUs (gpu.idle spans carry their own)",
+        )
     if [*args.traces, *args.gpu_log].count(STDIN) > 1:
         raise ConfigError("-", STDIN, "standard input (-) given once, for one input")
     progress = Progress(args.traces)
@@ -95,7 +106,12 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         _write(args.html, "--html", html.render(analysis), "HTML timeline")
     if args.perfetto:
-        _write(args.perfetto, "--perfetto", json.dumps(perfetto.trace_events(analysis), separators=(",", ":")), "Perfetto trace")
+        _write(
+            args.perfetto,
+            "--perfetto",
+            json.dumps(perfetto.trace_events(analysis), separators=(",", ":")),
+            "Perfetto trace",
+        )
     if args.format == "json":
         _print(json.dumps(report_json(analysis), indent=2) + "\n", sys.stdout)
     else:

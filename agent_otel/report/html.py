@@ -48,8 +48,12 @@ def render(analysis: Analysis) -> str:
     what, when = run_name(report)
     title = f"agent-otel report: {what}" if what else "agent-otel report"
     simulated = [g["gpu"] for g in report["gpus"] if g["simulated"]]
-    badge = (f'<span class="badge simulated" title="the GPU data came from agent-otel\'s simulated GPU, '
-             f'not a real one">simulated GPU</span> ' if simulated else "")
+    badge = (
+        '<span class="badge simulated" title="the GPU data came from agent-otel\'s simulated GPU, '
+        'not a real one">simulated GPU</span> '
+        if simulated
+        else ""
+    )
     summary = (
         f"{badge}{html.escape(when)} &middot; {len(analysis.calls)} tool calls &middot; "
         f"{html.escape(_gpu_source(report, simulated))}"
@@ -115,22 +119,33 @@ LEGEND = (
     ("error", "tool call ended in error or timeout"),
 )
 # The entries shown only when the page has the lanes that draw them.
-_NEEDS = {"util": "gpus", "unused": "gpus", "idle": "gpus", "turn": "turns", "model": "models",
-          "model-failed": "models", "first-chunk": "models"}
+_NEEDS = {
+    "util": "gpus",
+    "unused": "gpus",
+    "idle": "gpus",
+    "turn": "turns",
+    "model": "models",
+    "model-failed": "models",
+    "first-chunk": "models",
+}
 
 
 def _legend(report: dict) -> str:
     present = {"gpus": bool(report["gpus"]), "turns": bool(report["turns"]["count"]), "models": bool(report["models"])}
-    return "\n".join(f'<span><i class="sw {name}"></i>{html.escape(text)}</span>' for name, text in LEGEND
-                      if present.get(_NEEDS.get(name, ""), True))
+    return "\n".join(
+        f'<span><i class="sw {name}"></i>{html.escape(text)}</span>'
+        for name, text in LEGEND
+        if present.get(_NEEDS.get(name, ""), True)
+    )
 
 
 def _gpu_source(report: dict, simulated: list) -> str:
     """Where the GPU data came from, for the header."""
     source = report["inputs"]["gpu_source"]
     if source == GPU_FROM_LOGS:
-        text = "GPU utilization from " + ", ".join(os.path.basename(log["path"]) or log["path"]
-                                                   for log in report["inputs"]["gpu_logs"])
+        text = "GPU utilization from " + ", ".join(
+            os.path.basename(log["path"]) or log["path"] for log in report["inputs"]["gpu_logs"]
+        )
     elif source == GPU_FROM_TRACES:
         text = "GPU idle windows from gpu.idle spans (no utilization curve)"
     else:
@@ -154,7 +169,9 @@ def _timeline_data(analysis: Analysis) -> dict:
     blocked = analysis.blocked_by_call()
     lane_of = {tool.tool: index for index, tool in enumerate(analysis.tools)}
     calls = sorted(analysis.calls, key=lambda c: (lane_of[c.tool], c.submit_ns, c.start_ns))
-    columns: dict[str, list] = {k: [] for k in ("lane", "row", "submit", "start", "end", "blocked", "id", "trace", "outcome")}
+    columns: dict[str, list] = {
+        k: [] for k in ("lane", "row", "submit", "start", "end", "blocked", "id", "trace", "outcome")
+    }
     traces: dict[int, int] = {}
     lanes = []
     position: dict[int, int] = {}
@@ -235,8 +252,9 @@ def _turn_data(analysis: Analysis, ms) -> dict:
         "end": [ms(t.end_ns) for t in turns],
         "row": [min(row, MAX_ROWS - 1) for row in rows],
         "name": [t.name for t in turns],
-        "parts": [[round(t.model_s, 6), round(t.tool_queue_s, 6), round(t.tool_exec_s, 6), round(t.other_s, 6)]
-                  for t in turns],
+        "parts": [
+            [round(t.model_s, 6), round(t.tool_queue_s, 6), round(t.tool_exec_s, 6), round(t.other_s, 6)] for t in turns
+        ],
         "trace": [f"{t.trace_id:032x}" for t in turns],
     }
 
@@ -249,7 +267,7 @@ def _model_data(analysis: Analysis, ms) -> dict:
     lanes = []
     first = 0
     for stats in analysis.models:
-        lane_calls = calls[first:first + stats.calls]
+        lane_calls = calls[first : first + stats.calls]
         rows = assign_rows([(c.start_ns, c.end_ns) for c in lane_calls])
         for call, row in zip(lane_calls, rows):
             columns["row"].append(min(row, MAX_ROWS - 1))
@@ -259,8 +277,15 @@ def _model_data(analysis: Analysis, ms) -> dict:
             columns["input"].append(call.input_tokens)
             columns["output"].append(call.output_tokens)
             columns["failed"].append(call.failed)
-        lanes.append({"model": stats.model, "rows": min(max(rows, default=0) + 1, MAX_ROWS), "first": first,
-                      "count": stats.calls, "seconds": round(stats.seconds, 6)})
+        lanes.append(
+            {
+                "model": stats.model,
+                "rows": min(max(rows, default=0) + 1, MAX_ROWS),
+                "first": first,
+                "count": stats.calls,
+                "seconds": round(stats.seconds, 6),
+            }
+        )
         first += stats.calls
     return {"lanes": lanes, "calls": columns}
 
@@ -300,10 +325,10 @@ def _tools_table(report: dict) -> str:
         unused = t["gpu_underused_blocked_s"]
         rows.append(
             f'<tr data-tool="{html.escape(t["tool"], quote=True)}">'
-            f"{_cell(rank)}<td class=\"name\">{html.escape(t['tool'])}</td>"
+            f'{_cell(rank)}<td class="name">{html.escape(t["tool"])}</td>'
             f"{_known_cell(unused, 3)}"
             f"{_cell(t['gpu_idle_blocked_s'], 3)}"
-            f"<td class=\"split\">{bar}<span class=\"split-text\">{_number(t['gpu_idle_blocked_queue_s'], 3)} / "
+            f'<td class="split">{bar}<span class="split-text">{_number(t["gpu_idle_blocked_queue_s"], 3)} / '
             f"{_number(t['gpu_idle_blocked_exec_s'], 3)}</span></td>"
             f"{_cell(t['calls'])}{_cell(t['errors'])}{_cell(t['duration_p95_s'], 3)}</tr>"
         )
@@ -323,22 +348,32 @@ def _turns_view(report: dict) -> str:
     if not turns["count"]:
         return '<section id="turns"><h2>Turns</h2><p>no tool or model calls in the traces</p></section>'
     total = turns["end_to_end_s"] or 1.0
-    parts = [("model", "model_s", "model"), ("tool queue", "tool_queue_s", "q"), ("tool exec", "tool_exec_s", "e"),
-             ("other", "other_s", "other")]
-    bar = "".join(f'<span class="{css}" style="width:{100 * turns[key] / total:.1f}%" '
-                  f'title="{label}: {turns[key]:.3f} s"></span>' for label, key, css in parts)
-    legend = "".join(f'<tr data-part="{css}"><td><span class="sw {css}"></span>{label}</td>{_cell(turns[key], 3)}'
-                     f'{_cell(f"{100 * turns[key] / total:.0f} %")}</tr>' for label, key, css in parts)
+    parts = [
+        ("model", "model_s", "model"),
+        ("tool queue", "tool_queue_s", "q"),
+        ("tool exec", "tool_exec_s", "e"),
+        ("other", "other_s", "other"),
+    ]
+    bar = "".join(
+        f'<span class="{css}" style="width:{100 * turns[key] / total:.1f}%" title="{label}: {turns[key]:.3f} s"></span>'
+        for label, key, css in parts
+    )
+    legend = "".join(
+        f'<tr data-part="{css}"><td><span class="sw {css}"></span>{label}</td>{_cell(turns[key], 3)}'
+        f"{_cell(f'{100 * turns[key] / total:.0f} %')}</tr>"
+        for label, key, css in parts
+    )
     source = f"{turns['from_agent_spans']} from invoke_agent spans" if turns["from_agent_spans"] else "from traces"
     sentences = "".join(
         f'<li data-tool="{html.escape(t["tool"], quote=True)}"><b>{html.escape(t["tool"])}</b> idles the GPU '
-        f'{t["gpu_idle_blocked_per_call_s"]:.1f} s per call, {100 * t["latency_share"]:.0f} % of end-to-end latency</li>'
-        for t in report["tools"] if t["latency_share"] is not None and (t["latency_share"] or t["gpu_idle_blocked_s"])
+        f"{t['gpu_idle_blocked_per_call_s']:.1f} s per call, {100 * t['latency_share']:.0f} % of end-to-end latency</li>"
+        for t in report["tools"]
+        if t["latency_share"] is not None and (t["latency_share"] or t["gpu_idle_blocked_s"])
     )
     return (
         f'<section id="turns"><h2>Turns: where the end-to-end time went</h2>'
-        f'<p>{turns["count"]} turn{"s" if turns["count"] != 1 else ""} ({source}), {turns["end_to_end_s"]:.1f} s end '
-        f'to end; per turn p50 {turns["end_to_end_p50_s"]:.3f} s, p95 {turns["end_to_end_p95_s"]:.3f} s</p>'
+        f"<p>{turns['count']} turn{'s' if turns['count'] != 1 else ''} ({source}), {turns['end_to_end_s']:.1f} s end "
+        f"to end; per turn p50 {turns['end_to_end_p50_s']:.3f} s, p95 {turns['end_to_end_p95_s']:.3f} s</p>"
         f'<div class="bar turn-bar">{bar}</div>'
         f'<table id="turns-table"><tbody>{legend}</tbody></table>'
         f'<ul id="tool-costs">{sentences}</ul></section>'
@@ -350,15 +385,16 @@ def _models_table(report: dict) -> str:
         return ""
     rows = "".join(
         f'<tr data-model="{html.escape(m["model"], quote=True)}"><td class="name">{html.escape(m["model"])}</td>'
-        f'{_cell(m["calls"])}{_cell(m["seconds"], 3)}{_cell(m["duration_p95_s"], 3)}'
+        f"{_cell(m['calls'])}{_cell(m['seconds'], 3)}{_cell(m['duration_p95_s'], 3)}"
         + (_cell(m["time_to_first_chunk_p50_s"], 3) if m["time_to_first_chunk_p50_s"] is not None else _cell("-"))
         + _cell("-" if m["input_tokens"] is None else m["input_tokens"])
-        + _cell("-" if m["output_tokens"] is None else m["output_tokens"]) + "</tr>"
+        + _cell("-" if m["output_tokens"] is None else m["output_tokens"])
+        + "</tr>"
         for m in report["models"]
     )
     return (
         '<section><h2>Models</h2><table id="models-table"><thead><tr><th>model</th><th>calls</th><th>s</th>'
-        '<th>p95 s</th><th>first chunk p50 s</th><th>in tokens</th><th>out tokens</th></tr></thead>'
+        "<th>p95 s</th><th>first chunk p50 s</th><th>in tokens</th><th>out tokens</th></tr></thead>"
         f"<tbody>{rows}</tbody></table></section>"
     )
 
@@ -366,12 +402,16 @@ def _models_table(report: dict) -> str:
 def _recommendations(report: dict) -> str:
     items = "".join(
         f'<li data-kind="{html.escape(r["kind"], quote=True)}"><span class="kind">{html.escape(r["kind"])}</span> '
-        f'{html.escape(r["message"])}'
+        f"{html.escape(r['message'])}"
         + (f'<pre class="remedy">{html.escape(r["remedy"])}</pre>' if r["remedy"] else "")
         + "</li>"
         for r in report["recommendations"]
     )
-    body = f'<ul id="recommendations">{items}</ul>' if items else '<p id="recommendations">none: the data shows nothing to change</p>'
+    body = (
+        f'<ul id="recommendations">{items}</ul>'
+        if items
+        else '<p id="recommendations">none: the data shows nothing to change</p>'
+    )
     return f"<section><h2>Recommendations</h2>{body}</section>"
 
 
@@ -382,7 +422,7 @@ def _gpus_table(report: dict) -> str:
             "the GPU was never idle, or was not sampled</p></section>"
         )
     rows = "".join(
-        f"<tr><td class=\"name\">{html.escape(g['gpu'])}"
+        f'<tr><td class="name">{html.escape(g["gpu"])}'
         + (' <span class="badge simulated">simulated</span>' if g["simulated"] else "")
         + f"</td>{_cell(g['busy_s'], 1)}{_cell(g['idle_s'], 1)}"
         f"{_cell(g['idle_blocked_s'], 1)}{_cell(g['idle_unattributed_s'], 1)}"
@@ -392,8 +432,8 @@ def _gpus_table(report: dict) -> str:
     )
     return (
         '<section><h2>GPUs</h2><table id="gpus-table"><thead><tr><th>gpu</th><th>busy s</th><th>idle s</th>'
-        "<th>blocked s</th><th>unattributed s</th><th title=\"(1 - utilization) x time\">unused s</th>"
-        "<th>unused by tools s</th><th title=\"samples lost: neither idle nor busy\">missing s</th>"
+        '<th>blocked s</th><th>unattributed s</th><th title="(1 - utilization) x time">unused s</th>'
+        '<th>unused by tools s</th><th title="samples lost: neither idle nor busy">missing s</th>'
         f"</tr></thead><tbody>{rows}</tbody></table></section>"
     )
 
@@ -402,7 +442,7 @@ def _executors_table(report: dict) -> str:
     if not report["executors"]:
         return ""
     rows = "".join(
-        f"<tr><td class=\"name\">{html.escape(e['executor'])}</td>{_cell(e['submissions'])}"
+        f'<tr><td class="name">{html.escape(e["executor"])}</td>{_cell(e["submissions"])}'
         f"{_cell(e['wait_p95_s'], 3)}{_cell(e['max_queue_depth'])}{_cell(e['max_concurrent_exec'])}</tr>"
         for e in report["executors"]
     )

@@ -179,14 +179,24 @@ def _turns_and_models(analysis: Analysis, events: list[dict], us, first_pid: int
         for row in range(max(rows) + 1):
             _name(events, "thread_name", pid, row + 1, f"turns {row + 1}")
         for turn, row in zip(turns, rows):
-            events.append(_slice(turn.name, "turn", pid, row + 1, us(turn.start_ns), us(turn.end_ns), {
-                "trace_id": f"{turn.trace_id:032x}",
-                "source": turn.source,
-                "model_s": round(turn.model_s, 6),
-                "tool_queue_s": round(turn.tool_queue_s, 6),
-                "tool_exec_s": round(turn.tool_exec_s, 6),
-                "other_s": round(turn.other_s, 6),
-            }))
+            events.append(
+                _slice(
+                    turn.name,
+                    "turn",
+                    pid,
+                    row + 1,
+                    us(turn.start_ns),
+                    us(turn.end_ns),
+                    {
+                        "trace_id": f"{turn.trace_id:032x}",
+                        "source": turn.source,
+                        "model_s": round(turn.model_s, 6),
+                        "tool_queue_s": round(turn.tool_queue_s, 6),
+                        "tool_exec_s": round(turn.tool_exec_s, 6),
+                        "other_s": round(turn.other_s, 6),
+                    },
+                )
+            )
     if analysis.model_calls:
         pid = first_pid
         _name(events, "process_name", pid, None, MODELS_NAME)
@@ -195,17 +205,33 @@ def _turns_and_models(analysis: Analysis, events: list[dict], us, first_pid: int
             calls = [c for c in analysis.model_calls if c.model == stats.model]
             rows = assign_rows([(c.start_ns, c.end_ns) for c in calls])
             for row in range(max(rows) + 1):
-                _name(events, "thread_name", pid, next_tid + row, stats.model if row == 0 else f"{stats.model} ({row + 1})")
+                _name(
+                    events,
+                    "thread_name",
+                    pid,
+                    next_tid + row,
+                    stats.model if row == 0 else f"{stats.model} ({row + 1})",
+                )
             for call, row in zip(calls, rows):
-                events.append(_slice(call.model, "model", pid, next_tid + row, us(call.start_ns), us(call.end_ns), {
-                    "trace_id": f"{call.trace_id:032x}",
-                    "span_id": f"{call.span_id:016x}",
-                    "operation": call.operation,
-                    "input_tokens": call.input_tokens,
-                    "output_tokens": call.output_tokens,
-                    "time_to_first_chunk_s": call.first_chunk_s,
-                    "failed": call.failed,
-                }))
+                events.append(
+                    _slice(
+                        call.model,
+                        "model",
+                        pid,
+                        next_tid + row,
+                        us(call.start_ns),
+                        us(call.end_ns),
+                        {
+                            "trace_id": f"{call.trace_id:032x}",
+                            "span_id": f"{call.span_id:016x}",
+                            "operation": call.operation,
+                            "input_tokens": call.input_tokens,
+                            "output_tokens": call.output_tokens,
+                            "time_to_first_chunk_s": call.first_chunk_s,
+                            "failed": call.failed,
+                        },
+                    )
+                )
             next_tid += max(rows) + 1
 
 

@@ -455,10 +455,12 @@ class TraceReader:
             parent = self._parent(span)
             if parent:
                 self._failed_children.setdefault((key >> 64) << 64 | parent, []).append(
-                    (self._name(_name_of(span)), start_ns, end_ns))
+                    (self._name(_name_of(span)), start_ns, end_ns)
+                )
 
-    def _other_instrumentation(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int,
-                               pool: str) -> Optional[AgentRun]:
+    def _other_instrumentation(
+        self, span: dict, found: dict, key: int, start_ns: int, end_ns: int, pool: str
+    ) -> Optional[AgentRun]:
         """OpenInference's and OpenLLMetry's span kinds, and the MCP SDK's client request span."""
         kind = self._text(found, OPENINFERENCE_SPAN_KIND) or self._text(found, TRACELOOP_SPAN_KIND)
         if kind is None:
@@ -530,8 +532,9 @@ class TraceReader:
         if not tool:
             name = span.get("name")
             prefix = SPAN_EXECUTE_TOOL_PREFIX
-            tool = self._name(name[len(prefix):] if type(name) is str and name.startswith(prefix)
-                              else _name_of(span) or "unknown")
+            tool = self._name(
+                name[len(prefix) :] if type(name) is str and name.startswith(prefix) else _name_of(span) or "unknown"
+            )
         value = found.get(AGENT_TOOL_OUTCOME)
         outcome = _OUTCOMES.get(value.get("stringValue") or "") if type(value) is dict else None  # the shared constant
         if outcome is None:
@@ -643,8 +646,9 @@ class TraceReader:
             pool=pool,
         )
         self.data.idle_windows.append(window)
-        if (self._text(found, AGENT_GPU_SOURCE) == GPU_SOURCE_SIMULATED
-                or (window.uuid or "").startswith(SIMULATED_GPU_UUID_PREFIX)):
+        if self._text(found, AGENT_GPU_SOURCE) == GPU_SOURCE_SIMULATED or (window.uuid or "").startswith(
+            SIMULATED_GPU_UUID_PREFIX
+        ):
             self.data.simulated_gpus.add(gpu_key(window))
 
     def _loop_block(self, span: dict, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
@@ -665,8 +669,10 @@ class TraceReader:
                     for item in attributes:
                         if type(item) is dict and item.get("key") == ASYNCIO_LOOP_ROLE:
                             role = any_value(item.get("value"), ASYNCIO_LOOP_ROLE)
-                key = (hex_id(link.get("traceId"), 32, "links[].traceId"),
-                       hex_id(link.get("spanId"), 16, "links[].spanId"))
+                key = (
+                    hex_id(link.get("traceId"), 32, "links[].traceId"),
+                    hex_id(link.get("spanId"), 16, "links[].spanId"),
+                )
                 if role == LOOP_ROLE_BLOCKING:
                     blocker = key
                 elif role == LOOP_ROLE_WAITING:
@@ -820,8 +826,11 @@ class TraceReader:
         if not models:
             return
         keys = {call.trace_id << 64 | call.span_id for call in models}
-        kept = [call for call, parent in zip(models, self._model_parents)
-                if not parent or call.trace_id << 64 | parent not in keys]
+        kept = [
+            call
+            for call, parent in zip(models, self._model_parents)
+            if not parent or call.trace_id << 64 | parent not in keys
+        ]
         data.duplicate_count += len(models) - len(kept)
         data.model_calls = kept
 

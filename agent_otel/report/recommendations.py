@@ -60,8 +60,17 @@ from agent_otel.report.waits import KIND_CPU, KIND_GIL, KIND_IO
 if TYPE_CHECKING:
     from agent_otel.report.analysis import Analysis
 
-KINDS = ("raise_pool_workers", "set_timeout", "isolate_tool", "batch_calls", "idle_not_tools", "offload_from_loop",
-         "use_process_pool", "use_async_io", "overlap_tool_with_gpu")
+KINDS = (
+    "raise_pool_workers",
+    "set_timeout",
+    "isolate_tool",
+    "batch_calls",
+    "idle_not_tools",
+    "offload_from_loop",
+    "use_process_pool",
+    "use_async_io",
+    "overlap_tool_with_gpu",
+)
 
 # Executors that are not pools: nothing to size.
 NOT_POOLS = ("direct", UNKNOWN_EXECUTOR)
@@ -233,9 +242,7 @@ def _isolate_tool(analysis: Analysis) -> list[Recommendation]:
             fast_p50, fast_exec_p95 = percentile(other_exec, 50), percentile(other_exec, 95)
             fast_wait_p95 = percentile(sorted(call.queue_seconds for call in others), 95)
             if not (
-                slow_p50 >= SLOW_FACTOR * fast_p50
-                and fast_wait_p95 >= MIN_WAIT_P95_S
-                and fast_wait_p95 > fast_exec_p95
+                slow_p50 >= SLOW_FACTOR * fast_p50 and fast_wait_p95 >= MIN_WAIT_P95_S and fast_wait_p95 > fast_exec_p95
             ):
                 continue
             workers = max_overlap([(call.start_ns, call.end_ns) for call in mine])
@@ -366,8 +373,11 @@ def _waits(analysis: Analysis) -> list[Recommendation]:
         cpu = tool.cpu
         kind = cpu.kind if cpu is not None else None
         threads = sorted(loop.threads)
-        how = ("a process pool awaited with .aio() (it is CPU-bound: a thread would still hold the GIL)"
-               if kind in (KIND_CPU, KIND_GIL) else "await it with .aio() on a pool of its own, or asyncio.to_thread")
+        how = (
+            "a process pool awaited with .aio() (it is CPU-bound: a thread would still hold the GIL)"
+            if kind in (KIND_CPU, KIND_GIL)
+            else "await it with .aio() on a pool of its own, or asyncio.to_thread"
+        )
         found.append(
             Recommendation(
                 kind="offload_from_loop",
@@ -376,8 +386,12 @@ def _waits(analysis: Analysis) -> list[Recommendation]:
                     f'call tool="{tool.tool}" off the event loop: its calls blocked the loop of '
                     f"{', '.join(threads)} {loop.blocks} time{'s' if loop.blocks != 1 else ''} for "
                     f"{_g(loop.blocked_s)} s in all (longest {_g(loop.longest_s)} s)"
-                    + (f", while up to {loop.most_waiting} other tool call{'s' if loop.most_waiting != 1 else ''} "
-                       "waited for the loop" if loop.most_waiting else "")
+                    + (
+                        f", while up to {loop.most_waiting} other tool call{'s' if loop.most_waiting != 1 else ''} "
+                        "waited for the loop"
+                        if loop.most_waiting
+                        else ""
+                    )
                     + f"; {_g(tool.loop_idle_blocked_s)} GPU-s of GPU idle time meanwhile are blamed on it. A sync "
                     f"function called from a coroutine holds the loop's thread, and no other coroutine runs: {how}."
                 ),
@@ -457,8 +471,14 @@ def _waits(analysis: Analysis) -> list[Recommendation]:
             )
         else:
             continue
-        found.append(Recommendation(kind="use_async_io" if kind == KIND_IO else "use_process_pool",
-                                    subject=tool.tool, message=message, evidence=evidence))
+        found.append(
+            Recommendation(
+                kind="use_async_io" if kind == KIND_IO else "use_process_pool",
+                subject=tool.tool,
+                message=message,
+                evidence=evidence,
+            )
+        )
     return found
 
 
@@ -473,6 +493,8 @@ def _innermost_frame(stack) -> Optional[str]:
     if len(parts) == 3 and parts[1].startswith("line ") and parts[2].startswith("in "):
         return f"{parts[0][5:].strip(chr(34))}:{parts[1][5:]} in {parts[2][3:]}"
     return frames[-1]
+
+
 def _overlap_tool_with_gpu(analysis: Analysis) -> list[Recommendation]:
     underuse = analysis.underuse
     if underuse is None:

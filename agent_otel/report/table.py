@@ -179,19 +179,38 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
     if not count:
         return _wrap("  none: no tool or model calls in the traces", width)
     total = turns["end_to_end_s"] or 1.0
-    source = ("invoke_agent spans" if turns["from_agent_spans"] == count
-              else "traces" if not turns["from_agent_spans"]
-              else f"{turns['from_agent_spans']} invoke_agent spans, {count - turns['from_agent_spans']} traces")
-    parts = " + ".join(f"{label} {_sec1(turns[key])} s ({_percent(turns[key] / total)})" for label, key in (
-        ("model", "model_s"), ("tool queue", "tool_queue_s"), ("tool exec", "tool_exec_s"), ("other", "other_s")))
-    lines = _wrap(f"  {count} turn{'s' if count != 1 else ''} ({source}): {_sec1(turns['end_to_end_s'])} s end "
-                  f"to end = {parts}; per turn p50 {_sec(turns['end_to_end_p50_s'])} s, "
-                  f"p95 {_sec(turns['end_to_end_p95_s'])} s", width)
+    source = (
+        "invoke_agent spans"
+        if turns["from_agent_spans"] == count
+        else "traces"
+        if not turns["from_agent_spans"]
+        else f"{turns['from_agent_spans']} invoke_agent spans, {count - turns['from_agent_spans']} traces"
+    )
+    parts = " + ".join(
+        f"{label} {_sec1(turns[key])} s ({_percent(turns[key] / total)})"
+        for label, key in (
+            ("model", "model_s"),
+            ("tool queue", "tool_queue_s"),
+            ("tool exec", "tool_exec_s"),
+            ("other", "other_s"),
+        )
+    )
+    lines = _wrap(
+        f"  {count} turn{'s' if count != 1 else ''} ({source}): {_sec1(turns['end_to_end_s'])} s end "
+        f"to end = {parts}; per turn p50 {_sec(turns['end_to_end_p50_s'])} s, "
+        f"p95 {_sec(turns['end_to_end_p95_s'])} s",
+        width,
+    )
     for tool in report["tools"]:
         if tool["latency_share"] is None or not tool["latency_share"] and not tool["gpu_idle_blocked_s"]:
             continue
-        lines.extend(_wrap(f"  {visible(tool['tool'])} idles the GPU {_sec1(tool['gpu_idle_blocked_per_call_s'])} s "
-                           f"per call, {_percent(tool['latency_share'])} of end-to-end latency", width))
+        lines.extend(
+            _wrap(
+                f"  {visible(tool['tool'])} idles the GPU {_sec1(tool['gpu_idle_blocked_per_call_s'])} s "
+                f"per call, {_percent(tool['latency_share'])} of end-to-end latency",
+                width,
+            )
+        )
     return lines
 
 
@@ -275,9 +294,17 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
         Column("MISSING", 2),
     ]
     rows = [
-        [visible(g["gpu"]) + (" (simulated)" if g["simulated"] else ""), _sec(g["busy_s"]), _sec(g["idle_s"]), _sec(g["idle_blocked_s"]), _sec(g["idle_unattributed_s"]),
-         "-" if g["utilization_avg"] is None else f"{g['utilization_avg']:.0%}", _opt(g["underused_s"]),
-         _opt(g["underused_blocked_s"]), _opt(g["missing_s"])]
+        [
+            visible(g["gpu"]) + (" (simulated)" if g["simulated"] else ""),
+            _sec(g["busy_s"]),
+            _sec(g["idle_s"]),
+            _sec(g["idle_blocked_s"]),
+            _sec(g["idle_unattributed_s"]),
+            "-" if g["utilization_avg"] is None else f"{g['utilization_avg']:.0%}",
+            _opt(g["underused_s"]),
+            _opt(g["underused_blocked_s"]),
+            _opt(g["missing_s"]),
+        ]
         for g in gpus
     ]
     return _table(columns, rows, width, paint)

@@ -61,8 +61,12 @@ class Turn:
         return (self.end_ns - self.start_ns) / NS_PER_S
 
 
-def find_turns(calls: Sequence[ToolCall], model_calls: Sequence[ModelCall], agent_runs: Sequence[AgentRun],
-               roots: dict[int, AgentRun]) -> tuple[list[Turn], "TurnTotals"]:
+def find_turns(
+    calls: Sequence[ToolCall],
+    model_calls: Sequence[ModelCall],
+    agent_runs: Sequence[AgentRun],
+    roots: dict[int, AgentRun],
+) -> tuple[list[Turn], "TurnTotals"]:
     """Every turn of the traces that holds a tool or model call, in start order, and their totals."""
     calls_of: dict[int, list[ToolCall]] = defaultdict(list)
     for call in calls:
@@ -89,13 +93,17 @@ def find_turns(calls: Sequence[ToolCall], model_calls: Sequence[ModelCall], agen
                     turns.append(_breakdown(turn, trace_calls, trace_models, in_flight, len(runs) == 1))
                 continue
         root = roots.get(trace_id)
-        if root is None or any(c.span_id == root.span_id for c in trace_calls) \
-                or any(m.span_id == root.span_id for m in trace_models):
+        if (
+            root is None
+            or any(c.span_id == root.span_id for c in trace_calls)
+            or any(m.span_id == root.span_id for m in trace_models)
+        ):
             continue  # no agent run around the calls
         start = min([root.start_ns] + [c.submit_ns for c in trace_calls] + [m.start_ns for m in trace_models])
         end = max([root.end_ns] + [c.end_ns for c in trace_calls] + [m.end_ns for m in trace_models])
-        turns.append(_breakdown(Turn(root.name, trace_id, start, end, FROM_TRACE), trace_calls, trace_models,
-                                in_flight, True))
+        turns.append(
+            _breakdown(Turn(root.name, trace_id, start, end, FROM_TRACE), trace_calls, trace_models, in_flight, True)
+        )
     turns.sort(key=lambda t: (t.start_ns, t.trace_id))
     return turns, _totals(turns, in_flight)
 
@@ -129,8 +137,9 @@ def _outermost(runs: list[AgentRun]) -> list[AgentRun]:
     return outer
 
 
-def _breakdown(turn: Turn, calls: list[ToolCall], model_calls: list[ModelCall], in_flight: dict[str, int],
-               whole_trace: bool) -> Turn:
+def _breakdown(
+    turn: Turn, calls: list[ToolCall], model_calls: list[ModelCall], in_flight: dict[str, int], whole_trace: bool
+) -> Turn:
     """Split the turn's time; add each tool's in-flight time to ``in_flight``.
 
     ``whole_trace``: every call given lies within the turn (no filtering).
@@ -279,14 +288,16 @@ def model_stats(model_calls: Sequence[ModelCall]) -> list[ModelStats]:
     for model, calls in by_model.items():
         inputs = [c.input_tokens for c in calls if c.input_tokens is not None]
         outputs = [c.output_tokens for c in calls if c.output_tokens is not None]
-        stats.append(ModelStats(
-            model=model,
-            calls=len(calls),
-            errors=sum(1 for c in calls if c.failed),
-            duration_s=sorted(c.seconds for c in calls),
-            first_chunk_s=sorted(c.first_chunk_s for c in calls if c.first_chunk_s is not None),
-            input_tokens=sum(inputs) if inputs else None,
-            output_tokens=sum(outputs) if outputs else None,
-        ))
+        stats.append(
+            ModelStats(
+                model=model,
+                calls=len(calls),
+                errors=sum(1 for c in calls if c.failed),
+                duration_s=sorted(c.seconds for c in calls),
+                first_chunk_s=sorted(c.first_chunk_s for c in calls if c.first_chunk_s is not None),
+                input_tokens=sum(inputs) if inputs else None,
+                output_tokens=sum(outputs) if outputs else None,
+            )
+        )
     stats.sort(key=lambda s: (-s.seconds, s.model))
     return stats

@@ -76,8 +76,13 @@ class _CallIndex:
         return [call for call in self.calls[first:last] if (call.end_ns or _OPEN_END) > start_ns]
 
 
-def read_underuse(steps: Iterable[TimelineStep], calls: Sequence[ToolCall], start_ns: int, end_ns: int,
-                  blocks: Iterable[LoopBlock] = ()) -> tuple[list[IdleWindow], Underuse]:
+def read_underuse(
+    steps: Iterable[TimelineStep],
+    calls: Sequence[ToolCall],
+    start_ns: int,
+    end_ns: int,
+    blocks: Iterable[LoopBlock] = (),
+) -> tuple[list[IdleWindow], Underuse]:
     """The idle windows of ``steps`` (all of them, unclipped) and the unused
     capacity of their stretches inside ``[start_ns, end_ns]``, blamed on ``calls``."""
     index = _CallIndex(calls)

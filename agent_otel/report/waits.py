@@ -128,8 +128,10 @@ def _contention(calls: list[ToolCall]) -> list[float]:
     integral at any instant is one binary search away.
     """
     rates = [min(1.0, call.cpu_ns / (call.end_ns - call.start_ns)) for call in calls]  # type: ignore[operator]
-    events = sorted([(call.start_ns, rate) for call, rate in zip(calls, rates)]
-                    + [(call.end_ns, -rate) for call, rate in zip(calls, rates)])
+    events = sorted(
+        [(call.start_ns, rate) for call, rate in zip(calls, rates)]
+        + [(call.end_ns, -rate) for call, rate in zip(calls, rates)]
+    )
     times = [time for time, _ in events]
     level = list(accumulate(change for _, change in events))  # W on [times[i], times[i + 1])
     integral = list(accumulate((level[i] * (times[i + 1] - times[i]) for i in range(len(times) - 1)), initial=0.0))
@@ -228,8 +230,10 @@ def loops_json(loops: Sequence[LoopStats]) -> list[dict]:
             "blocks": loop.blocks,
             "blocked_s": _s(loop.blocked_s),
             "longest_s": _s(loop.longest_s),
-            "by_tool": [{"tool": tool if tool is not None else UNKNOWN, "blocked_s": _s(seconds)}
-                        for tool, seconds in sorted(loop.by_tool.items(), key=lambda item: (-item[1], item[0] or ""))],
+            "by_tool": [
+                {"tool": tool if tool is not None else UNKNOWN, "blocked_s": _s(seconds)}
+                for tool, seconds in sorted(loop.by_tool.items(), key=lambda item: (-item[1], item[0] or ""))
+            ],
         }
         for loop in loops
     ]

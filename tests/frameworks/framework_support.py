@@ -20,8 +20,14 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 REQUIRED = {name.strip() for name in os.environ.get("AGENT_OTEL_REQUIRED_FRAMEWORKS", "").split(",") if name.strip()}
 
 # framework -> whether the `frameworks` extra installs it (CI must then have it).
-INSTALLED_BY_EXTRA = {"langchain": True, "openai_agents": True, "llamaindex": True, "mcp": True,
-                      "smolagents": True, "crewai": False}
+INSTALLED_BY_EXTRA = {
+    "langchain": True,
+    "openai_agents": True,
+    "llamaindex": True,
+    "mcp": True,
+    "smolagents": True,
+    "crewai": False,
+}
 
 
 def require_framework(name: str, module: str):
@@ -29,8 +35,11 @@ def require_framework(name: str, module: str):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        how = ("pip install -e '.[frameworks]'" if INSTALLED_BY_EXTRA[name]
-               else f"not in the frameworks extra: pip install {name}")
+        how = (
+            "pip install -e '.[frameworks]'"
+            if INSTALLED_BY_EXTRA[name]
+            else f"not in the frameworks extra: pip install {name}"
+        )
         message = f"{module} is not installed ({exc}); {how}"
         if (IN_CI and INSTALLED_BY_EXTRA[name]) or name in REQUIRED:
             pytest.fail(message)

@@ -42,8 +42,9 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    agent_otel.instrument(service_name="inventory-server", traces_exporters="none", traces_file=sys.argv[1],
-                          gpu="off", frameworks=["mcp"])
+    agent_otel.instrument(
+        service_name="inventory-server", traces_exporters="none", traces_file=sys.argv[1], gpu="off", frameworks=["mcp"]
+    )
     try:
         anyio.run(main)
     finally:

@@ -15,8 +15,7 @@ import time
 import types
 
 import pytest
-from frameworks.framework_support import (assert_queued_one_after_another, require_framework, run_with_one_worker,
-                                          timing)
+from frameworks.framework_support import assert_queued_one_after_another, require_framework, run_with_one_worker, timing
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # no usage reports from a test run
 require_framework("crewai", "crewai")
@@ -79,13 +78,24 @@ class ScriptedLLM(BaseLLM):
     def supports_function_calling(self) -> bool:
         return True
 
-    def call(self, messages, tools=None, callbacks=None, available_functions=None, from_task=None,
-             from_agent=None, response_model=None):
+    def call(
+        self,
+        messages,
+        tools=None,
+        callbacks=None,
+        available_functions=None,
+        from_task=None,
+        from_agent=None,
+        response_model=None,
+    ):
         if any(isinstance(m, dict) and m.get("role") == "tool" for m in messages):
             return "all fetched"
-        return [types.SimpleNamespace(id=f"call_{i}", function=types.SimpleNamespace(
-                    name=name, arguments=json.dumps(arguments)))
-                for i, (name, arguments) in enumerate(self._tool_calls)]
+        return [
+            types.SimpleNamespace(
+                id=f"call_{i}", function=types.SimpleNamespace(name=name, arguments=json.dumps(arguments))
+            )
+            for i, (name, arguments) in enumerate(self._tool_calls)
+        ]
 
 
 def test_a_crews_parallel_native_tool_calls_wait_for_its_pool(hooked, spans):

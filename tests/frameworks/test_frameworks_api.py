@@ -17,8 +17,13 @@ from agent_otel.capture import frameworks
 from agent_otel.instrumentation import current
 
 EXTRA = ["langchain", "openai_agents", "llamaindex", "mcp", "smolagents"]
-IMPORTS = {"langchain": "langchain_core", "openai_agents": "agents", "llamaindex": "llama_index.core",
-           "mcp": "mcp", "smolagents": "smolagents"}
+IMPORTS = {
+    "langchain": "langchain_core",
+    "openai_agents": "agents",
+    "llamaindex": "llama_index.core",
+    "mcp": "mcp",
+    "smolagents": "smolagents",
+}
 
 
 @pytest.fixture
@@ -67,8 +72,9 @@ def test_disabled_instrumentations_variable_turns_a_hook_off(every_framework_of_
         agent_otel.uninstrument()
 
 
-def test_an_instrumentor_starts_agent_otel_once_and_removes_only_its_hook(every_framework_of_the_extra, spans,
-                                                                          monkeypatch):
+def test_an_instrumentor_starts_agent_otel_once_and_removes_only_its_hook(
+    every_framework_of_the_extra, spans, monkeypatch
+):
     from agent_otel.instrumentors import LangChainInstrumentor, McpInstrumentor
 
     monkeypatch.setenv("AGENT_OTEL_GPU", "off")
@@ -94,7 +100,8 @@ def test_an_instrumentor_starts_agent_otel_once_and_removes_only_its_hook(every_
 def test_opentelemetry_instrument_loads_the_hooks_with_no_code_change(every_framework_of_the_extra, tmp_path):
     instrument_command = Path(sys.executable).with_name("opentelemetry-instrument")
     agent = tmp_path / "agent.py"
-    agent.write_text(textwrap.dedent('''
+    agent.write_text(
+        textwrap.dedent('''
         from langchain_core.tools import tool as langchain_tool
         from smolagents import tool as smolagents_tool
 
@@ -113,17 +120,33 @@ def test_opentelemetry_instrument_loads_the_hooks_with_no_code_change(every_fram
             return text + "!"
 
         print(lookup.invoke({"key": "a"}), shout(text="b"))
-    '''))
+    ''')
+    )
     traces = tmp_path / "traces.jsonl"
-    environment = {**os.environ, "OTEL_TRACES_EXPORTER": "none", "AGENT_OTEL_TRACES_FILE": str(traces),
-                   "AGENT_OTEL_GPU": "off", "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "agent_otel_smolagents"}
-    done = subprocess.run([str(instrument_command), sys.executable, str(agent)], env=environment,
-                          capture_output=True, text=True, timeout=120)
+    environment = {
+        **os.environ,
+        "OTEL_TRACES_EXPORTER": "none",
+        "AGENT_OTEL_TRACES_FILE": str(traces),
+        "AGENT_OTEL_GPU": "off",
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "agent_otel_smolagents",
+    }
+    done = subprocess.run(
+        [str(instrument_command), sys.executable, str(agent)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["A", "b!"]
     # (OpenInference's and OpenLLMetry's instrumentations, where installed, load too and add their own spans.)
-    names = [span["name"] for line in traces.read_text().splitlines()
-             for resource in json.loads(line)["resourceSpans"]
-             for scope in resource["scopeSpans"] if scope["scope"]["name"] == "agent_otel" for span in scope["spans"]]
+    names = [
+        span["name"]
+        for line in traces.read_text().splitlines()
+        for resource in json.loads(line)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        if scope["scope"]["name"] == "agent_otel"
+        for span in scope["spans"]
+    ]
     assert names == ["execute_tool lookup"]  # smolagents' hook was turned off

@@ -28,10 +28,12 @@ from frameworks.test_langchain import _react_graph, fetch_page, tool_call  # noq
 
 # name -> (module, instrumentor class, the model name the report shows for a fake chat model)
 PEERS = {
-    "openinference": ("openinference.instrumentation.langchain", "LangChainInstrumentor",
-                      "FakeMessagesListChatModel"),
-    "openllmetry": ("opentelemetry.instrumentation.langchain", "LangchainInstrumentor",
-                    "FakeMessagesListChatModel.chat"),
+    "openinference": ("openinference.instrumentation.langchain", "LangChainInstrumentor", "FakeMessagesListChatModel"),
+    "openllmetry": (
+        "opentelemetry.instrumentation.langchain",
+        "LangchainInstrumentor",
+        "FakeMessagesListChatModel.chat",
+    ),
 }
 
 
@@ -70,13 +72,16 @@ def test_a_langgraph_run_counts_each_tool_call_once_beside_a_peer(peer, hooked, 
 
     assert state["messages"][-1].content == "all fetched"
     handle.pipeline.drain()
-    assert handle.metrics.registry.get_sample_value(
-        "agent_tool_calls_total", {"tool": "fetch_page", "outcome": "ok"}) == 3.0
+    assert (
+        handle.metrics.registry.get_sample_value("agent_tool_calls_total", {"tool": "fetch_page", "outcome": "ok"})
+        == 3.0
+    )
     ours = [s for s in spans.all() if s.instrumentation_scope.name == "agent_otel"]
     assert len([s for s in ours if s.name == "execute_tool fetch_page"]) == 3
     assert [s for s in ours if s.attributes.get("gen_ai.operation.name") == "chat"] == []  # the peer records them
-    peer_tool_spans = [s for s in spans.all() if s.instrumentation_scope.name != "agent_otel"
-                       and "fetch_page" in s.name]
+    peer_tool_spans = [
+        s for s in spans.all() if s.instrumentation_scope.name != "agent_otel" and "fetch_page" in s.name
+    ]
     assert len(peer_tool_spans) == 3  # the peer saw each call too
     agent_otel.uninstrument()  # flushes the traces file
 

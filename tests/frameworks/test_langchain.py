@@ -7,8 +7,14 @@ import json
 import time
 
 import pytest
-from frameworks.framework_support import (ASYNCIO_DEFAULT_WORKERS, assert_queued_one_after_another,
-                                          least_wait_s, require_framework, run_with_one_worker, timing)
+from frameworks.framework_support import (
+    ASYNCIO_DEFAULT_WORKERS,
+    assert_queued_one_after_another,
+    least_wait_s,
+    require_framework,
+    run_with_one_worker,
+    timing,
+)
 
 require_framework("langchain", "langchain_core")
 
@@ -70,8 +76,9 @@ def test_sync_tools_invoked_from_async_code_wait_for_the_executor(hooked, spans)
     hooked("langchain")
 
     async def agent_turn():
-        return await asyncio.gather(*[fetch_page.ainvoke(tool_call("fetch_page", {"url": f"{i}.example"}, f"c{i}"))
-                                      for i in range(3)])
+        return await asyncio.gather(
+            *[fetch_page.ainvoke(tool_call("fetch_page", {"url": f"{i}.example"}, f"c{i}")) for i in range(3)]
+        )
 
     messages = run_with_one_worker(agent_turn)
 
@@ -133,8 +140,7 @@ def test_an_error_the_tool_handles_itself_is_still_an_error(hooked, spans):
     def lookup(key: str) -> str:
         raise ToolException(f"no such key {key}")
 
-    lookup_tool = StructuredTool.from_function(lookup, name="lookup", description="Look up.",
-                                               handle_tool_error=True)
+    lookup_tool = StructuredTool.from_function(lookup, name="lookup", description="Look up.", handle_tool_error=True)
     message = lookup_tool.invoke(tool_call("lookup", {"key": "k"}, "c9"))
 
     assert message.status == "error" and message.content == "no such key k"

@@ -11,8 +11,13 @@ import logging
 import time
 
 import pytest
-from frameworks.framework_support import (ASYNCIO_DEFAULT_WORKERS, assert_queued_one_after_another,
-                                          require_framework, run_with_one_worker, timing)
+from frameworks.framework_support import (
+    ASYNCIO_DEFAULT_WORKERS,
+    assert_queued_one_after_another,
+    require_framework,
+    run_with_one_worker,
+    timing,
+)
 
 require_framework("llamaindex", "llama_index.core")
 
@@ -71,9 +76,13 @@ def scripted_llm(tool_calls):
     def respond(messages, **kwargs):
         if any(message.role == MessageRole.TOOL for message in messages):
             return ChatMessage(role=MessageRole.ASSISTANT, content="all fetched")
-        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[
-            ToolCallBlock(tool_call_id=f"call_{i}", tool_name=name, tool_kwargs=arguments)
-            for i, (name, arguments) in enumerate(tool_calls)])
+        return ChatMessage(
+            role=MessageRole.ASSISTANT,
+            blocks=[
+                ToolCallBlock(tool_call_id=f"call_{i}", tool_name=name, tool_kwargs=arguments)
+                for i, (name, arguments) in enumerate(tool_calls)
+            ],
+        )
 
     return MockFunctionCallingLLM(response_generator=respond)
 
@@ -82,8 +91,10 @@ def test_a_function_agent_runs_sync_tools_on_the_default_executor_of_known_size(
     from llama_index.core.agent.workflow import FunctionAgent
 
     hooked("llamaindex")
-    agent = FunctionAgent(tools=[FunctionTool.from_defaults(fn=fetch_page)],
-                          llm=scripted_llm([("fetch_page", {"url": str(i)}) for i in range(3)]))
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(fn=fetch_page)],
+        llm=scripted_llm([("fetch_page", {"url": str(i)}) for i in range(3)]),
+    )
 
     async def agent_turn():
         return await agent.run("fetch three pages")
@@ -170,8 +181,9 @@ def test_each_llm_call_of_a_function_agent_is_a_streamed_model_span(hooked, span
     from llama_index.core.agent.workflow import FunctionAgent
 
     hooked("llamaindex")
-    agent = FunctionAgent(tools=[FunctionTool.from_defaults(fn=fetch_page)],
-                          llm=scripted_llm([("fetch_page", {"url": "a"})]))
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(fn=fetch_page)], llm=scripted_llm([("fetch_page", {"url": "a"})])
+    )
 
     async def agent_turn():
         return await agent.run("fetch a page")

@@ -115,8 +115,7 @@ def test_an_agent_otel_tool_served_in_process_is_one_span_counted_once(hooked, s
     assert span.attributes["gen_ai.tool.type"] == "extension"
     assert timing(span)[1] >= SLEEP_S * 0.95
     handle.pipeline.drain()
-    assert handle.metrics.registry.get_sample_value(
-        "agent_tool_calls_total", {"tool": "quote", "outcome": "ok"}) == 1.0
+    assert handle.metrics.registry.get_sample_value("agent_tool_calls_total", {"tool": "quote", "outcome": "ok"}) == 1.0
 
 
 def _spans_in(path):

@@ -10,8 +10,13 @@ import asyncio
 import json
 import time
 
-from frameworks.framework_support import (ASYNCIO_DEFAULT_WORKERS, assert_queued_one_after_another,
-                                          require_framework, run_with_one_worker, timing)
+from frameworks.framework_support import (
+    ASYNCIO_DEFAULT_WORKERS,
+    assert_queued_one_after_another,
+    require_framework,
+    run_with_one_worker,
+    timing,
+)
 
 require_framework("openai_agents", "agents")
 
@@ -19,8 +24,11 @@ from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E
 from agents.items import ModelResponse  # noqa: E402
 from agents.models.interface import Model  # noqa: E402
 from agents.usage import Usage  # noqa: E402
-from openai.types.responses import (ResponseFunctionToolCall, ResponseOutputMessage,  # noqa: E402
-                                    ResponseOutputText)
+from openai.types.responses import (  # noqa: E402
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 
 import agent_otel  # noqa: E402
 
@@ -62,13 +70,24 @@ class ScriptedModel(Model):
 
 
 def call(name: str, arguments: dict, call_id: str) -> ResponseFunctionToolCall:
-    return ResponseFunctionToolCall(type="function_call", name=name, arguments=json.dumps(arguments),
-                                    call_id=call_id, id=f"fc_{call_id}", status="completed")
+    return ResponseFunctionToolCall(
+        type="function_call",
+        name=name,
+        arguments=json.dumps(arguments),
+        call_id=call_id,
+        id=f"fc_{call_id}",
+        status="completed",
+    )
 
 
 def answer(text: str) -> ResponseOutputMessage:
-    return ResponseOutputMessage(id="msg", type="message", role="assistant", status="completed",
-                                 content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
+    return ResponseOutputMessage(
+        id="msg",
+        type="message",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+    )
 
 
 def run_agent(turns):
@@ -79,9 +98,16 @@ def run_agent(turns):
 def test_agent_tool_calls_become_spans_with_call_ids_and_queue_time(hooked, spans):
     hooked("openai_agents")
 
-    result = run_agent([[call("fetch_page", {"url": "a"}, "call_a"), call("fetch_page", {"url": "b"}, "call_b"),
-                         call("ask_database", {"query": "orders"}, "call_q")],
-                        [answer("done")]])
+    result = run_agent(
+        [
+            [
+                call("fetch_page", {"url": "a"}, "call_a"),
+                call("fetch_page", {"url": "b"}, "call_b"),
+                call("ask_database", {"query": "orders"}, "call_q"),
+            ],
+            [answer("done")],
+        ]
+    )
 
     assert result.final_output == "done"
     pages = spans.tools("fetch_page")
@@ -98,8 +124,13 @@ def test_agent_tool_calls_become_spans_with_call_ids_and_queue_time(hooked, span
 
 def test_sync_tools_on_the_loops_own_default_executor_carry_its_size(hooked, spans):
     hooked("openai_agents")
-    agent = Agent(name="support", tools=[fetch_page], model=ScriptedModel(
-        [[call("fetch_page", {"url": "a"}, "call_a"), call("fetch_page", {"url": "b"}, "call_b")], [answer("ok")]]))
+    agent = Agent(
+        name="support",
+        tools=[fetch_page],
+        model=ScriptedModel(
+            [[call("fetch_page", {"url": "a"}, "call_a"), call("fetch_page", {"url": "b"}, "call_b")], [answer("ok")]]
+        ),
+    )
 
     assert asyncio.run(Runner.run(agent, "help me")).final_output == "ok"  # the SDK's asyncio.to_thread
 
@@ -135,8 +166,9 @@ def test_a_function_tool_also_decorated_with_agent_otel_tool_has_one_span(hooked
         """Convert a currency."""
         return amount * 2
 
-    agent = Agent(name="fx", tools=[convert],
-                  model=ScriptedModel([[call("convert", {"amount": 21}, "call_x")], [answer("42")]]))
+    agent = Agent(
+        name="fx", tools=[convert], model=ScriptedModel([[call("convert", {"amount": 21}, "call_x")], [answer("42")]])
+    )
     assert asyncio.run(Runner.run(agent, "convert")).final_output == "42"
     (span,) = spans.tools("convert")
     assert span.attributes["gen_ai.tool.call.id"] == "call_x"
@@ -153,8 +185,11 @@ def test_each_model_call_of_the_run_is_a_model_span_with_its_usage(hooked, spans
             response.usage = Usage(requests=1, input_tokens=40, output_tokens=5, total_tokens=45)
             return response
 
-    agent = Agent(name="support", tools=[ask_database], model=MeteredModel(
-        [[call("ask_database", {"query": "orders"}, "call_q")], [answer("done")]]))
+    agent = Agent(
+        name="support",
+        tools=[ask_database],
+        model=MeteredModel([[call("ask_database", {"query": "orders"}, "call_q")], [answer("done")]]),
+    )
 
     assert asyncio.run(Runner.run(agent, "help me")).final_output == "done"
 

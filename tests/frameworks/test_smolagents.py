@@ -17,8 +17,13 @@ require_framework("smolagents", "smolagents")
 
 from smolagents import ToolCallingAgent, tool  # noqa: E402
 from smolagents import agents as smolagents_agents  # noqa: E402
-from smolagents.models import (ChatMessage, ChatMessageToolCall, ChatMessageToolCallFunction,  # noqa: E402
-                               MessageRole, Model)
+from smolagents.models import (  # noqa: E402
+    ChatMessage,
+    ChatMessageToolCall,
+    ChatMessageToolCallFunction,
+    MessageRole,
+    Model,
+)
 from smolagents.tools import Tool  # noqa: E402
 
 import agent_otel  # noqa: E402
@@ -49,14 +54,19 @@ class ScriptedModel(Model):
 
 
 def call(name: str, arguments: dict, call_id: str) -> ChatMessageToolCall:
-    return ChatMessageToolCall(id=call_id, type="function",
-                               function=ChatMessageToolCallFunction(name=name, arguments=arguments))
+    return ChatMessageToolCall(
+        id=call_id, type="function", function=ChatMessageToolCallFunction(name=name, arguments=arguments)
+    )
 
 
 def test_parallel_tool_calls_queue_for_the_agents_tool_threads(hooked, spans):
     hooked("smolagents")
-    model = ScriptedModel([[call("fetch_page", {"url": str(i)}, f"c{i}") for i in range(3)],
-                           [call("final_answer", {"answer": "fetched"}, "c3")]])
+    model = ScriptedModel(
+        [
+            [call("fetch_page", {"url": str(i)}, f"c{i}") for i in range(3)],
+            [call("final_answer", {"answer": "fetched"}, "c3")],
+        ]
+    )
     agent = ToolCallingAgent(tools=[fetch_page], model=model, max_tool_threads=1, verbosity_level=0)
 
     assert agent.run("fetch three pages") == "fetched"

@@ -97,7 +97,9 @@ def test_idle_windows_are_found_where_the_workload_slept(nvml_gpu, caplog):
     period_s = described["sample_period_s"] or 1.0
     tolerance_ns = (period_s + EDGE_SLACK_S) * NS_PER_S
     for start, end in sleeps:
-        matches = [w for w in windows if abs(w.start_ns - start) <= tolerance_ns and abs(w.end_ns - end) <= tolerance_ns]
+        matches = [
+            w for w in windows if abs(w.start_ns - start) <= tolerance_ns and abs(w.end_ns - end) <= tolerance_ns
+        ]
         assert len(matches) == 1, f"no idle window for the sleep {(end - start) / NS_PER_S:.2f} s: {windows}"
     for start, end in bursts:
         middle = (start + end) // 2
@@ -113,7 +115,8 @@ def report_observations(device, samples, windows, sleeps, caplog, stats, describ
     pynvml.nvmlInit()
     try:
         handle = (
-            pynvml.nvmlDeviceGetHandleByUUID(device) if device.startswith("GPU-")
+            pynvml.nvmlDeviceGetHandleByUUID(device)
+            if device.startswith("GPU-")
             else pynvml.nvmlDeviceGetHandleByIndex(int(device))
         )
         try:
@@ -129,20 +132,32 @@ def report_observations(device, samples, windows, sleeps, caplog, stats, describ
     # sleeps are its own idle samples when it does, the driver's 0% when not.
     inside = [s for s in samples if any(a + 0.2 * NS_PER_S < s.timestamp_ns < b - 0.2 * NS_PER_S for a, b in sleeps)]
     spaced = [(b.timestamp_ns - a.timestamp_ns) / NS_PER_S for a, b in zip(inside, inside[1:])]
-    print(f"1. while idle: {len(inside)} samples inside the sleeps, spaced {sorted(spaced)[:5]}... s "
-          "(about the sample period: the driver keeps 0% samples; about the 0.5 s poll or none: it runs dry)")
+    print(
+        f"1. while idle: {len(inside)} samples inside the sleeps, spaced {sorted(spaced)[:5]}... s "
+        "(about the sample period: the driver keeps 0% samples; about the 0.5 s poll or none: it runs dry)"
+    )
     if busy_spacing:
-        print(f"2. sample period: spacing while busy median {statistics.median(busy_spacing):.4f} s, "
-              f"min {min(busy_spacing):.4f} s, max {max(busy_spacing):.4f} s; measured by the source "
-              f"{described['sample_period_s']} s")
+        print(
+            f"2. sample period: spacing while busy median {statistics.median(busy_spacing):.4f} s, "
+            f"min {min(busy_spacing):.4f} s, max {max(busy_spacing):.4f} s; measured by the source "
+            f"{described['sample_period_s']} s"
+        )
     if stamps:
-        print(f"3. buffer depth: {len(stamps)} samples over {(stamps[-1] - stamps[0]) / 1e6:.2f} s "
-              f"(the largest batch the source saw: {described['buffer_depth_seen']})")
+        print(
+            f"3. buffer depth: {len(stamps)} samples over {(stamps[-1] - stamps[0]) / 1e6:.2f} s "
+            f"(the largest batch the source saw: {described['buffer_depth_seen']})"
+        )
     print("4. clock:", clock_lines, described["clock"])
     period_ns = (described["sample_period_s"] or 1.0) * NS_PER_S
-    found = [round((b - a) / NS_PER_S, 3) for a, b in sleeps
-             if any(abs(w.start_ns - a) <= period_ns + EDGE_SLACK_S * NS_PER_S and
-                    abs(w.end_ns - b) <= period_ns + EDGE_SLACK_S * NS_PER_S for w in windows)]
+    found = [
+        round((b - a) / NS_PER_S, 3)
+        for a, b in sleeps
+        if any(
+            abs(w.start_ns - a) <= period_ns + EDGE_SLACK_S * NS_PER_S
+            and abs(w.end_ns - b) <= period_ns + EDGE_SLACK_S * NS_PER_S
+            for w in windows
+        )
+    ]
     print(f"5. shortest idle stretch found: {min(found) if found else None} s (found: {found})")
     for start, end in sleeps:
         print(f"sleep   {start / NS_PER_S:.3f} - {end / NS_PER_S:.3f}")

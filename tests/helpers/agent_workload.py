@@ -79,8 +79,9 @@ def main() -> int:
     args = parser.parse_args()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
-    handle = agent_otel.instrument(service_name="e2e-agent", prometheus_port=args.port, gpu="simulated",
-                                   traces_exporters="none", frameworks=())
+    handle = agent_otel.instrument(
+        service_name="e2e-agent", prometheus_port=args.port, gpu="simulated", traces_exporters="none", frameworks=()
+    )
     if handle.prometheus_url is None:
         print(f"agent_workload: /metrics is not served on port {args.port}", file=sys.stderr)
         return 1

@@ -31,9 +31,15 @@ def scrape(url: str) -> str:
 
 
 def main() -> None:
-    handle = agent_otel.instrument(service_name="contract-workload", prometheus_port=0, gpu="simulated",
-                                   gpu_poll_interval=0.05, gpu_min_idle=0.2, traces_exporters="none",
-                                   frameworks=())
+    handle = agent_otel.instrument(
+        service_name="contract-workload",
+        prometheus_port=0,
+        gpu="simulated",
+        gpu_poll_interval=0.05,
+        gpu_min_idle=0.2,
+        traces_exporters="none",
+        frameworks=(),
+    )
     assert handle.prometheus_url is not None and handle.gpu_timeline is not None
     gpu = handle.gpu_timeline.source
     release = threading.Event()

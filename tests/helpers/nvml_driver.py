@@ -43,8 +43,16 @@ class VirtualClock:
 class DriverGpu:
     """One GPU as the driver samples it; ``set(utilization)`` changes what it does from now on."""
 
-    def __init__(self, clock: VirtualClock, *, index: int = 0, period_s: float = 1 / 6, depth: int = 120,
-                 keeps_zeros: bool = False, history_s: float = 10.0):
+    def __init__(
+        self,
+        clock: VirtualClock,
+        *,
+        index: int = 0,
+        period_s: float = 1 / 6,
+        depth: int = 120,
+        keeps_zeros: bool = False,
+        history_s: float = 10.0,
+    ):
         self.clock = clock
         self.index = index
         self.uuid = f"GPU-standin-{index}"

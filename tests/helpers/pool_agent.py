@@ -41,8 +41,14 @@ def main() -> int:
     parser.add_argument("--sequential", action="store_true", help="direct calls only, one at a time")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    handle = agent_otel.instrument(service_name=args.name, gpu_pool=args.pool, prometheus_port=args.port,
-                                   traces_file=args.traces, frameworks=(), export_interval=0.1)
+    handle = agent_otel.instrument(
+        service_name=args.name,
+        gpu_pool=args.pool,
+        prometheus_port=args.port,
+        traces_file=args.traces,
+        frameworks=(),
+        export_interval=0.1,
+    )
     if handle.prometheus_url is None:
         print(f"{args.name}: /metrics is not served on port {args.port}", file=sys.stderr)
         return 1

@@ -90,21 +90,30 @@ class RecordedRun:
         if retries is not None:
             attributes["agent.tool.retries"] = retries
         context = trace.set_span_in_context(parent) if parent is not None else None
-        span = self.tracer.start_span(f"execute_tool {tool}", context=context, attributes=attributes,
-                                      start_time=ns(submit))
+        span = self.tracer.start_span(
+            f"execute_tool {tool}", context=context, attributes=attributes, start_time=ns(submit)
+        )
         if exec_event:
             span.add_event("exec.start", timestamp=ns(start))
         for at in exceptions:
-            span.add_event("exception", {"exception.type": "TimeoutError", "exception.message": "timed out"},
-                           timestamp=ns(at))
+            span.add_event(
+                "exception", {"exception.type": "TimeoutError", "exception.message": "timed out"}, timestamp=ns(at)
+            )
         if outcome != "ok":
             span.set_attribute("error.type", "TimeoutError" if outcome == "timeout" else "ValueError")
             span.set_status(Status(StatusCode.ERROR))
         span.end(end_time=ns(end))
         return span
 
-    def span(self, name: str, start: float, end: float, attributes: dict | None = None,
-             parent: trace.Span | None = None, status_error: bool = False) -> trace.Span:
+    def span(
+        self,
+        name: str,
+        start: float,
+        end: float,
+        attributes: dict | None = None,
+        parent: trace.Span | None = None,
+        status_error: bool = False,
+    ) -> trace.Span:
         """Any span (another instrumentation's, an agent's, a model call's), under ``parent`` if given."""
         context = trace.set_span_in_context(parent) if parent is not None else None
         span = self.tracer.start_span(name, context=context, attributes=attributes or {}, start_time=ns(start))
@@ -115,12 +124,26 @@ class RecordedRun:
 
     def invoke_agent(self, name: str, start: float, end: float, parent: trace.Span | None = None) -> trace.Span:
         """An agent run as agent_otel.agent_span records it (ended at ``end``: make children first)."""
-        return self.span(f"invoke_agent {name}", start, end,
-                         {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}, parent)
+        return self.span(
+            f"invoke_agent {name}",
+            start,
+            end,
+            {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name},
+            parent,
+        )
 
-    def model_call(self, model: str, start: float, end: float, *, parent: trace.Span | None = None,
-                   input_tokens: int | None = None, output_tokens: int | None = None,
-                   first_chunk: float | None = None, operation: str = "chat") -> trace.Span:
+    def model_call(
+        self,
+        model: str,
+        start: float,
+        end: float,
+        *,
+        parent: trace.Span | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        first_chunk: float | None = None,
+        operation: str = "chat",
+    ) -> trace.Span:
         """A GenAI model-call span, as agent_otel.model_span records it."""
         attributes: dict = {"gen_ai.operation.name": operation, "gen_ai.request.model": model}
         if input_tokens is not None:
@@ -131,12 +154,14 @@ class RecordedRun:
             attributes["gen_ai.response.time_to_first_chunk"] = first_chunk
         return self.span(f"{operation} {model}", start, end, attributes, parent)
 
-    def child_span(self, parent: trace.Span, name: str, start: float, end: float, *, error: bool = False,
-                   exception: bool = False) -> trace.Span:
+    def child_span(
+        self, parent: trace.Span, name: str, start: float, end: float, *, error: bool = False, exception: bool = False
+    ) -> trace.Span:
         """A span another instrumentation made under a tool call (an HTTP client's request, say):
         ``error`` sets its status to ERROR, ``exception`` records an ``exception`` event."""
-        span = self.tracer.start_span(name, context=trace.set_span_in_context(parent), start_time=ns(start),
-                                      kind=trace.SpanKind.CLIENT)
+        span = self.tracer.start_span(
+            name, context=trace.set_span_in_context(parent), start_time=ns(start), kind=trace.SpanKind.CLIENT
+        )
         if exception:
             span.add_event("exception", {"exception.type": "TimeoutError"}, timestamp=ns(end))
         if error:
@@ -144,8 +169,9 @@ class RecordedRun:
         span.end(end_time=ns(end))
         return span
 
-    def idle_window(self, gpu: int, start: float, end: float, utilization: float = 0.02,
-                    source: str | None = None) -> None:
+    def idle_window(
+        self, gpu: int, start: float, end: float, utilization: float = 0.02, source: str | None = None
+    ) -> None:
         """A window-level gpu.idle span, as the live path exports it (``source``: its agent.gpu.source)."""
         attributes = {
             "gpu.index": gpu,
@@ -169,8 +195,15 @@ class RecordedRun:
         )
         span.end(end_time=ns(end))
 
-    def loop_block(self, start: float, end: float, blocker: trace.Span | None = None, waiting=(),
-                   thread: str = "MainThread", stack: str | None = None) -> None:
+    def loop_block(
+        self,
+        start: float,
+        end: float,
+        blocker: trace.Span | None = None,
+        waiting=(),
+        thread: str = "MainThread",
+        stack: str | None = None,
+    ) -> None:
         """An asyncio.loop.blocked span, as the loop monitor exports it."""
         links = []
         if blocker is not None:
@@ -185,8 +218,13 @@ class RecordedRun:
         }
         if stack is not None:
             attributes["code.stacktrace"] = stack
-        span = self.tracer.start_span("asyncio.loop.blocked", context=trace.set_span_in_context(trace.INVALID_SPAN),
-                                      attributes=attributes, links=links, start_time=ns(start))
+        span = self.tracer.start_span(
+            "asyncio.loop.blocked",
+            context=trace.set_span_in_context(trace.INVALID_SPAN),
+            attributes=attributes,
+            links=links,
+            start_time=ns(start),
+        )
         span.end(end_time=ns(end))
 
     def close(self) -> None:

@@ -83,8 +83,7 @@ def instrument_frameworks(names: Optional[tuple[str, ...]] = None) -> list[str]:
         wanted = list(dict.fromkeys(names))
     else:
         disabled = _disabled_by_environment()
-        wanted = [name for name in FRAMEWORKS
-                  if ENTRY_POINT_PREFIX + name not in disabled and "*" not in disabled]
+        wanted = [name for name in FRAMEWORKS if ENTRY_POINT_PREFIX + name not in disabled and "*" not in disabled]
     # Imports (the framework's, the hook's, even find_spec's) happen outside
     # _lock: a thread importing a framework holds Python's import lock for it
     # while its post-import hook waits for _lock, so holding _lock while
@@ -121,11 +120,21 @@ def _hook(name: str, generation: int) -> None:
         if module is not None:
             module.uninstrument()  # undo what was hooked before the failure
         if isinstance(exc, VersionNotUnderstood):
-            warn_once(f"{name}:version", "agent-otel: the installed %s is a version this hook "
-                      "does not understand (%s); its tool calls are not traced", name, exc)
+            warn_once(
+                f"{name}:version",
+                "agent-otel: the installed %s is a version this hook "
+                "does not understand (%s); its tool calls are not traced",
+                name,
+                exc,
+            )
         else:
-            warn_once(f"{name}:import", "agent-otel: cannot hook %s (%s: %s); its tool calls "
-                      "are not traced", name, type(exc).__name__, exc)
+            warn_once(
+                f"{name}:import",
+                "agent-otel: cannot hook %s (%s: %s); its tool calls are not traced",
+                name,
+                type(exc).__name__,
+                exc,
+            )
         module = None
     with _lock:
         _hooking.discard(name)

@@ -39,9 +39,16 @@ from agent_otel.capture.patching import SharedPatch, warn_once
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, meta_for
 from agent_otel.capture.recorder import ActiveCall, Recorder
 from agent_otel.capture.payloads import UNREPRESENTABLE
-from agent_otel.semconv import (ERROR_TYPE, ERROR_TYPE_TOOL_ERROR, EXECUTOR_ASYNCIO_DEFAULT, EXECUTOR_DIRECT,
-                                GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, OUTCOME_ERROR,
-                                TOOL_TYPE_FUNCTION)
+from agent_otel.semconv import (
+    ERROR_TYPE,
+    ERROR_TYPE_TOOL_ERROR,
+    EXECUTOR_ASYNCIO_DEFAULT,
+    EXECUTOR_DIRECT,
+    GEN_AI_TOOL_CALL_ARGUMENTS,
+    GEN_AI_TOOL_CALL_RESULT,
+    OUTCOME_ERROR,
+    TOOL_TYPE_FUNCTION,
+)
 
 
 def meta(name: str, description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION) -> ToolMeta:
@@ -91,20 +98,32 @@ def positional(args: tuple, kwargs: dict) -> Callable[[], dict]:
     return lambda: {"args": args[1:], "kwargs": kwargs}
 
 
-def _begin(rec: Recorder, framework: str, describe: Callable[[], tuple], handed_off: bool = False
-           ) -> Optional[ActiveCall]:
+def _begin(
+    rec: Recorder, framework: str, describe: Callable[[], tuple], handed_off: bool = False
+) -> Optional[ActiveCall]:
     """Begin the call's span (``request`` it when it will be handed to a thread); None if the hook fails."""
     try:
         tool_meta, call_id = describe()
         return rec.request(tool_meta, call_id) if handed_off else rec.begin(tool_meta, call_id)
     except Exception as exc:  # the hook's own failure: run the tool untraced
-        warn_once(f"{framework}:describe", "agent-otel: cannot trace a %s tool call (%s: %s); "
-                  "running it untraced", framework, type(exc).__name__, exc)
+        warn_once(
+            f"{framework}:describe",
+            "agent-otel: cannot trace a %s tool call (%s: %s); running it untraced",
+            framework,
+            type(exc).__name__,
+            exc,
+        )
         return None
 
 
-def _finish(rec: Recorder, active: ActiveCall, result: Any, failed: Optional[Callable[[Any], Any]],
-            cpu_ns: Optional[int] = None, result_of: Optional[Callable[[Any], Any]] = None) -> None:
+def _finish(
+    rec: Recorder,
+    active: ActiveCall,
+    result: Any,
+    failed: Optional[Callable[[Any], Any]],
+    cpu_ns: Optional[int] = None,
+    result_of: Optional[Callable[[Any], Any]] = None,
+) -> None:
     """End a call that returned: as an error when ``failed(result)`` says so."""
     _record_result(rec, active, result, result_of)
     error = None
@@ -121,9 +140,16 @@ def _finish(rec: Recorder, active: ActiveCall, result: Any, failed: Optional[Cal
         end_with_error_result(rec, active, str(error), cpu_ns)
 
 
-def sync_call(framework: str, original: Callable, args: tuple, kwargs: dict,
-              describe: Callable[[], tuple], failed: Optional[Callable[[Any], Any]] = None,
-              arguments: Optional[Callable[[], Any]] = None, result_of: Optional[Callable[[Any], Any]] = None) -> Any:
+def sync_call(
+    framework: str,
+    original: Callable,
+    args: tuple,
+    kwargs: dict,
+    describe: Callable[[], tuple],
+    failed: Optional[Callable[[Any], Any]] = None,
+    arguments: Optional[Callable[[], Any]] = None,
+    result_of: Optional[Callable[[Any], Any]] = None,
+) -> Any:
     """Run ``original(*args, **kwargs)`` as one tool span.
 
     ``describe()`` returns ``(ToolMeta, call_id)``. ``failed(result)`` tells
@@ -183,11 +209,18 @@ _handoff: contextvars.ContextVar[Optional[_Handoff]] = contextvars.ContextVar("a
 _NOT_IN_THREAD = object()
 
 
-async def async_call(framework: str, original: Callable, args: tuple, kwargs: dict,
-                     describe: Callable[[], tuple], failed: Optional[Callable[[Any], Any]] = None,
-                     thread_owner: Any = _NOT_IN_THREAD, thread_optional: bool = False,
-                     arguments: Optional[Callable[[], Any]] = None,
-                     result_of: Optional[Callable[[Any], Any]] = None) -> Any:
+async def async_call(
+    framework: str,
+    original: Callable,
+    args: tuple,
+    kwargs: dict,
+    describe: Callable[[], tuple],
+    failed: Optional[Callable[[Any], Any]] = None,
+    thread_owner: Any = _NOT_IN_THREAD,
+    thread_optional: bool = False,
+    arguments: Optional[Callable[[], Any]] = None,
+    result_of: Optional[Callable[[Any], Any]] = None,
+) -> Any:
     """Await ``original(*args, **kwargs)`` as one tool span.
 
     With ``thread_owner``, the framework will run the tool on a thread pool:
@@ -243,9 +276,14 @@ def _settle(handoff: _Handoff, framework: str, raised: bool) -> None:
     # hand-off. Count it as a direct call, as a plain span would.
     handoff.rec.started(handoff.active, EXECUTOR_DIRECT, at_ns=call.submit_ns)
     if not raised and not handoff.optional:
-        warn_once(f"{framework}:handoff", "agent-otel: %s did not hand tool %r to a thread pool where "
-                  "expected (event loop %s); its queue time is counted as exec time",
-                  framework, call.tool, type(_running_loop()).__name__)
+        warn_once(
+            f"{framework}:handoff",
+            "agent-otel: %s did not hand tool %r to a thread pool where "
+            "expected (event loop %s); its queue time is counted as exec time",
+            framework,
+            call.tool,
+            type(_running_loop()).__name__,
+        )
 
 
 def _running_loop():
@@ -335,8 +373,12 @@ def _run_in_executor_hook(original: Callable) -> Callable:
                     func = hand_off(handoff, func, executor_name(pool), lambda: getattr(pool, "_max_workers", None))
                 else:  # the loop creates its default pool in this call
                     loop = self
-                    func = hand_off(handoff, func, EXECUTOR_ASYNCIO_DEFAULT,
-                                    lambda: getattr(getattr(loop, "_default_executor", None), "_max_workers", None))
+                    func = hand_off(
+                        handoff,
+                        func,
+                        EXECUTOR_ASYNCIO_DEFAULT,
+                        lambda: getattr(getattr(loop, "_default_executor", None), "_max_workers", None),
+                    )
             except Exception:
                 pass  # never let timing stop the submission
         return original(self, executor, func, *args)

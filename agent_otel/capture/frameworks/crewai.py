@@ -34,8 +34,15 @@ from concurrent.futures import ThreadPoolExecutor
 import inspect
 
 from agent_otel.capture import recorder as _recorder
-from agent_otel.capture.frameworks.calls import (MarkedWork, async_call, hook_event_loop, meta, positional, sync_call,
-                                                 unhook_event_loop)
+from agent_otel.capture.frameworks.calls import (
+    MarkedWork,
+    async_call,
+    hook_event_loop,
+    meta,
+    positional,
+    sync_call,
+    unhook_event_loop,
+)
 from agent_otel.capture.patching import Patches
 
 FRAMEWORK = "crewai"
@@ -67,8 +74,9 @@ def _describe(tool):
 def _wrap_run(original):
     @functools.wraps(original)
     def run(self, *args, **kwargs):
-        return sync_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
-                         arguments=positional((self, *args), kwargs))
+        return sync_call(
+            FRAMEWORK, original, (self, *args), kwargs, _describe(self), arguments=positional((self, *args), kwargs)
+        )
 
     return run
 
@@ -76,8 +84,9 @@ def _wrap_run(original):
 def _wrap_arun(original):
     @functools.wraps(original)
     async def arun(self, *args, **kwargs):
-        return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
-                                arguments=positional((self, *args), kwargs))
+        return await async_call(
+            FRAMEWORK, original, (self, *args), kwargs, _describe(self), arguments=positional((self, *args), kwargs)
+        )
 
     return arun
 
@@ -86,10 +95,18 @@ def _wrap_ainvoke(original):
     @functools.wraps(original)
     async def ainvoke(self, *args, **kwargs):
         if _recorder.current is not None and not inspect.iscoroutinefunction(self.func):
-            return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
-                                    thread_owner=self, arguments=positional((self, *args), kwargs))
-        return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
-                                arguments=positional((self, *args), kwargs))
+            return await async_call(
+                FRAMEWORK,
+                original,
+                (self, *args),
+                kwargs,
+                _describe(self),
+                thread_owner=self,
+                arguments=positional((self, *args), kwargs),
+            )
+        return await async_call(
+            FRAMEWORK, original, (self, *args), kwargs, _describe(self), arguments=positional((self, *args), kwargs)
+        )
 
     return ainvoke
 
@@ -112,8 +129,12 @@ def _tool_call_pool(pool_class: type[ThreadPoolExecutor]) -> type[ThreadPoolExec
 
         def submit(self, fn, /, *args, **kwargs):
             # CrewAI submits (context.run, executor._execute_single_native_tool_call, tool_call).
-            if (_recorder.current is not None and isinstance(getattr(fn, "__self__", None), contextvars.Context)
-                    and len(args) == 2 and getattr(args[0], "__name__", "") == "_execute_single_native_tool_call"):
+            if (
+                _recorder.current is not None
+                and isinstance(getattr(fn, "__self__", None), contextvars.Context)
+                and len(args) == 2
+                and getattr(args[0], "__name__", "") == "_execute_single_native_tool_call"
+            ):
                 try:
                     name = _tool_name(args[0].__self__, args[1])
                 except Exception:

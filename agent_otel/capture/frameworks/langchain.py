@@ -54,8 +54,14 @@ from opentelemetry import trace as trace_api
 
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
-from agent_otel.capture.frameworks.calls import (MarkedWork, async_call, hook_event_loop, meta, sync_call,
-                                          unhook_event_loop)
+from agent_otel.capture.frameworks.calls import (
+    MarkedWork,
+    async_call,
+    hook_event_loop,
+    meta,
+    sync_call,
+    unhook_event_loop,
+)
 from agent_otel.capture.patching import Patches, importable
 from agent_otel.semconv import GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMPLETION
 
@@ -140,16 +146,33 @@ def _wrap_run(original):
     def run(self, tool_input, *args, **kwargs):
         describe = _describe(self, kwargs.get("tool_call_id"))
         parent = _peer_parent() if _recorder.current is not None else None
+
         def arguments():
             return tool_input
 
         if parent is None:
-            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed,
-                             arguments=arguments, result_of=_content)
+            return sync_call(
+                FRAMEWORK,
+                original,
+                (self, tool_input, *args),
+                kwargs,
+                describe,
+                _failed,
+                arguments=arguments,
+                result_of=_content,
+            )
         token = context_api.attach(trace_api.set_span_in_context(parent))
         try:
-            return sync_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed,
-                             arguments=arguments, result_of=_content)
+            return sync_call(
+                FRAMEWORK,
+                original,
+                (self, tool_input, *args),
+                kwargs,
+                describe,
+                _failed,
+                arguments=arguments,
+                result_of=_content,
+            )
         finally:
             context_api.detach(token)
 
@@ -166,8 +189,17 @@ def _wrap_arun(original):
         parent = _peer_parent()
         token = context_api.attach(trace_api.set_span_in_context(parent)) if parent is not None else None
         try:
-            return await async_call(FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed,
-                                    arguments=lambda: tool_input, result_of=_content, **thread)
+            return await async_call(
+                FRAMEWORK,
+                original,
+                (self, tool_input, *args),
+                kwargs,
+                describe,
+                _failed,
+                arguments=lambda: tool_input,
+                result_of=_content,
+                **thread,
+            )
         finally:
             if token is not None:
                 context_api.detach(token)
@@ -187,9 +219,17 @@ def _wrap_ainvoke(original):
         parent = _peer_parent()
         token = context_api.attach(trace_api.set_span_in_context(parent)) if parent is not None else None
         try:
-            return await async_call(FRAMEWORK, original, (self, input, config), kwargs,
-                                    _describe(self, call_id), _failed, thread_owner=self,
-                                    arguments=lambda: input.get("args") if tool_call else input, result_of=_content)
+            return await async_call(
+                FRAMEWORK,
+                original,
+                (self, input, config),
+                kwargs,
+                _describe(self, call_id),
+                _failed,
+                thread_owner=self,
+                arguments=lambda: input.get("args") if tool_call else input,
+                result_of=_content,
+            )
         finally:
             if token is not None:
                 context_api.detach(token)
@@ -286,9 +326,14 @@ def _model_call_handler_class():
                 return
             metadata = metadata or {}
             params = kwargs.get("invocation_params") or {}
-            model = (metadata.get("ls_model_name") or params.get("model") or params.get("model_name")
-                     or params.get("model_id") or (serialized or {}).get("name")
-                     or ((serialized or {}).get("id") or ["unknown"])[-1])
+            model = (
+                metadata.get("ls_model_name")
+                or params.get("model")
+                or params.get("model_name")
+                or params.get("model_id")
+                or (serialized or {}).get("name")
+                or ((serialized or {}).get("id") or ["unknown"])[-1]
+            )
             call = models.ModelSpan.start(model, operation, metadata.get("ls_provider"))
             if call is not None:
                 self.calls[run_id] = call
@@ -308,5 +353,6 @@ def _read_usage(call, response) -> None:
     else:
         token_usage = llm_output.get("token_usage") or {}
         call.usage(token_usage.get("prompt_tokens"), token_usage.get("completion_tokens"))
-    call.response_model = ((getattr(message, "response_metadata", None) or {}).get("model_name")
-                           or llm_output.get("model_name"))
+    call.response_model = (getattr(message, "response_metadata", None) or {}).get("model_name") or llm_output.get(
+        "model_name"
+    )

@@ -33,8 +33,14 @@ import functools
 
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
-from agent_otel.capture.frameworks.calls import (async_call, hook_event_loop, meta, positional, sync_call,
-                                                 unhook_event_loop)
+from agent_otel.capture.frameworks.calls import (
+    async_call,
+    hook_event_loop,
+    meta,
+    positional,
+    sync_call,
+    unhook_event_loop,
+)
 from agent_otel.capture.patching import Patches
 from agent_otel.semconv import ERROR_TYPE_OTHER, GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMPLETION
 
@@ -73,8 +79,15 @@ def _raw_output(result):
 def _wrap_call(original):
     @functools.wraps(original)
     def call(self, *args, **kwargs):
-        return sync_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
-                         arguments=positional((self, *args), kwargs), result_of=_raw_output)
+        return sync_call(
+            FRAMEWORK,
+            original,
+            (self, *args),
+            kwargs,
+            _describe(self),
+            arguments=positional((self, *args), kwargs),
+            result_of=_raw_output,
+        )
 
     return call
 
@@ -83,11 +96,25 @@ def _wrap_acall(original):
     @functools.wraps(original)
     async def acall(self, *args, **kwargs):
         if _recorder.current is not None and _runs_in_thread(self):
-            return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
-                                    thread_owner=self._fn, arguments=positional((self, *args), kwargs),
-                                    result_of=_raw_output)
-        return await async_call(FRAMEWORK, original, (self, *args), kwargs, _describe(self),
-                                arguments=positional((self, *args), kwargs), result_of=_raw_output)
+            return await async_call(
+                FRAMEWORK,
+                original,
+                (self, *args),
+                kwargs,
+                _describe(self),
+                thread_owner=self._fn,
+                arguments=positional((self, *args), kwargs),
+                result_of=_raw_output,
+            )
+        return await async_call(
+            FRAMEWORK,
+            original,
+            (self, *args),
+            kwargs,
+            _describe(self),
+            arguments=positional((self, *args), kwargs),
+            result_of=_raw_output,
+        )
 
     return acall
 
@@ -116,9 +143,14 @@ def _remove_model_call_handler() -> None:
 
 def _model_call_handler_class():
     from llama_index.core.instrumentation.event_handlers import BaseEventHandler
-    from llama_index.core.instrumentation.events.llm import (LLMChatEndEvent, LLMChatInProgressEvent,
-                                                             LLMChatStartEvent, LLMCompletionEndEvent,
-                                                             LLMCompletionInProgressEvent, LLMCompletionStartEvent)
+    from llama_index.core.instrumentation.events.llm import (
+        LLMChatEndEvent,
+        LLMChatInProgressEvent,
+        LLMChatStartEvent,
+        LLMCompletionEndEvent,
+        LLMCompletionInProgressEvent,
+        LLMCompletionStartEvent,
+    )
     from llama_index.core.instrumentation.events.exception import ExceptionEvent
     from llama_index.core.instrumentation.events.span import SpanDropEvent
 

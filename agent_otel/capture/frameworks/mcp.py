@@ -108,6 +108,7 @@ def _result_content(result):
 
 # ---- client ----------------------------------------------------------------
 
+
 def _wrap_call_tool(original):
     @functools.wraps(original)
     async def call_tool(self, name, *args, **kwargs):
@@ -127,15 +128,22 @@ def _wrap_call_tool(original):
 
         if _recorder.current is None:
             return await original(self, name, *args, **kwargs)
-        return await async_call(FRAMEWORK, round_trip, (self, name, *args), kwargs,
-                                lambda: (meta(name, None, TOOL_TYPE_EXTENSION), None), _error_text,
-                                arguments=lambda: kwargs.get("arguments", args[0] if args else None),
-                                result_of=_result_content)
+        return await async_call(
+            FRAMEWORK,
+            round_trip,
+            (self, name, *args),
+            kwargs,
+            lambda: (meta(name, None, TOOL_TYPE_EXTENSION), None),
+            _error_text,
+            arguments=lambda: kwargs.get("arguments", args[0] if args else None),
+            result_of=_result_content,
+        )
 
     return call_tool
 
 
 # ---- server ----------------------------------------------------------------
+
 
 def _wrap_get_request_handler(original):
     @functools.wraps(original)
@@ -161,7 +169,8 @@ class _ToolFailure:
 
 
 _failure: contextvars.ContextVar[Optional[_ToolFailure]] = contextvars.ContextVar(
-    "agent_otel_mcp_tool_failure", default=None)
+    "agent_otel_mcp_tool_failure", default=None
+)
 
 
 async def _serve_tool_call(handler, ctx, params, *args, **kwargs):
@@ -179,10 +188,18 @@ async def _serve_tool_call(handler, ctx, params, *args, **kwargs):
     failure = _ToolFailure()
     failure_token = _failure.set(failure)
     try:
-        return await async_call(FRAMEWORK, handler, (ctx, params, *args), kwargs,
-                                lambda: (meta(name), None), lambda result: _server_error(result, failure),
-                                thread_owner=None, thread_optional=True,
-                                arguments=lambda: getattr(params, "arguments", None), result_of=_result_content)
+        return await async_call(
+            FRAMEWORK,
+            handler,
+            (ctx, params, *args),
+            kwargs,
+            lambda: (meta(name), None),
+            lambda result: _server_error(result, failure),
+            thread_owner=None,
+            thread_optional=True,
+            arguments=lambda: getattr(params, "arguments", None),
+            result_of=_result_content,
+        )
     finally:
         _failure.reset(failure_token)
 

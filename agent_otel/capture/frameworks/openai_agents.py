@@ -57,7 +57,8 @@ class _HandledError:
 
 
 _handled: contextvars.ContextVar[Optional[_HandledError]] = contextvars.ContextVar(
-    "agent_otel_openai_handled_error", default=None)
+    "agent_otel_openai_handled_error", default=None
+)
 
 
 def instrument() -> None:
@@ -92,15 +93,32 @@ def _wrap_invoke(original):
         handled = _HandledError()
         token = _handled.set(handled)
         try:
+
             def arguments():
                 return kwargs.get("arguments")
 
             if getattr(function_tool.on_invoke_tool, SYNC_TOOL_MARKER, False):
-                return await async_call(FRAMEWORK, original, args, kwargs, describe, lambda _: handled.error,
-                                        thread_owner=getattr(function_tool, "__wrapped__", None),
-                                        arguments=arguments, result_of=_output)
-            return await async_call(FRAMEWORK, original, args, kwargs, describe, lambda _: handled.error,
-                                    arguments=arguments, result_of=_output)
+                return await async_call(
+                    FRAMEWORK,
+                    original,
+                    args,
+                    kwargs,
+                    describe,
+                    lambda _: handled.error,
+                    thread_owner=getattr(function_tool, "__wrapped__", None),
+                    arguments=arguments,
+                    result_of=_output,
+                )
+            return await async_call(
+                FRAMEWORK,
+                original,
+                args,
+                kwargs,
+                describe,
+                lambda _: handled.error,
+                arguments=arguments,
+                result_of=_output,
+            )
         finally:
             _handled.reset(token)
 
@@ -126,6 +144,7 @@ def _wrap_failure_function(original):
 
 # ---- model calls -------------------------------------------------------------
 
+
 def _start_model_call(kwargs):
     """A model call's span, for the model the runner asks (the owner of its retry-advice method)."""
     if not models.hooks_record():
@@ -133,13 +152,15 @@ def _start_model_call(kwargs):
     model = getattr(kwargs.get("get_retry_advice"), "__self__", None)
     name = getattr(model, "model", None)
     provider = "openai" if type(model).__module__.startswith("agents.models.openai") else None
-    return models.ModelSpan.start(name if isinstance(name, str) and name else type(model).__name__,
-                                  provider=provider)
+    return models.ModelSpan.start(name if isinstance(name, str) and name else type(model).__name__, provider=provider)
 
 
 def _read_usage(call, usage) -> None:
-    if usage is not None and (getattr(usage, "requests", None) or getattr(usage, "input_tokens", None)
-                              or getattr(usage, "output_tokens", None)):
+    if usage is not None and (
+        getattr(usage, "requests", None)
+        or getattr(usage, "input_tokens", None)
+        or getattr(usage, "output_tokens", None)
+    ):
         call.usage(getattr(usage, "input_tokens", None), getattr(usage, "output_tokens", None))
 
 

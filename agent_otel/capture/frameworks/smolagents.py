@@ -62,10 +62,17 @@ def uninstrument() -> None:
 def _wrap_call(original):
     @functools.wraps(original)
     def __call__(self, *args, **kwargs):
-        return sync_call(FRAMEWORK, original, (self, *args), kwargs,
-                         lambda: (meta(self.name, self.description), None),
-                         arguments=lambda: {"args": args, "kwargs": {key: value for key, value in kwargs.items()
-                                                                      if key != "sanitize_inputs_outputs"}})
+        return sync_call(
+            FRAMEWORK,
+            original,
+            (self, *args),
+            kwargs,
+            lambda: (meta(self.name, self.description), None),
+            arguments=lambda: {
+                "args": args,
+                "kwargs": {key: value for key, value in kwargs.items() if key != "sanitize_inputs_outputs"},
+            },
+        )
 
     return __call__
 
@@ -78,10 +85,13 @@ def _tool_call_pool(pool_class: type[ThreadPoolExecutor]) -> type[ThreadPoolExec
 
         def submit(self, fn, /, *args, **kwargs):
             # smolagents submits (context.run, process_single_tool_call, tool_call).
-            if (_recorder.current is not None and isinstance(getattr(fn, "__self__", None), contextvars.Context)
-                    and len(args) == 2 and isinstance(args[1], ToolCall)):
-                return super().submit(functools.partial(fn, MarkedWork(args[0], args[1].name), args[1]),
-                                      **kwargs)
+            if (
+                _recorder.current is not None
+                and isinstance(getattr(fn, "__self__", None), contextvars.Context)
+                and len(args) == 2
+                and isinstance(args[1], ToolCall)
+            ):
+                return super().submit(functools.partial(fn, MarkedWork(args[0], args[1].name), args[1]), **kwargs)
             return super().submit(fn, *args, **kwargs)
 
     ToolCallPool.__name__ = ToolCallPool.__qualname__ = pool_class.__name__
