@@ -192,14 +192,16 @@ disk = {"seconds": ARGS["seconds"], "calls": calls, "lines": len(lines), "droppe
 lines.clear()
 traces = os.path.join(TMP, "faults.jsonl")
 handle = agent_otel.instrument(service_name="faults", traces_file=traces, traces_exporters="none",
-                               gpu="simulated", gpu_poll_interval=0.02, gpu_min_idle=0.02, frameworks=(),
+                               gpu="simulated", gpu_poll_interval=0.05, gpu_min_idle=0.05, frameworks=(),
                                max_queue_size=256, export_batch_size=256, export_interval=2.0)
 gpu = handle.gpu_timeline.source
 stop = threading.Event()
 def model():
+    # Idle stretches longer than the simulated GPU's sample period (1/6 s, like NVML's), so
+    # windows close and their per-call children compete with the tool spans for the queue.
     while not stop.is_set():
         gpu.run_kernel(0.02)
-        time.sleep(0.1)
+        time.sleep(0.3)
 driver = threading.Thread(target=model)
 driver.start()
 calls = run_for(ARGS["seconds"])
