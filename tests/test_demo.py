@@ -87,6 +87,15 @@ def test_the_baseline_blames_the_stalling_tools_not_the_fast_one(demo):
     assert baseline["gpus"][0]["idle_blocked_s"] > 0.5 * baseline["window"]["seconds"]
 
 
+def test_the_baselines_top_blocker_gets_a_recommendation(demo):
+    out, _ = demo
+    baseline = report(out / "baseline.jsonl")
+    top = baseline["tools"][0]["tool"]
+    advice = [r for r in baseline["recommendations"] if r["subject"] == top or r["evidence"].get("tool") == top]
+    assert advice, (top, baseline["recommendations"])
+    assert all(r["remedy"] for r in advice if r["kind"] != "overlap_tool_with_gpu"), advice
+
+
 def test_the_fix_removes_most_of_the_gpu_idle_time_blocked_by_tools(demo):
     out, output = demo
     baseline, fixed = report(out / "baseline.jsonl"), report(out / "fixed.jsonl")

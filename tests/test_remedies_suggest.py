@@ -9,16 +9,24 @@ from agent_otel.remedies.suggest import (
     suggest_batch,
     suggest_isolation,
     suggest_offload,
+    suggest_offload_or_bound,
     suggest_pool_workers,
     suggest_process_pool,
+    suggest_retries,
     suggest_timeout,
     suggested_timeout,
 )
+from agent_otel.report.recommendations import KINDS
 
 
 @pytest.mark.parametrize("p99_s, timeout_s", [(1.4, 2.8), (0.123, 0.25), (7.0, 14.0), (64.0, 130.0)])
 def test_the_suggested_timeout_is_twice_p99_to_two_significant_digits(p99_s, timeout_s):
     assert suggested_timeout(p99_s) == timeout_s
+
+
+@pytest.mark.parametrize("p99_s, timeout_s", [(1.4, 2.1), (0.2, 0.3), (64.0, 96.0)])
+def test_a_middle_tier_timeout_is_one_and_a_half_p99(p99_s, timeout_s):
+    assert suggested_timeout(p99_s, 1.5) == timeout_s
 
 
 def test_a_timeout_snippet_is_the_decorator_to_paste():
@@ -36,6 +44,29 @@ def test_pool_snippets_declare_the_pool_and_put_the_tools_on_it():
     assert suggest_isolation("web_search", 3) == (
         'agent_otel.pool("web_search", workers=3)\n@agent_otel.tool(pool="web_search")'
     )
+    # CPU-bound calls: a pool of processes (threads would take turns on the GIL)
+    assert suggest_pool_workers("cpu", 2, processes=True) == (
+        'agent_otel.pool("cpu", workers=2, kind="cpu", processes=True)\n@agent_otel.tool(pool="cpu")'
+    )
+    assert suggest_isolation("parse", 4, processes=True).startswith(
+        'agent_otel.pool("parse", workers=4, kind="cpu", processes=True)'
+    )
+
+
+def test_offload_or_bound_and_retry_snippets():
+    assert suggest_offload_or_bound("quote", 2.8, False) == (
+        'agent_otel.pool("quote")\n@agent_otel.tool(pool="quote", timeout=2.8, retries=1, fallback=...)\n'
+        "# in async code: result = await quote.aio(...)"
+    )
+    unbounded = suggest_offload_or_bound("parse", None, True)
+    assert unbounded.startswith(
+        'agent_otel.pool("parse", kind="cpu", processes=True)\n@agent_otel.tool(pool="parse")\n'
+    )
+    assert unbounded.endswith("# and a timeout near 2x its p99 once 20 calls tell it")
+    assert (
+        suggest_retries(0.28, 1, 0.1) == "@agent_otel.tool(timeout=0.28, retries=1, retry_interval=0.1, fallback=...)"
+    )
+    assert suggest_retries(None, 2, 0.1) == "@agent_otel.tool(timeout=..., retries=2, retry_interval=0.1, fallback=...)"
 
 
 def test_a_batch_snippet_sizes_batches_from_the_bursts():
@@ -66,14 +97,18 @@ def test_snippet_for_reads_the_evidence_the_report_writes():
     assert snippet_for("use_process_pool", {"tool": "render"}) == suggest_process_pool("render")
     assert snippet_for("use_async_io", {"tool": "fetch"}) == suggest_async_io("fetch")
     assert snippet_for("overlap_tool_with_gpu", {"tool": "search", "gpu": "0"}) is None
-    assert set(DOCS) == {
+    assert snippet_for(
+        "set_timeout", {"tool": "quote", "duration_p99_s": 1.4, "timeout_factor": 1.5}
+    ) == suggest_timeout(1.4, factor=1.5)
+    assert snippet_for(
         "raise_pool_workers",
-        "set_timeout",
-        "isolate_tool",
-        "batch_calls",
-        "idle_not_tools",
-        "offload_from_loop",
-        "use_process_pool",
-        "use_async_io",
-        "overlap_tool_with_gpu",
-    }
+        {"executor": "shared", "suggested_workers": 8, "split_tool": "search", "split_tool_workers": 8},
+    ) == suggest_pool_workers("shared", 8) + "\n" + suggest_isolation("search", 8)
+    assert snippet_for(
+        "offload_or_bound", {"tool": "quote", "suggested_timeout_s": 2.8, "wait_kind": "io"}
+    ) == suggest_offload_or_bound("quote", 2.8, False)
+    assert snippet_for(
+        "hidden_retries",
+        {"tool": "quote", "suggested_timeout_s": None, "suggested_retries": 1, "retry_interval_s": 0.1},
+    ) == suggest_retries(None, 1, 0.1)
+    assert set(DOCS) == set(KINDS)

@@ -30,40 +30,68 @@ DOCS = {
     "use_process_pool": "docs/remedies.md#pools",
     "use_async_io": "docs/remedies.md#calling-from-async-code",
     "overlap_tool_with_gpu": "docs/remedies.md#when-the-gpu-waits-on-a-tool",
+    "offload_or_bound": "docs/remedies.md#calling-from-async-code",
+    "hidden_retries": "docs/remedies.md#timeouts",
 }
 
 TIMEOUT_P99S = 2.0  # a timeout of 2x p99 lets nearly every healthy call finish
+MIDDLE_TIER_P99S = 1.5  # a tool called from inside another tool's call: its timeout fires before its caller's
 DEFAULT_IO_POOL = "io"  # the name suggested for a pool that has none of its own
 
 
-def suggested_timeout(p99_s: float) -> float:
-    """2x p99, to two significant digits (1.4 s -> 2.8 s): what a reader acts on."""
+def suggested_timeout(p99_s: float, factor: float = TIMEOUT_P99S) -> float:
+    """``factor`` x p99 (2x; 1.5x for a middle tier), to two significant
+    digits (1.4 s -> 2.8 s): what a reader acts on."""
     if not p99_s > 0:
         raise ValueError(f"p99 must be a positive number of seconds, not {p99_s!r}")
-    return float(f"{TIMEOUT_P99S * p99_s:.2g}")
+    return float(f"{factor * p99_s:.2g}")
 
 
-def suggest_timeout(p99_s: float, retries: int = 1) -> str:
+def suggest_timeout(p99_s: float, retries: int = 1, factor: float = TIMEOUT_P99S) -> str:
     """``@agent_otel.tool(timeout=2.8, retries=1, fallback=...)`` for p99 1.4 s."""
-    return f"@agent_otel.tool(timeout={suggested_timeout(p99_s):g}, retries={retries}, fallback=...)"
+    return f"@agent_otel.tool(timeout={suggested_timeout(p99_s, factor):g}, retries={retries}, fallback=...)"
 
 
-def suggest_pool_workers(executor: str, workers: int) -> str:
-    """Size a pool: an agent-otel pool of that name, or asyncio's default executor."""
+def suggest_pool_workers(executor: str, workers: int, processes: bool = False) -> str:
+    """Size a pool: an agent-otel pool of that name (of processes for
+    CPU-bound calls), or asyncio's default executor."""
     workers = max(1, int(workers))
-    if executor == EXECUTOR_ASYNCIO_DEFAULT:
+    if executor == EXECUTOR_ASYNCIO_DEFAULT and not processes:
         return (
             "loop.set_default_executor(concurrent.futures.ThreadPoolExecutor("
             f'max_workers={workers}, thread_name_prefix="asyncio"))'
         )
-    name = DEFAULT_IO_POOL if executor.startswith(EXECUTOR_UNNAMED) else executor
-    return f'agent_otel.pool("{name}", workers={workers})\n@agent_otel.tool(pool="{name}")'
+    name = (
+        DEFAULT_IO_POOL if executor.startswith(EXECUTOR_UNNAMED) or executor == EXECUTOR_ASYNCIO_DEFAULT else executor
+    )
+    kind = ', kind="cpu", processes=True' if processes else ""
+    return f'agent_otel.pool("{name}", workers={workers}{kind})\n@agent_otel.tool(pool="{name}")'
 
 
-def suggest_isolation(tool: str, workers: int) -> str:
-    """A pool of the tool's own, so its slow calls stop queueing the others."""
+def suggest_isolation(tool: str, workers: int, processes: bool = False) -> str:
+    """A pool of the tool's own (of processes when it is CPU-bound), so its slow calls stop queueing the others."""
     workers = max(1, int(workers))
-    return f'agent_otel.pool("{tool}", workers={workers})\n@agent_otel.tool(pool="{tool}")'
+    kind = ', kind="cpu", processes=True' if processes else ""
+    return f'agent_otel.pool("{tool}", workers={workers}{kind})\n@agent_otel.tool(pool="{tool}")'
+
+
+def suggest_offload_or_bound(tool: str, timeout_s: Optional[float], cpu_bound: bool) -> str:
+    """A direct call, off the caller's thread (a pool of its own, awaited with
+    ``.aio()``) and bounded (a timeout, one retry, a fallback)."""
+    kind = ', kind="cpu", processes=True' if cpu_bound else ""
+    bound = f", timeout={timeout_s:g}, retries=1, fallback=..." if timeout_s else ""
+    return (
+        f'agent_otel.pool("{tool}"{kind})\n@agent_otel.tool(pool="{tool}"{bound})\n'
+        f"# in async code: result = await {tool}.aio(...)"
+        + ("" if timeout_s else "\n# and a timeout near 2x its p99 once 20 calls tell it")
+    )
+
+
+def suggest_retries(timeout_s: Optional[float], retries: int, interval_s: float) -> str:
+    """Retries moved out of a tool's code into the toolkit's: a per-attempt
+    timeout and a fixed interval (no back-off: the GPU waits for the answer)."""
+    timeout = f"{timeout_s:g}" if timeout_s else "..."
+    return f"@agent_otel.tool(timeout={timeout}, retries={max(1, int(retries))}, retry_interval={interval_s:g}, fallback=...)"
 
 
 def suggest_batch(largest_burst: int, burst_gap_s: float) -> str:
@@ -96,11 +124,25 @@ def suggest_async_io(tool: str) -> str:
 def snippet_for(kind: str, evidence: dict) -> Optional[str]:
     """The remedy code for one recommendation of the report, or None when no block applies."""
     if kind == "set_timeout":
-        return suggest_timeout(evidence["duration_p99_s"])
+        return suggest_timeout(evidence["duration_p99_s"], factor=evidence.get("timeout_factor", TIMEOUT_P99S))
     if kind == "raise_pool_workers":
-        return suggest_pool_workers(evidence["executor"], evidence["suggested_workers"])
+        code = suggest_pool_workers(
+            evidence["executor"], evidence["suggested_workers"], bool(evidence.get("cpu_bound"))
+        )
+        split = evidence.get("split_tool")
+        if split:
+            code += "\n" + suggest_isolation(split, evidence["split_tool_workers"], bool(evidence.get("cpu_bound")))
+        return code
     if kind == "isolate_tool":
-        return suggest_isolation(evidence["tool"], evidence["suggested_workers"])
+        return suggest_isolation(evidence["tool"], evidence["suggested_workers"], bool(evidence.get("processes")))
+    if kind == "offload_or_bound":
+        return suggest_offload_or_bound(
+            evidence["tool"], evidence.get("suggested_timeout_s"), evidence.get("wait_kind") in ("cpu", "gil")
+        )
+    if kind == "hidden_retries":
+        return suggest_retries(
+            evidence.get("suggested_timeout_s"), evidence["suggested_retries"], evidence["retry_interval_s"]
+        )
     if kind == "batch_calls":
         return suggest_batch(evidence["largest_burst"], evidence["burst_gap_s"])
     if kind == "offload_from_loop" and evidence.get("tool"):

@@ -11,16 +11,25 @@ Kinds:
 - ``raise_pool_workers``: a pool whose calls spend at least half of their
   time waiting in its queue, with more calls in flight at its peak than
   ever ran at once. Suggests as many workers as calls were ever in flight
-  at once on it (then none would have waited).
+  at once on it (then none would have waited), capped: 4 x the agent's
+  cores for I/O, the core count for CPU-bound calls (in processes), 200
+  when the core count is unknown. Past the cap it says to split the pool
+  (the tool that waited longest gets its own) rather than grow one giant
+  pool.
 - ``set_timeout``: a tool whose timeout (span attribute
-  ``agent.tool.timeout``) is at least 4x its p99 duration. Suggests 2x p99
-  to two significant digits.
+  ``agent.tool.timeout``) is at least 4x its p99 duration, or that has none
+  and a long tail (p99 at least 3x p50). Suggests 2x p99 to two significant
+  digits; 1.5x p99 for a middle tier, a tool called from inside another
+  tool's call, so that its timeout fires before its caller's.
 - ``isolate_tool``: a slow tool (exec p50 at least 10x the others') holding
   most of a shared pool's worker time while the other tools wait in its
-  queue longer than they run. Suggests a pool of its own.
-- ``batch_calls``: a tool called in bursts (each call within 50 ms of the
-  previous, 3 or more calls) for at least 30% of its calls, 3 bursts or
-  more. Suggests one batched call per burst.
+  queue longer than they run. Suggests a pool of its own (of processes when
+  it is CPU-bound), capped as above.
+- ``batch_calls``: a tool called in bursts of concurrent calls (each call
+  within 50 ms of the previous and in flight while an earlier one of the
+  burst was, or from another trace; 3 or more calls) for at least 30% of
+  its calls, 3 bursts or more. Suggests one batched call per burst. A
+  sequential loop is no burst: batching joins concurrent callers only.
 - ``idle_not_tools``: a GPU idle for at least 1 s and 10% of the time it
   was observed, more than half of it with no tool call in flight: the
   stall is elsewhere, and tuning tools will not recover it.
@@ -37,28 +46,45 @@ Kinds:
 - ``use_async_io``: an I/O-bound tool (its exec is at most 25% CPU) that
   held the GPU idle 1 s or more while executing. Suggests overlapping its
   waits: async, or a pool of threads (a process pool would not help).
-  Neither of these two fires for a tool ``offload_from_loop`` names: its
-  remedy already follows the kind.
+- ``offload_or_bound``: a tool only ever called directly (in its caller's
+  thread) that held the GPU idle 1 s or more while executing, and that no
+  rule above already tells how to offload. Suggests a pool of its own
+  awaited with ``.aio()``, or a timeout (the one ``set_timeout`` computes).
+- ``hidden_retries``: a tool with no retries of the toolkit's whose calls
+  went on after failures inside them (``exception`` events on its span,
+  failed child spans), 2 calls or more and 1 s of exec time or more until
+  their last failure; says when the waits between attempts grew (a
+  back-off). Suggests the toolkit's retries: a per-attempt timeout, one
+  retry at a fixed interval (a back-off stretches the stall the GPU waits
+  through).
 - ``overlap_tool_with_gpu``: from utilization samples (a GPU log), a tool
   blamed for at least 1 GPU-second and 10% of a GPU's unused capacity,
   during whose calls that GPU ran at least 20 points below its utilization
   the rest of the time (95% -> 30% while it runs). The GPU waits on the
   tool: keep it fed while the tool runs, or make the tool shorter.
+
+No two recommendations contradict each other: where two rules fire on the
+same tool or pool and one's advice covers the other's, ``SUPERSEDES`` drops
+the other (the slow tool's own pool, not a bigger shared one), and the
+rules that suggest a timeout for a tool suggest the same one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 from agent_otel.records import NS_PER_S
-from agent_otel.remedies.suggest import DOCS, snippet_for, suggested_timeout
+from agent_otel.remedies.suggest import DOCS, MIDDLE_TIER_P99S, TIMEOUT_P99S, snippet_for, suggested_timeout
 from agent_otel.report.reader import UNKNOWN_EXECUTOR
 from agent_otel.report.stats import max_overlap, percentile
 from agent_otel.report.waits import KIND_CPU, KIND_GIL, KIND_IO
+from agent_otel.semconv import EXECUTOR_DIRECT
 
 if TYPE_CHECKING:
-    from agent_otel.report.analysis import Analysis
+    from agent_otel.records import ToolCall
+    from agent_otel.report.analysis import Analysis, ToolStats
+    from agent_otel.report.reader import InnerFailures
 
 KINDS = (
     "raise_pool_workers",
@@ -70,16 +96,19 @@ KINDS = (
     "use_process_pool",
     "use_async_io",
     "overlap_tool_with_gpu",
+    "offload_or_bound",
+    "hidden_retries",
 )
 
 # Executors that are not pools: nothing to size.
-NOT_POOLS = ("direct", UNKNOWN_EXECUTOR)
+NOT_POOLS = (EXECUTOR_DIRECT, UNKNOWN_EXECUTOR)
 
 MIN_CALLS = 20  # a p99 needs at least this many calls
 MIN_POOL_CALLS = 5  # a pool's queueing, this many
 QUEUE_SHARE = 0.5  # raise_pool_workers: share of call time spent queued
 MIN_WAIT_P95_S = 0.010  # ... and a p95 wait worth acting on
 TIMEOUT_FACTOR = 4.0  # set_timeout: timeout at least this many p99s
+TAIL_FACTOR = 3.0  # set_timeout, no timeout known: p99 at least this many p50s (a long tail)
 SLOW_FACTOR = 10.0  # isolate_tool: exec p50 at least this many times the others'
 MIN_SLOW_CALLS = 5
 SLOW_WORKER_SHARE = 0.5  # ... and at least this share of the pool's worker time
@@ -87,6 +116,13 @@ BURST_GAP_S = 0.050  # batch_calls: a call this soon after the previous joins it
 MIN_BURST = 3
 MIN_BURSTS = 3
 BURST_SHARE = 0.3
+IO_WORKERS_PER_CORE = 4  # worker cap: 2-4 x cores for I/O pools (the top of it) ...
+CPU_WORKERS_PER_CORE = 1  # ... about the core count for CPU-bound ones
+THREAD_CEILING = 200  # ... and, cores unknown, past about 200 threads p99 gets worse
+MIN_HIDDEN_RETRY_CALLS = 2  # hidden_retries: calls that went on after a failure inside them
+MIN_HIDDEN_RETRY_S = 1.0  # ... and the exec seconds until their last such failure, in all
+BACKOFF_GROWTH = 1.5  # each wait between failed attempts at least this many times the previous: back-off
+SUGGESTED_RETRY_INTERVAL_S = 0.1  # the fixed interval hidden_retries suggests
 MIN_IDLE_S = 1.0  # idle_not_tools
 MIN_IDLE_SHARE = 0.10
 UNATTRIBUTED_SHARE = 0.5
@@ -121,16 +157,132 @@ class Recommendation:
 
 
 def recommend(analysis: Analysis) -> list[Recommendation]:
-    """Every recommendation the data supports, grouped by kind."""
+    """Every recommendation the data supports, grouped by kind, none that
+    another one supersedes (``SUPERSEDES``)."""
+    return resolve(candidates(analysis))
+
+
+def candidates(analysis: Analysis) -> list[Recommendation]:
+    """What each rule finds on its own, before ``resolve``."""
+    facts = _Facts(analysis)
     return [
-        *_raise_pool_workers(analysis),
-        *_set_timeout(analysis),
-        *_isolate_tool(analysis),
+        *_raise_pool_workers(analysis, facts),
+        *_set_timeout(analysis, facts),
+        *_isolate_tool(analysis, facts),
         *_batch_calls(analysis),
         *_idle_not_tools(analysis),
-        *_waits(analysis),
+        *_waits(analysis, facts),
+        *_hidden_retries(analysis, facts),
         *_overlap_tool_with_gpu(analysis),
     ]
+
+
+# (winner, loser, where they meet: the same "tool" or the same "pool"): where
+# both fire, the loser is dropped; the winner's advice covers it, and the two
+# together would read as two different fixes.
+SUPERSEDES = (
+    # the slow tool's own pool is the fix, not a bigger shared one
+    ("isolate_tool", "raise_pool_workers", "pool"),
+    # its own pool already follows its kind (threads for I/O, processes for CPU)
+    ("isolate_tool", "use_process_pool", "tool"),
+    ("isolate_tool", "use_async_io", "tool"),
+    # off the loop, with a pool that follows its kind
+    ("offload_from_loop", "use_process_pool", "tool"),
+    ("offload_from_loop", "use_async_io", "tool"),
+    ("offload_from_loop", "offload_or_bound", "tool"),
+    # a direct call's offload, said for its kind
+    ("use_process_pool", "offload_or_bound", "tool"),
+    ("use_async_io", "offload_or_bound", "tool"),
+    # the same timeout, with the pool or the retries that go with it
+    ("offload_or_bound", "set_timeout", "tool"),
+    ("hidden_retries", "set_timeout", "tool"),
+)
+
+
+def resolve(found: list[Recommendation]) -> list[Recommendation]:
+    """``found`` less the recommendations another one in it supersedes, the
+    pairs taken in ``SUPERSEDES`` order: a dropped one supersedes nothing."""
+
+    def where(rec: Recommendation, scope: str) -> Optional[str]:
+        return rec.evidence.get("executor" if scope == "pool" else "tool")
+
+    kept = list(found)
+    for winner, loser, scope in SUPERSEDES:
+        places = {where(rec, scope) for rec in kept if rec.kind == winner} - {None}
+        if places:
+            kept = [rec for rec in kept if not (rec.kind == loser and where(rec, scope) in places)]
+    return kept
+
+
+@dataclass
+class TimeoutAdvice:
+    """The one timeout the rules suggest for a tool (set_timeout,
+    offload_or_bound, hidden_retries agree on it)."""
+
+    timeout_s: float
+    p99_s: float
+    p50_s: float
+    factor: float  # of p99: 2, or 1.5 for a middle tier
+    middle_tier: bool  # the tool is called from inside another tool's call
+    calls: int  # the calls the percentiles are over
+    clean_only: bool  # over the calls with no failure inside (the tool retries inside its code)
+
+
+class _Facts:
+    """What several rules read: each tool's timeout advice and kind of wait,
+    the worker cap, the calls with failures inside them."""
+
+    def __init__(self, analysis: Analysis):
+        self.analysis = analysis
+        self.inner = analysis.inner_failures
+        self._timeouts: dict[str, Optional[TimeoutAdvice]] = {}
+        self._kinds = {tool.tool: (tool.cpu.kind if tool.cpu is not None else None) for tool in analysis.tools}
+
+    def timeout(self, tool: ToolStats) -> Optional[TimeoutAdvice]:
+        if tool.tool not in self._timeouts:
+            self._timeouts[tool.tool] = self._timeout(tool)
+        return self._timeouts[tool.tool]
+
+    def _timeout(self, tool: ToolStats) -> Optional[TimeoutAdvice]:
+        durations: Sequence[float] = tool.duration_s
+        clean_only = False
+        if self.inner:
+            mine = [c for c in self.analysis.calls if c.tool == tool.tool]
+            clean = [c for c in mine if (c.trace_id << 64 | c.span_id) not in self.inner]
+            if len(clean) < len(mine):
+                durations = sorted((c.end_ns - c.submit_ns) / NS_PER_S for c in clean)
+                clean_only = True
+        if len(durations) < MIN_CALLS:
+            return None
+        p99 = percentile(durations, 99)
+        if p99 <= 0:
+            return None
+        middle = tool.tool in self.analysis.nested_tools
+        factor = MIDDLE_TIER_P99S if middle else TIMEOUT_P99S
+        return TimeoutAdvice(
+            timeout_s=suggested_timeout(p99, factor),
+            p99_s=p99,
+            p50_s=percentile(durations, 50),
+            factor=factor,
+            middle_tier=middle,
+            calls=len(durations),
+            clean_only=clean_only,
+        )
+
+    def kind(self, tool: str) -> Optional[str]:
+        return self._kinds.get(tool)
+
+    def worker_cap(self, tools: Iterable[str]) -> tuple[int, bool, str]:
+        """(the most workers to suggest, whether the calls are CPU-bound, why that many)."""
+        cpu_bound = any(self.kind(tool) in (KIND_CPU, KIND_GIL) for tool in tools)
+        cores = self.analysis.cpu_count
+        if cores is None:
+            return THREAD_CEILING, cpu_bound, f"the agent's core count is unknown: past about {THREAD_CEILING} threads"
+        if cpu_bound:
+            cap = max(1, CPU_WORKERS_PER_CORE * cores)
+            return cap, True, f"about the core count ({cores}) for CPU-bound calls"
+        cap = max(1, IO_WORKERS_PER_CORE * cores)
+        return cap, False, f"{IO_WORKERS_PER_CORE} x {cores} cores for I/O"
 
 
 def _s(seconds: float) -> float:
@@ -143,7 +295,7 @@ def _g(seconds: float) -> str:
     return f"{seconds:.0f}" if abs(seconds) >= 100 else f"{seconds:.2g}"
 
 
-def _raise_pool_workers(analysis: Analysis) -> list[Recommendation]:
+def _raise_pool_workers(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
     found = []
     for pool in analysis.executors:
         if pool.executor in NOT_POOLS or pool.submissions < MIN_POOL_CALLS:
@@ -156,22 +308,46 @@ def _raise_pool_workers(analysis: Analysis) -> list[Recommendation]:
             # at once: the workers were busy with work the traces do not show.
             continue
         waits: dict[str, float] = {}
+        in_flight: dict[str, list[tuple[int, int]]] = {}
         for call in analysis.calls:
             if call.executor == pool.executor:
                 waits[call.tool] = waits.get(call.tool, 0.0) + call.queue_seconds
+                in_flight.setdefault(call.tool, []).append((call.submit_ns, call.end_ns))
         most_waiting = max(waits, key=lambda tool: (waits[tool], tool))
-        workers = pool.peak_in_flight
+        needed = pool.peak_in_flight
+        cap, cpu_bound, why = facts.worker_cap(pool.tools)
+        workers = min(needed, cap)
+        split = needed > cap
+        split_tool = most_waiting if split and len(pool.tools) > 1 else None
+        split_workers = min(max_overlap(in_flight[most_waiting]), cap) if split_tool else None
+        waited = (
+            f"its calls spent {pool.queue_total_s / total:.0%} of their time waiting in its queue "
+            f"(wait p95 {_g(pool.wait_p95_s)} s, up to {pool.max_queue_depth} queued) while at most "
+            f"{pool.max_concurrent_exec} ran at once"
+        )
+        if not split:
+            message = (
+                f'pool="{pool.executor}" with {workers} workers: {waited}; {needed} calls were in flight at '
+                f'the peak. Or give tool="{most_waiting}", which waited longest, a pool of its own.'
+            )
+        else:
+            rest = (
+                f'split the pool: give tool="{split_tool}", which waited longest, a pool of its own '
+                f"({split_workers} workers)"
+                if split_tool
+                else "overlap the rest of its waits with async code (.aio() or an async client) or spread "
+                "the calls over processes"
+            )
+            message = (
+                f'pool="{pool.executor}" with {workers} workers, not {needed}: {waited}, and {needed} calls were '
+                f"in flight at the peak, but past {cap} workers ({why}) more threads make p99 worse, not "
+                f"better. Rather than one giant pool, {rest}."
+            )
         found.append(
             Recommendation(
                 kind="raise_pool_workers",
                 subject=pool.executor,
-                message=(
-                    f'pool="{pool.executor}" with {workers} workers: its calls spent '
-                    f"{pool.queue_total_s / total:.0%} of their time waiting in its queue "
-                    f"(wait p95 {_g(pool.wait_p95_s)} s, up to {pool.max_queue_depth} queued) while at most "
-                    f"{pool.max_concurrent_exec} ran at once; {workers} calls were in flight at the peak. "
-                    f'Or give tool="{most_waiting}", which waited longest, a pool of its own.'
-                ),
+                message=message,
                 evidence={
                     "executor": pool.executor,
                     "submissions": pool.submissions,
@@ -182,38 +358,64 @@ def _raise_pool_workers(analysis: Analysis) -> list[Recommendation]:
                     "peak_in_flight": pool.peak_in_flight,
                     "most_waiting_tool": most_waiting,
                     "most_waiting_tool_queue_s": _s(waits[most_waiting]),
+                    "cores": analysis.cpu_count,
+                    "cpu_bound": cpu_bound,
+                    "worker_cap": cap,
                     "suggested_workers": workers,
+                    "split_tool": split_tool,
+                    "split_tool_workers": split_workers,
                 },
             )
         )
     return found
 
 
-def _set_timeout(analysis: Analysis) -> list[Recommendation]:
+def _set_timeout(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
+    """A declared timeout far above p99, or none at all on a tool with a long tail."""
     found = []
     for tool in analysis.tools:
-        if tool.timeout_s is None or tool.calls < MIN_CALLS:
+        advice = facts.timeout(tool)
+        if advice is None:
             continue
-        p99 = percentile(tool.duration_s, 99)
-        if p99 <= 0 or tool.timeout_s < TIMEOUT_FACTOR * p99:
-            continue
-        suggested = suggested_timeout(p99)
+        p99, suggested = advice.p99_s, advice.timeout_s
+        if tool.timeout_s is not None:
+            if tool.timeout_s < TIMEOUT_FACTOR * p99:
+                continue
+            why = (
+                f"its timeout of {_g(tool.timeout_s)} s is {tool.timeout_s / p99:.0f}x its p99 over "
+                f"{advice.calls} calls, so a hung call holds its worker that long"
+            )
+        else:
+            if p99 < TAIL_FACTOR * advice.p50_s:
+                continue
+            why = (
+                f"it has no timeout and a long tail (p99 {p99 / advice.p50_s:.1f}x its p50 of "
+                f"{_g(advice.p50_s)} s over {advice.calls} calls), so a hung call holds the agent, and the "
+                "GPU waiting on it, as long as it hangs"
+            )
         over = sum(1 for seconds in tool.duration_s if seconds > suggested)
+        tier = (
+            f" ({advice.factor:g}x p99: it is called from inside another tool's call, so its timeout must "
+            "fire before its caller's)"
+            if advice.middle_tier
+            else ""
+        )
         found.append(
             Recommendation(
                 kind="set_timeout",
                 subject=tool.tool,
                 message=(
-                    f'tool="{tool.tool}" timeout={_g(suggested)} s from p99 {_g(p99)} s: its timeout of '
-                    f"{_g(tool.timeout_s)} s is {tool.timeout_s / p99:.0f}x its p99 over {tool.calls} calls, "
-                    f"so a hung call holds its worker that long; {over} of {tool.calls} calls took longer "
-                    "than the suggested timeout."
+                    f'tool="{tool.tool}" timeout={_g(suggested)} s from p99 {_g(p99)} s{tier}: {why}; '
+                    f"{over} of {tool.calls} calls took longer than the suggested timeout."
                 ),
                 evidence={
                     "tool": tool.tool,
                     "calls": tool.calls,
                     "timeout_s": tool.timeout_s,
+                    "duration_p50_s": _s(advice.p50_s),
                     "duration_p99_s": _s(p99),
+                    "timeout_factor": advice.factor,
+                    "middle_tier": advice.middle_tier,
                     "suggested_timeout_s": suggested,
                     "calls_over_suggested": over,
                 },
@@ -222,7 +424,7 @@ def _set_timeout(analysis: Analysis) -> list[Recommendation]:
     return found
 
 
-def _isolate_tool(analysis: Analysis) -> list[Recommendation]:
+def _isolate_tool(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
     by_pool: dict[str, dict[str, list]] = {}
     for call in analysis.calls:
         if call.executor not in NOT_POOLS:
@@ -245,14 +447,18 @@ def _isolate_tool(analysis: Analysis) -> list[Recommendation]:
                 slow_p50 >= SLOW_FACTOR * fast_p50 and fast_wait_p95 >= MIN_WAIT_P95_S and fast_wait_p95 > fast_exec_p95
             ):
                 continue
-            workers = max_overlap([(call.start_ns, call.end_ns) for call in mine])
+            concurrent = max_overlap([(call.start_ns, call.end_ns) for call in mine])
+            cap, cpu_bound, why = facts.worker_cap([tool])
+            workers = min(concurrent, cap)
             ratio = f"{slow_p50 / fast_p50:.0f}x" if fast_p50 else "far above"
+            kind = "a process pool" if cpu_bound else "its own pool"
+            capped = f" (not {concurrent}: {why})" if workers < concurrent else ""
             found.append(
                 Recommendation(
                     kind="isolate_tool",
                     subject=tool,
                     message=(
-                        f'give tool="{tool}" its own pool with {workers} workers: it held {share:.0%} of '
+                        f'give tool="{tool}" {kind} with {workers} workers{capped}: it held {share:.0%} of '
                         f'pool="{pool}" worker time with exec p50 {_g(slow_p50)} s ({ratio} the other '
                         f"tools' {_g(fast_p50)} s), and the other tools waited p95 {_g(fast_wait_p95)} s in the "
                         f"queue for calls that ran p95 {_g(fast_exec_p95)} s."
@@ -265,7 +471,10 @@ def _isolate_tool(analysis: Analysis) -> list[Recommendation]:
                         "other_tools_exec_p50_s": _s(fast_p50),
                         "other_tools_exec_p95_s": _s(fast_exec_p95),
                         "other_tools_wait_p95_s": _s(fast_wait_p95),
-                        "max_concurrent_exec": workers,
+                        "max_concurrent_exec": concurrent,
+                        "wait_kind": facts.kind(tool),
+                        "processes": cpu_bound,
+                        "worker_cap": cap,
                         "suggested_workers": workers,
                     },
                 )
@@ -274,16 +483,16 @@ def _isolate_tool(analysis: Analysis) -> list[Recommendation]:
 
 
 def _batch_calls(analysis: Analysis) -> list[Recommendation]:
-    submits: dict[str, list[int]] = {}
-    for call in analysis.calls:
-        submits.setdefault(call.tool, []).append(call.submit_ns)
+    by_tool: dict[str, list[ToolCall]] = {}
+    for call in analysis.calls:  # by submit time
+        by_tool.setdefault(call.tool, []).append(call)
     gap_ns = round(BURST_GAP_S * NS_PER_S)
     found = []
-    for tool in sorted(submits):
-        times = sorted(submits[tool])
-        bursts = [size for size in _run_lengths(times, gap_ns) if size >= MIN_BURST]
+    for tool in sorted(by_tool):
+        calls = by_tool[tool]
+        bursts = [size for size in _bursts(calls, gap_ns) if size >= MIN_BURST]
         in_bursts = sum(bursts)
-        if len(bursts) < MIN_BURSTS or in_bursts < BURST_SHARE * len(times):
+        if len(bursts) < MIN_BURSTS or in_bursts < BURST_SHARE * len(calls):
             continue
         saved = in_bursts - len(bursts)
         found.append(
@@ -291,13 +500,14 @@ def _batch_calls(analysis: Analysis) -> list[Recommendation]:
                 kind="batch_calls",
                 subject=tool,
                 message=(
-                    f'batch tool="{tool}": {in_bursts} of {len(times)} calls came in {len(bursts)} bursts '
-                    f"(each call within {BURST_GAP_S * 1000:.0f} ms of the previous, up to {max(bursts)} "
-                    f"per burst); one batched call per burst would make {saved} fewer calls."
+                    f'batch tool="{tool}": {in_bursts} of {len(calls)} calls came in {len(bursts)} bursts of '
+                    f"concurrent calls (each call within {BURST_GAP_S * 1000:.0f} ms of the previous, while "
+                    f"another was in flight or from another trace; up to {max(bursts)} per burst); one batched "
+                    f"call per burst would make {saved} fewer calls."
                 ),
                 evidence={
                     "tool": tool,
-                    "calls": len(times),
+                    "calls": len(calls),
                     "bursts": len(bursts),
                     "calls_in_bursts": in_bursts,
                     "largest_burst": max(bursts),
@@ -310,22 +520,42 @@ def _batch_calls(analysis: Analysis) -> list[Recommendation]:
     return found
 
 
-def _run_lengths(times: list[int], gap_ns: int) -> list[int]:
-    """Sizes of the runs of sorted times whose neighbours are <= gap_ns apart."""
+def _bursts(calls: Sequence[ToolCall], gap_ns: int) -> list[int]:
+    """Sizes of the runs of calls (by submit time) that a batch window of
+    ``gap_ns`` would join: each requested within ``gap_ns`` of the previous
+    and concurrent with it, in flight while an earlier call of the run was,
+    or from another trace (another turn or session; a direct call on the
+    same thread is the same caller). A sequential loop, each call after the
+    previous answered, waits for each result: a batch window would only
+    delay it."""
     runs = []
     size = 0
-    previous = None
-    for time in times:
-        if previous is not None and time - previous <= gap_ns:
+    previous: Optional[ToolCall] = None
+    reach = 0  # the latest end in the run so far
+    for call in calls:
+        if (
+            previous is not None
+            and call.submit_ns - previous.submit_ns <= gap_ns
+            and (call.submit_ns < reach or _other_caller(previous, call))
+        ):
             size += 1
         else:
             if size:
                 runs.append(size)
             size = 1
-        previous = time
+            reach = 0
+        reach = max(reach, call.end_ns)
+        previous = call
     if size:
         runs.append(size)
     return runs
+
+
+def _other_caller(a: ToolCall, b: ToolCall) -> bool:
+    if a.trace_id == b.trace_id:
+        return False
+    same_thread = a.executor == b.executor == EXECUTOR_DIRECT and a.thread is not None and a.thread == b.thread
+    return not same_thread
 
 
 def _idle_not_tools(analysis: Analysis) -> list[Recommendation]:
@@ -361,15 +591,13 @@ def _share(value) -> str:
     return "?" if value is None else f"{value:.0%}"
 
 
-def _waits(analysis: Analysis) -> list[Recommendation]:
-    """offload_from_loop, then use_process_pool and use_async_io for the other tools."""
+def _waits(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
+    """offload_from_loop, use_process_pool and use_async_io, offload_or_bound."""
     found = []
-    offloaded = set()
     for tool in analysis.tools:
         loop = tool.loop
         if loop is None or loop.blocked_s < MIN_LOOP_BLOCKED_S:
             continue
-        offloaded.add(tool.tool)
         cpu = tool.cpu
         kind = cpu.kind if cpu is not None else None
         threads = sorted(loop.threads)
@@ -436,7 +664,7 @@ def _waits(analysis: Analysis) -> list[Recommendation]:
         )
     for tool in analysis.tools:
         cpu = tool.cpu
-        if tool.tool in offloaded or cpu is None or tool.blocked_exec_s < MIN_EXEC_IDLE_S:
+        if cpu is None or tool.blocked_exec_s < MIN_EXEC_IDLE_S:
             continue
         kind = cpu.kind
         evidence = {
@@ -479,7 +707,156 @@ def _waits(analysis: Analysis) -> list[Recommendation]:
                 evidence=evidence,
             )
         )
+    found.extend(_offload_or_bound(analysis, facts))
     return found
+
+
+def _offload_or_bound(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
+    """A tool called directly (in its caller's thread) that held the GPU idle while executing."""
+    found = []
+    for tool in analysis.tools:
+        if tool.executors != [EXECUTOR_DIRECT] or tool.blocked_exec_s < MIN_EXEC_IDLE_S:
+            continue
+        advice = facts.timeout(tool)
+        kind = facts.kind(tool.tool)
+        cpu_bound = kind in (KIND_CPU, KIND_GIL)
+        offload = (
+            "a process pool of its own (it is CPU-bound)" if cpu_bound else "a pool of its own, awaited with .aio()"
+        )
+        bound = (
+            f"timeout={_g(advice.timeout_s)} s ({advice.factor:g}x its p99 of {_g(advice.p99_s)} s), one retry "
+            "and a fallback, so a slow call stops holding the GPU"
+            if advice is not None
+            else f"a timeout near 2x its p99 (its {tool.calls} calls are too few to tell a p99)"
+        )
+        found.append(
+            Recommendation(
+                kind="offload_or_bound",
+                subject=tool.tool,
+                message=(
+                    f'offload tool="{tool.tool}" or bound it: all {tool.calls} of its calls ran in their caller\'s '
+                    f"thread (executor direct), and the GPU was held idle {_g(tool.blocked_exec_s)} GPU-s while "
+                    f"they executed, with nothing else of the agent running meanwhile. Offload it to {offload}, "
+                    f"so the agent does other work while it runs, or bound it: {bound}."
+                ),
+                evidence={
+                    "tool": tool.tool,
+                    "calls": tool.calls,
+                    "executor": EXECUTOR_DIRECT,
+                    "gpu_idle_blocked_exec_s": _s(tool.blocked_exec_s),
+                    "wait_kind": kind,
+                    "duration_p99_s": None if advice is None else _s(advice.p99_s),
+                    "timeout_factor": None if advice is None else advice.factor,
+                    "suggested_timeout_s": None if advice is None else advice.timeout_s,
+                },
+            )
+        )
+    return found
+
+
+def _hidden_retries(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
+    """Failures inside a plain tool's calls that the call went on after: retries in its own code."""
+    if not analysis.inner_failures:
+        return []
+    by_tool: dict[str, list[tuple[ToolCall, InnerFailures]]] = {}
+    for call in analysis.calls:
+        inner = analysis.inner_failures.get(call.trace_id << 64 | call.span_id)
+        if inner is not None:
+            by_tool.setdefault(call.tool, []).append((call, inner))
+    found = []
+    for tool in analysis.tools:
+        affected = by_tool.get(tool.tool, [])
+        if len(affected) < MIN_HIDDEN_RETRY_CALLS:
+            continue
+        failures = events = children = 0
+        seconds = 0.0
+        names: dict[str, int] = {}
+        backoff: list[list[float]] = []
+        for call, inner in affected:
+            ends = [*inner.exceptions, *(end for _name, _start, end in inner.children)]
+            failures += len(ends)
+            events += len(inner.exceptions)
+            children += len(inner.children)
+            seconds += max(0, max(ends) - call.start_ns) / NS_PER_S
+            for name, _start, _end in inner.children:
+                names[name] = names.get(name, 0) + 1
+            waits = _retry_waits(inner)
+            if _grows(waits):
+                backoff.append(waits)
+        if seconds < MIN_HIDDEN_RETRY_S:
+            continue
+        exec_total = sum(tool.exec_s)
+        advice = facts.timeout(tool)
+        source = " and ".join(
+            part
+            for part in (
+                f"{events} exception events on its spans" if events else "",
+                f"{children} failed child spans ({', '.join(sorted(names, key=lambda n: (-names[n], n))[:3])})"
+                if children
+                else "",
+            )
+            if part
+        )
+        seen_backoff = (
+            f"; the waits between failed attempts grew ({', '.join(_g(w) for w in backoff[0])} s): a back-off, "
+            "which stretches exactly the stall the GPU waits through"
+            if backoff
+            else ""
+        )
+        timeout = (
+            f"timeout={_g(advice.timeout_s)} s per attempt ({advice.factor:g}x the p99 of the calls with no "
+            f"failure inside, {_g(advice.p99_s)} s)"
+            if advice is not None
+            else "a timeout per attempt near 2x the p99 of a call with no failure inside"
+        )
+        found.append(
+            Recommendation(
+                kind="hidden_retries",
+                subject=tool.tool,
+                message=(
+                    f'tool="{tool.tool}" retries inside its own code: {len(affected)} of its {tool.calls} calls '
+                    f"went on after {failures} failures inside them ({source}), {_g(seconds)} s of their exec "
+                    f"time until the last of them{seen_backoff}. The report counts those attempts and waits as "
+                    f"exec time, and the GPU waits through them. Retry with the toolkit instead: {timeout}, "
+                    f"retries=1 at a fixed interval of {SUGGESTED_RETRY_INTERVAL_S:g} s and a fallback; a fixed "
+                    "interval, because the GPU is waiting for this answer and a back-off would stretch the stall."
+                ),
+                evidence={
+                    "tool": tool.tool,
+                    "calls": tool.calls,
+                    "calls_with_failures": len(affected),
+                    "failures": failures,
+                    "exception_events": events,
+                    "failed_child_spans": children,
+                    "failed_child_names": sorted(names),
+                    "failed_attempts_s": _s(seconds),
+                    "exec_share": round(seconds / exec_total, 4) if exec_total else None,
+                    "backoff_calls": len(backoff),
+                    "backoff_waits_s": [_s(w) for w in backoff[0]] if backoff else None,
+                    "duration_p99_s": None if advice is None else _s(advice.p99_s),
+                    "timeout_factor": None if advice is None else advice.factor,
+                    "suggested_timeout_s": None if advice is None else advice.timeout_s,
+                    "suggested_retries": 1,
+                    "retry_interval_s": SUGGESTED_RETRY_INTERVAL_S,
+                },
+            )
+        )
+    return found
+
+
+def _retry_waits(inner: InnerFailures) -> list[float]:
+    """Seconds between one failure inside a call and the next: from a failed
+    child span's end to the next one's start, or between exception events."""
+    if len(inner.children) >= 2:
+        spans = sorted(inner.children, key=lambda child: child[1])
+        return [max(0, b[1] - a[2]) / NS_PER_S for a, b in zip(spans, spans[1:])]
+    times = sorted(inner.exceptions)
+    return [(b - a) / NS_PER_S for a, b in zip(times, times[1:])]
+
+
+def _grows(waits: list[float]) -> bool:
+    """Two waits or more, each at least ``BACKOFF_GROWTH`` times the one before: a back-off."""
+    return len(waits) >= 2 and waits[0] > 0 and all(b >= BACKOFF_GROWTH * a for a, b in zip(waits, waits[1:]))
 
 
 def _innermost_frame(stack) -> Optional[str]:

@@ -31,14 +31,17 @@ def ns(seconds: float) -> int:
 
 
 class RecordedRun:
-    """``pool``: the GPU pool the recording process declared (``agent.gpu.pool``)."""
+    """``pool``: the GPU pool the recording process declared (``agent.gpu.pool``);
+    ``cpus``: its ``agent.process.cpu.count``."""
 
-    def __init__(self, path, *, service: str = "test-agent", pool: str | None = None):
+    def __init__(self, path, *, service: str = "test-agent", pool: str | None = None, cpus: int | None = None):
         self.path = path
         self.exporter = OtlpJsonFileExporter(str(path))
-        attributes = {"service.name": service}
+        attributes: dict = {"service.name": service}
         if pool is not None:
             attributes["agent.gpu.pool"] = pool
+        if cpus is not None:
+            attributes["agent.process.cpu.count"] = cpus
         self.provider = TracerProvider(resource=Resource.create(attributes))
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.tracer = self.provider.get_tracer("agent_otel")
