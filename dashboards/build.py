@@ -4,9 +4,12 @@
     python -m dashboards --check              # fail if the committed files are stale
     python -m dashboards --slo-threshold 1 --slo-objective 0.99 \\
         --runbook-base https://example.com/agent-otel/docs/runbook.md
+    python -m dashboards --slo embed=0.25:0.99 --slo web_search=2.5:0.9   # tools' own SLOs
 
-The SLO options change both the alert rules and the SLO panels, so the
-two always measure the same thing.
+The default SLO (``--slo-threshold``, ``--slo-objective``, or ``--slo
+'*=SECONDS:OBJECTIVE'``) changes both the alert rules and the SLO panels, so
+the two measure the same thing; a tool's own SLO (``--slo TOOL=...``)
+changes the alert rules only (the panels show the default SLO).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from agent_otel.errors import AgentOtelError
 from dashboards import executors, latency, pools, rules, tools_gpu
-from dashboards.slo import DEFAULT_OBJECTIVE, DEFAULT_THRESHOLD_S, LatencySLO
+from agent_otel.slo import Slo, Slos
+from dashboards.slo import DEFAULT_OBJECTIVE, DEFAULT_THRESHOLD_S, LatencySLO, ToolSLOs
 
 HERE = Path(__file__).resolve().parent
 JSON_DIR = HERE / "json"
@@ -30,11 +34,12 @@ def dashboard_json(dashboard) -> str:
     return JSONEncoder(sort_keys=True, indent=2).encode(dashboard.build()) + "\n"
 
 
-def artefacts(slo: LatencySLO, runbook_base: str = rules.DEFAULT_RUNBOOK_BASE) -> dict[Path, str]:
+def artefacts(slo: LatencySLO | ToolSLOs, runbook_base: str = rules.DEFAULT_RUNBOOK_BASE) -> dict[Path, str]:
     """Every generated file, by path, with its exact text."""
+    default = slo.default if isinstance(slo, ToolSLOs) else slo
     return {
         JSON_DIR / "agent-tools-vs-gpu.json": dashboard_json(tools_gpu.build()),
-        JSON_DIR / "tool-latency-and-slos.json": dashboard_json(latency.build(slo)),
+        JSON_DIR / "tool-latency-and-slos.json": dashboard_json(latency.build(default)),
         JSON_DIR / "executors.json": dashboard_json(executors.build()),
         JSON_DIR / "gpu-pools.json": dashboard_json(pools.build()),
         RULES_FILE: rules.render(slo, runbook_base),
@@ -63,6 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         help="share of calls that must finish within the threshold (default %(default)s)",
     )
     parser.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="TOOL=SECONDS:OBJECTIVE",
+        help="a tool's own latency SLO, for the alert rules (repeatable; TOOL * sets the default); "
+        "SECONDS must be a histogram bucket boundary",
+    )
+    parser.add_argument(
         "--runbook-base",
         default=rules.DEFAULT_RUNBOOK_BASE,
         metavar="URL",
@@ -75,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        slo = LatencySLO(args.slo_threshold, args.slo_objective)
+        LatencySLO(args.slo_threshold, args.slo_objective)  # the error names the option
+        slo = ToolSLOs.from_slos(Slos.parse(args.slo, default=Slo(args.slo_threshold, args.slo_objective)))
     except AgentOtelError as exc:
         print(f"python -m dashboards: error: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,9 @@
 """Prometheus recording and alert rules for the toolkit's metrics.
 
 The latency SLO ("``objective`` of each tool's calls finish within
-``threshold`` seconds") is a parameter; everything else follows the
+``threshold`` seconds") is a parameter, one for every tool and any tool's
+own (``ToolSLOs``): each distinct SLO gets its recording rules and alerts,
+over its tools' series, under the same names; everything else follows the
 multi-window burn-rate alerts of the SRE workbook: an alert fires only
 when both a long window (the budget is really being spent) and a short
 window (it is still being spent now) burn faster than the factor.
@@ -41,7 +43,7 @@ from agent_otel.semconv import (
     METRIC_TOOL_INFLIGHT,
     TARGET_INFO,
 )
-from dashboards.slo import LatencySLO, format_bound, format_percent
+from dashboards.slo import LatencySLO, ToolSLOs, format_bound, format_percent
 
 DEFAULT_RUNBOOK_BASE = "docs/runbook.md"
 
@@ -99,32 +101,46 @@ def runbook_url(base: str, alert: str) -> str:
     return f"{base}#{alert.lower()}"
 
 
-def recording_rules(slo: LatencySLO) -> list[dict]:
+def _tool_slos(slo: LatencySLO | ToolSLOs) -> ToolSLOs:
+    return slo if isinstance(slo, ToolSLOs) else ToolSLOs(slo)
+
+
+def recording_rules(slo: LatencySLO | ToolSLOs) -> list[dict]:
+    """Per window, each tool's SLI: the share of its calls within its SLO's threshold."""
     rules = []
     for window in sli_windows():
-        rules.append(
-            {
-                "record": sli_record_name(window),
-                "expr": (
-                    f"sum by (job, tool) (rate({METRIC_TOOL_DURATION}_bucket{{{slo.le_matcher()}}}[{window}]))\n"
-                    f"/\n"
-                    f"sum by (job, tool) (rate({METRIC_TOOL_DURATION}_count[{window}]))"
-                ),
-                "labels": {"slo": "latency"},
-            }
-        )
+        for group_slo, tools in _tool_slos(slo).groups():
+            bucket = ", ".join(part for part in (tools, group_slo.le_matcher()) if part)
+            count = f"{{{tools}}}" if tools else ""
+            rules.append(
+                {
+                    "record": sli_record_name(window),
+                    "expr": (
+                        f"sum by (job, tool) (rate({METRIC_TOOL_DURATION}_bucket{{{bucket}}}[{window}]))\n"
+                        f"/\n"
+                        f"sum by (job, tool) (rate({METRIC_TOOL_DURATION}_count{count}[{window}]))"
+                    ),
+                    "labels": {"slo": "latency"},
+                }
+            )
     return rules
 
 
-def burn_rate_rule(slo: LatencySLO, alert: BurnRateAlert, runbook_base: str) -> dict:
+def burn_rate_rules(slo: LatencySLO | ToolSLOs, alert: BurnRateAlert, runbook_base: str) -> list[dict]:
+    """The alert, once per distinct SLO (the same name, each over its tools)."""
+    return [burn_rate_rule(group_slo, alert, runbook_base, tools) for group_slo, tools in _tool_slos(slo).groups()]
+
+
+def burn_rate_rule(slo: LatencySLO, alert: BurnRateAlert, runbook_base: str, tools: str = "") -> dict:
     threshold = format_bound(slo.threshold_s)
     limit = f"({alert.factor:g} * {slo.error_budget:g})"
+    only = f"{{{tools}}}" if tools else ""
     return {
         "alert": alert.name,
         "expr": (
-            f"(1 - {sli_record_name(alert.long_window)}) > {limit}\n"
+            f"(1 - {sli_record_name(alert.long_window)}{only}) > {limit}\n"
             f"and\n"
-            f"(1 - {sli_record_name(alert.short_window)}) > {limit}"
+            f"(1 - {sli_record_name(alert.short_window)}{only}) > {limit}"
         ),
         "for": alert.for_duration,
         "labels": {"severity": alert.severity, "slo": "latency"},
@@ -289,7 +305,9 @@ def loop_blocked_rule(runbook_base: str) -> dict:
     }
 
 
-def rule_groups(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE, stall_for: str = LIVE_STALL_FOR) -> dict:
+def rule_groups(
+    slo: LatencySLO | ToolSLOs, runbook_base: str = DEFAULT_RUNBOOK_BASE, stall_for: str = LIVE_STALL_FOR
+) -> dict:
     """The whole rules file as a Python structure."""
     return {
         "groups": [
@@ -298,7 +316,7 @@ def rule_groups(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE, stall
             {
                 "name": "agent-otel-alerts",
                 "rules": [
-                    *(burn_rate_rule(slo, alert, runbook_base) for alert in BURN_RATE_ALERTS),
+                    *(rule for alert in BURN_RATE_ALERTS for rule in burn_rate_rules(slo, alert, runbook_base)),
                     executor_saturated_rule(runbook_base),
                     gpu_blocked_rule(runbook_base),
                     gpu_blocked_live_rule(runbook_base, stall_for),
@@ -309,12 +327,19 @@ def rule_groups(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE, stall
     }
 
 
-def render(slo: LatencySLO, runbook_base: str = DEFAULT_RUNBOOK_BASE, stall_for: str = LIVE_STALL_FOR) -> str:
-    """The rules file's text, with a header naming its source and SLO."""
+def render(
+    slo: LatencySLO | ToolSLOs, runbook_base: str = DEFAULT_RUNBOOK_BASE, stall_for: str = LIVE_STALL_FOR
+) -> str:
+    """The rules file's text, with a header naming its source and SLOs."""
+    slos = _tool_slos(slo)
+    default = slos.default
     header = (
         "# Generated by `python -m dashboards` from dashboards/rules.py: do not edit by hand.\n"
-        f"# Latency SLO: {format_percent(slo.objective)} of each tool's calls within {format_bound(slo.threshold_s)} s.\n"
+        f"# Latency SLO: {format_percent(default.objective)} of each tool's calls within "
+        f"{format_bound(default.threshold_s)} s.\n"
     )
+    for tool, own in slos.tools:
+        header += f"# {tool}: {format_percent(own.objective)} of its calls within {format_bound(own.threshold_s)} s.\n"
     return header + yaml.dump(
         rule_groups(slo, runbook_base, stall_for), Dumper=_RulesDumper, sort_keys=False, width=1000
     )

@@ -54,6 +54,7 @@ FOUNDATION = {
     "agent_otel.appending",
     "agent_otel.inputs",
     "agent_otel.host",
+    "agent_otel.slo",
 }
 WIRING = {
     "agent_otel",

@@ -60,6 +60,7 @@ ADDED_KEYS = {
         "gpu_underused_blocked_exec_s",
         "gpu_idle_blocked_per_call_s",
         "latency_share",
+        "slo",
     },
     "executors": {"max_concurrent_exec", "peak_in_flight", "tools"},
     "gpus": {
@@ -139,7 +140,7 @@ def test_idle_time_is_blamed_on_the_calls_in_flight_queue_and_exec_apart(stalled
 
 def test_json_keys_are_the_contracts(stalled_run, capsys):
     report = report_of(capsys, stalled_run / "traces.jsonl", "--gpu-log", stalled_run / "gpu.csv", "--tz", "UTC")
-    assert set(report) == set(CONTRACT_KEYS) | {"inputs", "event_loops", "models", "turns"}
+    assert set(report) == set(CONTRACT_KEYS) | {"inputs", "event_loops", "models", "turns", "slos"}
     assert set(report["window"]) == CONTRACT_KEYS["window"]
     for section in ("tools", "executors", "gpus"):
         assert report[section], section

@@ -18,7 +18,8 @@ import yaml
 from agent_otel.errors import ConfigError
 from conftest import require_tool
 from dashboards import rules
-from dashboards.slo import LatencySLO
+from agent_otel.slo import Slos
+from dashboards.slo import LatencySLO, ToolSLOs
 
 REPO = Path(__file__).resolve().parents[1]
 RULES_DIR = REPO / "dashboards" / "rules"
@@ -147,3 +148,100 @@ def test_a_whole_number_threshold_matches_buckets_written_by_prometheus_2_and_3(
     )
     result = promtool("test", "rules", "tests.yml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+PER_TOOL_TESTS = """
+rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  # 60 calls a minute each. "search" answers 50 of them within 2.5 s and 6
+  # within 0.8 s: its own SLO (90% within 2.5 s) is burnt at 1.7x, far
+  # from alerting, though the default SLO would page. "lookup" answers 50
+  # within 0.25 s: 17% slow against its 1% budget (99% within 0.25 s), over
+  # 14.4x, so it pages. "fetch", on the default (95% within 0.8 s), misses
+  # 1 call in 60 and stays silent.
+  - interval: 1m
+    input_series:
+      - series: 'agent_tool_duration_seconds_count{job="agent",tool="search"}'
+        values: '0+60x60'
+      - series: 'agent_tool_duration_seconds_bucket{job="agent",tool="search",le="0.8"}'
+        values: '0+6x60'
+      - series: 'agent_tool_duration_seconds_bucket{job="agent",tool="search",le="2.5"}'
+        values: '0+50x60'
+      - series: 'agent_tool_duration_seconds_count{job="agent",tool="lookup"}'
+        values: '0+60x60'
+      - series: 'agent_tool_duration_seconds_bucket{job="agent",tool="lookup",le="0.25"}'
+        values: '0+50x60'
+      - series: 'agent_tool_duration_seconds_bucket{job="agent",tool="lookup",le="0.8"}'
+        values: '0+60x60'
+      - series: 'agent_tool_duration_seconds_count{job="agent",tool="fetch"}'
+        values: '0+60x60'
+      - series: 'agent_tool_duration_seconds_bucket{job="agent",tool="fetch",le="0.8"}'
+        values: '0+59x60'
+    promql_expr_test:
+      - expr: 'round(agent_tool:latency_sli:ratio_rate5m, 0.001)'
+        eval_time: 10m
+        exp_samples:
+          - labels: '{job="agent",slo="latency",tool="search"}'
+            value: 0.833
+          - labels: '{job="agent",slo="latency",tool="lookup"}'
+            value: 0.833
+          - labels: '{job="agent",slo="latency",tool="fetch"}'
+            value: 0.983
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: AgentToolLatencySLOFastBurn
+        exp_alerts:
+          - exp_labels: {severity: page, slo: latency, job: agent, tool: lookup}
+            exp_annotations:
+              summary: Tool lookup is burning its latency error budget fast
+              description: '16.67% of lookup calls in agent took longer than 0.25 s over the last 1h (and still over the last 5m): more than 14.4x the 1% the SLO (99% within 0.25 s) allows.'
+              runbook_url: docs/runbook.md#agenttoollatencyslofastburn
+      - eval_time: 60m
+        alertname: AgentToolLatencySLOSlowBurn
+        exp_alerts:
+          - exp_labels: {severity: ticket, slo: latency, job: agent, tool: lookup}
+            exp_annotations:
+              summary: Tool lookup is burning its latency error budget slowly but steadily
+              description: '16.67% of lookup calls in agent took longer than 0.25 s over the last 6h (and still over the last 30m): more than 6x the 1% the SLO (99% within 0.25 s) allows.'
+              runbook_url: docs/runbook.md#agenttoollatencysloslowburn
+"""
+
+
+def test_tools_with_their_own_slo_alert_on_their_own_threshold_and_objective(tmp_path):
+    slos = ToolSLOs.from_slos(Slos.parse(["search=2.5:0.9", "lookup=0.25:0.99"]))
+    text = rules.render(slos)
+    assert "# lookup: 99% of its calls within 0.25 s." in text
+    (tmp_path / "rules.yml").write_text(text)
+    (tmp_path / "tests.yml").write_text(PER_TOOL_TESTS)
+    assert promtool("check", "rules", "rules.yml", cwd=tmp_path).returncode == 0
+    result = promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_default_slo_alone_renders_the_committed_rules():
+    assert rules.render(ToolSLOs.from_slos(Slos.parse([]))) == RULES_FILE.read_text()
+
+
+@pytest.mark.parametrize("spec", ["search=0.75:0.95", "*=3:0.95"])
+def test_a_tool_threshold_off_the_buckets_is_refused_naming_the_tool(spec):
+    with pytest.raises(ConfigError) as error:
+        ToolSLOs.from_slos(Slos.parse([spec]))
+    message = str(error.value)
+    assert repr(spec) in message and "--slo" in message
+    assert "Prometheus counts calls only under a bucket bound" in message
+
+
+def test_the_generator_takes_tool_slos_on_its_command_line(tmp_path, capsys):
+    from dashboards.build import main
+
+    assert main(["--check", "--slo", "search=0.75:0.9"]) == 2
+    assert "invalid value 'search=0.75:0.9' for --slo" in capsys.readouterr().err
+    assert main(["--check", "--slo", "*=0.8:0.95"]) == 0  # the default, spelled out: the committed files
+    assert main(["--check", "--slo", "search=2.5:0.9"]) == 1  # the rules would change
+
+
+def test_tool_names_are_matched_exactly_in_the_rules():
+    groups = ToolSLOs.from_slos(Slos.parse(["a.b=2.5:0.9", 'say"hi=2.5:0.9'])).groups()
+    assert groups[0][1] == 'tool=~"a\\\\.b|say\\"hi"'
+    assert groups[1][1] == 'tool!~"a\\\\.b|say\\"hi"'

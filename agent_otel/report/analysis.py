@@ -43,6 +43,7 @@ from agent_otel.inputs import STDIN
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ToolCall
 from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
+from agent_otel.report.slos import SloCompliance, compliance
 from agent_otel.report.underuse import Underuse, read_underuse
 from agent_otel.report.stats import max_overlap, percentile
 from agent_otel.report.turns import ModelStats, Turn, TurnTotals, find_turns, model_stats
@@ -55,6 +56,7 @@ from agent_otel.report.waits import (
     loops_json,
     tool_json,
 )
+from agent_otel.slo import Slos
 from agent_otel.semconv import ERROR_OUTCOMES, PHASE_EXEC, PHASE_QUEUE, SIMULATED_GPU_NAME, SIMULATED_GPU_UUID_PREFIX
 
 GPU_FROM_LOGS = "gpu-log"
@@ -166,6 +168,7 @@ class Analysis:
     empty_inputs: list[str] = field(default_factory=list)  # trace inputs with nothing in them
     warnings: list[str] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
+    slos: list[SloCompliance] = field(default_factory=list)  # each tool's latency SLO compliance, breaking first
     loop_blocks: list[LoopBlock] = field(default_factory=list)  # asyncio.loop.blocked spans
     loops: list[LoopStats] = field(default_factory=list)  # per event loop thread, most blocked first
     loop_unknown: Optional[LoopBlockStats] = None  # blocks no tool call held
@@ -206,15 +209,21 @@ def analyse(
     min_idle_s: float,
     progress: Optional[Callable[[int], None]] = None,
     gpu_pool: str = "",
+    slos: Optional[Slos] = None,
 ) -> Analysis:
     """Read the inputs, attribute GPU idle time, compute every statistic.
+
+    ``slos``: the latency SLO of each tool (``Slos()``, 95% within 0.8 s for
+    every tool, the alert rules' default, when None).
 
     Python's cyclic garbage collector is paused throughout (``paused_gc``):
     nothing here makes reference cycles, and its rescans of the growing
     heap made the cost per span grow with the input.
     """
     with paused_gc():
-        return _analyse(trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress, gpu_pool)
+        analysis = _analyse(trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress, gpu_pool)
+        analysis.slos = compliance({tool.tool: tool.duration_s for tool in analysis.tools}, slos or Slos())
+        return analysis
 
 
 def _analyse(
@@ -617,6 +626,7 @@ def report_json(analysis: Analysis) -> dict:
     """The contract's report, plus an ``inputs`` section and a few added
     keys (the contract allows additions, never renames)."""
     has_spans = analysis.span_count > 0
+    slo_of = {result.tool: result for result in analysis.slos}
     return {
         "window": {
             "start": rfc3339(analysis.start_ns) if has_spans else None,
@@ -649,9 +659,11 @@ def report_json(analysis: Analysis) -> dict:
                 "gpu_underused_blocked_exec_s": _maybe(t.underused_exec_s),
                 "gpu_idle_blocked_per_call_s": _s(t.blocked_s / t.calls) if t.calls else 0.0,
                 "latency_share": _share(analysis.turn_totals.latency_share(t.tool)),
+                "slo": slo_of[t.tool].to_json() if t.tool in slo_of else None,
             }
             for t in analysis.tools
         ],
+        "slos": [result.to_json() for result in analysis.slos],
         "models": [
             {
                 "model": m.model,

@@ -4,12 +4,15 @@ Usage::
 
     agent-otel report traces.jsonl [--gpu-log gpu.log] [--format json]
                       [--html report.html] [--perfetto trace.json]
+                      [--slo TOOL=SECONDS:OBJECTIVE ...]
 
 Reads OTLP/JSON trace files (the toolkit's own or a Collector file
 exporter's; plain, gzip or zstd; ``-`` for standard input) and,
 optionally, ``nvidia-smi`` GPU logs; prints a table (or the JSON of
-docs/report.md) and writes the HTML timeline and the Perfetto trace when
-asked, saying on stderr where. A malformed or empty input stops it with
+docs/report.md), with each tool's compliance with its latency SLO
+(``--slo``; 95% within 0.8 s by default, the alert rules' default), and
+writes the HTML timeline and the Perfetto trace when asked, saying on
+stderr where. A malformed or empty input stops it with
 one line naming the file and line, and exit status 2.
 """
 
@@ -29,6 +32,7 @@ from agent_otel.inputs import STDIN
 from agent_otel.report import html, perfetto, table
 from agent_otel.report.analysis import Analysis, analyse, report_json
 from agent_otel.report.progress import Progress
+from agent_otel.slo import Slos
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="POOL",
         help="the GPU pool (agent.gpu.pool) the --gpu-log GPUs serve: their idle time is blamed on that pool's "
         "tool calls only (default: the calls of processes that declared no pool); only with --gpu-log",
+    )
+    parser.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="TOOL=SECONDS:OBJECTIVE",
+        help="a tool's latency SLO: OBJECTIVE of its calls within SECONDS, from each call's duration (repeatable; "
+        "TOOL * for every tool without its own; default '*=0.8:0.95', the alert rules' default)",
     )
     parser.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default: table)")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML timeline to FILE")
@@ -86,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
             args.gpu_pool,
             "--gpu-log as well: it names the pool of a GPU log's GPUs (gpu.idle spans carry their own)",
         )
+    slos = Slos.parse(args.slo)
     if [*args.traces, *args.gpu_log].count(STDIN) > 1:
         raise ConfigError("-", STDIN, "standard input (-) given once, for one input")
     progress = Progress(args.traces)
@@ -98,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             min_idle_s=idle["gpu_min_idle"],
             progress=progress,
             gpu_pool=(args.gpu_pool or "").strip(),
+            slos=slos,
         )
     finally:
         progress.finish()

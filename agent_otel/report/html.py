@@ -87,6 +87,7 @@ def render(analysis: Analysis) -> str:
 </section>
 <aside id="side-panel">
 {_tools_table(report)}
+{_slos_table(report)}
 {_turns_view(report)}
 {_recommendations(report)}
 {_models_table(report)}
@@ -340,6 +341,37 @@ def _tools_table(report: dict) -> str:
         'attribution rule (needs a GPU log)">unused s</th><th title="GPU-seconds">blocked idle s</th>'
         "<th>queue / exec s</th><th>calls</th><th>errors</th><th>p95 s</th></tr></thead>"
         f"<tbody>{body}</tbody></table></section>"
+    )
+
+
+def _slos_table(report: dict) -> str:
+    """Each tool's latency SLO compliance, the tools that break it first."""
+    if not report["slos"]:
+        return ""
+    rows = []
+    for s in report["slos"]:
+        slo = f"{s['objective'] * 100:.6g}% within {s['threshold_s']:g} s" + ("" if s["on_bucket_bound"] else " *")
+        verdict = '<td class="ok">met</td>' if s["met"] else '<td class="breaks">breaks</td>'
+        row_class = "" if s["met"] else ' class="breaks"'
+        compliance, spent = f"{s['compliance']:.1%}", f"{s['budget_spent']:.0%}"
+        rows.append(
+            f'<tr data-slo-tool="{html.escape(s["tool"], quote=True)}"{row_class}>'
+            f'<td class="name">{html.escape(s["tool"])}</td><td>{slo}</td>'
+            f"{_cell(compliance)}{verdict}{_cell(s['calls'])}{_cell(s['over'])}{_cell(spent)}</tr>"
+        )
+    note = (
+        '<p class="note">* not a bound of the duration histograms: measured exactly here, but the alert rules '
+        "cannot alert on it (docs/dashboards.md#latency-slos)</p>"
+        if not all(s["on_bucket_bound"] for s in report["slos"])
+        else ""
+    )
+    return (
+        '<section id="slos"><h2>Latency SLOs, breaking first</h2><table id="slo-table"><thead><tr>'
+        '<th>tool</th><th title="objective of its calls within the threshold (request to result)">SLO</th>'
+        '<th title="share of its calls within the threshold">compliance</th><th></th><th>calls</th>'
+        '<th title="calls over the threshold">over</th>'
+        '<th title="calls over the threshold against the error budget (1 - objective)">budget spent</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>{note}</section>"
     )
 
 

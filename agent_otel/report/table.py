@@ -56,6 +56,10 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
         out.append(paint(BOLD, "Tools, by GPU idle time they blocked (GPU-seconds)"))
     out.extend(_tools(report["tools"], width, paint))
     out.append("")
+    if report["slos"]:
+        out.append(paint(BOLD, "Latency SLOs, from each call's duration (breaking first)"))
+        out.extend(_slos(report["slos"], width, paint))
+        out.append("")
     out.append(paint(BOLD, "Turns: where the end-to-end time went"))
     out.extend(_turns(report, width))
     out.append("")
@@ -149,6 +153,40 @@ def _tools(tools: list[dict], width: Optional[int], paint: _Painter) -> list[str
             share, kind = t["exec_cpu_share"], t["wait_kind"]
             row.append("-" if share is None else f"{share:.0%}" + (f" {kind}" if kind else ""))
     return _table(columns, rows, width, paint)
+
+
+def _slos(slos: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
+    columns = [
+        Column("TOOL", 0, left=True),
+        Column("SLO", 0, left=True),
+        Column("COMPLIANCE", 0),
+        Column("", 0, left=True),
+        Column("CALLS", 1),
+        Column("OVER", 1),
+        Column("BUDGET SPENT", 2),
+    ]
+    rows = [
+        [
+            _name(s["tool"], width),
+            f"{s['objective'] * 100:.6g}% within {s['threshold_s']:g} s" + ("" if s["on_bucket_bound"] else " *"),
+            f"{s['compliance']:.1%}",
+            "met" if s["met"] else paint(RED, "BREAKS"),
+            str(s["calls"]),
+            str(s["over"]),
+            f"{s['budget_spent']:.0%}",
+        ]
+        for s in slos
+    ]
+    lines = _table(columns, rows, width, paint)
+    if not all(s["on_bucket_bound"] for s in slos):
+        lines.extend(
+            _wrap(
+                "  * not a bound of the duration histograms: measured exactly here, but the alert rules "
+                "cannot alert on it (docs/dashboards.md#latency-slos)",
+                width,
+            )
+        )
+    return lines
 
 
 def _loops(loops: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
