@@ -510,3 +510,18 @@ def test_every_rule_fires_on_its_trigger_and_none_contradicts_another(tmp_path):
         if rec.evidence.get("suggested_timeout_s") is not None:
             timeouts.setdefault(rec.evidence["tool"], set()).add(rec.evidence["suggested_timeout_s"])
     assert all(len(values) == 1 for values in timeouts.values()), timeouts
+
+
+def test_the_retry_advice_times_each_attempt_from_the_calls_with_no_failure_inside(tmp_path):
+    def record(run):
+        for k in range(25):  # answered first time: 0.1 .. 0.196 s
+            run.tool_call("quote", 100.0 + k, 100.0 + k, 100.1 + k + 0.004 * k, executor="direct")
+        retrying_calls(run, "quote", 0.0, waits=(0.1, 0.4, 1.6))  # 3 calls of about 5 s
+
+    found = recommendations(tmp_path, record)
+    (advice,) = of_kind(found, "hidden_retries")
+    assert advice["evidence"]["duration_p99_s"] == pytest.approx(0.19504, abs=1e-4)
+    assert advice["evidence"]["suggested_timeout_s"] == 0.39
+    assert advice["remedy"] == "@agent_otel.tool(timeout=0.39, retries=1, retry_interval=0.1, fallback=...)"
+    assert "timeout=0.39 s per attempt (2x the p99 of the calls with no failure inside, 0.2 s)" in advice["message"]
+    assert of_kind(found, "set_timeout") == []  # the same tool's timeout is said once, with the retries

@@ -237,6 +237,15 @@ class _Facts:
         self.inner = analysis.inner_failures
         self._timeouts: dict[str, Optional[TimeoutAdvice]] = {}
         self._kinds = {tool.tool: (tool.cpu.kind if tool.cpu is not None else None) for tool in analysis.tools}
+        # The tools that retry inside their code: the durations of their calls with no failure inside.
+        self._clean: dict[str, list[float]] = {}
+        if self.inner:
+            keys = [call.trace_id << 64 | call.span_id for call in analysis.calls]
+            retried = {call.tool for call, key in zip(analysis.calls, keys) if key in self.inner}
+            self._clean = {tool: [] for tool in retried}
+            for call, key in zip(analysis.calls, keys):
+                if call.tool in retried and key not in self.inner:
+                    self._clean[call.tool].append((call.end_ns - call.submit_ns) / NS_PER_S)
 
     def timeout(self, tool: ToolStats) -> Optional[TimeoutAdvice]:
         if tool.tool not in self._timeouts:
@@ -245,13 +254,9 @@ class _Facts:
 
     def _timeout(self, tool: ToolStats) -> Optional[TimeoutAdvice]:
         durations: Sequence[float] = tool.duration_s
-        clean_only = False
-        if self.inner:
-            mine = [c for c in self.analysis.calls if c.tool == tool.tool]
-            clean = [c for c in mine if (c.trace_id << 64 | c.span_id) not in self.inner]
-            if len(clean) < len(mine):
-                durations = sorted((c.end_ns - c.submit_ns) / NS_PER_S for c in clean)
-                clean_only = True
+        clean_only = tool.tool in self._clean
+        if clean_only:
+            durations = sorted(self._clean[tool.tool])
         if len(durations) < MIN_CALLS:
             return None
         p99 = percentile(durations, 99)
