@@ -11,8 +11,10 @@ import subprocess
 import sys
 import zlib
 
+import msgspec
 import pytest
 
+from agent_otel.exporters.otlp_json import decode_traces
 from agent_otel.version import __version__
 from agent_otel.cli import main
 from agent_otel.inputs import _zstd
@@ -119,6 +121,33 @@ def test_a_pretty_printed_document(traces, capsys):
     # several pretty-printed documents one after the other (jq . traces.jsonl)
     (traces.parent / "jq.json").write_text("".join(json.dumps(d, indent=2) + "\n" for d in documents))
     assert calls_by_tool(report_of(capsys, traces.parent / "jq.json")) == EXPECTED_CALLS
+
+
+def test_lines_the_typed_decoder_refuses_read_the_same_through_json(traces, capsys):
+    """Each line goes to msgspec's typed decoder first; a line it refuses (here
+    an attribute the report does not read, with a value of another shape, and
+    a NaN) is parsed as JSON and read the same way."""
+    expected = report_of(capsys, traces)
+    odd = [
+        {"key": "user.note", "value": "a bare string, not an AnyValue"},
+        {"key": "user.ratio", "value": {"doubleValue": float("nan")}},
+    ]
+    lines = []
+    for line in traces.read_text().splitlines():
+        document = json.loads(line)
+        for resource_spans in document["resourceSpans"]:
+            for scope_spans in resource_spans["scopeSpans"]:
+                for span in scope_spans["spans"]:
+                    span["attributes"] = [*span.get("attributes", []), *odd]
+        lines.append(json.dumps(document) + "\n")
+    (traces.parent / "odd.jsonl").write_text("".join(lines))
+    for line in lines:
+        with pytest.raises(msgspec.ValidationError):
+            decode_traces(line.encode())
+    got = report_of(capsys, traces.parent / "odd.jsonl")
+    assert got["inputs"]["traces"] != expected["inputs"]["traces"]
+    got["inputs"]["traces"] = expected["inputs"]["traces"]
+    assert got == expected
 
 
 def test_a_cut_off_last_line_is_a_warning_and_the_rest_is_reported(traces, capsys):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from agent_otel.exporters.otlp_json import SpanFormatError
+from agent_otel.exporters.otlp_json import SpanFormatError, typed_span
 from agent_otel.records import ToolCall
 from agent_otel.report.reader import WANTED_ATTRIBUTES, TraceReader, printable
 from agent_otel.semconv import AGENT_GPU_POOL, GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME
@@ -66,7 +66,7 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                     continue
                 calls, duplicates = len(data.calls), data.duplicate_count
                 try:
-                    reader.add(_span_json(span), 0, pool)
+                    reader.add(typed_span(_span_json(span)), 0, pool)
                 except SpanFormatError as exc:
                     decoded.refuse(MALFORMED_SPAN, f"span {printable(span.name)!r}: {exc}")
                     continue

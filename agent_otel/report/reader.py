@@ -70,19 +70,27 @@ import re
 from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+from msgspec import UNSET
 
 from agent_otel.errors import InputError
 from agent_otel.exporters.otlp_json import (
     STATUS_ERROR,
+    JsonEvent,
+    JsonKeyValue,
+    JsonLink,
+    JsonSpan,
+    JsonStatus,
+    JsonValue,
     SpanFormatError,
-    any_value,
+    decode_traces,
     hex_id,
     input_name,
     iter_requests,
     nanos,
-    resource_spans,
-    span_times,
+    typed_resource_spans,
+    value_of,
 )
 from agent_otel.attribution import gpu_key
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ToolCall
@@ -297,10 +305,10 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
             reader.name = name
             documents = spans_before = 0
             spans_before = data.span_count + data.duplicate_count
-            for number, request in iter_requests(path, progress, data.warnings.append):
+            for number, request in iter_requests(path, progress, data.warnings.append, decode_traces):
                 documents += 1
                 try:
-                    for resource, spans in resource_spans(request):
+                    for resource, spans in typed_resource_spans(request):
                         pool = reader.resource(resource, len(spans))
                         for span in spans:
                             reader.add(span, number, pool)
@@ -318,8 +326,8 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
 def gpu_pool_of(resource: list) -> str:
     """The GPU pool a resource's attributes array declares (``agent.gpu.pool``); "" for none."""
     for item in resource:
-        if type(item) is dict and item.get("key") == AGENT_GPU_POOL:
-            value = any_value(item.get("value"), AGENT_GPU_POOL)
+        if type(item) is JsonKeyValue and item.key == AGENT_GPU_POOL:
+            value = value_of(item.value, AGENT_GPU_POOL)
             return printable(value.strip()) if type(value) is str else ""
     return ""
 
@@ -352,12 +360,12 @@ class TraceReader:
         data = self.data
         service = cpus = None
         for item in resource:
-            if type(item) is dict:
-                key = item.get("key")
+            if type(item) is JsonKeyValue:
+                key = item.key
                 if key == SERVICE_NAME:
-                    service = any_value(item.get("value"), SERVICE_NAME)
+                    service = value_of(item.value, SERVICE_NAME)
                 elif key == AGENT_PROCESS_CPU_COUNT:
-                    cpus = any_value(item.get("value"), AGENT_PROCESS_CPU_COUNT)
+                    cpus = value_of(item.value, AGENT_PROCESS_CPU_COUNT)
         if type(service) is str and service.strip():
             name = self._name(service.strip())
             data.services[name] = data.services.get(name, 0) + spans
@@ -367,7 +375,7 @@ class TraceReader:
 
     # -- one span: recognise its kind, keep what the analysis needs ------
 
-    def add(self, span: dict, line: int, pool: str = "") -> None:
+    def add(self, span: JsonSpan, line: int, pool: str = "") -> None:
         """One span: recognise its kind and keep what the analysis needs.
 
         Every field has a fast path for what exporters write (ids and times
@@ -376,7 +384,7 @@ class TraceReader:
         which either read it or raise ``SpanFormatError``.
         """
         data = self.data
-        trace, span_id = span.get("traceId"), span.get("spanId")
+        trace, span_id = span.traceId, span.spanId
         if type(trace) is str and type(span_id) is str and len(trace) == 32 and len(span_id) == 16:
             try:
                 key = int(trace + span_id, 16)
@@ -388,35 +396,36 @@ class TraceReader:
             data.duplicate_count += 1
             return
         data.span_count += 1
-        start_ns, end_ns = span.get("startTimeUnixNano"), span.get("endTimeUnixNano")
+        start_ns, end_ns = span.startTimeUnixNano, span.endTimeUnixNano
         if type(start_ns) is str and type(end_ns) is str and len(start_ns) <= 20 and len(end_ns) <= 20:
             try:
                 start_ns, end_ns = int(start_ns), int(end_ns)
             except ValueError:
-                start_ns, end_ns = span_times(span)
+                start_ns, end_ns = _span_times(span)
             else:
                 if not 0 < start_ns <= end_ns < _UINT64_END:
-                    start_ns, end_ns = span_times(span)
+                    start_ns, end_ns = _span_times(span)
         else:
-            start_ns, end_ns = span_times(span)
+            start_ns, end_ns = _span_times(span)
         if start_ns < data.start_ns or not data.start_ns:
             data.start_ns = start_ns
         if end_ns > data.end_ns:
             data.end_ns = end_ns
-        items = span.get("attributes")
+        items = span.attributes
+        found: dict[Any, Any]  # key -> JsonValue, or what typed_span kept of another shape
         if items:
             try:
-                found = {item["key"]: item["value"] for item in items}
-            except (TypeError, KeyError, AttributeError):
+                found = {item.key: item.value for item in items}
+            except (TypeError, AttributeError):
                 found = _wanted(items)  # validates: raises, or reads what the fast path could not
         else:
             found = _NOTHING
         operation = found.get(GEN_AI_OPERATION_NAME)
         if operation is not None:
-            if type(operation) is dict and "stringValue" in operation:
-                operation = operation["stringValue"]
+            if type(operation) is JsonValue and type(operation.stringValue) is str:
+                operation = operation.stringValue
             else:
-                operation = any_value(operation, GEN_AI_OPERATION_NAME)
+                operation = value_of(operation, GEN_AI_OPERATION_NAME)
         run = None  # the span as an agent run, when it is one
         if operation == GEN_AI_OPERATION_EXECUTE_TOOL:
             self._tool_call(span, found, key, start_ns, end_ns, pool)
@@ -424,33 +433,33 @@ class TraceReader:
             self._model_call(span, found, key, start_ns, end_ns, operation)
         elif operation == GEN_AI_OPERATION_INVOKE_AGENT:
             run = self._agent_run(span, found, key, start_ns, end_ns)
-        elif span.get("name") == SPAN_GPU_IDLE:
+        elif span.name == SPAN_GPU_IDLE:
             if GPU_IDLE_BLOCKED_DURATION in found:
                 self._live_share(span, found, key)
             else:
                 self._idle_window(span, found, start_ns, end_ns, pool)
             return  # the GPU timeline's traces hold no turn
-        elif span.get("name") == SPAN_LOOP_BLOCKED:
+        elif span.name == SPAN_LOOP_BLOCKED:
             self._loop_block(span, found, start_ns, end_ns, pool)
         elif OPENINFERENCE_SPAN_KIND in found or TRACELOOP_SPAN_KIND in found or MCP_METHOD_NAME in found:
             run = self._other_instrumentation(span, found, key, start_ns, end_ns, pool)
         # A new kind of span: recognise it here and turn it into a record.
         else:
             self._other_span(span, key, start_ns, end_ns)
-        if not span.get("parentSpanId"):
+        if not span.parentSpanId:
             if run is None:
                 run = AgentRun(self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
             data.roots[run.trace_id] = run
 
-    def _other_span(self, span: dict, key: int, start_ns: int, end_ns: int) -> None:
+    def _other_span(self, span: JsonSpan, key: int, start_ns: int, end_ns: int) -> None:
         """A span of no kind above that failed under a parent: kept, in case the parent is a tool call."""
-        status = span.get("status")
-        failed = type(status) is dict and status.get("code") in (STATUS_ERROR, "STATUS_CODE_ERROR")
+        status = span.status
+        failed = type(status) is JsonStatus and status.code in (STATUS_ERROR, "STATUS_CODE_ERROR")
         if not failed:
-            events = span.get("events")
+            events = span.events
             if not events or type(events) is not list:
                 return
-            failed = any(type(event) is dict and event.get("name") == EVENT_EXCEPTION for event in events)
+            failed = any(type(event) is JsonEvent and event.name == EVENT_EXCEPTION for event in events)
         if failed:
             parent = self._parent(span)
             if parent:
@@ -459,7 +468,7 @@ class TraceReader:
                 )
 
     def _other_instrumentation(
-        self, span: dict, found: dict, key: int, start_ns: int, end_ns: int, pool: str
+        self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, pool: str
     ) -> Optional[AgentRun]:
         """OpenInference's and OpenLLMetry's span kinds, and the MCP SDK's client request span."""
         kind = self._text(found, OPENINFERENCE_SPAN_KIND) or self._text(found, TRACELOOP_SPAN_KIND)
@@ -476,7 +485,7 @@ class TraceReader:
             return self._agent_run(span, found, key, start_ns, end_ns)
         return None
 
-    def _model_call(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int, operation: str) -> None:
+    def _model_call(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, operation: str) -> None:
         model = None
         for attribute in (GEN_AI_REQUEST_MODEL, OPENINFERENCE_MODEL_NAME, GEN_AI_RESPONSE_MODEL):
             model = self._text(found, attribute)
@@ -500,13 +509,13 @@ class TraceReader:
         self.data.model_calls.append(call)
         self._model_parents.append(parent)
 
-    def _agent_run(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int) -> AgentRun:
+    def _agent_run(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int) -> AgentRun:
         name = self._text(found, GEN_AI_AGENT_NAME) or self._text(found, TRACELOOP_ENTITY_NAME)
         run = AgentRun(name or self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
         self.data.agent_runs.append(run)
         return run
 
-    def _count(self, span: dict, found: dict, *keys: str) -> Optional[int]:
+    def _count(self, span: JsonSpan, found: dict, *keys: str) -> Optional[int]:
         """A token count: the first of ``keys`` the span has, as a whole number."""
         for key in keys:
             value = self._value(found, key)
@@ -516,13 +525,13 @@ class TraceReader:
                 return int(value)  # type: ignore[call-overload]  # an int or float, checked above
         return None
 
-    def _tool_call(self, span: dict, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
+    def _tool_call(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
         data = self.data
         text, strings = self._text, self._strings
         # The fields every tool span has, read inline (a string value in
         # printable ASCII); anything else goes through _text.
         value = found.get(GEN_AI_TOOL_NAME)
-        tool = value.get("stringValue") if type(value) is dict else None
+        tool = value.stringValue if type(value) is JsonValue else None
         if type(tool) is str and tool.isascii():
             tool = strings.setdefault(tool, tool)
         else:
@@ -530,32 +539,37 @@ class TraceReader:
         if not tool:  # another instrumentation's tool span
             tool = text(found, OPENINFERENCE_TOOL_NAME) or text(found, TRACELOOP_ENTITY_NAME)
         if not tool:
-            name = span.get("name")
+            name = span.name
             prefix = SPAN_EXECUTE_TOOL_PREFIX
             tool = self._name(
                 name[len(prefix) :] if type(name) is str and name.startswith(prefix) else _name_of(span) or "unknown"
             )
         value = found.get(AGENT_TOOL_OUTCOME)
-        outcome = _OUTCOMES.get(value.get("stringValue") or "") if type(value) is dict else None  # the shared constant
+        outcome = value.stringValue if type(value) is JsonValue else None
+        outcome = _OUTCOMES.get(outcome) if type(outcome) is str else None  # the shared constant
         if outcome is None:
             outcome = _OUTCOMES.get(text(found, AGENT_TOOL_OUTCOME))  # type: ignore[arg-type]
         if outcome is None:
-            status = span.get("status")
-            code = nanos(status.get("code", 0), "status.code") if type(status) is dict else 0
+            code = _status_code(span)
             outcome = OUTCOME_ERROR if code == STATUS_ERROR else OUTCOME_OK
         workers = found.get(AGENT_EXECUTOR_MAX_WORKERS)
         if workers is not None:
-            workers = any_value(workers, AGENT_EXECUTOR_MAX_WORKERS)
+            raw = workers.intValue if type(workers) is JsonValue else None
+            if type(raw) is str and 0 < len(raw) <= 18 and raw.isascii() and raw.isdigit():
+                if workers.stringValue is UNSET and workers.boolValue is UNSET:  # (they would come first)
+                    workers = int(raw)
+            if type(workers) is not int:
+                workers = value_of(workers, AGENT_EXECUTOR_MAX_WORKERS)
             if type(workers) is not int or workers <= 0:
                 workers = None
         value = found.get(AGENT_TOOL_EXECUTOR)
-        executor = value.get("stringValue") if type(value) is dict else None
+        executor = value.stringValue if type(value) is JsonValue else None
         if type(executor) is str and executor.isascii() and executor:
             executor = strings.setdefault(executor, executor)
         else:
             executor = text(found, AGENT_TOOL_EXECUTOR) or UNKNOWN_EXECUTOR
         value = found.get(GEN_AI_TOOL_CALL_ID)
-        call_id = value.get("stringValue") if type(value) is dict else None
+        call_id = value.stringValue if type(value) is JsonValue else None
         if type(call_id) is not str or not call_id.isascii():
             call_id = text(found, GEN_AI_TOOL_CALL_ID, False)
         cpu_s = self._seconds(span, found, AGENT_TOOL_EXEC_CPU_TIME) if AGENT_TOOL_EXEC_CPU_TIME in found else None
@@ -579,7 +593,7 @@ class TraceReader:
         timeout = self._seconds(span, found, AGENT_TOOL_TIMEOUT) if AGENT_TOOL_TIMEOUT in found else None
         parent = self._parent(span)
         ours = AGENT_TOOL_EXEC_DURATION in found
-        events = span.get("events")
+        events = span.events
         exceptions = self._exceptions(events, end_ns) if events and AGENT_TOOL_RETRIES not in found else None
         data.calls.append(call)
         self._parents.append(parent)
@@ -599,8 +613,8 @@ class TraceReader:
             raise SpanFormatError("events is not a JSON array")
         times = []
         for event in events:
-            if type(event) is dict and event.get("name") == EVENT_EXCEPTION:
-                time_ns = nanos(event.get("timeUnixNano", 0), "events[].timeUnixNano")
+            if type(event) is JsonEvent and event.name == EVENT_EXCEPTION:
+                time_ns = nanos(event.timeUnixNano, "events[].timeUnixNano")
                 if 0 < time_ns <= end_ns - WENT_ON_NS:
                     times.append(time_ns)
         return times
@@ -613,17 +627,17 @@ class TraceReader:
         self._last_trace_id = trace_id
         return trace_id
 
-    def _exec_start(self, span: dict, found: dict, start_ns: int, end_ns: int) -> int:
+    def _exec_start(self, span: JsonSpan, found: dict, start_ns: int, end_ns: int) -> int:
         """When execution began, kept inside the span."""
-        events = span.get("events")
+        events = span.events
         if events:
             if type(events) is not list:
                 raise SpanFormatError("events is not a JSON array")
             for event in events:
-                if type(event) is not dict:
+                if type(event) is not JsonEvent:
                     raise SpanFormatError("events[] is not a JSON object")
-                if event.get("name") == EVENT_EXEC_START:
-                    time_ns = event.get("timeUnixNano", 0)
+                if event.name == EVENT_EXEC_START:
+                    time_ns = event.timeUnixNano
                     if type(time_ns) is not str or not 0 < len(time_ns) <= 20 or not time_ns.isdigit():
                         time_ns = nanos(time_ns, "events[].timeUnixNano")
                     time_ns = int(time_ns)
@@ -635,7 +649,7 @@ class TraceReader:
             return start_ns
         return min(start_ns + round(queue_s * NS_PER_S), end_ns)
 
-    def _idle_window(self, span: dict, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
+    def _idle_window(self, span: JsonSpan, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
         utilization = self._seconds(span, found, GPU_UTILIZATION_AVG)
         window = IdleWindow(
             gpu=self._gpu(span, found),
@@ -651,27 +665,27 @@ class TraceReader:
         ):
             self.data.simulated_gpus.add(gpu_key(window))
 
-    def _loop_block(self, span: dict, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
+    def _loop_block(self, span: JsonSpan, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
         blocker: Optional[tuple[int, int]] = None
         waiting = []
-        links = span.get("links")
+        links = span.links
         if links:
             if type(links) is not list:
                 raise SpanFormatError("links is not a JSON array")
             for link in links:
-                if type(link) is not dict:
+                if type(link) is not JsonLink:
                     raise SpanFormatError("links[] is not a JSON object")
                 role = None
-                attributes = link.get("attributes")
+                attributes = link.attributes
                 if attributes:
                     if type(attributes) is not list:
                         raise SpanFormatError("links[].attributes is not a JSON array")
                     for item in attributes:
-                        if type(item) is dict and item.get("key") == ASYNCIO_LOOP_ROLE:
-                            role = any_value(item.get("value"), ASYNCIO_LOOP_ROLE)
+                        if type(item) is JsonKeyValue and item.key == ASYNCIO_LOOP_ROLE:
+                            role = value_of(item.value, ASYNCIO_LOOP_ROLE)
                 key = (
-                    hex_id(link.get("traceId"), 32, "links[].traceId"),
-                    hex_id(link.get("spanId"), 16, "links[].spanId"),
+                    hex_id(link.traceId, 32, "links[].traceId"),
+                    hex_id(link.spanId, 16, "links[].spanId"),
                 )
                 if role == LOOP_ROLE_BLOCKING:
                     blocker = key
@@ -692,7 +706,7 @@ class TraceReader:
             )
         )
 
-    def _live_share(self, span: dict, found: dict, key: int) -> None:
+    def _live_share(self, span: JsonSpan, found: dict, key: int) -> None:
         self._gpu(span, found)  # a child span names its GPU, like a window
         blocked = self._seconds(span, found, GPU_IDLE_BLOCKED_DURATION) or 0.0
         parent = self._parent(span)
@@ -702,9 +716,9 @@ class TraceReader:
         if self.data.live_blocked_s is None:
             self.data.live_blocked_s = {}
 
-    def _parent(self, span: dict) -> int:
+    def _parent(self, span: JsonSpan) -> int:
         """The parent's span id (0 for a root span)."""
-        parent = span.get("parentSpanId")
+        parent = span.parentSpanId
         if not parent:
             return 0
         if type(parent) is str and len(parent) == 16:
@@ -855,16 +869,16 @@ class TraceReader:
 
     def _value(self, found: dict, key: str) -> object:
         value = found.get(key)
-        return None if value is None else any_value(value, key)
+        return None if value is None else value_of(value, key)
 
     def _text(self, found: dict, key: str, share: bool = True) -> Optional[str]:
         """A text attribute as printable Unicode, shared between records; None when absent."""
         value = found.get(key)
         if value is None:
             return None
-        text = value.get("stringValue") if type(value) is dict else None
+        text = value.stringValue if type(value) is JsonValue else None
         if type(text) is not str:
-            text = any_value(value, key)
+            text = value_of(value, key)
             if text is None:
                 return None
             if type(text) is not str:
@@ -878,10 +892,10 @@ class TraceReader:
             text = printable(text)
         return self._strings.setdefault(text, text)
 
-    def _gpu(self, span: dict, found: dict) -> str:
+    def _gpu(self, span: JsonSpan, found: dict) -> str:
         index = found.get(GPU_INDEX)
-        if type(index) is dict:
-            number = index.get("intValue")
+        if type(index) is JsonValue:
+            number = index.intValue
             if type(number) is str:
                 gpu = self._strings.get(number)
                 if gpu is not None:  # an index seen before
@@ -890,21 +904,21 @@ class TraceReader:
         if type(index) is bool or type(index) not in (int, str) or str(index) == "":
             raise SpanFormatError(f"span {_name_of(span)!r} has no {GPU_INDEX} (got {index!r})")
         gpu = self._name(str(index))
-        raw = found[GPU_INDEX].get("intValue") if type(found[GPU_INDEX]) is dict else None
+        raw = found[GPU_INDEX].intValue if type(found[GPU_INDEX]) is JsonValue else None
         if type(raw) is str and raw == gpu:
             self._strings[raw] = gpu
         return gpu
 
-    def _seconds(self, span: dict, found: dict, key: str) -> Optional[float]:
+    def _seconds(self, span: JsonSpan, found: dict, key: str) -> Optional[float]:
         """A non-negative number attribute, or None when absent."""
         value = found.get(key)
         if value is None:
             return None
-        if type(value) is dict:
-            number = value.get("doubleValue")
+        if type(value) is JsonValue:
+            number = value.doubleValue
             if type(number) is float and 0.0 <= number < _INF:
                 return number
-        value = any_value(value, key)
+        value = value_of(value, key)
         if value is None:
             return None
         if type(value) is bool or type(value) not in (int, float) or not value >= 0 or math.isinf(value):  # type: ignore[operator,arg-type]
@@ -962,9 +976,9 @@ class _SeenSpans:
                 table[slot] = value
 
 
-def _key(span: dict) -> int:
+def _key(span: JsonSpan) -> int:
     """trace id << 64 | span id, validated (empty ids are 0)."""
-    return hex_id(span.get("traceId"), 32, "traceId") << 64 | hex_id(span.get("spanId"), 16, "spanId")
+    return hex_id(span.traceId, 32, "traceId") << 64 | hex_id(span.spanId, 16, "spanId")
 
 
 def _wanted(items: object) -> dict:
@@ -975,21 +989,32 @@ def _wanted(items: object) -> dict:
         raise SpanFormatError("attributes is not a JSON array")
     found = {}
     for item in items:
-        if type(item) is not dict:
+        if type(item) is not JsonKeyValue:
             raise SpanFormatError("attributes[] is not a JSON object")
-        key = item.get("key")
-        if key in WANTED_ATTRIBUTES:
-            found[key] = item.get("value")
+        key = item.key
+        if type(key) is str and key in WANTED_ATTRIBUTES:
+            found[key] = item.value
     return found
 
 
-def _status_code(span: dict) -> int:
-    status = span.get("status")
-    return nanos(status.get("code", 0), "status.code") if type(status) is dict else 0
+def _status_code(span: JsonSpan) -> int:
+    status = span.status
+    return nanos(status.code, "status.code") if type(status) is JsonStatus else 0
 
 
-def _name_of(span: dict) -> str:
-    name = span.get("name", "")
+def _span_times(span: JsonSpan) -> tuple[int, int]:
+    """(start, end) in epoch ns; a span must start, and not end before it starts."""
+    start_ns = nanos(span.startTimeUnixNano, "startTimeUnixNano")
+    end_ns = nanos(span.endTimeUnixNano, "endTimeUnixNano")
+    if not start_ns:
+        raise SpanFormatError(f"span {span.name!r} has no startTimeUnixNano")
+    if end_ns < start_ns:
+        raise SpanFormatError(f"span {span.name!r} ends (endTimeUnixNano {end_ns}) before it starts ({start_ns})")
+    return start_ns, end_ns
+
+
+def _name_of(span: JsonSpan) -> str:
+    name = span.name
     return printable(name) if type(name) is str else repr(name)
 
 
