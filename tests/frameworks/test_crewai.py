@@ -15,7 +15,13 @@ import time
 import types
 
 import pytest
-from frameworks.framework_support import assert_queued_one_after_another, require_framework, run_with_one_worker, timing
+from frameworks.framework_support import (
+    assert_queued_one_after_another,
+    least_wait_s,
+    require_framework,
+    run_with_one_worker,
+    timing,
+)
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # no usage reports from a test run
 require_framework("crewai", "crewai")
@@ -115,8 +121,10 @@ def test_a_crews_parallel_native_tool_calls_wait_for_its_pool(hooked, spans):
         assert span.attributes["agent.executor.max_workers"] == 8
         assert exec_s >= SLEEP_S * 0.95
         assert abs((span.end_time - span.start_time) / 1e9 - (queue_s + exec_s)) < 0.005
-    queued = sorted(timing(span)[0] for span in pages)[-2:]
-    assert all(SLEEP_S * 0.95 <= queue_s < SLEEP_S + 3.0 for queue_s in queued)
+    # The last two waited for a worker, each for one call's exec time, less
+    # however much later than the first they were requested (a loaded machine).
+    for span in sorted(pages, key=lambda s: timing(s)[0])[-2:]:
+        assert least_wait_s(pages, span, 1, SLEEP_S) <= timing(span)[0] < SLEEP_S + 3.0
 
 
 def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans):

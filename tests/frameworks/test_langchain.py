@@ -18,6 +18,7 @@ from frameworks.framework_support import (
 
 require_framework("langchain", "langchain_core")
 
+from langchain_core.callbacks import Callbacks  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool  # noqa: E402
 
@@ -331,3 +332,81 @@ def test_with_model_spans_off_no_model_call_is_recorded(hooked, spans):
 
     assert FakeMessagesListChatModel(responses=[AIMessage("ok")]).invoke("hi").content == "ok"
     assert spans.models() == []
+
+
+def test_only_model_runs_carry_the_model_call_handler(hooked, spans):
+    """Tool and chain runs pay nothing for model spans: their callback managers never hold the handler."""
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.runnables import RunnableLambda
+
+    class Probe(FakeMessagesListChatModel):
+        """Notes the handlers of each model run it serves."""
+
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            seen.append(("model", _handler_names(run_manager.handlers)))
+            return super()._generate(messages, stop, run_manager, **kwargs)
+
+    def _handler_names(handlers) -> list[str]:
+        return [type(handler).__name__ for handler in handlers]
+
+    @tool
+    def probe(x: int, callbacks: Callbacks = None) -> int:
+        """Return x."""
+        seen.append(("tool", _handler_names(callbacks.handlers)))
+        return x
+
+    def chain_step(x: int, config) -> int:
+        seen.append(("chain", _handler_names(config["callbacks"].handlers)))
+        return x
+
+    seen: list[tuple[str, list[str]]] = []
+    hooked("langchain")
+    model = Probe(responses=[AIMessage("one"), AIMessage("two")])
+
+    assert probe.invoke({"x": 1}) == 1
+    assert RunnableLambda(chain_step).invoke(2) == 2
+    assert model.invoke("hi").content == "one"
+    assert asyncio.run(model.ainvoke("hi")).content == "two"
+
+    assert seen == [("tool", []), ("chain", []), ("model", ["ModelCalls"]), ("model", ["ModelCalls"])]
+    assert len(spans.models("Probe")) == 2
+    assert len(spans.tools("probe")) == 1
+
+
+def test_an_async_stream_is_one_model_span_and_the_consumer_runs_without_the_handler(hooked, spans):
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.tracers import context
+
+    hooked("langchain")
+    model = GenericFakeChatModel(messages=iter([AIMessage("a b c")]))
+    hook_vars = [hook[0] for hook in context._configure_hooks]
+
+    async def consume() -> list[str]:
+        chunks = []
+        async for chunk in model.astream("hi"):
+            # Between chunks, the consumer's code: a run it started here would not get the handler.
+            assert all(var.get() is None for var in hook_vars)
+            chunks.append(chunk.content)
+        return chunks
+
+    assert "".join(asyncio.run(consume())) == "a b c"
+    (span,) = spans.models("GenericFakeChatModel")
+    assert span.attributes["gen_ai.operation.name"] == "chat"
+    assert span.attributes["gen_ai.response.time_to_first_chunk"] >= 0
+
+
+def test_a_tool_run_inside_a_sync_tool_handed_to_the_executor_has_its_own_span(hooked, spans):
+    @tool
+    def summarize(url: str) -> str:
+        """Fetch a page and summarize it."""
+        return fetch_page.invoke({"url": url})[:6]
+
+    hooked("langchain")
+
+    assert asyncio.run(summarize.ainvoke(tool_call("summarize", {"url": "a"}, "s1"))).content == "<html>"
+
+    (outer,) = spans.tools("summarize")
+    (inner,) = spans.tools("fetch_page")
+    assert outer.attributes["agent.tool.executor"] == "asyncio-default"
+    assert inner.parent.span_id == outer.context.span_id
+    assert timing(inner)[1] >= SLEEP_S * 0.95

@@ -162,6 +162,11 @@ def sync_call(
     rec = _recorder.current
     if rec is None:
         return original(*args, **kwargs)
+    handoff = _handoff.get()
+    if handoff is not None and handoff.submitted and args and args[0] is handoff.owner:
+        # The framework's sync entry point, reached again on the worker that
+        # runs the call async_call handed off: that call's span is the one.
+        return original(*args, **kwargs)
     active = _begin(rec, framework, describe)
     if active is None:
         return original(*args, **kwargs)

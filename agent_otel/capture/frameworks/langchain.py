@@ -18,10 +18,14 @@ Hooked, in ``langchain_core.tools``:
   a thread pool of ``max_concurrency`` workers; each submission is marked so
   its span starts at submission.
 
-Model calls: a callback handler, added to every run's callback manager
-through ``langchain_core.tracers.context.register_configure_hook`` (as
-LangSmith's tracer is), records each chat model or LLM call as a GenAI
-model span (``chat {model}`` / ``text_completion {model}``): the model name
+Model calls: ``generate`` / ``agenerate`` / ``stream`` / ``astream`` of
+``BaseChatModel`` and ``BaseLLM`` (every ``invoke``, ``batch`` and graph
+node's model call goes through one of them) make a callback handler part of
+the model run's callback manager, through
+``langchain_core.tracers.context.register_configure_hook`` (as LangSmith's
+tracer is) and a context variable set only while a model call starts, so
+tool and chain runs pay nothing for it. It records each chat model or LLM
+call as a GenAI model span (``chat {model}`` / ``text_completion {model}``): the model name
 from LangChain's ``ls_model_name`` metadata or the invocation parameters
 (else the model's class name), ``gen_ai.provider.name`` from
 ``ls_provider``, token usage from the message's ``usage_metadata`` or the
@@ -84,6 +88,13 @@ def instrument() -> None:
         _patches.wrap(tool_node, "get_executor_for_config", _wrap_get_executor_for_config)
     _patches.apply(hook_event_loop, unhook_event_loop)
     _patches.apply(_add_model_call_handler, _remove_model_call_handler)
+    from langchain_core.language_models import BaseChatModel, BaseLLM
+
+    for model_class in (BaseChatModel, BaseLLM):
+        _patches.wrap(model_class, "generate", _wrap_model_call)
+        _patches.wrap(model_class, "agenerate", _wrap_async_model_call)
+        _patches.wrap(model_class, "stream", _wrap_model_stream)
+        _patches.wrap(model_class, "astream", _wrap_async_model_stream)
 
 
 def uninstrument() -> None:
@@ -262,26 +273,108 @@ def _wrap_get_executor_for_config(original):
 
 # ---- model calls -------------------------------------------------------------
 
-# The variable our configure hook reads: its default is the handler, so
-# every context (every thread) sees it. A new one per instrument().
-_model_calls_var: Optional[contextvars.ContextVar] = None
+# What our configure hook adds to the callback manager being configured:
+# the handler while a model call starts (_model_call_handler), else None.
+_model_calls_var: contextvars.ContextVar = contextvars.ContextVar("agent_otel_model_calls", default=None)
+_handler = None  # the handler, while hooked
 
 
 def _add_model_call_handler() -> None:
-    global _model_calls_var
+    global _handler
     from langchain_core.tracers import context
 
-    # One handler for every context (it keeps no per-context state): LangChain reads it as the default.
-    _model_calls_var = contextvars.ContextVar("agent_otel_model_calls", default=_model_call_handler_class()())  # noqa: B039
+    _handler = _model_call_handler_class()()
     context.register_configure_hook(_model_calls_var, True)
 
 
 def _remove_model_call_handler() -> None:
-    global _model_calls_var
+    global _handler
     from langchain_core.tracers import context
 
     context._configure_hooks[:] = [hook for hook in context._configure_hooks if hook[0] is not _model_calls_var]
-    _model_calls_var = None
+    _handler = None
+
+
+def _model_call_handler():
+    """The handler to add to a model call's run now, or None."""
+    return _handler if _handler is not None and models.hooks_record() else None
+
+
+def _wrap_model_call(original):
+    @functools.wraps(original)
+    def generate(self, *args, **kwargs):
+        handler = _model_call_handler()
+        if handler is None:
+            return original(self, *args, **kwargs)
+        token = _model_calls_var.set(handler)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _model_calls_var.reset(token)
+
+    return generate
+
+
+def _wrap_async_model_call(original):
+    @functools.wraps(original)
+    async def agenerate(self, *args, **kwargs):
+        handler = _model_call_handler()
+        if handler is None:
+            return await original(self, *args, **kwargs)
+        token = _model_calls_var.set(handler)
+        try:
+            return await original(self, *args, **kwargs)
+        finally:
+            _model_calls_var.reset(token)
+
+    return agenerate
+
+
+def _wrap_model_stream(original):
+    # The variable is set only while the stream's own code runs (its first
+    # step configures the run), never while the consumer's code does.
+    @functools.wraps(original)
+    def stream(self, *args, **kwargs):
+        handler = _model_call_handler()
+        chunks = original(self, *args, **kwargs)
+        if handler is None:
+            return (yield from chunks)
+        try:
+            while True:
+                token = _model_calls_var.set(handler)
+                try:
+                    chunk = next(chunks)
+                except StopIteration:
+                    return
+                finally:
+                    _model_calls_var.reset(token)
+                yield chunk
+        finally:
+            chunks.close()
+
+    return stream
+
+
+def _wrap_async_model_stream(original):
+    @functools.wraps(original)
+    async def astream(self, *args, **kwargs):
+        handler = _model_call_handler()
+        chunks = original(self, *args, **kwargs)
+        try:
+            while True:
+                token = _model_calls_var.set(handler) if handler is not None else None
+                try:
+                    chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    return
+                finally:
+                    if token is not None:
+                        _model_calls_var.reset(token)
+                yield chunk
+        finally:
+            await chunks.aclose()
+
+    return astream
 
 
 def _model_call_handler_class():

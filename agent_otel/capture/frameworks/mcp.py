@@ -82,6 +82,7 @@ def instrument() -> None:
 
 def uninstrument() -> None:
     _patches.restore()
+    _served_entries.clear()
 
 
 def _error_text(result: Any) -> Optional[str]:
@@ -151,12 +152,24 @@ def _wrap_get_request_handler(original):
         entry = original(self, method)
         if method != "tools/call" or entry is None or _recorder.current is None:
             return entry
+        served = _served_entries.get(id(entry))
+        if served is not None and served[0] is entry:
+            return served[1]
         try:
-            return dataclasses.replace(entry, handler=functools.partial(_serve_tool_call, entry.handler))
+            wrapped = dataclasses.replace(entry, handler=functools.partial(_serve_tool_call, entry.handler))
         except Exception:
             return entry  # a version whose entry we do not know: served untraced
+        if len(_served_entries) >= 1024:
+            _served_entries.clear()
+        _served_entries[id(entry)] = (entry, wrapped)
+        return wrapped
 
     return get_request_handler
+
+
+# id(a server's tools/call entry) -> (that entry, the same serving through _serve_tool_call): made
+# once per entry, not per request (the entry is kept alongside, so its id is not reused meanwhile).
+_served_entries: dict[int, tuple] = {}
 
 
 class _ToolFailure:
