@@ -111,6 +111,7 @@ def busy_parent(traces) -> str:
     return BUSY_PARENT.replace('"TRACES_PATH"', repr(str(traces)))
 
 
+@pytest.mark.slow  # a stress test: half a minute of CPU
 def test_two_hundred_forks_while_four_threads_make_tool_calls(tmp_path):
     traces = tmp_path / "traces.jsonl"
     result = run_script(

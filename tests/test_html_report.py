@@ -225,6 +225,7 @@ def collector_file_of(path, calls: int, tools: int = 12, seconds: float = 3600.0
     path.write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow  # a scale test: builds, reports and renders 100k calls
 def test_a_hundred_thousand_calls_stay_responsive(tmp_path):
     require_tool("chromium")
     collector_file_of(tmp_path / "traces.jsonl", 100_000)

@@ -129,6 +129,7 @@ def base_env() -> dict:
     return env
 
 
+@pytest.mark.slow  # half a minute of real time, by design
 def test_a_gpu_pool_end_to_end():
     prometheus = require_tool("prometheus")
     work = Path(tempfile.mkdtemp(prefix="agent-otel-pools-"))
