@@ -8,6 +8,8 @@ simulated GPU, with short runs. Each run's report is read back with
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import re
@@ -36,8 +38,14 @@ def agent_otel(*args: str, **popen) -> subprocess.Popen:
 
 
 def report(path) -> dict:
+    """``agent-otel report PATH --format json``, run once per file (the tests only read it)."""
+    return copy.deepcopy(_report(str(path)))
+
+
+@functools.cache
+def _report(path: str) -> dict:
     done = subprocess.run(
-        [sys.executable, "-m", "agent_otel.cli", "report", str(path), "--format", "json"],
+        [sys.executable, "-m", "agent_otel.cli", "report", path, "--format", "json"],
         capture_output=True,
         text=True,
         timeout=60,
