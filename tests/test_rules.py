@@ -160,6 +160,7 @@ def test_a_whole_number_threshold_matches_buckets_written_by_prometheus_2_and_3(
 PER_TOOL_TESTS = """
 rule_files: [rules.yml]
 evaluation_interval: 1m
+group_eval_order: [agent-otel-slo-recording, agent-otel-gpu-pools, agent-otel-alerts]
 tests:
   # 60 calls a minute each. "search" answers 50 of them within 2.5 s and 6
   # within 0.8 s: its own SLO (90% within 2.5 s) is burnt at 1.7x, far
