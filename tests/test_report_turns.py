@@ -234,3 +234,27 @@ def test_the_turn_waits_on_the_call_that_finishes_last(tmp_path, capsys):
 
     # 0-2 the turn waits on search, which is queued; 2-4 on search executing
     assert (turns["tool_queue_s"], turns["tool_exec_s"], turns["other_s"]) == pytest.approx((2.0, 2.0, 0.0))
+
+
+def test_every_kind_of_model_and_agent_span_is_read(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    # the GenAI operations besides chat, in an OpenInference AGENT span
+    agent = run.span("support", 0.0, 5.0, {"openinference.span.kind": "AGENT"})
+    run.model_call("llama-3-70b", 0.0, 1.0, parent=agent, operation="text_completion", input_tokens=5)
+    run.model_call("gemini-2.0-flash", 1.0, 3.0, parent=agent, operation="generate_content", first_chunk=0.4)
+    # an OpenLLMetry LLM span in an OpenLLMetry agent span, with only traceloop's kind to say what it is
+    crew = run.span("research.agent", 10.0, 14.0, {"traceloop.span.kind": "agent"})
+    run.span("openai.chat", 10.0, 12.0, {"traceloop.span.kind": "llm", "gen_ai.request.model": "gpt-4o"}, parent=crew)
+    run.close()
+
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+
+    models = {m["model"]: m for m in report["models"]}
+    assert set(models) == {"llama-3-70b", "gemini-2.0-flash", "gpt-4o"}
+    assert models["llama-3-70b"]["input_tokens"] == 5
+    assert models["gemini-2.0-flash"]["time_to_first_chunk_p50_s"] == pytest.approx(0.4)
+    assert all(m["calls"] == 1 for m in models.values())
+    turns = report["turns"]
+    assert (turns["count"], turns["from_agent_spans"]) == (2, 2)
+    assert turns["model_s"] == pytest.approx(5.0)
+    assert turns["end_to_end_s"] == pytest.approx(9.0)

@@ -410,3 +410,30 @@ def test_a_tool_run_inside_a_sync_tool_handed_to_the_executor_has_its_own_span(h
     assert outer.attributes["agent.tool.executor"] == "asyncio-default"
     assert inner.parent.span_id == outer.context.span_id
     assert timing(inner)[1] >= SLEEP_S * 0.95
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_langgraph_agent_records_arguments_and_results_through_redact(hooked, spans, asynchronous):
+    require_framework("langchain", "langgraph")
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"value of {key}"
+
+    def redact(attribute: str, text: str) -> str:
+        return text.replace("sk-7f3a", "[redacted]")
+
+    hooked("langchain", record_arguments=True, record_results=True, redact=redact)
+    turns = [AIMessage("", tool_calls=[tool_call("lookup", {"key": "sk-7f3a"}, "k1")]), AIMessage("done")]
+    graph = _react_graph([lookup], turns, asynchronous=asynchronous)
+    request = {"messages": [HumanMessage("look it up")]}
+
+    state = asyncio.run(graph.ainvoke(request)) if asynchronous else graph.invoke(request)
+
+    assert state["messages"][-1].content == "done"
+    assert state["messages"][-2].content == "value of sk-7f3a"  # the agent's data is untouched
+    (span,) = spans.tools("lookup")
+    assert span.attributes["gen_ai.tool.call.id"] == "k1"
+    assert span.attributes["gen_ai.tool.call.arguments"] == "{'key': '[redacted]'}"  # the call's args, not the ToolCall
+    assert span.attributes["gen_ai.tool.call.result"] == "value of [redacted]"  # the ToolMessage's content

@@ -212,3 +212,62 @@ def test_a_model_that_reports_no_usage_gets_none_recorded(hooked, spans):
 
     (span,) = spans.models("ScriptedModel")
     assert "gen_ai.usage.input_tokens" not in span.attributes
+
+
+def test_a_streamed_model_call_has_time_to_first_chunk_and_the_completed_responses_usage(hooked, spans):
+    from openai.types.responses import Response, ResponseCompletedEvent, ResponseTextDeltaEvent
+    from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails, ResponseUsage
+
+    class StreamingModel(ScriptedModel):
+        """Streams one text delta after a first-token delay, then the completed response with its usage."""
+
+        async def stream_response(self, *args, **kwargs):
+            await asyncio.sleep(SLEEP_S)
+            yield ResponseTextDeltaEvent(
+                type="response.output_text.delta",
+                content_index=0,
+                delta="done",
+                item_id="msg",
+                output_index=0,
+                sequence_number=1,
+                logprobs=[],
+            )
+            await asyncio.sleep(0.05)
+            usage = ResponseUsage.model_construct(
+                input_tokens=40,
+                output_tokens=5,
+                total_tokens=45,
+                input_tokens_details=InputTokensDetails.model_construct(cached_tokens=0),
+                output_tokens_details=OutputTokensDetails.model_construct(reasoning_tokens=0),
+            )
+            response = Response.model_construct(
+                id="resp_1",
+                created_at=0.0,
+                model="scripted-4o-2026",
+                object="response",
+                output=self.turns.pop(0),
+                parallel_tool_calls=False,
+                tool_choice="auto",
+                tools=[],
+                usage=usage,
+            )
+            yield ResponseCompletedEvent(type="response.completed", response=response, sequence_number=2)
+
+    hooked("openai_agents")
+    agent = Agent(name="support", tools=[], model=StreamingModel([[answer("done")]]))
+
+    async def run() -> str:
+        result = Runner.run_streamed(agent, "help me")
+        async for _ in result.stream_events():
+            pass
+        return result.final_output
+
+    assert asyncio.run(run()) == "done"
+
+    (span,) = spans.models("StreamingModel")
+    assert span.name == "chat StreamingModel"
+    assert span.attributes["gen_ai.usage.input_tokens"] == 40
+    assert span.attributes["gen_ai.usage.output_tokens"] == 5
+    assert span.attributes["gen_ai.response.model"] == "scripted-4o-2026"
+    assert SLEEP_S * 0.95 <= span.attributes["gen_ai.response.time_to_first_chunk"] < SLEEP_S + 2.0
+    assert (span.end_time - span.start_time) / 1e9 >= SLEEP_S + 0.05 * 0.95

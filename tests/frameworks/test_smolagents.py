@@ -167,3 +167,36 @@ def test_uninstrument_restores_every_model_class(spans):
     assert vars(LaterModel)["generate"] is not later_generate  # unwrapped too
     LaterModel([[call("final_answer", {"answer": "ok"}, "c0")]]).generate([])
     assert spans.models() == []
+
+
+def test_a_streamed_model_call_has_time_to_first_chunk_and_the_summed_usage(hooked, spans):
+    from smolagents.models import ChatMessageStreamDelta
+    from smolagents.monitoring import TokenUsage
+
+    class StreamingModel(Model):
+        """Streams two deltas after a first-token delay; each reports its share of the usage."""
+
+        def __init__(self):
+            super().__init__(model_id="streamer")
+
+        def generate(self, messages, **kwargs):
+            raise NotImplementedError
+
+        def generate_stream(self, messages, **kwargs):
+            time.sleep(SLEEP_S)
+            for i, word in enumerate(["a ", "b"]):
+                yield ChatMessageStreamDelta(
+                    content=word, token_usage=TokenUsage(input_tokens=7 - 7 * i, output_tokens=1)
+                )
+                time.sleep(0.05)
+
+    hooked("smolagents")
+
+    assert "".join(delta.content for delta in StreamingModel().generate_stream([])) == "a b"
+
+    (span,) = spans.models("streamer")
+    assert span.name == "chat streamer"
+    assert span.attributes["gen_ai.usage.input_tokens"] == 7
+    assert span.attributes["gen_ai.usage.output_tokens"] == 2
+    assert SLEEP_S * 0.95 <= span.attributes["gen_ai.response.time_to_first_chunk"] < SLEEP_S + 2.0
+    assert (span.end_time - span.start_time) / 1e9 >= SLEEP_S + 0.1 * 0.95  # until the last delta was consumed
