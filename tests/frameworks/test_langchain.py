@@ -437,3 +437,29 @@ def test_a_langgraph_agent_records_arguments_and_results_through_redact(hooked, 
     assert span.attributes["gen_ai.tool.call.id"] == "k1"
     assert span.attributes["gen_ai.tool.call.arguments"] == "{'key': '[redacted]'}"  # the call's args, not the ToolCall
     assert span.attributes["gen_ai.tool.call.result"] == "value of [redacted]"  # the ToolMessage's content
+
+
+def test_sync_tools_handed_to_the_executor_record_the_workers_cpu_time(hooked, spans):
+    @tool
+    def crunch(n: int) -> int:
+        """Spin on the CPU for 0.1 s of CPU time."""
+        start = time.thread_time()
+        while time.thread_time() - start < 0.1:
+            pass
+        return n
+
+    hooked("langchain")
+
+    async def run():
+        await crunch.ainvoke(tool_call("crunch", {"n": 1}, "c1"))  # StructuredTool.ainvoke with no coroutine
+        await fetch_page.arun({"url": "a"})  # BaseTool.arun: _run on the default executor
+
+    asyncio.run(run())
+
+    (crunched,) = spans.tools("crunch")
+    (fetched,) = spans.tools("fetch_page")
+    for span in (crunched, fetched):
+        assert span.attributes["agent.tool.executor"] == "asyncio-default"
+        assert span.attributes["agent.tool.exec.cpu_time"] <= timing(span)[1] + 1e-3
+    assert crunched.attributes["agent.tool.exec.cpu_time"] >= 0.1
+    assert fetched.attributes["agent.tool.exec.cpu_time"] < 0.05  # it sleeps

@@ -11,7 +11,8 @@ Three shapes cover every hook:
   cannot recognize. The span starts now and is current before the framework
   copies the context for the worker; the event-loop hook below notices the
   submission that runs the tool and marks exec start when a worker picks it
-  up, so queue time = worker start - submission.
+  up, so queue time = worker start - submission; the worker's CPU time
+  running it is the call's ``agent.tool.exec.cpu_time``.
 - ``MarkedWork``: a framework submits tool calls to a thread pool from sync
   code and lets us choose the submitted callable; marking it lets the
   executor hook queue the call, and the first tool span begun in the worker
@@ -163,7 +164,7 @@ def sync_call(
     if rec is None:
         return original(*args, **kwargs)
     handoff = _handoff.get()
-    if handoff is not None and handoff.submitted and args and args[0] is handoff.owner:
+    if handoff is not None and handoff.submitted and args and handoff.owner is not None and args[0] is handoff.owner:
         # The framework's sync entry point, reached again on the worker that
         # runs the call async_call handed off: that call's span is the one.
         return original(*args, **kwargs)
@@ -184,7 +185,7 @@ def sync_call(
 class _Handoff:
     """A requested call waiting for the framework to submit it to a thread."""
 
-    __slots__ = ("rec", "active", "owner", "optional", "executor", "pool_size", "submitted")
+    __slots__ = ("rec", "active", "owner", "optional", "executor", "pool_size", "submitted", "cpu_ns")
 
     def __init__(self, rec: Recorder, active: ActiveCall, owner: Any, optional: bool = False):
         self.rec = rec
@@ -196,6 +197,7 @@ class _Handoff:
         # creates its default pool inside the very run_in_executor call.
         self.pool_size: Callable[[], Optional[int]] = _no_pool_size
         self.submitted = False
+        self.cpu_ns: Optional[int] = None  # the worker's CPU time running the call, once it returned
 
     def started(self) -> None:
         """The call's exec phase begins now, on a worker of ``executor``."""
@@ -253,12 +255,12 @@ async def async_call(
         _handoff.reset(token)
         if handoff is not None:
             _settle(handoff, framework, raised=True)
-        rec.end(active, exc)
+        rec.end(active, exc, handoff.cpu_ns if handoff is not None else None)
         raise
     _handoff.reset(token)
     if handoff is not None:
         _settle(handoff, framework, raised=False)
-    _finish(rec, active, result, failed, result_of=result_of)
+    _finish(rec, active, result, failed, handoff.cpu_ns if handoff is not None else None, result_of)
     return result
 
 
@@ -336,7 +338,11 @@ class _Started:
             self.handoff.started()
         except Exception:
             pass  # timing only; the tool itself must run
-        return self.fn(*args, **kwargs)
+        cpu = thread_time_ns()  # the worker runs the whole sync call: its CPU time is the call's
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.handoff.cpu_ns = thread_time_ns() - cpu
 
 
 def pending_handoff(fn: Callable) -> Optional[_Handoff]:
