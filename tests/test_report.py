@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import subprocess
@@ -357,6 +358,18 @@ def test_report_json_of_an_empty_file(tmp_path):
     assert report["window"] == {"start": None, "end": None, "seconds": 0.0}
     assert report["tools"] == [] and report["gpus"] == [] and report["recommendations"] == []
     assert report["inputs"]["warnings"] == [f"{tmp_path / 'empty.jsonl'} is empty"]
+
+
+def test_the_records_wait_in_the_oldest_generation_after_the_pause(stalled_run):
+    """The collector is paused while reading and analysing; then what was
+    made goes to the oldest generation, not to the youngest, whose next
+    collection would scan all of it (a million records at 1M spans)."""
+    gc.collect()
+    assert gc.isenabled()
+    analysis = analyse([str(stalled_run / "traces.jsonl")], idle_threshold=0.1, min_idle_s=0.5)
+    assert gc.isenabled()
+    oldest = {id(obj) for obj in gc.get_objects(generation=2)}
+    assert analysis.calls and all(id(call) in oldest for call in analysis.calls)
 
 
 def test_a_call_seen_by_client_and_server_counts_once(tmp_path):

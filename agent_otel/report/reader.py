@@ -284,6 +284,12 @@ def paused_gc() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            # What was made meanwhile is all in the youngest generation: the
+            # first collection after the pause would scan all of it. Move it
+            # to the oldest instead (freeze, then unfreeze), where it is
+            # scanned only by the rare full collections.
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
 
 
