@@ -80,7 +80,12 @@ def find_turns(
     turns: list[Turn] = []
     in_flight: dict[str, int] = defaultdict(int)  # tool -> ns of turns with a call of it in flight
     no_models: list[ModelCall] = []
-    for trace_id in calls_of.keys() | models_of.keys():
+    # Traces in the order their calls come (by submit time), not a set's:
+    # the records of one trace were made together, and at a million spans
+    # visiting them in hash order costs a cache miss each.
+    trace_ids = list(calls_of)
+    trace_ids.extend(trace_id for trace_id in models_of if trace_id not in calls_of)
+    for trace_id in trace_ids:
         trace_calls, trace_models = calls_of.get(trace_id, []), models_of.get(trace_id, no_models)
         if len(trace_calls) > 1:
             trace_calls.sort(key=_submit)
