@@ -21,7 +21,11 @@ order) and each figure is the median of the rounds, with min and max.
 
 - ``json.loads``: a plain loop of the standard library's ``json.loads``
   over the file's lines, the floor the report is held to;
-- ``orjson.loads``: the same with orjson, the parser the report uses;
+- ``orjson.loads``: the same with orjson, the report's parser for lines
+  its typed decoder refuses;
+- ``msgspec typed``: the same with the report's typed decoder
+  (``exporters.otlp_json.decode_traces``: msgspec structs of only the
+  fields the report reads), the parse the report starts from;
 - ``report``: ``agent-otel report FILE --format json`` (read, attribute,
   every statistic, the JSON on stdout), as a user runs it.
 
@@ -226,8 +230,11 @@ def child(variant: str, args: list[str]) -> None:
         build_parser("report")
         print(json.dumps({"cpu_s": time.process_time() - start, "peak_mb": 0, "exit": 0}))
         return
-    if variant in ("json.loads", "orjson.loads"):
-        loads = json.loads if variant == "json.loads" else orjson.loads
+    if variant in ("json.loads", "orjson.loads", "msgspec typed"):
+        if variant == "msgspec typed":
+            from agent_otel.exporters.otlp_json import decode_traces as loads
+        else:
+            loads = json.loads if variant == "json.loads" else orjson.loads
         start = time.process_time()
         with open(args[0], "rb") as lines:
             for line in lines:
@@ -264,11 +271,12 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
 
 
 def run_scaling(sizes: list[int], rounds: dict[int, int], directory: str) -> dict[int, dict]:
-    variants = ["json.loads", "orjson.loads", "report"]
+    variants = ["json.loads", "orjson.loads", "msgspec typed", "report"]
     results: dict[int, dict] = {}
     print("Report time and memory against the parse floor; each figure: median [min-max] over interleaved rounds.")
     print(
         f"{'spans':>9} {'file MB':>8} {'rounds':>6}  {'json.loads µs/span':>22} {'orjson.loads µs/span':>22} "
+        f"{'msgspec typed µs/span':>22} "
         f"{'report µs/span':>22} {'report / json.loads':>22} {'goal':>6} {'report peak MB':>22}"
     )
     for size in sizes:
@@ -287,6 +295,7 @@ def run_scaling(sizes: list[int], rounds: dict[int, int], directory: str) -> dic
         print(
             f"{size:>9} {os.path.getsize(path) / 1e6:>8.0f} {rounds[size]:>6}  "
             f"{spread(per_span['json.loads']):>22} {spread(per_span['orjson.loads']):>22} "
+            f"{spread(per_span['msgspec typed']):>22} "
             f"{spread(per_span['report']):>22} {spread(ratios):>22} {'<= ' + str(GOAL_RATIO):>6} "
             f"{spread(peak, '{:.0f}'):>22}"
         )
@@ -366,10 +375,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
     rounds = {10_000: 3 if args.quick else 7, 100_000: 3 if args.quick else 5, 1_000_000: 3}
-    import orjson as _orjson  # noqa: F401  (reported below)
+    import msgspec
 
     print(
-        f"python {sys.version.split()[0]}, orjson {orjson.__version__}, {os.cpu_count()} CPUs; "
+        f"python {sys.version.split()[0]}, msgspec {msgspec.__version__}, orjson {orjson.__version__}, "
+        f"{os.cpu_count()} CPUs; "
         f"{'quick run' if args.quick else 'full run'}; CPU seconds per process, after its imports"
     )
     with tempfile.TemporaryDirectory(prefix="agent-otel-bench-report-") as directory:
