@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python bench/frameworks.py            # about five minutes on a busy 2-core machine
+    .venv/bin/python bench/frameworks.py            # 3-7 minutes on a busy 2-core machine
     .venv/bin/python bench/frameworks.py --quick    # a smoke run
     .venv-crewai/bin/python bench/frameworks.py     # CrewAI (its own venv: docs/frameworks.md)
 
@@ -33,7 +33,9 @@ max. *plain*, the call with agent-otel not instrumented, is measured once
 per round, for scale.
 
 **hook / span** is the hook's cost in bare spans. The goal, printed: the
-hook adds no more than one bare span's cost (<= 1.0). **(hook - @tool) /
+hook adds no more than one bare span's cost (<= 1.0); a call whose bare
+span measured at or below zero in some round is "not resolved": its own
+noise exceeds a span's cost on this machine. **(hook - @tool) /
 span** is what the framework glue adds on top of agent-otel's own recording
 of the call. The first row is an ``@agent_otel.tool`` function against the
 undecorated function: there, the hook is the decorator.
@@ -196,7 +198,7 @@ CASES = [
     ("langchain sync tool ainvoke", "langchain", "langchain_core", langchain_ainvoke_sync_tool, 10),
     ("openai_agents async tool", "openai_agents", "agents", openai_agents_async_tool, 40),
     ("llamaindex FunctionTool.call", "llamaindex", "llama_index.core", llamaindex_call, 100),
-    ("mcp ClientSession.call_tool", "mcp", "mcp", mcp_call_tool, 4),
+    ("mcp ClientSession.call_tool", "mcp", "mcp", mcp_call_tool, 8),
     ("smolagents Tool.__call__", "smolagents", "smolagents", smolagents_call, 200),
     ("crewai BaseTool.run", "crewai", "crewai", crewai_run, 100),
 ]
@@ -294,7 +296,6 @@ def main(argv=None) -> int:
         f"{'call':30} {'plain':>22} {'hook':>18} {'bare span':>18} {'@tool':>18} "
         f"{'hook / span':>18} {'(hook-@tool) / span':>20}  goal"
     )
-    met = True
     for label, framework, module, make, count in CASES:
         if args.only and args.only not in label:
             continue
@@ -309,25 +310,31 @@ def main(argv=None) -> int:
             print(f"{label:30} (cannot run: {type(exc).__name__}: {exc})")
             continue
         ratio = statistics.median(results["ratio"])
-        ok = ratio <= GOAL_RATIO
-        met = met and ok
+        # A span costs more than nothing: a round that measured it at or below
+        # zero means the call's own noise exceeds a span's cost here, and no
+        # ratio to it means anything.
+        resolved = min(results["span_us"]) > 0
+        verdict = ("met" if ratio <= GOAL_RATIO else "NOT MET") if resolved else "not resolved (noise)"
         rows.append(
             {
                 "call": label,
                 **{key: [round(v, 3) for v in values] for key, values in results.items()},
                 "ratio_median": round(ratio, 3),
-                "goal_met": ok,
+                "goal": verdict,
             }
         )
         print(
             f"{label:30} {spread(results['plain_us']):>22} {spread(results['hook_us']):>18} "
             f"{spread(results['span_us']):>18} {spread(results['tool_us']):>18} "
-            f"{spread(results['ratio'], 2):>18} {spread(results['glue_ratio'], 2):>20}  {'met' if ok else 'NOT MET'}"
+            f"{spread(results['ratio'], 2):>18} {spread(results['glue_ratio'], 2):>20}  {verdict}"
         )
     if rows:
+        missed = [row["call"] for row in rows if row["goal"] == "NOT MET"]
+        unresolved = [row["call"] for row in rows if row["goal"] == "not resolved (noise)"]
         print(
             f"goal: the hook adds no more than one bare span's cost (hook / span <= {GOAL_RATIO:g}): "
-            f"{'met for every framework run' if met else 'NOT MET for ' + ', '.join(r['call'] for r in rows if not r['goal_met'])}"
+            + ("NOT MET for " + ", ".join(missed) if missed else "met for every call resolved")
+            + ("; not resolved (a bare span's cost below the noise) for " + ", ".join(unresolved) if unresolved else "")
         )
     else:
         print("nothing to measure")
