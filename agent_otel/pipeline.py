@@ -75,8 +75,7 @@ class Pipeline:
             blocks = self._loop_monitor.finished if self._loop_monitor is not None else ()
             try:
                 with self._metrics.lock:
-                    for call in batch:
-                        self._metrics.observe_call(call)
+                    self._metrics.observe_calls(batch)
                     while waits:
                         self._metrics.observe_wait(*waits.popleft())
                     while blocks:

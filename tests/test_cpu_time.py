@@ -114,3 +114,32 @@ def test_the_finished_record_carries_it(agent, spans):
     by_tool = {record.tool: record for record in records}
     assert by_tool["crunch"].cpu_seconds >= 0.05
     assert by_tool["wait_on_io"].cpu_seconds < 0.01
+
+
+def test_short_calls_are_sampled_long_ones_always_measured(agent, spans):
+    # Reading the thread's CPU clock is a system call: a tool whose calls are
+    # short (< 1 ms of exec) has one call in 16 measured, one whose calls are
+    # long every call; an unmeasured call that turns out long makes the next
+    # one measured. (Whether a call was short is read from its span: on a
+    # busy machine even an empty call can take over 1 ms.)
+    @agent_otel.tool
+    def quick(seconds=0.0):
+        if seconds:
+            time.sleep(seconds)
+
+    for _ in range(40):
+        quick()
+    for seconds in (0.005, 0.0, 0.005, 0.005, 0.005):
+        quick(seconds)
+    calls = [dict(span.attributes) for span in spans.tools("quick")]
+    expected, skip = [], 0
+    for attributes in calls:
+        expected.append(skip == 0)
+        short = attributes["agent.tool.exec.duration"] < 1e-3
+        if skip == 0:
+            skip = 15 if short else 0
+        else:
+            skip = skip - 1 if short else 0
+    assert [CPU in attributes for attributes in calls] == expected
+    assert 3 <= sum(expected[:40]) < 40  # the short ones were sampled
+    assert expected[-2:] == [True, True]  # long ones after a long one: all measured

@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+from time import thread_time_ns
 from typing import Callable, Optional
 
 from opentelemetry.util.types import AttributeValue
 
 from agent_otel.semconv import (
-    AGENT_TOOL_EXECUTOR,
-    AGENT_TOOL_OUTCOME,
-    AGENT_TOOL_QUEUE_DURATION,
-    EXECUTOR_DIRECT,
     GEN_AI_OPERATION_EXECUTE_TOOL,
     GEN_AI_OPERATION_NAME,
     GEN_AI_TOOL_DESCRIPTION,
     GEN_AI_TOOL_NAME,
     GEN_AI_TOOL_TYPE,
-    OUTCOME_OK,
     TOOL_TYPE_FUNCTION,
     tool_span_name,
 )
@@ -39,10 +35,47 @@ DESCRIPTION_LIMIT = 4096
 TOOL_MARK = "__agent_otel_tool__"
 
 
-class ToolMeta:
-    """What is fixed about a tool: its name and the span attributes set at start."""
+# CPU time per call (agent.tool.exec.cpu_time) takes two reads of the
+# thread's CPU clock: system calls (Linux serves no thread CPU clock from the
+# vDSO) of 0.3-1 us each, as much as the rest of a short call's bookkeeping.
+# So it is measured on every call of a tool whose last measured call took
+# CPU_SHORT_NS or more, and on one in CPU_SAMPLE of the calls of a tool whose
+# calls are shorter (and on the next call after any unmeasured call that
+# turned out long). Short calls carry little of a tool's time, so its CPU
+# share (sum of CPU over sum of exec) hardly changes; see docs/telemetry.md.
+CPU_SHORT_NS = 1_000_000
+CPU_SAMPLE = 16
 
-    __slots__ = ("name", "description", "tool_type", "span_name", "start_attributes", "direct_attributes")
+
+def cpu_clock(meta: "ToolMeta") -> Optional[int]:
+    """The thread's CPU clock now, when this call of ``meta``'s tool is one
+    whose CPU time is measured (see CPU_SAMPLE); else None. The caller hands
+    ``thread_time_ns() - clock`` (or None) to ``Recorder.end``, which counts
+    the calls towards the next measured one."""
+    skip = meta.cpu_skip
+    if skip:
+        meta.cpu_skip = skip - 1
+        return None
+    return thread_time_ns()
+
+
+# The attributes a tool span starts with.
+START_ATTRIBUTES: dict[str, AttributeValue] = {GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_EXECUTE_TOOL}
+
+
+class ToolMeta:
+    """What is fixed about a tool: its name and the attributes every span of it carries."""
+
+    __slots__ = (
+        "name",
+        "description",
+        "tool_type",
+        "span_name",
+        "start_attributes",
+        "end_attributes",
+        "text_bound",
+        "cpu_skip",
+    )
 
     def __init__(self, name: str, description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION):
         # Names come from anywhere (MCP servers, model output): made valid once, here.
@@ -53,23 +86,23 @@ class ToolMeta:
         self.description = description
         self.tool_type = tool_type
         self.span_name = tool_span_name(name)
-        attributes: dict[str, AttributeValue] = {
-            GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_EXECUTE_TOOL,
-            GEN_AI_TOOL_NAME: name,
-            GEN_AI_TOOL_TYPE: tool_type,
-        }
+        # What samplers and span processors' on_start see, beside the span's
+        # name (execute_tool {tool}): each costs the SDK a validation pass at
+        # start. The rest (the GenAI attributes that name the tool, and the
+        # agent.* ones) goes on when the call ends, written directly
+        # (Recorder.end, sdk_span.add).
+        self.start_attributes: dict[str, AttributeValue] = START_ATTRIBUTES
+        attributes: dict[str, AttributeValue] = {GEN_AI_TOOL_NAME: name, GEN_AI_TOOL_TYPE: tool_type}
         if description:
             attributes[GEN_AI_TOOL_DESCRIPTION] = description
-        self.start_attributes = attributes
-        # A direct call's queue time, executor and (until an exception says
-        # otherwise) outcome are known at start: set with the span, they
-        # cost one attribute pass instead of two.
-        self.direct_attributes: dict[str, AttributeValue] = {
-            **attributes,
-            AGENT_TOOL_QUEUE_DURATION: 0.0,
-            AGENT_TOOL_EXECUTOR: EXECUTOR_DIRECT,
-            AGENT_TOOL_OUTCOME: OUTCOME_OK,
-        }
+        self.end_attributes = attributes
+        # The longest text a span of this tool gets at its end from
+        # agent-otel (names, executors and call ids are cut to NAME_LIMIT):
+        # see sdk_span.add.
+        self.text_bound = max(NAME_LIMIT, len(description or ""))
+        # Calls left before the next one whose CPU time is measured
+        # (cpu_clock); 0: measure the next one.
+        self.cpu_skip = 0
 
 
 _META_CACHE: dict[tuple, ToolMeta] = {}

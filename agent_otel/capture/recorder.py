@@ -15,12 +15,19 @@ import sys
 import threading
 from collections import deque
 from contextvars import Token
+from operator import itemgetter
 from typing import Callable, Iterable, Optional, Protocol
 
-from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
-from opentelemetry.context import Context
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.context import Context, attach as attach_context, detach, get_current
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    NonRecordingSpan,
+    Status,
+    StatusCode,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.util.types import AttributeValue
 
 from agent_otel import forks
@@ -28,7 +35,8 @@ from agent_otel.capture import payloads
 from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.config import DEFAULTS
-from agent_otel.capture.meta import ToolMeta
+from agent_otel.capture import sdk_span
+from agent_otel.capture.meta import CPU_SAMPLE, CPU_SHORT_NS, ToolMeta
 from agent_otel.records import ToolCall
 from agent_otel.semconv import (
     AGENT_EXECUTOR_MAX_WORKERS,
@@ -48,7 +56,6 @@ from agent_otel.semconv import (
     GEN_AI_TOOL_CALL_ID,
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
-    OUTCOME_OK,
     OUTCOME_TIMEOUT,
     SCOPE_NAME,
 )
@@ -68,28 +75,39 @@ class _WorkerLocal(threading.local):
 worker_local = _WorkerLocal()
 
 
-class ActiveCall:
-    """A call in progress: the record, its span and the context token.
+class ActiveCall(tuple):
+    """A call in progress: ``(call, span, token, meta)``, the record, its span,
+    the context token (None when not attached) and the tool's ``ToolMeta``.
 
     ``call`` is None for a nested begin of the tool whose span is already
     current (see ``Recorder.begin``): that call is already being recorded.
+    A tuple, made in C on the hot path: ``ActiveCall((call, span, token, meta))``.
     """
 
-    __slots__ = ("call", "span", "token", "started_late")
+    __slots__ = ()
+    call: Optional[ToolCall] = property(itemgetter(0))  # type: ignore[assignment]
+    span: trace_api.Span = property(itemgetter(1))  # type: ignore[assignment]
+    token: Optional[Token[Context]] = property(itemgetter(2))  # type: ignore[assignment]
+    meta: ToolMeta = property(itemgetter(3))  # type: ignore[assignment]
 
-    def __init__(
-        self,
-        call: Optional[ToolCall],
-        span: trace_api.Span,
-        token: Optional[Token[Context]],
-        started_late: bool = False,
-    ):
-        self.call = call
-        self.span = span
-        self.token = token
-        # True when execution began after the span did and was not known at
-        # its start (Recorder.request): end() then writes queue and executor.
-        self.started_late = started_late
+
+def _current_span_key() -> Optional[str]:
+    """The key under which an OpenTelemetry ``Context`` (a dict) holds the
+    current span, found through the public API; None if it is not held that way.
+
+    ``context.get(key)`` is a dict lookup where ``get_current_span(context)``
+    is two calls and an ABC check: ``Recorder.begin`` reads the current span
+    of every call. ``tests/test_sdk_span.py`` checks the installed API passes.
+    """
+    context = set_span_in_context(INVALID_SPAN, Context())
+    if len(context) != 1:
+        return None
+    key = next(iter(context))
+    probe = NonRecordingSpan(INVALID_SPAN.get_span_context())
+    return key if get_current_span(Context({key: probe})) is probe else None
+
+
+_SPAN_KEY = _current_span_key()
 
 
 def _scope_name(span) -> Optional[str]:
@@ -171,40 +189,37 @@ class Recorder:
 
     def begin(self, meta: ToolMeta, call_id: Optional[str] = None, attach: bool = True) -> ActiveCall:
         now = perf_counter_ns() + OFFSET_NS
-        current = trace_api.get_current_span()  # self.running(meta), inlined: the hot path
-        if getattr(current, "name", None) == meta.span_name and _scope_name(current) == SCOPE_NAME:
-            return ActiveCall(None, current, None)
+        context = get_current()
+        # self.running(meta), inlined: the hot path
+        current = context.get(_SPAN_KEY) if _SPAN_KEY is not None else get_current_span(context)
+        if (
+            current is not None
+            and getattr(current, "name", None) == meta.span_name
+            and _scope_name(current) == SCOPE_NAME
+        ):
+            return ActiveCall((None, current, None, meta))
         call = worker_local.pending
         if call is not None and call.tool == meta.name:
             # This call was submitted to an executor: its span starts at
             # submission, and it is already in the in-flight table.
             worker_local.pending = None
             call.start_ns = now
-            attributes: dict[str, AttributeValue] = {
-                **meta.start_attributes,
-                AGENT_TOOL_QUEUE_DURATION: (now - call.submit_ns) / 1e9,
-                AGENT_TOOL_EXECUTOR: call.executor,
-                AGENT_TOOL_OUTCOME: OUTCOME_OK,
-            }
-            if call.executor_workers:
-                attributes[AGENT_EXECUTOR_MAX_WORKERS] = call.executor_workers
         else:
             call = ToolCall(meta.name, EXECUTOR_DIRECT, now, now)
             self.inflight[id(call)] = call
-            attributes = meta.direct_attributes
         if call_id is not None:
-            call.call_id = call_id = valid_text(call_id, NAME_LIMIT)
-            attributes = {**attributes, GEN_AI_TOOL_CALL_ID: call_id}
-        span = self.tracer.start_span(meta.span_name, attributes=attributes, start_time=call.submit_ns)
+            call.call_id = valid_text(call_id, NAME_LIMIT)
+        span = self.tracer.start_span(
+            meta.span_name, context, attributes=meta.start_attributes, start_time=call.submit_ns
+        )
         span_context = span.get_span_context()
         call.trace_id = span_context.trace_id
         call.span_id = span_context.span_id
-        if call.start_ns != call.submit_ns:
+        if now != call.submit_ns:
             # Execution began after the request: mark when. (For a direct
             # call it began with the span, and the event would say nothing.)
             span.add_event(EVENT_EXEC_START, timestamp=now)
-        token = context_api.attach(trace_api.set_span_in_context(span)) if attach else None
-        return ActiveCall(call, span, token)
+        return ActiveCall((call, span, attach_context(set_span_in_context(span, context)) if attach else None, meta))
 
     def request(self, meta: ToolMeta, call_id: Optional[str] = None) -> ActiveCall:
         """Begin a call that a framework is about to hand to a thread pool.
@@ -216,20 +231,18 @@ class Recorder:
         """
         outer = self.running(meta)
         if outer is not None:
-            return ActiveCall(None, outer, None)
+            return ActiveCall((None, outer, None, meta))
         now = perf_counter_ns() + OFFSET_NS
         call = ToolCall(meta.name, EXECUTOR_DIRECT, now, 0)
         self.inflight[id(call)] = call
-        attributes = {**meta.start_attributes, AGENT_TOOL_OUTCOME: OUTCOME_OK}  # end() writes only other outcomes
         if call_id is not None:
-            call.call_id = call_id = valid_text(call_id, NAME_LIMIT)
-            attributes = {**attributes, GEN_AI_TOOL_CALL_ID: call_id}
-        span = self.tracer.start_span(meta.span_name, attributes=attributes, start_time=now)
+            call.call_id = valid_text(call_id, NAME_LIMIT)
+        span = self.tracer.start_span(meta.span_name, attributes=meta.start_attributes, start_time=now)
         span_context = span.get_span_context()
         call.trace_id = span_context.trace_id
         call.span_id = span_context.span_id
-        token = context_api.attach(trace_api.set_span_in_context(span))
-        return ActiveCall(call, span, token, started_late=True)
+        token = attach_context(set_span_in_context(span))
+        return ActiveCall((call, span, token, meta))
 
     def started(
         self, active: ActiveCall, executor: str, at_ns: Optional[int] = None, max_workers: Optional[int] = None
@@ -246,12 +259,18 @@ class Recorder:
 
     def end(self, active: ActiveCall, exc: Optional[BaseException] = None, cpu_ns: Optional[int] = None) -> None:
         """End a call: with ``exc`` as its error, and ``cpu_ns``, the CPU time
-        its thread spent running it, where the caller measured that."""
+        its thread spent running it, where the caller measured that (see
+        ``meta.cpu_clock``: ``None`` on the calls it skips).
+
+        The contract's ``agent.*`` attributes are all known by now and go on
+        the span in one pass with the tool's GenAI attributes
+        (``sdk_span.add``: values made or validated here, not validated
+        again); ``gen_ai.operation.name`` went on at its start.
+        """
         now = perf_counter_ns() + OFFSET_NS
-        call = active.call
+        call, span, token, meta = active
         if call is None:
             return
-        span = active.span
         call.end_ns = now
         if exc is not None:
             call.outcome = outcome_of(exc)
@@ -259,21 +278,29 @@ class Recorder:
                 call.error_type = error_type_of(exc)
                 span.set_attribute(ERROR_TYPE, call.error_type)
                 self.record_error(span, exc, now)
-        attributes: dict[str, AttributeValue] = {AGENT_TOOL_EXEC_DURATION: (now - call.start_ns) / 1e9}
+        exec_ns = now - call.start_ns
+        attributes: dict[str, AttributeValue] = {
+            **meta.end_attributes,
+            AGENT_TOOL_QUEUE_DURATION: (call.start_ns - call.submit_ns) / 1e9,
+            AGENT_TOOL_EXEC_DURATION: exec_ns / 1e9,
+            AGENT_TOOL_EXECUTOR: call.executor,
+            AGENT_TOOL_OUTCOME: call.outcome,
+        }
         if cpu_ns is not None:
             call.cpu_ns = cpu_ns
             attributes[AGENT_TOOL_EXEC_CPU_TIME] = cpu_ns / 1e9
-        if call.outcome != OUTCOME_OK:
-            attributes[AGENT_TOOL_OUTCOME] = call.outcome
-        if active.started_late:
-            attributes[AGENT_TOOL_QUEUE_DURATION] = (call.start_ns - call.submit_ns) / 1e9
-            attributes[AGENT_TOOL_EXECUTOR] = call.executor
-            if call.executor_workers:
-                attributes[AGENT_EXECUTOR_MAX_WORKERS] = call.executor_workers
-        span.set_attributes(attributes)
+            if exec_ns < CPU_SHORT_NS:
+                meta.cpu_skip = CPU_SAMPLE - 1  # a short call: measure one in CPU_SAMPLE of the next ones
+        elif exec_ns >= CPU_SHORT_NS and meta.cpu_skip:
+            meta.cpu_skip = 0  # a long call went unmeasured: measure the next one
+        if call.executor_workers:
+            attributes[AGENT_EXECUTOR_MAX_WORKERS] = call.executor_workers
+        if call.call_id is not None:
+            attributes[GEN_AI_TOOL_CALL_ID] = call.call_id
+        sdk_span.add(span, attributes, meta.text_bound)
         span.end(end_time=now)
-        if active.token is not None:
-            context_api.detach(active.token)
+        if token is not None:
+            detach(token)
         # Appended before it leaves the in-flight table, so a reader of both
         # (the live GPU timeline) never misses it.
         self.finished.append(call)
@@ -335,6 +362,7 @@ class Recorder:
         call.trace_id, call.span_id = span_context.trace_id, span_context.span_id
         span.set_attributes(
             {
+                **meta.end_attributes,
                 AGENT_TOOL_QUEUE_DURATION: (now - call.submit_ns) / 1e9,
                 AGENT_TOOL_EXEC_DURATION: 0.0,
                 AGENT_TOOL_EXECUTOR: call.executor,

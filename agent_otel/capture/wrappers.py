@@ -23,7 +23,16 @@ from opentelemetry import trace as trace_api
 
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture import stacks
-from agent_otel.capture.meta import TOOL_MARK, ToolMeta, is_async_gen, is_coroutine, is_gen, meta_for, name_of
+from agent_otel.capture.meta import (
+    TOOL_MARK,
+    ToolMeta,
+    cpu_clock,
+    is_async_gen,
+    is_coroutine,
+    is_gen,
+    meta_for,
+    name_of,
+)
 from agent_otel.capture.recorder import ActiveCall, Recorder
 from agent_otel.semconv import GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, TOOL_TYPE_FUNCTION
 
@@ -59,20 +68,28 @@ def _record_arguments(rec, active: ActiveCall, args, kwargs) -> None:
 
 def _wrap_function(fn, meta: ToolMeta):
     # A sync tool runs on one thread from start to end: that thread's CPU
-    # clock over the call is the call's CPU time (agent.tool.exec.cpu_time).
+    # clock over the call is the call's CPU time (agent.tool.exec.cpu_time),
+    # read on the calls meta.cpu_clock picks (inlined: the hot path).
     def wrapper(*args, **kwargs):
         rec = _recorder.current
         if rec is None:
             return fn(*args, **kwargs)
         active = rec.begin(meta)
-        _record_arguments(rec, active, args, kwargs)
-        cpu = thread_time_ns()
+        if rec.record_arguments:
+            _record_arguments(rec, active, args, kwargs)
+        skip = meta.cpu_skip
+        if skip:
+            meta.cpu_skip = skip - 1
+            cpu = None
+        else:
+            cpu = thread_time_ns()
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            rec.end(active, exc, thread_time_ns() - cpu)
+            rec.end(active, exc, None if cpu is None else thread_time_ns() - cpu)
             raise
-        cpu = thread_time_ns() - cpu
+        if cpu is not None:
+            cpu = thread_time_ns() - cpu
         if rec.record_results and active.call is not None:
             rec.record_payload(active.span, GEN_AI_TOOL_CALL_RESULT, result)
         rec.end(active, None, cpu)
@@ -223,7 +240,7 @@ class tool_span:
     def __enter__(self):
         span = self._enter()
         if self._active is not None and _get_running_loop() is None:
-            self._cpu = thread_time_ns()
+            self._cpu = cpu_clock(self._meta)
         return span
 
     def _enter(self):

@@ -37,7 +37,7 @@ from agent_otel.capture import recorder as _recorder
 from agent_otel.capture import stacks
 from agent_otel.capture.executors import executor_name
 from agent_otel.capture.patching import SharedPatch, warn_once
-from agent_otel.capture.meta import TOOL_MARK, ToolMeta, meta_for
+from agent_otel.capture.meta import TOOL_MARK, ToolMeta, cpu_clock, meta_for
 from agent_otel.capture.recorder import ActiveCall, Recorder
 from agent_otel.capture.payloads import UNREPRESENTABLE
 from agent_otel.semconv import (
@@ -172,13 +172,13 @@ def sync_call(
     if active is None:
         return original(*args, **kwargs)
     _record_arguments(rec, active, arguments)
-    cpu = thread_time_ns()  # one thread runs the whole call: its CPU time is the call's
+    cpu = cpu_clock(active.meta)  # one thread runs the whole call: its CPU time is the call's
     try:
         result = original(*args, **kwargs)
     except BaseException as exc:
-        rec.end(active, exc, thread_time_ns() - cpu)
+        rec.end(active, exc, None if cpu is None else thread_time_ns() - cpu)
         raise
-    _finish(rec, active, result, failed, thread_time_ns() - cpu, result_of)
+    _finish(rec, active, result, failed, None if cpu is None else thread_time_ns() - cpu, result_of)
     return result
 
 
