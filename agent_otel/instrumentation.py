@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import sys
 import threading
 import time
@@ -33,6 +34,7 @@ from agent_otel.errors import ConfigError
 from agent_otel.pipeline import Pipeline
 from agent_otel.capture.recorder import Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor, SpanLosses
+from agent_otel.exporters.deferred import DeferredExporter
 from agent_otel.exporters.prometheus import Metrics, MetricsServer
 from agent_otel.semconv import AGENT_GPU_POOL, AGENT_PROCESS_CPU_COUNT, SCOPE_NAME, SERVICE_NAME
 from agent_otel.version import __version__
@@ -209,24 +211,43 @@ def _sink_name(exporter, settings: Settings) -> str:
     path = getattr(exporter, "path", None)
     if path is not None:
         return f"traces file {path}"
-    endpoint = getattr(exporter, "_endpoint", None)  # the SDK's OTLP exporters keep it there
-    if "otlp" in type(exporter).__module__:
-        protocol = "gRPC" if settings.otlp_protocol == "grpc" else "HTTP"
-        return f"OTLP/{protocol} {endpoint}" if endpoint else f"OTLP/{protocol}"
+    if isinstance(exporter, DeferredExporter):  # an OTLP exporter, made on the export thread
+        grpc = settings.otlp_protocol == "grpc"
+        # Where the SDK's exporter will send them, as it resolves it.
+        endpoint = settings.otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+        endpoint = endpoint or ("http://localhost:4317" if grpc else "http://localhost:4318/v1/traces")
+        return f"OTLP/{'gRPC' if grpc else 'HTTP'} {endpoint}"
     return type(exporter).__name__
 
 
+def _grpc_exporter(endpoint: Optional[str]) -> Callable[[], SpanExporter]:
+    def make() -> SpanExporter:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(endpoint=endpoint)
+
+    return make
+
+
+def _http_exporter(endpoint: Optional[str]) -> Callable[[], SpanExporter]:
+    def make() -> SpanExporter:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(endpoint=endpoint)
+
+    return make
+
+
 def _span_exporters(settings: Settings, names: tuple[str, ...]) -> list[SpanExporter]:
+    """The exporters ``names`` ask for. The OTLP ones are made on the export
+    thread (``DeferredExporter``): their imports (gRPC's is about 58 ms) never
+    hold up ``instrument()``."""
     exporters: list[SpanExporter] = []
     for name in names:
         if name == "otlp" and settings.otlp_protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-
-            exporters.append(GrpcExporter(endpoint=settings.otlp_endpoint or None))
+            exporters.append(DeferredExporter(_grpc_exporter(settings.otlp_endpoint or None)))
         elif name == "otlp":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-
-            exporters.append(HttpExporter(endpoint=settings.otlp_endpoint or None))
+            exporters.append(DeferredExporter(_http_exporter(settings.otlp_endpoint or None)))
         elif name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 

@@ -149,7 +149,7 @@ _EXPORTER_LOG = _ExporterLog()
 _EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.common._internal",)
 
 
-def _hold_exporter_logs(exporter: SpanExporter) -> None:
+def hold_exporter_logs(exporter: SpanExporter) -> None:
     names = {cls.__module__ for cls in type(exporter).__mro__ if cls.__module__ not in ("builtins", "abc")}
     for name in sorted(names | set(_EXPORTER_LOGGERS)):
         target = logging.getLogger(name)
@@ -182,7 +182,7 @@ class BatchSpanProcessor(SpanProcessor):
         self._name = name
         self._problems = Problems(logger)
         self._stopping = False
-        _hold_exporter_logs(exporter)
+        hold_exporter_logs(exporter)
         self._reset()
         forks.after_fork_in_child(self.reinit_after_fork)
 

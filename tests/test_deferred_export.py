@@ -1,0 +1,92 @@
+"""The OTLP exporters are made on the export thread, never on the agent's:
+``instrument()`` does not import gRPC (about 58 ms), and a failure to make
+the exporter is an export failure (logged once, spans counted), not an
+error in the agent."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from agent_otel.exporters.deferred import DeferredExporter
+
+SCRIPT = r"""
+import json, sys, threading
+import agent_otel
+
+importers = {}
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(("grpc", "opentelemetry.exporter.otlp")):
+            importers.setdefault(name.split(".")[0] if name.startswith("grpc") else "otlp", threading.current_thread().name)
+        return None
+
+sys.meta_path.insert(0, Watch())
+handle = agent_otel.instrument(service_name="t", traces_exporters="otlp", otlp_endpoint="127.0.0.1:9",
+                               gpu="off", frameworks=(), shutdown_timeout=1)
+after_instrument = "grpc" in sys.modules
+
+@agent_otel.tool
+def search(q):
+    return q
+
+search("x")
+handle.force_flush(timeout_s=20)
+print(json.dumps({"after_instrument": after_instrument, "after_export": "grpc" in sys.modules,
+                  "importers": importers}))
+"""
+
+
+def test_instrument_leaves_the_grpc_import_to_the_export_thread():
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["after_instrument"] is False
+    assert result["after_export"] is True
+    assert result["importers"] and set(result["importers"].values()) == {"agent-otel-span-export"}
+
+
+def test_a_failure_to_make_the_exporter_is_an_export_failure():
+    made = []
+
+    def make():
+        made.append(1)
+        raise ImportError("No module named 'grpc'")
+
+    exporter = DeferredExporter(make)
+    try:
+        exporter.export([])
+    except ImportError:
+        pass
+    else:  # the batch processor counts the batch lost and logs the error
+        raise AssertionError("the error must reach the processor")
+    assert exporter.made is None and exporter.force_flush() is True
+    exporter.shutdown()  # nothing made, nothing to close
+
+
+def test_the_exporter_is_made_once_and_used():
+    class Null:
+        flushed = closed = 0
+
+        def export(self, spans):
+            return SpanExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis=30000):
+            Null.flushed += 1
+            return True
+
+        def shutdown(self):
+            Null.closed += 1
+
+    made = []
+    exporter = DeferredExporter(lambda: made.append(Null()) or made[-1])
+    assert exporter.export([]) is SpanExportResult.SUCCESS
+    assert exporter.export([]) is SpanExportResult.SUCCESS
+    assert len(made) == 1 and exporter.made is made[0]
+    assert exporter.force_flush() and Null.flushed == 1
+    exporter.shutdown()
+    assert Null.closed == 1
