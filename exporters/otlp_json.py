@@ -15,9 +15,10 @@ rules of its own: trace and span ids are hex strings (not base64), enums
 are integers, and field names are lowerCamelCase; 64-bit integers such as
 timestamps are decimal strings, and readers accept numbers too.
 
-The reader (``iter_spans``, and ``iter_typed_spans`` for the report)
-lives here as well, so one module owns the format both ways. The report
-reads with msgspec's typed decoder: each line becomes the structs below
+The reader (``iter_spans``; for the report, ``iter_requests`` with
+``decode_traces``, then ``typed_resource_spans``) lives here as well, so
+one module owns the format both ways. The report reads with msgspec's
+typed decoder: each line becomes the structs below
 (``JsonSpan`` and its parts), which hold only the fields the report reads
 and skip the others without building them, so no dict is made per span or
 attribute. A line the typed decoder refuses (a field of an unexpected
