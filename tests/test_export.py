@@ -262,12 +262,13 @@ def test_shutdown_says_false_and_names_an_exporter_that_blocks(caplog, spans, tm
     handle = agent_otel.instrument(
         traces_file=str(tmp_path / "t.jsonl"), traces_exporters="none", gpu="off", frameworks=()
     )
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
     (processor,) = handle.span_processors
     exporter = processor.exporter
     real_export = exporter.export
 
     def blocked(batch):
+        entered.set()
         gate.wait()
         return real_export(batch)
 
@@ -280,7 +281,8 @@ def test_shutdown_says_false_and_names_an_exporter_that_blocks(caplog, spans, tm
     try:
         for _ in range(3):
             search()
-        handle.force_flush(0.2)  # the export thread is now held in export()
+        handle.force_flush(0.2)  # the export thread takes the three spans...
+        assert entered.wait(30)  # ... and is held in export() (0.2 s may not be enough on a busy machine)
         search()
         started = time.monotonic()
         assert handle.shutdown(timeout_s=1.0) is False
@@ -293,6 +295,11 @@ def test_shutdown_says_false_and_names_an_exporter_that_blocks(caplog, spans, tm
         assert handle.metrics.registry.get_sample_value("agent_otel_spans_dropped_total", {"kind": "tool"}) == 1
     finally:
         gate.set()
+        # The abandoned thread's export now fails (its file is closed) and says so: let it
+        # finish here, not in the next test on this worker, which must log no warning.
+        deadline = time.monotonic() + 30
+        while processor.running and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def test_shutdown_says_true_when_everything_flushed(caplog, spans, tmp_path):
