@@ -10,6 +10,7 @@ import pytest
 from frameworks.framework_support import (
     ASYNCIO_DEFAULT_WORKERS,
     assert_queued_one_after_another,
+    by_exec_start,
     least_wait_s,
     require_framework,
     run_with_one_worker,
@@ -203,7 +204,7 @@ def test_langgraph_tool_node_queues_tool_calls_beyond_max_concurrency(hooked, sp
     assert state["messages"][-1].content == "all fetched"
     found = spans.tools("fetch_page")
     assert sorted(s.attributes["gen_ai.tool.call.id"] for s in found) == ["t0", "t1", "t2"]
-    ordered = sorted(found, key=lambda s: timing(s)[0])
+    ordered = by_exec_start(found)
     for position, span in enumerate(ordered):
         queue_s, exec_s = timing(span)
         assert exec_s >= SLEEP_S * 0.95

@@ -11,7 +11,7 @@ import logging
 import time
 
 import pytest
-from frameworks.framework_support import least_wait_s, require_framework, timing
+from frameworks.framework_support import by_exec_start, least_wait_s, require_framework, timing
 
 require_framework("smolagents", "smolagents")
 
@@ -71,7 +71,7 @@ def test_parallel_tool_calls_queue_for_the_agents_tool_threads(hooked, spans):
 
     assert agent.run("fetch three pages") == "fetched"
 
-    pages = sorted(spans.tools("fetch_page"), key=lambda s: timing(s)[0])
+    pages = by_exec_start(spans.tools("fetch_page"))
     assert len(pages) == 3
     for position, span in enumerate(pages):
         queue_s, exec_s = timing(span)
