@@ -278,22 +278,40 @@ def test_no_loop_no_watchdog_thread_and_uninstrument_restores_everything(spans):
 
 
 def test_the_lag_gauge_shows_a_block_while_it_lasts(agent, spans):
+    # The tool holds the loop until the scrape is done: however busy the machine,
+    # the scrape falls inside the block, at least 0.3 s into it.
+    began, scraped = threading.Event(), threading.Event()
+    block_began = []
     seen = []
 
+    @agent_otel.tool
+    def hold_loop():
+        block_began.append(time.perf_counter())
+        began.set()
+        scraped.wait(30)
+
     def scrape():
-        time.sleep(0.3)
-        seen.append(agent.metrics.registry.get_sample_value("agent_asyncio_loop_lag_seconds", {"thread": "MainThread"}))
+        if began.wait(30):
+            time.sleep(0.3)
+            lag = agent.metrics.registry.get_sample_value("agent_asyncio_loop_lag_seconds", {"thread": "MainThread"})
+            now = time.perf_counter()
+            seen.append((lag, now - block_began[0], now - run_began))
+        scraped.set()
 
     async def main():
         scraper = threading.Thread(target=scrape)
         scraper.start()
-        lookup(0.6)
+        hold_loop()
         await asyncio.sleep(0)
         scraper.join()
 
+    run_began = time.perf_counter()
     asyncio.run(main())
-    # Scraped 0.3 s into the block: the heartbeat was due at most 0.05 s after it began.
-    assert seen and 0.2 <= seen[0] <= 0.6
+    (lag, into_block_s, into_run_s), *_ = seen
+    # The heartbeat was due at most one interval after the block began, and not
+    # before the loop started.
+    assert into_block_s - agent.loop_monitor.interval_s <= lag <= into_run_s
+    assert lag >= 0.3 - agent.loop_monitor.interval_s
 
 
 def test_a_loop_that_stopped_is_dropped_not_reported_as_blocked(agent, spans):
