@@ -9,7 +9,7 @@ import json
 import os
 import tempfile
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agent_otel.errors import InputError
@@ -261,6 +261,8 @@ TRACES = (
 
 @FUZZ
 @given(gpu_logs(), st.sampled_from([None, "UTC", "Pacific/Chatham"]))
+@example(b'\r"', None)  # csv.Error escaped as a traceback
+@example(b'timestamp, index, utilization.gpu [%]\n2026/03/02 09:00:00.000, 0, "9\r0"\n', "UTC")
 def test_any_gpu_log_gives_a_report_or_an_input_error(data, tz):
     with tempfile.TemporaryDirectory() as directory:
         traces, log = os.path.join(directory, "traces.jsonl"), os.path.join(directory, "gpu.log")

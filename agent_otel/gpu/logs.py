@@ -436,7 +436,10 @@ def _chain(number: int, line: str, lines):
 
 def _csv_fields(line: str) -> list[str]:
     if '"' in line:
-        return [field.strip() for field in next(csv.reader([line]))]
+        try:
+            return [field.strip() for field in next(csv.reader([line]))]
+        except csv.Error:
+            pass  # a carriage return inside the line, say: split as is, the caller names what is wrong
     return [field.strip() for field in line.split(",")]
 
 
