@@ -244,10 +244,13 @@ def run_tool_calls(rounds: int, calls: int) -> bool:
         f"\n@agent_otel.tool over the bare span, per round: wall +{spread(added, 1e6)} µs, CPU +{spread(added_cpu, 1e6)} µs"
     )
     print(f"@agent_otel.tool over the hand-written span with its attributes: wall {spread(hand, 1e6)} µs")
-    ok = statistics.median(added) * 1e6 <= GOAL_TOOL_US
+    # The verdict reads CPU time: on a shared machine the wall time is mostly
+    # waiting for a core (see the wall column), the CPU time is the work.
+    ok = statistics.median(added_cpu) * 1e6 <= GOAL_TOOL_US
     print(
-        f"goal: @agent_otel.tool at most +{GOAL_TOOL_US:g} µs over a bare span: "
-        f"+{statistics.median(added) * 1e6:.2f} µs median, worst round +{max(added) * 1e6:.2f} µs ({met(ok)})"
+        f"goal: @agent_otel.tool at most +{GOAL_TOOL_US:g} µs over a bare span (CPU): "
+        f"+{statistics.median(added_cpu) * 1e6:.2f} µs median, worst round +{max(added_cpu) * 1e6:.2f} µs ({met(ok)}); "
+        f"wall +{statistics.median(added) * 1e6:.2f} µs median"
     )
     return ok
 
