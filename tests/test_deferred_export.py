@@ -6,6 +6,7 @@ error in the agent."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -42,7 +43,9 @@ print(json.dumps({"after_instrument": after_instrument, "after_export": "grpc" i
 
 
 def test_instrument_leaves_the_grpc_import_to_the_export_thread():
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
+    # Nothing listens on port 9: the export fails after the exporter's own timeout (10 s by default).
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["after_instrument"] is False
