@@ -71,13 +71,12 @@ class Pipeline:
             batch = []
             while finished:
                 batch.append(finished.popleft())
-            waits = self._monitor.waits if self._monitor is not None else ()
             blocks = self._loop_monitor.finished if self._loop_monitor is not None else ()
             try:
                 with self._metrics.lock:
                     self._metrics.observe_calls(batch)
-                    while waits:
-                        self._metrics.observe_wait(*waits.popleft())
+                    if self._monitor is not None:
+                        self._metrics.observe_waits(self._monitor.waits)
                     while blocks:
                         self._metrics.observe_block(blocks.popleft())
             except Exception as exc:
