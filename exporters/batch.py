@@ -342,12 +342,14 @@ class BatchSpanProcessor(SpanProcessor):
         self._retry_at = time.monotonic() + self._retry_delay_s
         if failure is None:
             failure = _what_failed(held)
+        # Once shutdown has begun nothing tries again (an abandoned thread's last export included).
+        then = "not trying again (shut down)" if self._stopping else "trying again with back-off"
         self._problems.report(
             (self.sink, _shape(failure)),
-            "agent-otel: exporting spans to %s failed (%s); trying again with back-off, "
-            "spans no sink could take are counted in %s",
+            "agent-otel: exporting spans to %s failed (%s); %s, spans no sink could take are counted in %s",
             self.sink,
             failure,
+            then,
             METRIC_SPANS_DROPPED,
         )
         return False

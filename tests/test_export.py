@@ -300,6 +300,9 @@ def test_shutdown_says_false_and_names_an_exporter_that_blocks(caplog, spans, tm
         deadline = time.monotonic() + 30
         while processor.running and time.monotonic() < deadline:
             time.sleep(0.01)
+    # ... and says nothing will try again: shutdown has given up on it.
+    late = [r.getMessage() for r in caplog.records if r.name == "agent_otel.export"]
+    assert late and all("not trying again" in line and "back-off" not in line for line in late), late
 
 
 def test_shutdown_says_true_when_everything_flushed(caplog, spans, tmp_path):
