@@ -161,18 +161,7 @@ def _wrap_run(original):
         def arguments():
             return tool_input
 
-        if parent is None:
-            return sync_call(
-                FRAMEWORK,
-                original,
-                (self, tool_input, *args),
-                kwargs,
-                describe,
-                _failed,
-                arguments=arguments,
-                result_of=_content,
-            )
-        token = context_api.attach(trace_api.set_span_in_context(parent))
+        token = None if parent is None else context_api.attach(trace_api.set_span_in_context(parent))
         try:
             return sync_call(
                 FRAMEWORK,
@@ -185,7 +174,8 @@ def _wrap_run(original):
                 result_of=_content,
             )
         finally:
-            context_api.detach(token)
+            if token is not None:
+                context_api.detach(token)
 
     return run
 
