@@ -17,6 +17,7 @@ from typing import Callable, Optional, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from agent_otel import forks
 from agent_otel.exporters.batch import hold_exporter_logs
 
 
@@ -26,6 +27,12 @@ class DeferredExporter(SpanExporter):
     def __init__(self, make: Callable[[], SpanExporter]):
         self._make = make
         self._exporter: Optional[SpanExporter] = None
+        self._lock = threading.Lock()
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def reinit_after_fork(self) -> None:
+        # A fork while the parent's export thread was making the exporter (inside the
+        # lock) would leave the child's export thread waiting on it for good.
         self._lock = threading.Lock()
 
     @property

@@ -9,6 +9,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
+
+import pytest
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
@@ -93,3 +96,38 @@ def test_the_exporter_is_made_once_and_used():
     assert exporter.force_flush() and Null.flushed == 1
     exporter.shutdown()
     assert Null.closed == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
+def test_a_child_forked_while_the_exporter_is_being_made_still_exports():
+    entered, release = threading.Event(), threading.Event()
+
+    class Null:
+        def export(self, spans):
+            return SpanExportResult.SUCCESS
+
+    def make():
+        if os.getpid() == parent:  # the parent's export thread is held inside the lock
+            entered.set()
+            release.wait(30)
+        return Null()
+
+    parent = os.getpid()
+    exporter = DeferredExporter(make)
+    maker = threading.Thread(target=exporter.export, args=([],))
+    maker.start()
+    try:
+        assert entered.wait(30)
+        pid = os.fork()
+        if pid == 0:  # the child: its export must not wait on the lock the parent's thread holds
+            done = threading.Event()
+            threading.Thread(
+                target=lambda: exporter.export([]) is SpanExportResult.SUCCESS and done.set(), daemon=True
+            ).start()
+            os._exit(0 if done.wait(10) else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child's export waited on a lock held at fork"
+    finally:
+        release.set()
+        maker.join(30)
+    assert exporter.made is not None
