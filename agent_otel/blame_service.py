@@ -167,6 +167,8 @@ def _pool_service(
         min_idle_s=settings.gpu_min_idle,
         horizon_s=settings.attribution_horizon,
         log_path=settings.gpu_log_file,
+        share_min_s=settings.gpu_idle_share_min,
+        children=settings.gpu_idle_children,
         clock=now_ns,
     )
     metrics = BlameServiceMetrics(

@@ -200,6 +200,22 @@ class Settings:
         high=3600,
         unit="s",
     )
+    gpu_idle_share_min: float = setting(
+        0.05,
+        "seconds a tool call's share of a GPU idle window must reach for a link from the window's `gpu.idle` "
+        "span and a child `gpu.idle` span under the tool's span; smaller shares are in the window's per-tool "
+        "totals only (`0`: every share) ([telemetry.md](docs/telemetry.md#gpu-idle-spans))",
+        env=("AGENT_OTEL_GPU_IDLE_SHARE_MIN",),
+        low=0,
+        high=3600,
+        unit="s",
+    )
+    gpu_idle_children: bool = setting(
+        True,
+        "a child `gpu.idle` span under each tool span whose share of an idle window reaches "
+        "`gpu_idle_share_min` (in Jaeger the stall shows under the tool); off: the window's span only",
+        env=("AGENT_OTEL_GPU_IDLE_CHILDREN",),
+    )
     gpu_log_file: Optional[str] = setting(
         None,
         "also write the GPU samples as `nvidia-smi` CSV, for `agent-otel report --gpu-log` (the utilization curve)",

@@ -184,6 +184,13 @@ GPU_UTILIZATION_AVG: Final = "gpu.utilization.avg"  # 0..1
 GPU_IDLE_BLOCKED_BY: Final = "gpu.idle.blocked_by"  # the tool holding the largest share
 GPU_IDLE_UNATTRIBUTED_DURATION: Final = "gpu.idle.unattributed_duration"  # s
 GPU_IDLE_BLOCKED_DURATION: Final = "gpu.idle.blocked_duration"  # s, one tool's share (child span, link)
+# On window-level gpu.idle spans: what agent_gpu_idle_blocked_seconds_total received
+# for the window, per tool and phase, as three arrays of the same length (entry
+# i: tool i, phase i, seconds i): every call's share, however small, links and
+# child spans or not (gpu_idle_share_min, gpu_idle_children).
+GPU_IDLE_BLOCKED_TOOLS: Final = "gpu.idle.blocked_tools"  # string[]
+GPU_IDLE_BLOCKED_PHASES: Final = "gpu.idle.blocked_phases"  # string[], each one of PHASES
+GPU_IDLE_BLOCKED_DURATIONS: Final = "gpu.idle.blocked_durations"  # double[], s
 # On window-level gpu.idle spans: where the samples came from (GPU_SOURCE_*), so
 # a simulated GPU's windows are never read as a real GPU's.
 AGENT_GPU_SOURCE: Final = "agent.gpu.source"

@@ -40,7 +40,7 @@ class FakeRecorder:
 class Agent:
     """A scripted agent and GPU on a virtual clock, with the live timeline polled every 0.5 s."""
 
-    def __init__(self, monkeypatch, *, horizon_s=120.0, keeps_zeros=False, depth=120):
+    def __init__(self, monkeypatch, *, horizon_s=120.0, keeps_zeros=False, depth=120, **options):
         self.clock = VirtualClock()
         self.gpu = DriverGpu(self.clock, period_s=PERIOD_S, keeps_zeros=keeps_zeros, depth=depth)
         monkeypatch.setitem(sys.modules, "pynvml", StandInNvml([self.gpu]))
@@ -54,6 +54,7 @@ class Agent:
             recorder=self.recorder,
             pipeline=self.pipeline,
             horizon_s=horizon_s,
+            **options,
         )
         self.origin = self.clock()
         self.next_poll = self.origin
@@ -230,3 +231,97 @@ def test_the_engine_of_a_gpu_pool_blames_only_that_pools_calls():
     assert update.idle.blocked_s == {("vllm-a/0", "search", "exec"): pytest.approx(1.0)}
     assert update.underused.blocked_s == {("vllm-a/0", "search", "exec"): pytest.approx(1.0)}
     assert engine.open_windows() == {"0": (t0, t0 + NS_PER_S)}
+
+
+# -- small shares: in the window's totals, not in links or child spans ------
+
+
+def spray(agent: Agent, calls: int, every_s: float, lasting_s: float) -> None:
+    """``calls`` calls of "spray", one every ``every_s``, each ``lasting_s`` long (virtual time)."""
+    at = (agent.clock() - agent.origin) / NS_PER_S
+    for _ in range(calls):
+        call = agent.start("spray")
+        agent.run_until(at + lasting_s)
+        agent.end(call)
+        at += every_s
+        agent.run_until(at)
+
+
+def idle_spans(spans):
+    idle = [s for s in spans.all() if s.name == "gpu.idle"]
+    [window] = [s for s in idle if s.parent is None]
+    return window, [s for s in idle if s.parent is not None]
+
+
+def window_totals(window) -> dict[tuple[str, str], float]:
+    tools = window.attributes["gpu.idle.blocked_tools"]
+    phases = window.attributes["gpu.idle.blocked_phases"]
+    durations = window.attributes["gpu.idle.blocked_durations"]
+    assert len(tools) == len(phases) == len(durations)
+    assert list(durations) == sorted(durations, reverse=True)  # largest first
+    return {(tool, phase): seconds for tool, phase, seconds in zip(tools, phases, durations)}
+
+
+def stall_with_a_spray(agent: Agent, calls: int = 400) -> ToolCall:
+    """A 3 s stall: "slow" runs 2.2 s of it alone; "spray" makes ``calls``
+    calls of 1 ms, one every 2 ms, in the rest. Returns slow's call."""
+    agent.run_until(1.0)
+    agent.gpu.set(0.0)
+    slow = agent.start("slow")
+    agent.run_until(3.2)
+    agent.end(slow)
+    spray(agent, calls, every_s=0.002, lasting_s=0.001)
+    agent.run_until(4.0)
+    agent.gpu.set(1.0)
+    agent.run_until(5.0)
+    agent.timeline.shutdown()
+    return slow
+
+
+@pytest.mark.parametrize("children", [True, False], ids=["children", "no-children"])
+def test_small_shares_are_in_the_window_totals_and_only_large_ones_get_links_and_children(monkeypatch, spans, children):
+    agent = Agent(monkeypatch, children=children)  # gpu_idle_share_min: 0.05 s by default
+    slow = stall_with_a_spray(agent)
+    window, child_spans = idle_spans(spans)
+
+    # Every share, however small, is in the totals: exactly what the counters got.
+    counted = {
+        (tool, phase): agent.counter("agent_gpu_idle_blocked_seconds_total", tool=tool, phase=phase)
+        for tool in ("slow", "spray")
+        for phase in ("queue", "exec")
+    }
+    counted = {key: seconds for key, seconds in counted.items() if seconds > 0.0}
+    assert set(counted) == {("slow", "exec"), ("spray", "exec")}
+    assert counted[("spray", "exec")] == pytest.approx(0.4, abs=0.01)  # 400 calls of 1 ms
+    assert window_totals(window) == {key: pytest.approx(seconds, abs=1e-9) for key, seconds in counted.items()}
+    assert sum(counted.values()) + window.attributes["gpu.idle.unattributed_duration"] == pytest.approx(
+        window.attributes["gpu.idle.duration"], abs=1e-9
+    )
+    # Only slow's share (2.2 s) reaches 0.05 s: one link, and one child if children are on.
+    assert [link.context.span_id for link in window.links] == [slow.span_id]
+    assert window.links[0].attributes["gpu.idle.blocked_duration"] == pytest.approx(counted[("slow", "exec")], abs=1e-9)
+    if children:
+        [child] = child_spans
+        assert child.parent.span_id == slow.span_id
+        assert child.attributes["gpu.idle.blocked_duration"] == pytest.approx(counted[("slow", "exec")], abs=1e-9)
+    else:
+        assert child_spans == []
+
+
+def test_every_share_gets_a_child_with_share_min_0_and_the_links_keep_the_largest_within_the_limit(monkeypatch, spans):
+    monkeypatch.setenv("OTEL_SPAN_LINK_COUNT_LIMIT", "5")  # read when the timeline starts
+    agent = Agent(monkeypatch, share_min_s=0.0)
+    slow = stall_with_a_spray(agent, calls=100)
+    window, child_spans = idle_spans(spans)
+
+    assert len(child_spans) == 101  # every call: slow and 100 spray calls
+    share_of = {child.parent.span_id: child.attributes["gpu.idle.blocked_duration"] for child in child_spans}
+    largest = sorted(share_of, key=share_of.get)[-5:]
+    assert [link.context.span_id for link in window.links] == largest  # ascending: the largest last
+    assert largest[-1] == slow.span_id
+    # Links and children are for finding calls; the totals hold every share.
+    spray_total = sum(seconds for span_id, seconds in share_of.items() if span_id != slow.span_id)
+    assert window_totals(window)[("spray", "exec")] == pytest.approx(spray_total, abs=1e-9)
+    assert spray_total == pytest.approx(
+        agent.counter("agent_gpu_idle_blocked_seconds_total", tool="spray", phase="exec"), abs=1e-9
+    )

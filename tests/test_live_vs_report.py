@@ -9,7 +9,12 @@ import agent_otel
 from agent_otel.report.analysis import analyse
 
 
-def test_live_metrics_equal_the_report_over_the_same_traces(tmp_path, spans):
+@pytest.mark.parametrize(
+    "spans_options",
+    [{}, {"gpu_idle_children": False}, {"gpu_idle_share_min": 10.0}, {"gpu_idle_share_min": 0.0}],
+    ids=["default", "no-children", "no-links-or-children", "every-share"],
+)
+def test_live_metrics_equal_the_report_over_the_same_traces(tmp_path, spans, spans_options):
     traces = tmp_path / "traces.jsonl"
     handle = agent_otel.instrument(
         traces_file=str(traces),
@@ -18,6 +23,7 @@ def test_live_metrics_equal_the_report_over_the_same_traces(tmp_path, spans):
         gpu="simulated",
         gpu_poll_interval=0.05,
         gpu_min_idle=0.2,
+        **spans_options,
     )
     gpu = handle.gpu_timeline.source
 
@@ -60,6 +66,14 @@ def test_live_metrics_equal_the_report_over_the_same_traces(tmp_path, spans):
     for key, seconds in live.items():
         assert offline[key] == pytest.approx(seconds, abs=1e-6), key
     assert sum(offline.values()) == pytest.approx(sum(live.values()), abs=1e-6)
+    # The live figure the report reads from the traces (the windows' totals),
+    # whether the windows had child spans and links or not.
+    children = [s for s in spans.all() if s.name == "gpu.idle" and s.parent is not None]
+    expect_children = spans_options.get("gpu_idle_children", True) and spans_options.get("gpu_idle_share_min", 0) < 0.2
+    assert bool(children) == expect_children
+    for tool in analysis.tools:
+        counted = live.get((tool.tool, "queue"), 0.0) + live.get((tool.tool, "exec"), 0.0)
+        assert tool.live_blocked_s == pytest.approx(counted, abs=1e-6), tool.tool
 
 
 def test_live_unused_capacity_equals_the_report_over_the_log_the_live_path_wrote(tmp_path, spans):

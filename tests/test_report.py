@@ -229,6 +229,22 @@ def test_gpu_idle_from_the_traces_own_gpu_idle_spans(tmp_path, capsys):
     assert gpus["1"]["idle_blocked_s"] == pytest.approx(1.0)
 
 
+def test_the_live_blame_is_read_from_the_windows_totals_once_with_or_without_children(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    run.agent_run(0.0, 10.0)
+    embed = run.tool_call("embed", 1.0, 1.0, 4.0, executor="direct")
+    run.tool_call("ping", 2.0, 2.0, 2.01, executor="direct")
+    # Totals of every share; a child only for embed's large share, and none on GPU 1.
+    run.idle_window(0, 2.0, 6.0, blocked=(("embed", "exec", 1.995), ("ping", "exec", 0.005)))
+    run.blamed_child(embed, 0, 2.0, 4.0, 1.995, "exec")
+    run.idle_window(1, 3.0, 4.0, blocked=(("embed", "exec", 1.0),))
+    run.close()
+    tools = {row["tool"]: row for row in report_of(capsys, tmp_path / "traces.jsonl")["tools"]}
+    assert tools["embed"]["gpu_idle_blocked_live_s"] == pytest.approx(2.995)  # not 4.99: the child is in the totals
+    assert tools["ping"]["gpu_idle_blocked_live_s"] == pytest.approx(0.005)  # a share with no span of its own
+    assert tools["embed"]["gpu_idle_blocked_s"] == pytest.approx(2.995)  # the report's own blame agrees
+
+
 def test_a_gpu_log_that_misses_the_traces_says_so(stalled_run, capsys):
     other_day = [(86400 * 3 + k / 10, 0, 2) for k in range(50)]
     write_gpu_csv(stalled_run / "old.csv", other_day)

@@ -290,6 +290,16 @@ def span_line(name="x", tool=None, start='"1700000000000000000"', end='"17000000
         (span_line(start='"18446744073709551616"'), ":1: startTimeUnixNano is not an unsigned 64-bit integer"),
         (span_line(start='"-5"'), ":1: startTimeUnixNano is not an unsigned 64-bit integer: '-5'"),
         ('{"resourceSpans":[{"scopeSpans":[{"spans":[5]}]}]}\n', ":1: spans[] is not a JSON object"),
+        (
+            span_line(
+                name="gpu.idle",
+                extra=',"attributes":[{"key":"gpu.index","value":{"intValue":"0"}},'
+                '{"key":"gpu.idle.blocked_tools","value":{"arrayValue":{"values":[{"stringValue":"a"}]}}},'
+                '{"key":"gpu.idle.blocked_durations","value":{"arrayValue":{"values":[]}}}]',
+            ),
+            ":1: span 'gpu.idle': gpu.idle.blocked_tools and gpu.idle.blocked_durations are not arrays of tool "
+            "names and of seconds of one length (got ['a'] and [])",
+        ),
         ("\x00" * 10, ": binary data, not OTLP/JSON lines"),
     ],
 )

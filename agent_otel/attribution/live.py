@@ -15,14 +15,16 @@ import logging
 from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
 from opentelemetry import trace as trace_api
+from opentelemetry.sdk.trace import SpanLimits
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
 from agent_otel import forks
 from agent_otel.attribution.engine import MAX_HORIZON_CALLS, BlameEngine, BlameUpdate, ClosedWindow
+from agent_otel.attribution.rule import CallShare
 from agent_otel.gpu.logs import GpuLogWriter
 from agent_otel.clock import now_ns
-from agent_otel.config import DEFAULTS, Settings
+from agent_otel.config import DEFAULTS, Settings, check
 from agent_otel.gpu.device import GpuSource
 from agent_otel.gpu.sampler import GpuSampler
 from agent_otel.gpu.sources import open_gpu_source
@@ -33,11 +35,16 @@ from agent_otel.semconv import (
     AGENT_TOOL_PHASE,
     GPU_IDLE_BLOCKED_BY,
     GPU_IDLE_BLOCKED_DURATION,
+    GPU_IDLE_BLOCKED_DURATIONS,
+    GPU_IDLE_BLOCKED_PHASES,
+    GPU_IDLE_BLOCKED_TOOLS,
     GPU_IDLE_DURATION,
     GPU_IDLE_UNATTRIBUTED_DURATION,
     GPU_INDEX,
     GPU_UTILIZATION_AVG,
     GPU_UUID,
+    PHASE_EXEC,
+    PHASE_QUEUE,
     SPAN_GPU_IDLE,
 )
 from agent_otel.problems import Problems
@@ -47,6 +54,9 @@ if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge
 
 logger = logging.getLogger("agent_otel.gpu")
+
+# The SDK's default link limit per span (OTEL_SPAN_LINK_COUNT_LIMIT).
+DEFAULT_LINK_LIMIT = 128
 
 __all__ = ["MAX_HORIZON_CALLS", "CallsInFlight", "FinishedCalls", "GpuMetrics", "LiveTimeline", "start_live_timeline"]
 
@@ -118,8 +128,15 @@ class LiveTimeline:
         log_path: Optional[str] = None,
         loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None,
         max_calls: int = MAX_HORIZON_CALLS,
+        share_min_s: float = DEFAULTS.gpu_idle_share_min,
+        children: bool = DEFAULTS.gpu_idle_children,
     ):
         self.source = source
+        # A share of a window this long or longer gets a link and (with
+        # ``children``) a child span; every share is in the window's totals.
+        self.share_min = check("gpu_idle_share_min", share_min_s, "share_min_s")
+        self.children = children
+        self.max_links = link_limit()
         # (start_ns, end_ns) -> the event-loop blocks overlapping it (the loop monitor's)
         self.loop_blocks = loop_blocks
         self.horizon_s = horizon_s
@@ -243,16 +260,32 @@ class LiveTimeline:
             metrics.gpu_missing.labels(gpu_label(gpu)).inc(seconds)
 
     def _emit_spans(self, closed: ClosedWindow) -> None:
+        """The window's ``gpu.idle`` span, with the per-tool totals of every
+        share and links to the largest shares; a child span under each tool
+        span whose share is large enough (docs/telemetry.md, GPU idle spans)."""
         result = closed.attribution
         window = result.window
         gpu = valid_text(window.gpu, NAME_LIMIT)  # from a GPU log, when replayed
-        links = []
+        share_min = self.share_min
+        totals: dict[tuple[str, str], float] = {}  # (tool, phase) -> seconds, as the counters got them
+        shown: list[CallShare] = []  # the shares a link and a child show
         for share in result.shares:
-            if share.call.trace_id:
-                context = SpanContext(
-                    share.call.trace_id, share.call.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)
-                )
-                links.append(Link(context, {GPU_IDLE_BLOCKED_DURATION: share.blocked_s, AGENT_TOOL_PHASE: share.phase}))
+            queue_s, exec_s = share.queue_s, share.exec_s
+            tool = share.call.tool
+            if queue_s > 0.0:
+                totals[(tool, PHASE_QUEUE)] = totals.get((tool, PHASE_QUEUE), 0.0) + queue_s
+            if exec_s > 0.0:
+                totals[(tool, PHASE_EXEC)] = totals.get((tool, PHASE_EXEC), 0.0) + exec_s
+            if queue_s + exec_s >= share_min and share.call.trace_id:
+                shown.append(share)
+        # Largest last: a tracer provider whose link limit is lower than the
+        # one read at start keeps the last links it is given.
+        shown.sort(key=_blocked_s)
+        linked = shown[len(shown) - self.max_links :] if self.max_links else []
+        links = [
+            Link(_context_of(share.call), {GPU_IDLE_BLOCKED_DURATION: share.blocked_s, AGENT_TOOL_PHASE: share.phase})
+            for share in linked
+        ]
         attributes: dict[str, AttributeValue] = {
             GPU_INDEX: gpu,
             GPU_IDLE_DURATION: closed.idle_s,  # what agent_gpu_idle_seconds_total received for it
@@ -264,6 +297,11 @@ class LiveTimeline:
             attributes[GPU_UUID] = valid_text(window.uuid, NAME_LIMIT)
         if result.blocked_by:
             attributes[GPU_IDLE_BLOCKED_BY] = result.blocked_by
+        if totals:
+            ordered = sorted(totals.items(), key=_largest_first)
+            attributes[GPU_IDLE_BLOCKED_TOOLS] = [valid_text(tool, NAME_LIMIT) for (tool, _), _ in ordered]
+            attributes[GPU_IDLE_BLOCKED_PHASES] = [phase for (_, phase), _ in ordered]
+            attributes[GPU_IDLE_BLOCKED_DURATIONS] = [seconds for _, seconds in ordered]
         # Each window is the root of its own trace: the GPU's timeline is not
         # part of any one agent turn, and the links lead to the turns it hit.
         span = self.tracer.start_span(
@@ -274,18 +312,16 @@ class LiveTimeline:
             start_time=window.start_ns,
         )
         span.end(end_time=window.end_ns)
-        for share in result.shares:
-            if not share.call.trace_id or share.blocked_s <= 0:
+        if not self.children:
+            return
+        for share in shown:
+            blocked_s = share.blocked_s
+            if blocked_s <= 0.0:
                 continue
-            parent = NonRecordingSpan(
-                SpanContext(
-                    share.call.trace_id, share.call.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)
-                )
-            )
             child = self.tracer.start_span(
                 SPAN_GPU_IDLE,
-                context=trace_api.set_span_in_context(parent),
-                attributes={GPU_INDEX: gpu, GPU_IDLE_BLOCKED_DURATION: share.blocked_s, AGENT_TOOL_PHASE: share.phase},
+                context=trace_api.set_span_in_context(NonRecordingSpan(_context_of(share.call))),
+                attributes={GPU_INDEX: gpu, GPU_IDLE_BLOCKED_DURATION: blocked_s, AGENT_TOOL_PHASE: share.phase},
                 start_time=share.start_ns,
             )
             child.end(end_time=share.end_ns)
@@ -296,6 +332,29 @@ class LiveTimeline:
             if new > 0:
                 self.metrics.gpu_errors.labels(self.metrics.reason_label(reason)).inc(new)
                 self._reported_errors[reason] = count
+
+
+def _context_of(call: ToolCall) -> SpanContext:
+    """The span context of a tool call's span."""
+    return SpanContext(call.trace_id, call.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+
+def _blocked_s(share: CallShare) -> float:
+    return share.blocked_s
+
+
+def _largest_first(item: tuple[tuple[str, str], float]) -> tuple[float, str, str]:
+    (tool, phase), seconds = item
+    return (-seconds, tool, phase)
+
+
+def link_limit() -> int:
+    """The links a span keeps at most, as the SDK reads it (``OTEL_SPAN_LINK_COUNT_LIMIT``, 128 by default)."""
+    try:
+        limit = SpanLimits().max_links
+    except ValueError:  # a bad variable: the SDK says so where it makes its tracer provider
+        return DEFAULT_LINK_LIMIT
+    return DEFAULT_LINK_LIMIT if limit is None else limit
 
 
 def start_live_timeline(
@@ -334,6 +393,8 @@ def start_live_timeline(
         horizon_s=settings.attribution_horizon,
         log_path=settings.gpu_log_file,
         loop_blocks=loop_blocks,
+        share_min_s=settings.gpu_idle_share_min,
+        children=settings.gpu_idle_children,
     )
     timeline.start()
     return timeline

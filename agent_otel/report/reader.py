@@ -16,9 +16,12 @@ window:
   ``agent.tool.queue.duration``);
 - **window-level ``gpu.idle`` spans** (with ``gpu.idle.duration``) become
   an ``IdleWindow``;
-- **per-tool ``gpu.idle`` child spans** (with ``gpu.idle.blocked_duration``)
-  hold what the live path blamed: summed per tool, to compare with the
-  report's own attribution;
+- **what the live path blamed**, summed per tool to compare with the
+  report's own attribution: the window spans' per-tool totals
+  (``gpu.idle.blocked_tools`` and ``gpu.idle.blocked_durations``, every
+  share) where the windows carry them; else, in traces of versions before
+  them, the per-tool ``gpu.idle`` child spans (with
+  ``gpu.idle.blocked_duration``), which then had one for every share;
 - **``asyncio.loop.blocked`` spans** become a ``LoopBlock``: the blocking
   call and the waiting ones from the span's links (``asyncio.loop.role``),
   the tool from ``asyncio.loop.blocked_by``;
@@ -149,6 +152,8 @@ from agent_otel.semconv import (
     TRACELOOP_TOOL,
     TRACELOOP_WORKFLOW,
     GPU_IDLE_BLOCKED_DURATION,
+    GPU_IDLE_BLOCKED_DURATIONS,
+    GPU_IDLE_BLOCKED_TOOLS,
     GPU_IDLE_DURATION,
     GPU_INDEX,
     GPU_UTILIZATION_AVG,
@@ -192,6 +197,8 @@ WANTED_ATTRIBUTES = frozenset(
         GPU_UUID,
         GPU_IDLE_DURATION,
         GPU_IDLE_BLOCKED_DURATION,
+        GPU_IDLE_BLOCKED_TOOLS,
+        GPU_IDLE_BLOCKED_DURATIONS,
         GPU_UTILIZATION_AVG,
         AGENT_TOOL_EXEC_DURATION,
         GEN_AI_REQUEST_MODEL,
@@ -241,8 +248,8 @@ class TraceData:
     calls: list[ToolCall] = field(default_factory=list)
     idle_windows: list[IdleWindow] = field(default_factory=list)
     loop_blocks: list[LoopBlock] = field(default_factory=list)
-    # tool -> seconds the live path's gpu.idle child spans blamed on it;
-    # None when the traces hold no such spans
+    # tool -> seconds the live path blamed on it (the windows' totals, or
+    # the child spans of older traces); None when the traces hold neither
     live_blocked_s: Optional[dict[str, float]] = None
     # tool -> the smallest ``agent.tool.timeout`` (s) its spans carried
     timeouts: dict[str, float] = field(default_factory=dict)
@@ -352,6 +359,7 @@ class TraceReader:
         self._seen = _SeenSpans()  # every span read, by its ids
         self._parents = array("Q")  # per call: its parent's span id (0: none), 8 bytes each
         self._live: dict[int, float] = {}  # trace_id << 64 | parent span id -> seconds blamed by gpu.idle children
+        self._window_live: Optional[dict[str, float]] = None  # tool -> seconds, the windows' totals
         self._strings: dict[str, str] = {}
         self._last_trace_id = -1
         self._ours = bytearray()  # per call: 1 when agent-otel made the span (it has the timing)
@@ -666,6 +674,8 @@ class TraceReader:
             pool=pool,
         )
         self.data.idle_windows.append(window)
+        if GPU_IDLE_BLOCKED_TOOLS in found:
+            self._window_blame(span, found)
         if self._text(found, AGENT_GPU_SOURCE) == GPU_SOURCE_SIMULATED or (window.uuid or "").startswith(
             SIMULATED_GPU_UUID_PREFIX
         ):
@@ -712,6 +722,29 @@ class TraceReader:
             )
         )
 
+    def _window_blame(self, span: JsonSpan, found: dict) -> None:
+        """A window's per-tool totals: what the live path blamed, every share."""
+        tools = value_of(found[GPU_IDLE_BLOCKED_TOOLS], GPU_IDLE_BLOCKED_TOOLS)
+        raw = found.get(GPU_IDLE_BLOCKED_DURATIONS)
+        durations = None if raw is None else value_of(raw, GPU_IDLE_BLOCKED_DURATIONS)
+        if (
+            type(tools) is not list
+            or type(durations) is not list
+            or len(tools) != len(durations)
+            or not all(type(tool) is str for tool in tools)
+            or not all(type(s) in (int, float) and 0 <= s < _INF for s in durations)
+        ):
+            raise SpanFormatError(
+                f"span {_name_of(span)!r}: {GPU_IDLE_BLOCKED_TOOLS} and {GPU_IDLE_BLOCKED_DURATIONS} are not "
+                f"arrays of tool names and of seconds of one length (got {repr(tools)[:80]} and {repr(durations)[:80]})"
+            )
+        totals = self._window_live
+        if totals is None:
+            totals = self._window_live = {}
+        for tool, seconds in zip(tools, durations):
+            tool = self._name(tool)
+            totals[tool] = totals.get(tool, 0.0) + seconds
+
     def _live_share(self, span: JsonSpan, found: dict, key: int) -> None:
         self._gpu(span, found)  # a child span names its GPU, like a window
         blocked = self._seconds(span, found, GPU_IDLE_BLOCKED_DURATION) or 0.0
@@ -738,12 +771,17 @@ class TraceReader:
 
     def finish(self) -> None:
         """Drop calls and model calls seen from several sides, and give the
-        live path's blame to the tools whose spans the children hang under."""
+        live path's blame to the tools: the windows' totals where they
+        carry them, else the child spans' by the tool spans they hang under
+        (a window with totals may also have children, for its larger shares:
+        counted once, from the totals)."""
         data = self.data
         self._seen = _SeenSpans()
         tool_of = self._dedupe_tool_calls()
         self._dedupe_model_calls()
-        if data.live_blocked_s is not None:
+        if self._window_live is not None:
+            data.live_blocked_s = self._window_live
+        elif data.live_blocked_s is not None:
             for parent, seconds in self._live.items():
                 tool = tool_of.get(parent)
                 if tool is not None:

@@ -173,9 +173,16 @@ class RecordedRun:
         return span
 
     def idle_window(
-        self, gpu: int, start: float, end: float, utilization: float = 0.02, source: str | None = None
+        self,
+        gpu: int,
+        start: float,
+        end: float,
+        utilization: float = 0.02,
+        source: str | None = None,
+        blocked: tuple[tuple[str, str, float], ...] = (),
     ) -> None:
-        """A window-level gpu.idle span, as the live path exports it (``source``: its agent.gpu.source)."""
+        """A window-level gpu.idle span, as the live path exports it (``source``: its agent.gpu.source;
+        ``blocked``: its per-tool totals, (tool, phase, seconds) each)."""
         attributes = {
             "gpu.index": gpu,
             "gpu.uuid": f"GPU-0000000{gpu}",
@@ -184,6 +191,10 @@ class RecordedRun:
         }
         if source is not None:
             attributes["agent.gpu.source"] = source
+        if blocked:
+            attributes["gpu.idle.blocked_tools"] = [tool for tool, _, _ in blocked]
+            attributes["gpu.idle.blocked_phases"] = [phase for _, phase, _ in blocked]
+            attributes["gpu.idle.blocked_durations"] = [seconds for _, _, seconds in blocked]
         span = self.tracer.start_span("gpu.idle", attributes=attributes, start_time=ns(start))
         span.end(end_time=ns(end))
 
