@@ -3,7 +3,9 @@
 The demo runs in a subprocess (it sets up its own instrument(), which this
 test session's shared tracer provider would otherwise catch), on the
 simulated GPU, with short runs. Each run's report is read back with
-`agent-otel report --format json`, as a user would.
+`agent-otel report --format json`, as a user would. Serve mode is tested in
+test_demo_serve.py (a module of its own, so that it runs beside the recorded
+runs under pytest-xdist).
 """
 
 from __future__ import annotations
@@ -11,30 +13,14 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
+from helpers.demo import agent_otel
 
 TOOLS_THAT_STALL = {"search_docs", "fetch_quote"}
-
-
-def agent_otel(*args: str, **popen) -> subprocess.Popen:
-    env = {**os.environ, "OTEL_TRACES_EXPORTER": "none", "PYTHONUNBUFFERED": "1"}
-    env.pop("AGENT_OTEL_PROMETHEUS_PORT", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "agent_otel.cli", *args],
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        **popen,
-    )
 
 
 def report(path) -> dict:
@@ -146,66 +132,3 @@ def test_the_baseline_blocks_the_event_loop_and_the_fix_does_not(demo):
     row = re.search(r"^event loop blocked \(s\)\s+(\S+)\s+(\S+)$", output, re.M)
     assert row, output
     assert float(row.group(1)) == pytest.approx(sum(loop["blocked_s"] for loop in baseline["event_loops"]), abs=0.06)
-
-
-def metrics_url(process: subprocess.Popen) -> str:
-    seen = []
-    for line in process.stdout:
-        seen.append(line)
-        found = re.match(r"metrics: (http://\S+)", line)
-        if found:
-            return found.group(1)
-    pytest.fail("the demo never printed its /metrics address:\n" + "".join(seen))
-
-
-def test_serve_mode_exposes_metrics_and_stops_after_its_duration():
-    started = time.monotonic()
-    process = agent_otel(
-        "demo",
-        "--serve",
-        "--duration",
-        "3",
-        "--seconds",
-        "1",
-        "--scenario",
-        "alternate",
-        "--prometheus-port",
-        "0",
-        "--gpu",
-        "simulated",
-    )
-    try:
-        url = metrics_url(process)
-        text = ""
-        while "agent_tool_calls_total{" not in text and time.monotonic() - started < 20:
-            time.sleep(0.3)
-            text = urllib.request.urlopen(url, timeout=5).read().decode()
-        assert re.search(
-            r'^agent_tool_calls_total\{outcome="ok",tool="(search_docs|fetch_quote|calculator)"\} ', text, re.M
-        ), text
-        rest, _ = process.communicate(timeout=30)
-    finally:
-        process.kill()
-    assert process.returncode == 0, rest
-    assert "stopped" in rest
-    assert time.monotonic() - started < 30
-
-
-def test_serve_mode_stops_cleanly_on_sigterm():
-    process = agent_otel("demo", "--serve", "--prometheus-port", "0", "--gpu", "simulated")
-    try:
-        metrics_url(process)
-        time.sleep(1.0)
-        process.send_signal(signal.SIGTERM)
-        rest, _ = process.communicate(timeout=20)
-    finally:
-        process.kill()
-    assert process.returncode == 0, rest
-    assert "agent-otel demo --serve: stopped" in rest
-
-
-def test_options_of_serve_mode_alone_are_refused():
-    process = agent_otel("demo", "--duration", "3")
-    output, _ = process.communicate(timeout=30)
-    assert process.returncode == 2
-    assert "--duration" in output and "--serve" in output
