@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import io
 import json
+import random
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ from agent_otel.cli import main
 from agent_otel.report import progress as progress_module
 from agent_otel.report.analysis import analyse, report_json
 from agent_otel.report.progress import Progress
-from agent_otel.report.stats import assign_rows, max_overlap, percentile
+from agent_otel.report.stats import assign_rows, max_overlap, peak_depth, percentile
 from agent_otel.report.table import render, terminal_style
 from helpers.traces import RecordedRun, write_gpu_csv
 
@@ -366,6 +367,16 @@ def test_statistics_helpers():
     assert max_overlap([(0, 10), (10, 20), (5, 6), (7, 7)]) == 2
     rows = assign_rows([(0, 10), (2, 4), (4, 8), (10, 12), (3, 5)])
     assert rows == [0, 1, 1, 0, 2]
+
+
+def test_peak_depth_of_columns_is_the_brute_force_overlap():
+    """peak_depth (two columns, C-level sorts) against counting every instant by hand."""
+    rng = random.Random(3)
+    for _ in range(200):
+        pairs = [(a, a + rng.choice((0, 0, 1, 2, 5))) for a in (rng.randrange(12) for _ in range(rng.randrange(8)))]
+        instants = {a for a, _ in pairs} | {b for _, b in pairs}
+        expected = max((sum(1 for a, b in pairs if a <= t < b) for t in instants), default=0)
+        assert peak_depth([a for a, _ in pairs], [b for _, b in pairs]) == expected == max_overlap(pairs)
 
 
 def test_report_json_of_an_empty_file(tmp_path):

@@ -30,7 +30,7 @@ import os
 from array import array
 from bisect import bisect_right
 from itertools import repeat
-from operator import truediv
+from operator import attrgetter, sub, truediv
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -45,7 +45,7 @@ from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_t
 from agent_otel.report.recommendations import Recommendation, recommend
 from agent_otel.report.slos import SloCompliance, compliance
 from agent_otel.report.underuse import Underuse, read_underuse
-from agent_otel.report.stats import max_overlap, percentile
+from agent_otel.report.stats import peak_depth, percentile
 from agent_otel.report.turns import ModelStats, Turn, TurnTotals, find_turns, model_stats
 from agent_otel.report.waits import (
     CpuStats,
@@ -240,7 +240,7 @@ def _analyse(
         trace_paths=list(trace_paths),
         start_ns=traces.start_ns,
         end_ns=traces.end_ns,
-        calls=sorted(traces.calls, key=lambda call: (call.submit_ns, call.start_ns)),
+        calls=_by_submit(traces.calls),
         windows=[],
         attributions=[],
         samples={},
@@ -274,6 +274,14 @@ def _analyse(
     analysis.gpus = _gpu_stats(analysis, totals, observed)
     analysis.recommendations = recommend(analysis)
     return analysis
+
+
+def _by_submit(calls: list[ToolCall]) -> list[ToolCall]:
+    """The calls by (submit, start) time: two stable sorts on one int each,
+    the same order as one sort on the pair, with no tuple made per call."""
+    ordered = sorted(calls, key=_START)
+    ordered.sort(key=_SUBMIT)
+    return ordered
 
 
 def _turn_inputs(analysis: Analysis, traces: TraceData) -> None:
@@ -357,7 +365,7 @@ def _attribute(
         return attribute(windows, calls, blocks)
     results: list[Optional[WindowAttribution]] = [None] * len(windows)
     order = sorted(range(len(windows)), key=lambda i: windows[i].start_ns)
-    calls = sorted(calls, key=lambda call: call.submit_ns)
+    calls = sorted(calls, key=_SUBMIT)
     group_windows: list[int] = []
     group_calls: list[ToolCall] = []
     reach = 0  # the latest end in the group so far
@@ -466,15 +474,16 @@ def _tool_stats(
             underused[(tool, phase)] += seconds
     stats = []
     for tool, tool_calls in by_tool.items():
+        submits, starts, ends = _times(tool_calls)
         stats.append(
             ToolStats(
                 tool=tool,
                 calls=len(tool_calls),
-                errors=sum(1 for call in tool_calls if call.outcome in ERROR_OUTCOMES),
-                duration_s=_sorted_seconds(call.end_ns - call.submit_ns for call in tool_calls),
-                exec_s=_sorted_seconds(call.end_ns - call.start_ns for call in tool_calls),
-                queue_s=_sorted_seconds(call.start_ns - call.submit_ns for call in tool_calls),
-                executors=sorted({call.executor for call in tool_calls}),
+                errors=sum(map(ERROR_OUTCOMES.__contains__, map(_OUTCOME, tool_calls))),
+                duration_s=_sorted_seconds(map(sub, ends, submits)),
+                exec_s=_sorted_seconds(map(sub, ends, starts)),
+                queue_s=_sorted_seconds(map(sub, starts, submits)),
+                executors=sorted(set(map(_EXECUTOR, tool_calls))),
                 blocked_queue_s=blocked[(tool, PHASE_QUEUE)],
                 blocked_exec_s=blocked[(tool, PHASE_EXEC)],
                 live_blocked_s=None if live is None else live.get(tool, 0.0),
@@ -485,6 +494,15 @@ def _tool_stats(
         )
     stats.sort(key=lambda s: (-round(s.rank_s, 6), -round(s.blocked_s, 6), -s.calls, s.tool))
     return stats
+
+
+_SUBMIT, _START, _END = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns")
+_TOOL, _EXECUTOR, _OUTCOME = attrgetter("tool"), attrgetter("executor"), attrgetter("outcome")
+
+
+def _times(calls: Sequence[ToolCall]) -> tuple[list[int], list[int], list[int]]:
+    """The calls' (submit, start, end) times as three columns."""
+    return list(map(_SUBMIT, calls)), list(map(_START, calls)), list(map(_END, calls))
 
 
 def _sorted_seconds(nanoseconds: Iterable[int]) -> array:
@@ -527,18 +545,19 @@ def _executor_stats(calls: Sequence[ToolCall]) -> list[ExecutorStats]:
         by_executor[call.executor].append(call)
     stats = []
     for executor, executor_calls in by_executor.items():
-        waits = _sorted_seconds(call.start_ns - call.submit_ns for call in executor_calls)
+        submits, starts, ends = _times(executor_calls)
+        waits = _sorted_seconds(map(sub, starts, submits))
         stats.append(
             ExecutorStats(
                 executor=executor,
                 submissions=len(executor_calls),
                 wait_p95_s=percentile(waits, 95),
-                max_queue_depth=max_overlap((c.submit_ns, c.start_ns) for c in executor_calls),
-                peak_in_flight=max_overlap((c.submit_ns, c.end_ns) for c in executor_calls),
-                max_concurrent_exec=max_overlap((c.start_ns, c.end_ns) for c in executor_calls),
+                max_queue_depth=peak_depth(submits, starts),
+                peak_in_flight=peak_depth(submits, ends),
+                max_concurrent_exec=peak_depth(starts, ends),
                 queue_total_s=sum(waits),
-                exec_total_s=sum(call.end_ns - call.start_ns for call in executor_calls) / NS_PER_S,
-                tools=sorted({call.tool for call in executor_calls}),
+                exec_total_s=sum(map(sub, ends, starts)) / NS_PER_S,
+                tools=sorted(set(map(_TOOL, executor_calls))),
                 max_workers=max((c.executor_workers for c in executor_calls if c.executor_workers), default=None),
             )
         )

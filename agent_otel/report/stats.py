@@ -11,8 +11,8 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right
-from itertools import repeat
-from operator import sub
+from itertools import compress, repeat
+from operator import gt, sub
 from typing import Iterable, Sequence
 
 
@@ -37,13 +37,21 @@ def max_overlap(intervals: Iterable[tuple[int, int]]) -> int:
     """
     starts, ends = [], []
     for a, b in intervals:
-        if b > a:
-            starts.append(a)
-            ends.append(b)
+        starts.append(a)
+        ends.append(b)
+    return peak_depth(starts, ends)
+
+
+def peak_depth(starts: Sequence[int], ends: Sequence[int]) -> int:
+    """``max_overlap`` of the intervals ``[starts[i], ends[i])``, given as
+    two columns (with no tuple made per interval)."""
+    nonempty = list(map(gt, ends, starts))
+    if not all(nonempty):
+        starts, ends = list(compress(starts, nonempty)), list(compress(ends, nonempty))
     if not starts:
         return 0
-    starts.sort()
-    ends.sort()
+    starts = sorted(starts)
+    ends = sorted(ends)
     gone = map(bisect_right, repeat(ends), starts)
     return max(map(sub, range(1, len(starts) + 1), gone))
 
