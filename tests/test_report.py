@@ -156,6 +156,19 @@ def test_json_keys_are_the_contracts(stalled_run, capsys):
         assert executor["max_workers"] is None  # not known from traces
 
 
+def test_call_ids_are_kept_only_for_the_outputs_that_show_them(stalled_run):
+    """analyse(call_ids=False), as the command runs it without --html or
+    --perfetto: the ids are dropped after the read, and the report is the same."""
+    paths, log = [str(stalled_run / "traces.jsonl")], [str(stalled_run / "gpu.csv")]
+    kept = analyse(paths, log, tz="UTC", idle_threshold=0.1, min_idle_s=0.5)
+    dropped = analyse(paths, log, tz="UTC", idle_threshold=0.1, min_idle_s=0.5, call_ids=False)
+    assert sorted(call.call_id for call in kept.calls) == sorted(
+        ["call_embed", "call_search"] + [f"call_late_{number}" for number in range(4)]
+    )
+    assert [call.call_id for call in dropped.calls] == [None] * 6
+    assert report_json(dropped) == report_json(kept)
+
+
 def test_calls_errors_and_percentiles_per_tool(tmp_path, capsys):
     run = RecordedRun(tmp_path / "traces.jsonl")
     # ten lookups, the k-th queued k*10 ms and executing k*100 ms (k = 1..10)

@@ -210,8 +210,12 @@ def analyse(
     progress: Optional[Callable[[int], None]] = None,
     gpu_pool: str = "",
     slos: Optional[Slos] = None,
+    call_ids: bool = True,
 ) -> Analysis:
     """Read the inputs, attribute GPU idle time, compute every statistic.
+
+    ``call_ids``: keep each call's ``gen_ai.tool.call.id``, which only the
+    HTML and Perfetto outputs show (``read_traces``).
 
     ``slos``: the latency SLO of each tool (``Slos()``, 95% within 0.8 s for
     every tool, the alert rules' default, when None).
@@ -221,7 +225,7 @@ def analyse(
     heap made the cost per span grow with the input.
     """
     with paused_gc():
-        analysis = _analyse(trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress, gpu_pool)
+        analysis = _analyse(trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress, gpu_pool, call_ids)
         analysis.slos = compliance({tool.tool: tool.duration_s for tool in analysis.tools}, slos or Slos())
         return analysis
 
@@ -234,8 +238,9 @@ def _analyse(
     min_idle_s: float,
     progress: Optional[Callable[[int], None]],
     gpu_pool: str,
+    call_ids: bool,
 ) -> Analysis:
-    traces = read_traces(trace_paths, progress)
+    traces = read_traces(trace_paths, progress, call_ids)
     analysis = Analysis(
         trace_paths=list(trace_paths),
         start_ns=traces.start_ns,

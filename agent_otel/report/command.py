@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
             progress=progress,
             gpu_pool=(args.gpu_pool or "").strip(),
             slos=slos,
+            call_ids=bool(args.html or args.perfetto),  # only they show a call's id
         )
     finally:
         progress.finish()

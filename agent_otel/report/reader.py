@@ -220,6 +220,10 @@ WANTED_ATTRIBUTES = frozenset(
     }
 )
 
+# How many recent trace ids the reader remembers, to share one int per trace
+# between its records (44 bytes each).
+TRACE_IDS = 1 << 14
+
 # How far (ns) another instrumentation's tool span may reach beyond one of
 # agent-otel's and still be the same call: their clocks are read apart.
 PEER_SLACK_NS = 5_000_000
@@ -300,8 +304,15 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] = None) -> TraceData:
+def read_traces(
+    paths: Iterable[str], progress: Optional[Callable[[int], None]] = None, call_ids: bool = True
+) -> TraceData:
     """Read OTLP/JSON trace inputs (files, or ``-`` for standard input) into records.
+
+    ``call_ids``: keep each call's ``gen_ai.tool.call.id`` (the HTML and
+    Perfetto outputs show it; the table and the JSON do not, and at a
+    million spans the ids take about 35 MB); without it they are read, to
+    tell calls apart, and dropped when the read ends.
 
     A span seen twice (the same trace and span id, e.g. files that overlap)
     counts once, and so does a call seen from two sides: a tool span whose
@@ -310,7 +321,7 @@ def read_traces(paths: Iterable[str], progress: Optional[Callable[[int], None]] 
     naming the file and line for a malformed line or a span field the
     report needs and cannot read.
     """
-    reader = TraceReader()
+    reader = TraceReader(call_ids)
     data = reader.data
     with paused_gc():
         for path in paths:
@@ -353,15 +364,16 @@ class TraceReader:
     ``SpanFormatError`` for a span field it needs and cannot read.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, call_ids: bool = True) -> None:
         self.data = TraceData()
         self.name = ""
+        self._call_ids = call_ids  # keep the calls' ids after finish (see read_traces)
         self._seen = _SeenSpans()  # every span read, by its ids
         self._parents = array("Q")  # per call: its parent's span id (0: none), 8 bytes each
         self._live: dict[int, float] = {}  # trace_id << 64 | parent span id -> seconds blamed by gpu.idle children
         self._window_live: Optional[dict[str, float]] = None  # tool -> seconds, the windows' totals
         self._strings: dict[str, str] = {}
-        self._last_trace_id = -1
+        self._trace_ids: dict[int, int] = {}  # recent trace ids: one int object per trace for its records
         self._ours = bytearray()  # per call: 1 when agent-otel made the span (it has the timing)
         self._hops: dict[int, int] = {}  # MCP client request span -> its parent (trace_id << 64 | span id)
         self._model_parents = array("Q")  # per model call, as _parents
@@ -587,15 +599,31 @@ class TraceReader:
         if type(call_id) is not str or not call_id.isascii():
             call_id = text(found, GEN_AI_TOOL_CALL_ID, False)
         cpu_s = self._seconds(span, found, AGENT_TOOL_EXEC_CPU_TIME) if AGENT_TOOL_EXEC_CPU_TIME in found else None
+        events = span.events
+        exec_ns = None
+        if not events:  # a direct call: no exec.start event, the queue (0) in an attribute
+            value = found.get(AGENT_TOOL_QUEUE_DURATION)
+            if value is None:
+                exec_ns = start_ns
+            elif type(value) is JsonValue and type(value.doubleValue) is float and not value.doubleValue:
+                exec_ns = start_ns
+        if exec_ns is None:
+            exec_ns = self._exec_start(span, found, start_ns, end_ns)
+        # The trace id: one int per trace (see _trace_id).
+        trace_id = key >> 64
+        trace_ids = self._trace_ids
+        shared = trace_ids.setdefault(trace_id, trace_id)
+        if shared is trace_id and len(trace_ids) > TRACE_IDS:
+            self._trace_ids = {trace_id: trace_id}
         call = ToolCall(
             tool,
             executor,
             start_ns,
-            self._exec_start(span, found, start_ns, end_ns),
+            exec_ns,
             end_ns,
             outcome,
             call_id,
-            self._trace_id(key),
+            shared,
             key & _SPAN_ID_MASK,
             text(found, ERROR_TYPE) if ERROR_TYPE in found else None,
             text(found, THREAD_NAME) if THREAD_NAME in found else None,
@@ -605,9 +633,17 @@ class TraceReader:
         )
         # Everything that can raise first: a span that fails adds nothing.
         timeout = self._seconds(span, found, AGENT_TOOL_TIMEOUT) if AGENT_TOOL_TIMEOUT in found else None
-        parent = self._parent(span)
+        parent = span.parentSpanId
+        if not parent:
+            parent = 0
+        elif type(parent) is str and len(parent) == 16:
+            try:
+                parent = int(parent, 16)
+            except ValueError:
+                parent = self._parent(span)
+        else:
+            parent = self._parent(span)
         ours = AGENT_TOOL_EXEC_DURATION in found
-        events = span.events
         exceptions = self._exceptions(events, end_ns) if events and AGENT_TOOL_RETRIES not in found else None
         data.calls.append(call)
         self._parents.append(parent)
@@ -634,12 +670,13 @@ class TraceReader:
         return times
 
     def _trace_id(self, key: int) -> int:
-        """The trace id, one int shared by the calls of a trace that come one after another."""
+        """The trace id, one int shared by the records of a trace (of the
+        last ``TRACE_IDS`` traces seen: a batch holds a trace's spans close together)."""
         trace_id = key >> 64
-        if trace_id == self._last_trace_id:
-            return self._last_trace_id
-        self._last_trace_id = trace_id
-        return trace_id
+        shared = self._trace_ids.setdefault(trace_id, trace_id)
+        if shared is trace_id and len(self._trace_ids) > TRACE_IDS:
+            self._trace_ids = {trace_id: trace_id}
+        return shared
 
     def _exec_start(self, span: JsonSpan, found: dict, start_ns: int, end_ns: int) -> int:
         """When execution began, kept inside the span."""
@@ -790,6 +827,9 @@ class TraceReader:
         self._ours = bytearray()
         self._hops = {}
         self._model_parents = array("Q")
+        if not self._call_ids:
+            for call in data.calls:
+                call.call_id = None
 
     def _dedupe_tool_calls(self) -> dict[int, str]:
         """Keep one record per tool call; returns trace_id << 64 | span id -> tool of every

@@ -31,7 +31,7 @@ import heapq
 from collections import defaultdict
 from operator import attrgetter
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from agent_otel.records import NS_PER_S, AgentRun, ModelCall, ToolCall
 
@@ -74,9 +74,15 @@ def find_turns(
     models_of: dict[int, list[ModelCall]] = defaultdict(list)
     for model_call in model_calls:
         models_of[model_call.trace_id].append(model_call)
-    runs_of: dict[int, list[AgentRun]] = defaultdict(list)
+    # trace -> its run, or its runs where it has several (no list per trace: a run is a turn, and there are many)
+    runs_of: dict[int, Union[AgentRun, list[AgentRun]]] = {}
     for run in agent_runs:
-        runs_of[run.trace_id].append(run)
+        known = runs_of.setdefault(run.trace_id, run)
+        if known is not run:
+            if isinstance(known, list):
+                known.append(run)
+            else:
+                runs_of[run.trace_id] = [known, run]
     turns: list[Turn] = []
     in_flight: dict[str, int] = defaultdict(int)  # tool -> ns of turns with a call of it in flight
     no_models: list[ModelCall] = []
@@ -89,9 +95,9 @@ def find_turns(
         trace_calls, trace_models = calls_of.get(trace_id, []), models_of.get(trace_id, no_models)
         if len(trace_calls) > 1:
             trace_calls.sort(key=_submit)
-        runs = runs_of.get(trace_id)
-        if runs:
-            runs = _outermost(runs) if len(runs) > 1 else runs
+        found = runs_of.get(trace_id)
+        if found is not None:
+            runs = _outermost(found) if isinstance(found, list) else [found]
             if _all_covered(trace_calls, trace_models, runs):
                 for run in runs:
                     turn = Turn(run.name, trace_id, run.start_ns, run.end_ns, FROM_AGENT)
@@ -109,11 +115,14 @@ def find_turns(
         turns.append(
             _breakdown(Turn(root.name, trace_id, start, end, FROM_TRACE), trace_calls, trace_models, in_flight, True)
         )
-    turns.sort(key=lambda t: (t.start_ns, t.trace_id))
+    # by (start, trace): two stable sorts on one int each, no tuple made per turn
+    turns.sort(key=_TRACE_ID)
+    turns.sort(key=_START)
     return turns, _totals(turns, in_flight)
 
 
 _submit = attrgetter("submit_ns")
+_TRACE_ID, _START = attrgetter("trace_id"), attrgetter("start_ns")
 
 
 def _all_covered(calls: list[ToolCall], model_calls: list[ModelCall], runs: list[AgentRun]) -> bool:
