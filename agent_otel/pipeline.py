@@ -68,9 +68,10 @@ class Pipeline:
         """Process everything the hot path has queued so far. Never raises."""
         with self._lock:
             finished = self._recorder.finished
-            batch = []
-            while finished:
-                batch.append(finished.popleft())
+            # Only this thread takes from the left (under the lock); the hot
+            # path appends on the right meanwhile and waits for the next drain.
+            take = finished.popleft
+            batch = [take() for _ in range(len(finished))]
             blocks = self._loop_monitor.finished if self._loop_monitor is not None else ()
             try:
                 with self._metrics.lock:

@@ -107,13 +107,16 @@ class _OpenWindow:
 
     def add(self, result: WindowAttribution, originals: dict[int, ToolCall]) -> None:
         self.unattributed_s += result.unattributed_s
+        shares, kept = self.shares, self.originals
         for share in result.shares:
-            original = originals.get(id(share.call), share.call)
+            call = share.call
+            original = originals.get(id(call), call) if originals else call
             key = id(original)
-            merged = self.shares.get(key)
+            merged = shares.get(key)
             if merged is None:
-                self.originals[key] = original
-                self.shares[key] = CallShare(share.call, share.start_ns, share.end_ns, share.queue_s, share.exec_s)
+                kept[key] = original
+                # The share is this piece's own (attribute() made it): kept as the call's merged share.
+                shares[key] = share
                 continue
             merged.start_ns = min(merged.start_ns, share.start_ns)
             merged.end_ns = max(merged.end_ns, share.end_ns)
@@ -208,6 +211,9 @@ class BlameEngine:
             if is_missing(segment.utilization):
                 key = gpu_key(segment)
                 update.missing_s[key] = update.missing_s.get(key, 0.0) + segment.seconds
+            elif segment.utilization >= 1.0:
+                # No capacity unused: nothing to blame, and no call to look at.
+                update.underused.add(WindowAttribution(segment, [], 0.0))  # type: ignore[arg-type]
             elif segment.end_ns > segment.start_ns:
                 segments.append(segment)
         intervals: list = [piece for piece, _, _ in pieces] + segments
@@ -244,11 +250,14 @@ class BlameEngine:
             seconds = (piece.end_ns - piece.start_ns) / NS_PER_S
             update.idle.idle_s[label] = update.idle.idle_s.get(label, 0.0) + seconds
             update.idle.unattributed_s[label] = update.idle.unattributed_s.get(label, 0.0) + result.unattributed_s
+            blocked_s = update.idle.blocked_s
             for share in result.shares:
-                for phase, blocked in ((PHASE_QUEUE, share.queue_s), (PHASE_EXEC, share.exec_s)):
-                    if blocked > 0.0:
-                        key = (label, share.call.tool, phase)
-                        update.idle.blocked_s[key] = update.idle.blocked_s.get(key, 0.0) + blocked
+                if share.queue_s > 0.0:
+                    key = (label, share.call.tool, PHASE_QUEUE)
+                    blocked_s[key] = blocked_s.get(key, 0.0) + share.queue_s
+                if share.exec_s > 0.0:
+                    key = (label, share.call.tool, PHASE_EXEC)
+                    blocked_s[key] = blocked_s.get(key, 0.0) + share.exec_s
             current.add(result, originals)
             current.idle_s += seconds
             current.accrued_to = piece.end_ns

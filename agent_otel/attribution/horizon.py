@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left, bisect_right
+from operator import attrgetter
 from typing import Iterable
 
 from agent_otel import forks
 from agent_otel.errors import ConfigError
 from agent_otel.records import NS_PER_S, ToolCall
+
+_END = attrgetter("end_ns")
 
 
 class CallHorizon:
@@ -60,14 +63,23 @@ class CallHorizon:
 
     def add_many(self, calls: Iterable[ToolCall]) -> None:
         """Store finished calls; a call still in flight is a ValueError."""
+        batch = sorted(calls, key=_END)  # stable: calls ending together keep their order
+        if batch and not batch[0].end_ns:
+            raise ValueError(f"call {batch[0].tool!r} is still in flight; pass it to attribute() directly")
         with self._lock:
-            for call in calls:
-                if not call.finished:
-                    raise ValueError(f"call {call.tool!r} is still in flight; pass it to attribute() directly")
-                position = bisect_right(self._ends, call.end_ns)
-                self._ends.insert(position, call.end_ns)
-                self._calls.insert(position, call)
-                self._newest_ns = max(self._newest_ns, call.end_ns)
+            if batch:
+                ends, stored = self._ends, self._calls
+                batch_ends = list(map(_END, batch))
+                # Calls mostly finish in order: those ending at or after the
+                # newest stored end are appended in one go, the others inserted.
+                first = bisect_left(batch_ends, ends[-1]) if ends else 0
+                for call, end in zip(batch[:first], batch_ends):
+                    position = bisect_right(ends, end)
+                    ends.insert(position, end)
+                    stored.insert(position, call)
+                ends += batch_ends[first:]
+                stored += batch[first:]
+                self._newest_ns = max(self._newest_ns, ends[-1])
             self._prune()
 
     def overlapping(self, start_ns: int, end_ns: int) -> list[ToolCall]:

@@ -50,8 +50,8 @@ from __future__ import annotations
 from bisect import bisect_right
 import dataclasses
 from dataclasses import dataclass, field
-from itertools import accumulate
-from operator import attrgetter, mul, not_, sub, truediv
+from itertools import accumulate, repeat
+from operator import and_, attrgetter, lshift, mul, not_, or_, rshift, sub, truediv
 from typing import Iterable, Iterator, Optional, Protocol, Sequence
 
 from agent_otel.records import NS_PER_S, IdleWindow, LoopBlock, ToolCall, UtilizationSegment
@@ -60,6 +60,7 @@ from agent_otel.semconv import PHASE_EXEC, PHASE_MIXED, PHASE_QUEUE
 # end_ns of a call still in flight: later than any real timestamp.
 _OPEN_END = 1 << 63
 _INF = float("inf")
+_SUBMIT, _START, _END = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns")
 
 
 class Interval(Protocol):
@@ -188,11 +189,16 @@ class UnderuseTotals:
         gpu = gpu_key(segment)
         self.underused_s[gpu] = self.underused_s.get(gpu, 0.0) + unused * seconds
         self.unattributed_s[gpu] = self.unattributed_s.get(gpu, 0.0) + unused * attribution.unattributed_s
+        if not unused > 0.0:
+            return
+        blocked_s = self.blocked_s
         for share in attribution.shares:
-            for phase, blocked in ((PHASE_QUEUE, share.queue_s), (PHASE_EXEC, share.exec_s)):
-                if blocked > 0.0 and unused > 0.0:
-                    key = (gpu, share.call.tool, phase)
-                    self.blocked_s[key] = self.blocked_s.get(key, 0.0) + unused * blocked
+            if share.queue_s > 0.0:
+                key = (gpu, share.call.tool, PHASE_QUEUE)
+                blocked_s[key] = blocked_s.get(key, 0.0) + unused * share.queue_s
+            if share.exec_s > 0.0:
+                key = (gpu, share.call.tool, PHASE_EXEC)
+                blocked_s[key] = blocked_s.get(key, 0.0) + unused * share.exec_s
 
 
 def attribute_underuse(
@@ -234,29 +240,37 @@ class _Calls:
     """
 
     def __init__(self, calls: Iterable[ToolCall]):
-        self.calls = sorted(calls, key=attrgetter("submit_ns", "start_ns"))
-        self.submits = [call.submit_ns for call in self.calls]
-        self.ends = [max(call.end_ns or _OPEN_END, call.submit_ns) for call in self.calls]
-        self.starts = [
-            min(max(call.start_ns or end, submit), end)
-            for call, submit, end in zip(self.calls, self.submits, self.ends)
+        # By submit, then start: two stable sorts on plain ints (no key tuples).
+        self.calls = calls = sorted(calls, key=_START)
+        calls.sort(key=_SUBMIT)
+        self.submits = submits = list(map(_SUBMIT, calls))
+        # max(end, submit), a call in flight ending far in the future
+        self.ends = ends = [
+            end if end >= submit else submit for end, submit in zip([e or _OPEN_END for e in map(_END, calls)], submits)
+        ]
+        # min(max(start, submit), end), a call not started queued until its end
+        self.starts = starts = [
+            end if not start or start >= end else start if start > submit else submit
+            for start, submit, end in zip(map(_START, calls), submits, ends)
         ]
         # Every boundary once per call, its change of n in the low two bits
         # (0: an end, -1; 1: a start, 0; 2: a submit, +1), so one sort of
         # plain ints orders them. Submits are sorted already and starts and
         # ends nearly so, which the sort exploits. Equal times may repeat:
         # the gap between them is 0, so H and Z come out the same.
-        keys = [submit << 2 | 2 for submit in self.submits]
-        keys += [start << 2 | 1 for start in self.starts]
-        keys += [end << 2 for end in self.ends if end != _OPEN_END]
+        two = repeat(2)
+        keys = list(map(or_, map(lshift, submits, two), two))
+        keys += map(or_, map(lshift, starts, two), repeat(1))
+        keys += map(lshift, [end for end in ends if end != _OPEN_END], two)
         keys.sort()
-        self.times = [key >> 2 for key in keys]
-        self.in_flight = list(accumulate((key & 3) - 1 for key in keys))  # n on [times[i], times[i + 1])
-        gaps = list(map(sub, self.times[1:], self.times))
+        self.times = times = list(map(rshift, keys, two))
+        # n on [times[i], times[i + 1])
+        self.in_flight = in_flight = list(accumulate(map(sub, map(and_, keys, repeat(3)), repeat(1))))
+        gaps = list(map(sub, times[1:], times))
         # gap / inf == 0.0: no call in flight adds nothing to H.
-        self.h = list(accumulate(map(truediv, gaps, [n or _INF for n in self.in_flight]), initial=0.0))
-        self.z = list(accumulate(map(mul, gaps, map(not_, self.in_flight)), initial=0))
-        self.h_at = dict(zip(self.times, self.h))
+        self.h = list(accumulate(map(truediv, gaps, [n or _INF for n in in_flight]), initial=0.0))
+        self.z = list(accumulate(map(mul, gaps, map(not_, in_flight)), initial=0))
+        self.h_at = dict(zip(times, self.h))
 
     def integrals_at(self, time: int) -> tuple[float, int]:
         """(H, Z) at any instant."""
@@ -344,20 +358,28 @@ def _attribute_window(window: Interval, positions: list[int], calls: _Calls) -> 
         return WindowAttribution(window, [], 0.0)  # type: ignore[arg-type]  # any Interval
     h_start, z_start = calls.integrals_at(start)
     h_end, z_end = calls.integrals_at(end)
-    h_at = calls.h_at
+    h_at, submits, starts, ends, records = calls.h_at, calls.submits, calls.starts, calls.ends, calls.calls
     shares = []
+    append = shares.append
     for position in positions:
-        submit, exec_start, finish = calls.submits[position], calls.starts[position], calls.ends[position]
-        a, h_a = (submit, h_at[submit]) if submit > start else (start, h_start)
-        b, h_b = (finish, h_at[finish]) if finish < end else (end, h_end)
+        a = submits[position]
+        if a > start:
+            h_a = h_at[a]
+        else:
+            a, h_a = start, h_start
+        b = ends[position]
+        if b < end:
+            h_b = h_at[b]
+        else:
+            b, h_b = end, h_end
+        exec_start = starts[position]
         if exec_start <= a:
-            queue, execute = 0.0, h_b - h_a
+            append(CallShare(records[position], a, b, 0.0, (h_b - h_a) / NS_PER_S))
         elif exec_start >= b:
-            queue, execute = h_b - h_a, 0.0
+            append(CallShare(records[position], a, b, (h_b - h_a) / NS_PER_S, 0.0))
         else:
             h_m = h_at[exec_start]
-            queue, execute = h_m - h_a, h_b - h_m
-        shares.append(CallShare(calls.calls[position], a, b, queue / NS_PER_S, execute / NS_PER_S))
+            append(CallShare(records[position], a, b, (h_m - h_a) / NS_PER_S, (h_b - h_m) / NS_PER_S))
     return WindowAttribution(window, shares, (z_end - z_start) / NS_PER_S)  # type: ignore[arg-type]
 
 
