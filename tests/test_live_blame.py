@@ -325,3 +325,44 @@ def test_every_share_gets_a_child_with_share_min_0_and_the_links_keep_the_larges
     assert spray_total == pytest.approx(
         agent.counter("agent_gpu_idle_blocked_seconds_total", tool="spray", phase="exec"), abs=1e-9
     )
+
+
+def test_an_idle_stretch_is_counted_once_it_lasts_the_minimum_and_each_stretch_is_attributed_once(monkeypatch):
+    from agent_otel.attribution import engine as engine_module
+    from agent_otel.attribution.engine import BlameEngine
+    from agent_otel.records import GpuSample
+
+    seen: list[int] = []  # the calls each attribute() was given, per batch
+    original = engine_module.attribute
+
+    def counting(intervals, calls, blocks=()):
+        calls = list(calls)
+        seen.append(len(calls))
+        return original(intervals, calls, blocks)
+
+    monkeypatch.setattr(engine_module, "attribute", counting)
+    t0 = 1_700_000_000 * NS_PER_S
+    step = NS_PER_S // 10
+    engine = BlameEngine(max_gap_s=None, min_idle_s=0.5)
+    # One call per 0.1 s stretch, each within it; the GPU idles 0.1-0.4 s
+    # (too short), is busy, then idles 0.5-1.3 s (a window from 1.0 s on).
+    calls = [ToolCall("t", "direct", t0 + i * step + 1, t0 + i * step + 1, t0 + i * step + 2) for i in range(16)]
+    engine.add_finished(calls)
+    busy = {0, 4, 5, 14, 15}
+    samples = [GpuSample("0", t0 + i * step, 1.0 if i in busy else 0.0) for i in range(16)]
+    blamed = []
+    for batch in (samples[:8], samples[8:10], samples[10:12], samples[12:]):
+        update = engine.feed(batch)
+        blamed.append(sum(update.idle.blocked_s.values()))
+    # The short stretch is never counted; the window is counted once it lasts
+    # 0.5 s (what it accrued before at once), then as it comes.
+    per_call = 1e-9  # each call in flight 1 ns, alone
+    assert blamed[:2] == [0.0, 0.0]  # 0.5-0.7 s, then 0.5-0.9 s: under the minimum
+    assert blamed[2] == pytest.approx(6 * per_call)  # 0.5-1.1 s: six stretches, counted now
+    assert blamed[3] == pytest.approx(2 * per_call)  # 1.1-1.3 s, and the window closes
+    [closed] = update.closed
+    assert closed.idle_s == pytest.approx(0.8)
+    assert sum(share.blocked_s for share in closed.attribution.shares) == pytest.approx(8 * per_call)
+    # Each batch looked at the calls of its own stretches only (not at the
+    # window's earlier ones again, nor at those of a fully used GPU).
+    assert seen == [7, 2, 2, 2]

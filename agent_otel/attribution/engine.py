@@ -17,17 +17,22 @@ with its own. Not thread-safe: one thread feeds it (``add_finished`` may
 come from another; the horizon has its own lock).
 
 Blame accrues while a stall lasts. Each batch of samples is cut into
-stretches by ``IdleDetector.step``; every stretch's unused capacity is
-blamed at once (``attribute``, weighted), and so is every part of an idle
-window the new samples cover, as soon as the window has lasted the minimum
-idle time, although it has not closed. So the counters are behind the
+stretches by ``IdleDetector.step``, and each stretch is attributed once
+(``attribute``): its shares, weighted by its unused capacity, are the
+under-use blame; unweighted, the shares of an idle stretch are the blame
+of the idle window it is part of (a window is its idle stretches, end to
+end). An idle stretch's blame is kept with its window as it comes, held
+until the window has lasted the minimum idle time and counted from then
+on, although the window has not closed. So the counters are behind the
 GPU by no more than the newest sample, and a ten-minute stall shows on
-them during its ten minutes. When the window closes, its blame is the sum
-of the parts it accrued (the same numbers the counters received), merged
-per call, so its ``gpu.idle`` spans agree with the counters.
+them during its ten minutes; and each call is attributed once per batch
+it overlaps, however long the window it is in. When the window closes,
+its blame is the sum of the stretches it accrued (the same numbers the
+counters received), merged per call, so its ``gpu.idle`` spans agree with
+the counters.
 
 Memory is bounded by the horizon, not by how long a window lasts: the
-parts of an open window already blamed are kept as per-call sums, and
+stretches of an open window already blamed are kept as per-call sums, and
 the horizon is told to keep the finished calls the part not yet blamed
 may still need (``CallHorizon.keep_from``).
 """
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Iterable, NamedTuple, Optional, Sequence
 
 from agent_otel import forks
@@ -50,7 +56,7 @@ from agent_otel.attribution.rule import (
 )
 from agent_otel.config import DEFAULTS
 from agent_otel.gpu.timeline import IdleDetector, is_missing
-from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, LoopBlock, ToolCall
+from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, LoopBlock, ToolCall, UtilizationSegment
 from agent_otel.semconv import PHASE_EXEC, PHASE_QUEUE
 
 # Finished calls kept for attribution: enough for a busy agent, small
@@ -83,27 +89,25 @@ class BlameUpdate:
     closed: list[ClosedWindow] = field(default_factory=list)
 
 
-class _Piece:
-    """The part of an idle window one batch covers: an ``Interval``."""
-
-    __slots__ = ("gpu", "start_ns", "end_ns", "pool")
-
-    def __init__(self, gpu: str, start_ns: int, end_ns: int, pool: str):
-        self.gpu, self.start_ns, self.end_ns, self.pool = gpu, start_ns, end_ns, pool
+_CALL_SUBMIT, _CALL_START = attrgetter("call.submit_ns"), attrgetter("call.start_ns")
 
 
 class _OpenWindow:
-    """An idle window being blamed part by part."""
+    """An idle stretch being blamed stretch by stretch: a window once it has
+    lasted the minimum idle time (``counted``: from then on its blame goes
+    to the counters as it comes; what it accrued before goes at once)."""
 
-    __slots__ = ("start_ns", "accrued_to", "shares", "originals", "unattributed_s", "idle_s")
+    __slots__ = ("start_ns", "accrued_to", "shares", "originals", "unattributed_s", "idle_s", "counted", "label")
 
-    def __init__(self, start_ns: int):
+    def __init__(self, start_ns: int, label: str):
         self.start_ns = start_ns
         self.accrued_to = start_ns
         self.idle_s = 0.0
         self.shares: dict[int, CallShare] = {}  # id(original call) -> its share so far
         self.originals: dict[int, ToolCall] = {}  # holds each original, so its id stays its own
         self.unattributed_s = 0.0
+        self.counted = False
+        self.label = label  # gpu_key of its GPU: the counters' gpu label
 
     def add(self, result: WindowAttribution, originals: dict[int, ToolCall]) -> None:
         self.unattributed_s += result.unattributed_s
@@ -115,19 +119,38 @@ class _OpenWindow:
             merged = shares.get(key)
             if merged is None:
                 kept[key] = original
-                # The share is this piece's own (attribute() made it): kept as the call's merged share.
-                shares[key] = share
+                shares[key] = share  # the stretch's result is done with (counted first): kept, and merged into
                 continue
             merged.start_ns = min(merged.start_ns, share.start_ns)
             merged.end_ns = max(merged.end_ns, share.end_ns)
             merged.queue_s += share.queue_s
             merged.exec_s += share.exec_s
-            if share.call.finished or not merged.call.finished:
-                merged.call = share.call  # the newest record of the call: its phases as they turned out
+            if call.finished or not merged.call.finished:
+                merged.call = call  # the newest record of the call: its phases as they turned out
+
+    def count(self, totals: BlameTotals) -> None:
+        """It became a window: everything it accrued so far goes to ``totals``."""
+        self.counted = True
+        label = self.label
+        totals.idle_s[label] = totals.idle_s.get(label, 0.0) + self.idle_s
+        totals.unattributed_s[label] = totals.unattributed_s.get(label, 0.0) + self.unattributed_s
+        _add_blocked(totals.blocked_s, label, self.shares.values())
 
     def close(self, window: IdleWindow) -> ClosedWindow:
-        shares = sorted(self.shares.values(), key=lambda s: (s.call.submit_ns, s.call.start_ns))
+        shares = sorted(self.shares.values(), key=_CALL_START)
+        shares.sort(key=_CALL_SUBMIT)  # by submit, then start
         return ClosedWindow(WindowAttribution(window, shares, self.unattributed_s), self.idle_s)
+
+
+def _add_blocked(blocked_s: dict[tuple[str, str, str], float], label: str, shares: Iterable[CallShare]) -> None:
+    """Add the shares' seconds to ``blocked_s`` by (gpu, tool, phase)."""
+    for share in shares:
+        if share.queue_s > 0.0:
+            key = (label, share.call.tool, PHASE_QUEUE)
+            blocked_s[key] = blocked_s.get(key, 0.0) + share.queue_s
+        if share.exec_s > 0.0:
+            key = (label, share.call.tool, PHASE_EXEC)
+            blocked_s[key] = blocked_s.get(key, 0.0) + share.exec_s
 
 
 class BlameEngine:
@@ -162,8 +185,9 @@ class BlameEngine:
         """In a forked child: the blame accrued so far in an open window is the
         parent's (its calls, its counters); the child blames from where it got to."""
         for gpu, current in list(self._open.items()):
-            fresh = self._open[gpu] = _OpenWindow(current.start_ns)
+            fresh = self._open[gpu] = _OpenWindow(current.start_ns, current.label)
             fresh.accrued_to = current.accrued_to
+            fresh.counted = current.counted
 
     def add_finished(self, calls: Iterable[ToolCall]) -> None:
         """Finished calls, as they finish (any thread)."""
@@ -184,7 +208,7 @@ class BlameEngine:
 
     def open_windows(self) -> dict[str, tuple[int, int]]:
         """The idle windows still open, by GPU: (start_ns, blamed up to ns)."""
-        return {gpu: (window.start_ns, window.accrued_to) for gpu, window in self._open.items()}
+        return {gpu: (window.start_ns, window.accrued_to) for gpu, window in self._open.items() if window.counted}
 
     # -- the work --------------------------------------------------------
 
@@ -195,75 +219,70 @@ class BlameEngine:
         closed = list(step.windows)
         if flushing:
             closed += self.detector.flush()
-        # The intervals to blame: each window's part not yet blamed (closed
-        # windows first, so a GPU's next window starts afresh), then every
-        # stretch's unused capacity.
-        pieces: list[tuple[_Piece, int, Optional[IdleWindow]]] = []
-        for window in closed:
-            pieces.append((self._piece(window.gpu, window.start_ns, window.end_ns), window.start_ns, window))
-        for gpu in self.detector.gpus():
-            extent = self.detector.open_window(gpu)
-            if extent is not None:
-                pieces.append((self._piece(gpu, *extent), extent[0], None))
+        threshold = self.detector.threshold
         segments = []
         for segment in step.segments:
             self._newest_ns = max(self._newest_ns, segment.end_ns)
             if is_missing(segment.utilization):
                 key = gpu_key(segment)
                 update.missing_s[key] = update.missing_s.get(key, 0.0) + segment.seconds
-            elif segment.utilization >= 1.0:
+            elif segment.utilization >= 1.0 and segment.utilization > threshold:
                 # No capacity unused: nothing to blame, and no call to look at.
-                update.underused.add(WindowAttribution(segment, [], 0.0))  # type: ignore[arg-type]
+                update.underused.add(WindowAttribution(segment, [], 0.0))
             elif segment.end_ns > segment.start_ns:
                 segments.append(segment)
-        intervals: list = [piece for piece, _, _ in pieces] + segments
-        calls, originals = self._calls(intervals, in_flight) if intervals else ([], {})
-        results = attribute(intervals, calls, blocks) if intervals else []
-        for (piece, start, window), result in zip(pieces, results):
-            self._accrue(piece, start, window, result, originals, update)
-        for result in results[len(pieces) :]:
+        # Every stretch is blamed once, for its unused capacity; an idle
+        # stretch's same shares, unweighted, are its idle window's blame.
+        calls, originals = self._calls(segments, in_flight) if segments else ([], {})
+        results = attribute(segments, calls, blocks) if segments else []
+        ended: dict[tuple[str, int], _OpenWindow] = {}  # stretches that ended in this batch
+        for segment, result in zip(segments, results):
             update.underused.add(result)
+            if segment.utilization <= threshold:
+                self._accrue(segment, result, originals, update, ended)
+        for window in closed:
+            current = self._open.get(window.gpu)
+            if current is not None and current.start_ns == window.start_ns:
+                del self._open[window.gpu]
+            else:
+                current = ended.pop((window.gpu, window.start_ns), None)
+                if current is None:  # no stretch of it was seen (not expected): a window blamed on nobody
+                    current = _OpenWindow(window.start_ns, gpu_key(window))
+            if not current.counted:
+                current.count(update.idle)
+            update.closed.append(current.close(window))
+        for gpu, current in list(self._open.items()):
+            if self.detector.open_since(gpu) != current.start_ns:
+                del self._open[gpu]  # the stretch ended too short to be a window
+            elif not current.counted and self.detector.open_window(gpu) is not None:
+                current.count(update.idle)  # it has lasted the minimum idle time
         self.horizon.keep_from(self._needed_from())
         return update
 
-    def _piece(self, gpu: str, start_ns: int, end_ns: int) -> _Piece:
-        """The part of the window starting at ``start_ns`` not blamed yet."""
-        current = self._open.get(gpu)
-        if current is not None and current.start_ns == start_ns:
-            start_ns = current.accrued_to
-        return _Piece(gpu, start_ns, max(start_ns, end_ns), self.pool)
-
     def _accrue(
         self,
-        piece: _Piece,
-        start: int,
-        window: Optional[IdleWindow],
+        segment: UtilizationSegment,
         result: WindowAttribution,
         originals: dict[int, ToolCall],
         update: BlameUpdate,
+        ended: dict[tuple[str, int], _OpenWindow],
     ) -> None:
-        gpu, label = piece.gpu, gpu_key(piece)
+        """Add an idle stretch's blame to the idle stretch of its GPU it continues, or start one."""
+        gpu = segment.gpu
         current = self._open.get(gpu)
-        if current is None or current.start_ns != start:
-            current = self._open[gpu] = _OpenWindow(start)
-        if piece.end_ns > piece.start_ns:
-            seconds = (piece.end_ns - piece.start_ns) / NS_PER_S
-            update.idle.idle_s[label] = update.idle.idle_s.get(label, 0.0) + seconds
-            update.idle.unattributed_s[label] = update.idle.unattributed_s.get(label, 0.0) + result.unattributed_s
-            blocked_s = update.idle.blocked_s
-            for share in result.shares:
-                if share.queue_s > 0.0:
-                    key = (label, share.call.tool, PHASE_QUEUE)
-                    blocked_s[key] = blocked_s.get(key, 0.0) + share.queue_s
-                if share.exec_s > 0.0:
-                    key = (label, share.call.tool, PHASE_EXEC)
-                    blocked_s[key] = blocked_s.get(key, 0.0) + share.exec_s
-            current.add(result, originals)
-            current.idle_s += seconds
-            current.accrued_to = piece.end_ns
-        if window is not None:
-            update.closed.append(current.close(window))
-            del self._open[gpu]
+        if current is None or current.accrued_to != segment.start_ns:
+            if current is not None:
+                ended[(gpu, current.start_ns)] = current
+            current = self._open[gpu] = _OpenWindow(segment.start_ns, gpu_key(segment))
+        seconds = (segment.end_ns - segment.start_ns) / NS_PER_S
+        if current.counted:  # before add(), which merges later shares into these
+            idle, label = update.idle, current.label
+            idle.idle_s[label] = idle.idle_s.get(label, 0.0) + seconds
+            idle.unattributed_s[label] = idle.unattributed_s.get(label, 0.0) + result.unattributed_s
+            _add_blocked(idle.blocked_s, label, result.shares)
+        current.add(result, originals)
+        current.idle_s += seconds
+        current.accrued_to = segment.end_ns
 
     def _calls(self, intervals: list, in_flight: Iterable[ToolCall]) -> tuple[list[ToolCall], dict[int, ToolCall]]:
         """The calls that may overlap ``intervals``: finished ones from the

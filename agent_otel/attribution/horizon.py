@@ -86,7 +86,7 @@ class CallHorizon:
         """The stored calls in flight at some instant of [start_ns, end_ns)."""
         with self._lock:
             first = bisect_right(self._ends, start_ns)
-            return [call for call in self._calls[first:] if call.submit_ns < min(end_ns, call.end_ns)]
+            return [call for call in self._calls[first:] if call.submit_ns < end_ns and call.submit_ns < call.end_ns]
 
     def keep_from(self, ns: int | None) -> None:
         """Keep the calls that end after ``ns`` whatever their age (None: no floor)."""

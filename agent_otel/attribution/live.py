@@ -21,7 +21,7 @@ from opentelemetry.util.types import AttributeValue
 
 from agent_otel import forks
 from agent_otel.attribution.engine import MAX_HORIZON_CALLS, BlameEngine, BlameUpdate, ClosedWindow
-from agent_otel.attribution.rule import CallShare
+from agent_otel.attribution.rule import CallShare, largest_share
 from agent_otel.gpu.logs import GpuLogWriter
 from agent_otel.clock import now_ns
 from agent_otel.config import DEFAULTS, Settings, check
@@ -295,9 +295,11 @@ class LiveTimeline:
         }
         if window.uuid:
             attributes[GPU_UUID] = valid_text(window.uuid, NAME_LIMIT)
-        if result.blocked_by:
-            attributes[GPU_IDLE_BLOCKED_BY] = result.blocked_by
         if totals:
+            by_tool: dict[str, float] = {}
+            for (tool, _), seconds in totals.items():
+                by_tool[tool] = by_tool.get(tool, 0.0) + seconds
+            attributes[GPU_IDLE_BLOCKED_BY] = largest_share(by_tool)  # not None: totals has a tool
             ordered = sorted(totals.items(), key=_largest_first)
             attributes[GPU_IDLE_BLOCKED_TOOLS] = [valid_text(tool, NAME_LIMIT) for (tool, _), _ in ordered]
             attributes[GPU_IDLE_BLOCKED_PHASES] = [phase for (_, phase), _ in ordered]

@@ -134,9 +134,15 @@ class WindowAttribution:
         totals: dict[str, float] = {}
         for share in self.shares:
             totals[share.call.tool] = totals.get(share.call.tool, 0.0) + share.blocked_s
-        if not totals:
-            return None
-        return min(totals, key=lambda tool: (-round(totals[tool], 9), tool))
+        return largest_share(totals)
+
+
+def largest_share(seconds_by_tool: dict[str, float]) -> Optional[str]:
+    """The tool with the most seconds (``gpu.idle.blocked_by``); on a tie, to
+    the nanosecond, the first name in sort order; None for none."""
+    if not seconds_by_tool:
+        return None
+    return min(seconds_by_tool, key=lambda tool: (-round(seconds_by_tool[tool], 9), tool))
 
 
 @dataclass
@@ -257,10 +263,13 @@ class _Calls:
         # (0: an end, -1; 1: a start, 0; 2: a submit, +1), so one sort of
         # plain ints orders them. Submits are sorted already and starts and
         # ends nearly so, which the sort exploits. Equal times may repeat:
-        # the gap between them is 0, so H and Z come out the same.
+        # the gap between them is 0, so H and Z come out the same. A start
+        # changes nothing in flight: it is a boundary only where a share is
+        # split at it (strictly inside the call's life; not a direct call's).
         two = repeat(2)
         keys = list(map(or_, map(lshift, submits, two), two))
-        keys += map(or_, map(lshift, starts, two), repeat(1))
+        inside = [start for start, submit, end in zip(starts, submits, ends) if submit < start < end]
+        keys += map(or_, map(lshift, inside, two), repeat(1))
         keys += map(lshift, [end for end in ends if end != _OPEN_END], two)
         keys.sort()
         self.times = times = list(map(rshift, keys, two))
@@ -359,7 +368,7 @@ def _attribute_window(window: Interval, positions: list[int], calls: _Calls) -> 
     h_start, z_start = calls.integrals_at(start)
     h_end, z_end = calls.integrals_at(end)
     h_at, submits, starts, ends, records = calls.h_at, calls.submits, calls.starts, calls.ends, calls.calls
-    shares = []
+    shares: list[CallShare] = []
     append = shares.append
     for position in positions:
         a = submits[position]
