@@ -350,22 +350,27 @@ class Metrics:
             index = bisect_left(bounds, value)
             duration[0][index] += 1
             duration[1] += value
+            if start == submit:
+                # No wait (a direct call): the queue's first bucket and nothing
+                # to add to its sum; exec is the whole duration, same bucket.
+                queue[0][0] += 1
+                exec_[0][index] += 1
+                exec_[1] += value
+                if trace_id:
+                    duration[2][index] = exec_[2][index] = (trace_id, value, end)
+                continue
             if trace_id:
                 duration[2][index] = (trace_id, value, end)
-            if start == submit:
-                queue[0][0] += 1  # no wait: the first bucket, and nothing to add to the sum
-                exec_value = value
-            else:
-                value = (start - submit) / 1e9
-                index = bisect_left(bounds, value)
-                queue[0][index] += 1
-                queue[1] += value
-                exec_value = (end - start) / 1e9
-            index = bisect_left(bounds, exec_value)
+            value = (start - submit) / 1e9
+            index = bisect_left(bounds, value)
+            queue[0][index] += 1
+            queue[1] += value
+            value = (end - start) / 1e9
+            index = bisect_left(bounds, value)
             exec_[0][index] += 1
-            exec_[1] += exec_value
+            exec_[1] += value
             if trace_id:
-                exec_[2][index] = (trace_id, exec_value, end)
+                exec_[2][index] = (trace_id, value, end)
 
     def _children_of(self, key: tuple[str, str, str]) -> tuple:
         tool_name, executor_name, outcome = key

@@ -73,6 +73,7 @@ class ToolMeta:
         "span_name",
         "start_attributes",
         "end_attributes",
+        "attributes",
         "text_bound",
         "cpu_skip",
     )
@@ -90,12 +91,15 @@ class ToolMeta:
         # name (execute_tool {tool}): each costs the SDK a validation pass at
         # start. The rest (the GenAI attributes that name the tool, and the
         # agent.* ones) goes on when the call ends, written directly
-        # (Recorder.end, sdk_span.add).
+        # (Recorder.end, sdk_span.add); all of them (``attributes``) where
+        # nothing reads a span's attributes at its start
+        # (sdk_span.StartAttributes).
         self.start_attributes: dict[str, AttributeValue] = START_ATTRIBUTES
         attributes: dict[str, AttributeValue] = {GEN_AI_TOOL_NAME: name, GEN_AI_TOOL_TYPE: tool_type}
         if description:
             attributes[GEN_AI_TOOL_DESCRIPTION] = description
         self.end_attributes = attributes
+        self.attributes: dict[str, AttributeValue] = {**START_ATTRIBUTES, **attributes}
         # The longest text a span of this tool gets at its end from
         # agent-otel (names, executors and call ids are cut to NAME_LIMIT):
         # see sdk_span.add.

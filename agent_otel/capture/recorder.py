@@ -19,15 +19,8 @@ from operator import itemgetter
 from typing import Callable, Iterable, Optional, Protocol
 
 from opentelemetry import trace as trace_api
-from opentelemetry.context import Context, attach as attach_context, detach, get_current
-from opentelemetry.trace import (
-    INVALID_SPAN,
-    NonRecordingSpan,
-    Status,
-    StatusCode,
-    get_current_span,
-    set_span_in_context,
-)
+from opentelemetry.context import Context
+from opentelemetry.trace import Status, StatusCode, get_current_span
 from opentelemetry.util.types import AttributeValue
 
 from agent_otel import forks
@@ -36,7 +29,10 @@ from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.config import DEFAULTS
 from agent_otel.capture import sdk_span
-from agent_otel.capture.meta import CPU_SAMPLE, CPU_SHORT_NS, ToolMeta
+from agent_otel.capture.otel_context import SPAN_KEY, get_current, reset, with_span
+from agent_otel.capture.otel_context import attach as attach_context
+from agent_otel.capture.otel_context import detach
+from agent_otel.capture.meta import CPU_SAMPLE, CPU_SHORT_NS, START_ATTRIBUTES, ToolMeta
 from agent_otel.records import ToolCall
 from agent_otel.semconv import (
     AGENT_EXECUTOR_MAX_WORKERS,
@@ -76,12 +72,15 @@ worker_local = _WorkerLocal()
 
 
 class ActiveCall(tuple):
-    """A call in progress: ``(call, span, token, meta)``, the record, its span,
-    the context token (None when not attached) and the tool's ``ToolMeta``.
+    """A call in progress: ``(call, span, token, meta, attributes)``, the
+    record, its span, the context token (None when not attached), the tool's
+    ``ToolMeta`` and the tool's fixed attributes the span gets at its end
+    (``meta.end_attributes``, or ``meta.attributes`` when it started without
+    its start attributes: see ``sdk_span.StartAttributes``).
 
     ``call`` is None for a nested begin of the tool whose span is already
     current (see ``Recorder.begin``): that call is already being recorded.
-    A tuple, made in C on the hot path: ``ActiveCall((call, span, token, meta))``.
+    A tuple, made in C on the hot path: ``ActiveCall((call, span, token, meta, attributes))``.
     """
 
     __slots__ = ()
@@ -89,25 +88,6 @@ class ActiveCall(tuple):
     span: trace_api.Span = property(itemgetter(1))  # type: ignore[assignment]
     token: Optional[Token[Context]] = property(itemgetter(2))  # type: ignore[assignment]
     meta: ToolMeta = property(itemgetter(3))  # type: ignore[assignment]
-
-
-def _current_span_key() -> Optional[str]:
-    """The key under which an OpenTelemetry ``Context`` (a dict) holds the
-    current span, found through the public API; None if it is not held that way.
-
-    ``context.get(key)`` is a dict lookup where ``get_current_span(context)``
-    is two calls and an ABC check: ``Recorder.begin`` reads the current span
-    of every call. ``tests/test_sdk_span.py`` checks the installed API passes.
-    """
-    context = set_span_in_context(INVALID_SPAN, Context())
-    if len(context) != 1:
-        return None
-    key = next(iter(context))
-    probe = NonRecordingSpan(INVALID_SPAN.get_span_context())
-    return key if get_current_span(Context({key: probe})) is probe else None
-
-
-_SPAN_KEY = _current_span_key()
 
 
 def _scope_name(span) -> Optional[str]:
@@ -156,6 +136,8 @@ class Recorder:
         record_exception_messages: bool = DEFAULTS.record_exception_messages,
     ):
         self.tracer = tracer
+        # What a tool span starts with (None where nothing reads it then).
+        self.start_attributes = sdk_span.StartAttributes(tracer, START_ATTRIBUTES)
         self.record_arguments = record_arguments
         self.record_results = record_results
         self.max_attribute_length = max_attribute_length
@@ -191,13 +173,13 @@ class Recorder:
         now = perf_counter_ns() + OFFSET_NS
         context = get_current()
         # self.running(meta), inlined: the hot path
-        current = context.get(_SPAN_KEY) if _SPAN_KEY is not None else get_current_span(context)
+        current = context.get(SPAN_KEY) if SPAN_KEY is not None else get_current_span(context)
         if (
             current is not None
             and getattr(current, "name", None) == meta.span_name
             and _scope_name(current) == SCOPE_NAME
         ):
-            return ActiveCall((None, current, None, meta))
+            return ActiveCall((None, current, None, meta, None))
         call = worker_local.pending
         if call is not None and call.tool == meta.name:
             # This call was submitted to an executor: its span starts at
@@ -209,17 +191,26 @@ class Recorder:
             self.inflight[id(call)] = call
         if call_id is not None:
             call.call_id = valid_text(call_id, NAME_LIMIT)
-        span = self.tracer.start_span(
-            meta.span_name, context, attributes=meta.start_attributes, start_time=call.submit_ns
-        )
+        start = self.start_attributes.get()
+        span = self.tracer.start_span(meta.span_name, context, attributes=start, start_time=call.submit_ns)
+        # SpanContext is a tuple (trace_id, span_id, ...): read by index, not
+        # through two Python properties.
         span_context = span.get_span_context()
-        call.trace_id = span_context.trace_id
-        call.span_id = span_context.span_id
+        call.trace_id = span_context[0]
+        call.span_id = span_context[1]
         if now != call.submit_ns:
             # Execution began after the request: mark when. (For a direct
             # call it began with the span, and the event would say nothing.)
             span.add_event(EVENT_EXEC_START, timestamp=now)
-        return ActiveCall((call, span, attach_context(set_span_in_context(span, context)) if attach else None, meta))
+        token = None
+        if attach:
+            if SPAN_KEY is not None:  # with_span(span, context), inlined
+                values = context.copy()
+                values[SPAN_KEY] = span
+                token = attach_context(Context(values))
+            else:
+                token = attach_context(with_span(span, context))
+        return ActiveCall((call, span, token, meta, meta.end_attributes if start is not None else meta.attributes))
 
     def request(self, meta: ToolMeta, call_id: Optional[str] = None) -> ActiveCall:
         """Begin a call that a framework is about to hand to a thread pool.
@@ -231,18 +222,21 @@ class Recorder:
         """
         outer = self.running(meta)
         if outer is not None:
-            return ActiveCall((None, outer, None, meta))
+            return ActiveCall((None, outer, None, meta, None))
         now = perf_counter_ns() + OFFSET_NS
         call = ToolCall(meta.name, EXECUTOR_DIRECT, now, 0)
         self.inflight[id(call)] = call
         if call_id is not None:
             call.call_id = valid_text(call_id, NAME_LIMIT)
-        span = self.tracer.start_span(meta.span_name, attributes=meta.start_attributes, start_time=now)
+        start = self.start_attributes.get()
+        span = self.tracer.start_span(meta.span_name, attributes=start, start_time=now)
+        # SpanContext is a tuple (trace_id, span_id, ...): read by index, not
+        # through two Python properties.
         span_context = span.get_span_context()
-        call.trace_id = span_context.trace_id
-        call.span_id = span_context.span_id
-        token = attach_context(set_span_in_context(span))
-        return ActiveCall((call, span, token, meta))
+        call.trace_id = span_context[0]
+        call.span_id = span_context[1]
+        token = attach_context(with_span(span, get_current()))
+        return ActiveCall((call, span, token, meta, meta.end_attributes if start is not None else meta.attributes))
 
     def started(
         self, active: ActiveCall, executor: str, at_ns: Optional[int] = None, max_workers: Optional[int] = None
@@ -265,10 +259,12 @@ class Recorder:
         The contract's ``agent.*`` attributes are all known by now and go on
         the span in one pass with the tool's GenAI attributes
         (``sdk_span.add``: values made or validated here, not validated
-        again); ``gen_ai.operation.name`` went on at its start.
+        again); ``gen_ai.operation.name`` went on at its start, or goes on
+        with them where nothing could read it at the start
+        (``sdk_span.StartAttributes``).
         """
         now = perf_counter_ns() + OFFSET_NS
-        call, span, token, meta = active
+        call, span, token, meta, fixed = active
         if call is None:
             return
         call.end_ns = now
@@ -280,7 +276,7 @@ class Recorder:
                 self.record_error(span, exc, now)
         exec_ns = now - call.start_ns
         attributes: dict[str, AttributeValue] = {
-            **meta.end_attributes,
+            **fixed,
             AGENT_TOOL_QUEUE_DURATION: (call.start_ns - call.submit_ns) / 1e9,
             AGENT_TOOL_EXEC_DURATION: exec_ns / 1e9,
             AGENT_TOOL_EXECUTOR: call.executor,
@@ -300,7 +296,10 @@ class Recorder:
         sdk_span.add(span, attributes, meta.text_bound)
         span.end(end_time=now)
         if token is not None:
-            detach(token)
+            try:
+                reset(token)
+            except Exception:  # (another context's token): the API's detach logs it
+                detach(token)
         # Appended before it leaves the in-flight table, so a reader of both
         # (the live GPU timeline) never misses it.
         self.finished.append(call)
