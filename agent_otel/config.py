@@ -20,7 +20,6 @@ Importing this module loads nothing else of the toolkit (only
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -522,6 +521,8 @@ def readme_with_table(readme: str) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    import argparse  # here: instrument() imports this module, and needs no command line
+
     parser = argparse.ArgumentParser(
         prog="python -m agent_otel.config", description="Print the settings table, or put it into a README."
     )

@@ -31,6 +31,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import threading
 import weakref
 from typing import Callable, Optional
 
@@ -69,3 +70,61 @@ def after_fork_in_child(function: Callable[[], None]) -> None:
             )
 
     os.register_at_fork(after_in_child=hook)
+
+
+# ------------------------------------------------------------ imports on background threads
+#
+# Python's import system locks each module while it executes. A fork while
+# another thread is importing leaves that module's lock held in the child
+# for good: the child's next import of that module (or of one it was in the
+# middle of) waits forever. What instrument() defers to a background thread
+# (NVML and the GPU timeline's modules, prometheus_client, an OTLP
+# exporter) is imported inside ``background_import()``, and a fork waits
+# until none is in progress (at most FORK_WAIT_S, then it goes ahead).
+
+FORK_WAIT_S = 5.0
+
+
+class _BackgroundImports:
+    def __init__(self) -> None:
+        self.condition = threading.Condition(threading.Lock())
+        self.count = 0  # imports in progress
+        self.hooked = False
+
+    def __enter__(self) -> None:
+        with self.condition:
+            self.count += 1
+            if not self.hooked and hasattr(os, "register_at_fork"):
+                self.hooked = True
+                os.register_at_fork(before=_before_fork, after_in_parent=_after_in_parent, after_in_child=_reinit)
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self.condition:
+            self.count -= 1
+            self.condition.notify_all()
+
+
+_imports = _BackgroundImports()
+
+
+def background_import() -> _BackgroundImports:
+    """Hold while importing on a background thread: ``with forks.background_import(): import x``.
+    A fork waits until every such import has finished."""
+    return _imports
+
+
+def _before_fork() -> None:
+    # Held through the fork, so that no background import starts meanwhile.
+    _imports.condition.acquire()
+    _imports.condition.wait_for(lambda: _imports.count == 0, FORK_WAIT_S)
+
+
+def _after_in_parent() -> None:
+    _imports.condition.release()
+
+
+def _reinit() -> None:
+    global _imports
+    hooked = _imports.hooked
+    _imports = _BackgroundImports()  # the importing threads are the parent's
+    _imports.hooked = hooked

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    timeline = handle.gpu_timeline
+    timeline = handle.wait_for_gpu()  # --gpu auto looks for it on a thread of its own
     devices = timeline.source.devices() if timeline else []
     print(
         f"agent-otel gpu-exporter: sampling {len(devices)} GPU(s) via {settings.gpu}: "

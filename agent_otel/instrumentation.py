@@ -17,7 +17,8 @@ import os
 import sys
 import threading
 import time
-from typing import Callable, Optional
+import warnings
+from typing import TYPE_CHECKING, Callable, Optional
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
@@ -25,7 +26,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from agent_otel import forks, host, sinks
-from agent_otel.attribution.live import LiveTimeline, start_live_timeline
 from agent_otel.background import Background
 from agent_otel.capture import executors, frameworks, models, recorder as _recorder
 from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
@@ -38,6 +38,9 @@ from agent_otel.exporters.deferred import DeferredExporter
 from agent_otel.exporters.prometheus import Metrics, MetricsServer
 from agent_otel.semconv import AGENT_GPU_POOL, AGENT_PROCESS_CPU_COUNT, SCOPE_NAME, SERVICE_NAME
 from agent_otel.version import __version__
+
+if TYPE_CHECKING:
+    from agent_otel.attribution.live import LiveTimeline
 
 logger = logging.getLogger("agent_otel")
 
@@ -61,6 +64,7 @@ class Instrumentation:
         # The GPU pool this process's tool calls can block ("" for none: its
         # own GPUs); from gpu_pool, or else the resource's agent.gpu.pool.
         self.gpu_pool = gpu_pool
+        self.detected_resource: Optional[Resource] = None  # Resource.create()'s, made once by start()
         self.tracer_provider: Optional[TracerProvider] = None
         self.owns_provider = False
         self.span_processors: list[BatchSpanProcessor] = []
@@ -81,6 +85,15 @@ class Instrumentation:
         self.background: list[Background] = []  # other parts: GPU timeline, loop monitor, frameworks
         self._closed = False
         self.sinks = sinks.Plan(())  # where spans go (agent_otel.sinks), when agent-otel set up the exporters
+
+    def wait_for_gpu(self, timeout_s: Optional[float] = None) -> Optional[LiveTimeline]:
+        """``gpu_timeline`` once the GPU is found: with ``gpu="auto"`` it is looked
+        for on a thread of its own after ``instrument()`` returns (``GpuStart``);
+        this waits for that search (at most ``timeout_s``). None without a GPU."""
+        for part in list(self.background):
+            if isinstance(part, GpuStart):
+                part.join(timeout_s)
+        return self.gpu_timeline
 
     @property
     def prometheus_url(self) -> Optional[str]:
@@ -260,7 +273,7 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
     settings = handle.settings
     if settings.sdk_disabled:
         return trace_api.NoOpTracer()
-    from agent_otel.exporters.otlp_json import OtlpJsonFileExporter
+    from agent_otel.exporters.otlp_json_file import OtlpJsonFileExporter
 
     existing = trace_api.get_tracer_provider()
     if isinstance(existing, TracerProvider) and pool_of(existing.resource.attributes) != handle.gpu_pool:
@@ -286,7 +299,10 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
         if handle.gpu_pool:
             attributes[AGENT_GPU_POOL] = handle.gpu_pool
         attributes[AGENT_PROCESS_CPU_COUNT] = host.cores()  # what the report sizes its worker advice by
-        provider = TracerProvider(resource=Resource.create(attributes))
+        # Resource.create(attributes), with the detectors' resource made in start() when there is one.
+        detected = handle.detected_resource
+        resource = detected.merge(Resource(attributes)) if detected is not None else Resource.create(attributes)
+        provider = TracerProvider(resource=resource)
         handle.owns_provider = True
         handle.sinks = sinks.plan(settings)
         exporters = _span_exporters(settings, handle.sinks.exporters)
@@ -358,7 +374,12 @@ def start(settings: Settings) -> Instrumentation:
             logger.warning("agent_otel.instrument() was already called; keeping the first settings")
             return _handle
         frameworks.check_names(settings.frameworks)
-        gpu_pool = declared_gpu_pool(settings)
+        # The resource OpenTelemetry's detectors make (each run starts threads):
+        # made once, read for the GPU pool and given to the tracer provider.
+        detected = None
+        if not settings.gpu_pool and not isinstance(trace_api.get_tracer_provider(), TracerProvider):
+            detected = Resource.create()
+        gpu_pool = declared_gpu_pool(settings, detected)
         if gpu_pool and settings.gpu not in ("auto", "off"):
             raise ConfigError(
                 "gpu",
@@ -367,6 +388,7 @@ def start(settings: Settings) -> Instrumentation:
                 "sampled and blamed by its blame service, agent-otel gpu-exporter --pool",
             )
         handle = Instrumentation(settings, gpu_pool)
+        handle.detected_resource = detected
         try:
             _setup(handle)
         except BaseException:
@@ -433,7 +455,7 @@ def _setup(handle: Instrumentation) -> None:
             handle.metrics_server = MetricsServer(
                 handle.metrics.registry, settings.prometheus_port, settings.prometheus_address
             )
-        except OSError as exc:
+        except (OSError, ImportError) as exc:  # a port in use; a broken prometheus_client
             logger.warning(
                 "agent-otel: cannot serve /metrics on %s:%s (%s); metrics are not exposed",
                 settings.prometheus_address,
@@ -449,28 +471,85 @@ def _setup(handle: Instrumentation) -> None:
     handle.pipeline.start()
     if handle.loop_monitor is not None:
         handle.background.append(handle.loop_monitor)
-        try:
-            handle.loop_monitor.install()
-        except Exception as exc:  # an event loop class we do not understand: no loop monitor
-            logger.warning(
-                "agent-otel: cannot watch asyncio event loops (%s: %s); loop blocking is not measured",
-                type(exc).__name__,
-                exc,
-            )
-    if settings.gpu != "off" and not handle.gpu_pool:
-        timeline = start_live_timeline(
-            settings,
-            tracer=tracer,
-            metrics=handle.metrics,
-            recorder=handle.recorder,
-            pipeline=handle.pipeline,
-            loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor is not None else None,
-        )
-        if timeline is not None:
-            handle.background.append(timeline)
-            handle.gpu_timeline = timeline
+        handle.loop_monitor.install()  # hooks asyncio now, or when the application imports it
+    if settings.gpu == "auto" and not handle.gpu_pool:
+        # Whether there is a GPU is NVML's answer, and loading NVML takes tens
+        # of milliseconds: asked on a thread of its own, instrument() returns first.
+        starter = GpuStart(handle)
+        handle.background.append(starter)
+        starter.start()
+    elif settings.gpu != "off" and not handle.gpu_pool:
+        _start_gpu_timeline(handle)  # a source asked for by name: opened now, its errors raised here
     # Last, so that in a forked child it runs after every part above put itself right.
     forks.after_fork_in_child(handle.reinit_after_fork)
+
+
+def _start_gpu_timeline(handle: Instrumentation) -> None:
+    """Open the GPU source and start the live timeline (``agent_otel.attribution.live``);
+    none without a GPU. A handle shut down meanwhile gets none either."""
+    from agent_otel.attribution.live import start_live_timeline
+
+    assert handle.tracer is not None
+    timeline = start_live_timeline(
+        handle.settings,
+        tracer=handle.tracer,
+        metrics=handle.metrics,
+        recorder=handle.recorder,
+        pipeline=handle.pipeline,
+        loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor is not None else None,
+    )
+    if timeline is None:
+        return
+    with _lock:
+        closed = handle._closed
+        if not closed:
+            handle.background.append(timeline)
+            handle.gpu_timeline = timeline
+    if closed:
+        timeline.shutdown(1.0)
+
+
+def _import_gpu_modules() -> None:
+    """What the GPU search imports: the timeline's modules and NVML's bindings."""
+    import agent_otel.attribution.live  # noqa: F401
+    import agent_otel.gpu.nvml  # noqa: F401
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # the deprecated `pynvml` distribution warns
+            import pynvml  # noqa: F401
+    except ImportError:
+        pass  # NvmlSource says so, in one line
+
+
+class GpuStart:
+    """The ``Instrumentation.background`` part that looks for a GPU with ``gpu="auto"``
+    on its own thread (``agent-otel-gpu-start``) and starts the timeline if it finds one."""
+
+    part_name = "the GPU search"
+
+    def __init__(self, handle: Instrumentation):
+        self._handle = handle
+        self._thread = threading.Thread(target=self._run, name="agent-otel-gpu-start", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            with forks.background_import():  # a fork waits until these imports are done
+                _import_gpu_modules()
+            _start_gpu_timeline(self._handle)
+        except Exception as exc:  # never the agent's problem: no GPU sampling, one line
+            logger.warning("agent-otel: GPU sampling is off (%s: %s)", type(exc).__name__, exc)
+
+    def join(self, timeout_s: Optional[float] = None) -> bool:
+        """Wait until the search ended (True) or ``timeout_s`` passed."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def shutdown(self, timeout_s: float) -> bool:
+        return self.join(timeout_s)
 
 
 def pool_of(resource_attributes) -> str:
@@ -479,14 +558,17 @@ def pool_of(resource_attributes) -> str:
     return pool.strip() if isinstance(pool, str) else ""
 
 
-def declared_gpu_pool(settings: Settings) -> str:
+def declared_gpu_pool(settings: Settings, detected: Optional[Resource] = None) -> str:
     """The GPU pool this process declares: ``gpu_pool`` (``AGENT_OTEL_GPU_POOL``),
     else the ``agent.gpu.pool`` resource attribute (``OTEL_RESOURCE_ATTRIBUTES``,
     or the application's own tracer provider); "" when none."""
     if settings.gpu_pool:
         return settings.gpu_pool
     existing = trace_api.get_tracer_provider()
-    resource = existing.resource if isinstance(existing, TracerProvider) else Resource.create()
+    if isinstance(existing, TracerProvider):
+        resource = existing.resource
+    else:
+        resource = detected if detected is not None else Resource.create()
     return pool_of(resource.attributes)
 
 

@@ -30,7 +30,6 @@ import logging
 import os
 import re
 import socket
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -71,6 +70,8 @@ def plan(settings, environ: Optional[Mapping[str, str]] = None) -> Plan:
         return Plan((), reason=reason)
     path = default_traces_path(settings.service_name)
     if path is None:
+        import tempfile
+
         logger.warning(
             "agent-otel: %s, and no directory to write traces to (the current one and %s are "
             "not writable): spans are not kept; set traces_file or an OTLP endpoint",
@@ -82,8 +83,12 @@ def plan(settings, environ: Optional[Mapping[str, str]] = None) -> Plan:
 
 def collector_answers(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     """Whether something accepts a TCP connection on ``host:port`` (refused at once when nothing listens)."""
+    # An ASCII name goes to the resolver as bytes: as text, the socket module
+    # would load the IDNA codec (unicodedata, stringprep) to encode it.
+    address = host.encode("ascii") if host.isascii() else host
     try:
-        with socket.create_connection((host, port), timeout=timeout_s):
+        # (getaddrinfo takes bytes as well; typeshed lists str only)
+        with socket.create_connection((address, port), timeout=timeout_s):  # type: ignore[arg-type]
             return True
     except OSError:
         return False
@@ -94,7 +99,7 @@ def default_traces_path(service_name: Optional[str]) -> Optional[str]:
     the current directory and the temporary one; None if neither is."""
     service = re.sub(r"[^A-Za-z0-9._-]+", "_", service_name or "unknown_service")[:64]
     name = f"{service}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.jsonl"
-    for base in (os.getcwd(), tempfile.gettempdir()):
+    for base in _base_directories():
         directory = os.path.join(base, DEFAULT_DIRECTORY)
         try:
             os.makedirs(directory, exist_ok=True)
@@ -104,6 +109,15 @@ def default_traces_path(service_name: Optional[str]) -> Optional[str]:
             path = os.path.join(directory, name)
             return os.path.relpath(path) if base == os.getcwd() else path
     return None
+
+
+def _base_directories():
+    """Where the default traces file may go: the current directory, then the
+    temporary one (``tempfile`` is imported only when the first is not writable)."""
+    yield os.getcwd()
+    import tempfile
+
+    yield tempfile.gettempdir()
 
 
 def exit_line(plan_: Plan) -> Optional[str]:

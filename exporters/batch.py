@@ -36,9 +36,17 @@ import re
 import threading
 import time
 from collections import OrderedDict, deque
-from typing import Callable, Optional, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional, Sequence
 
-from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry import context as context_api
+
+# The key the SDK's own batch processors set while they export; the API has no
+# public name for it. (opentelemetry-instrumentation's suppress_instrumentation()
+# sets it too, but its module loads wrapt and asyncio: tens of milliseconds of
+# instrument(), or an import on the export thread, which a fork can catch
+# halfway.) tests/test_imports.py allows this one private name.
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status
@@ -319,7 +327,7 @@ class BatchSpanProcessor(SpanProcessor):
         _ExporterLog.local.held = held
         failure: Optional[str] = None
         try:
-            with suppress_instrumentation():  # the exporter's own requests are not traced
+            with _instrumentation_suppressed():  # the exporter's own requests are not traced
                 try:
                     result = self.exporter.export(batch)
                 except UnicodeError:
@@ -454,6 +462,23 @@ def _valid(value):
 
 def _valid_attributes(attributes) -> dict:
     return {valid_text(key, 256): _valid(value) for key, value in (attributes or {}).items()}
+
+
+# The plain key opentelemetry-instrumentation's suppress_instrumentation() sets as
+# well, for instrumentations that read that one.
+_SUPPRESS_INSTRUMENTATION_KEY_PLAIN = "suppress_instrumentation"
+
+
+@contextmanager
+def _instrumentation_suppressed() -> Iterator[None]:
+    """What opentelemetry-instrumentation's ``suppress_instrumentation()`` does:
+    both keys set in the current context while the block runs."""
+    ctx = context_api.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True)
+    token = context_api.attach(context_api.set_value(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN, True, ctx))
+    try:
+        yield
+    finally:
+        context_api.detach(token)
 
 
 def _valid_span(span: ReadableSpan) -> ReadableSpan:

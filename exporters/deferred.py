@@ -43,7 +43,8 @@ class DeferredExporter(SpanExporter):
     def _made(self) -> SpanExporter:
         with self._lock:
             if self._exporter is None:
-                exporter = self._make()
+                with forks.background_import():  # a fork waits for the exporter's imports
+                    exporter = self._make()
                 hold_exporter_logs(exporter)
                 self._exporter = exporter
             return self._exporter

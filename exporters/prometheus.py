@@ -4,20 +4,23 @@ Tool calls reach these metrics as finished ``ToolCall`` records on the
 pipeline thread, never on the caller's thread. Gauges that describe the
 present (calls in flight, executor queues) are computed when Prometheus
 scrapes, from the live tables, so they cost nothing between scrapes.
+
+``prometheus_client`` (its import is about a quarter of a default
+``instrument()``: it loads an HTTP server, TLS, email parsing) is imported
+when a metric needs it, not before: the tool-call metrics count into plain
+tables on the pipeline thread, and the registry and the client's metrics
+are made on first use (``Metrics.registry``, a GPU or loss counter, a
+remedy), on the thread that uses them. Serving /metrics uses them at once.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from bisect import bisect_left
 from collections import deque
-from typing import Callable, Iterable, Optional, cast
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import CounterMetricFamily, Exemplar, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.utils import floatToGoString
-from prometheus_client.exposition import start_http_server
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, cast
 
 from agent_otel import forks, semconv
 from agent_otel.config import DEFAULTS
@@ -33,6 +36,12 @@ from agent_otel.semconv import (
 )
 from agent_otel.text import LABEL_VALUE_LIMIT, valid_text
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+    from prometheus_client.core import GaugeMetricFamily
+
+logger = logging.getLogger("agent_otel")
+
 OTHER = OTHER_TOOL  # the label value of every value past a label's limit
 # Distinct values of the labels whose values come from outside, besides
 # ``tool`` (tool_name_limit) and ``executor`` (executor_name_limit).
@@ -42,18 +51,26 @@ THREAD_LABEL_LIMIT = 64
 
 
 def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
+    from prometheus_client import Counter
+
     return Counter(spec.name, spec.help, spec.labels, registry=registry)
 
 
 def _gauge(spec: MetricSpec, registry: CollectorRegistry) -> Gauge:
+    from prometheus_client import Gauge
+
     return Gauge(spec.name, spec.help, spec.labels, registry=registry)
 
 
 def _histogram(spec: MetricSpec, registry: CollectorRegistry) -> Histogram:
+    from prometheus_client import Histogram
+
     return Histogram(spec.name, spec.help, spec.labels, buckets=spec.buckets, registry=registry)
 
 
 def _gauge_family(spec: MetricSpec) -> GaugeMetricFamily:
+    from prometheus_client.core import GaugeMetricFamily
+
     return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
 
 
@@ -108,7 +125,6 @@ class PipelineHistogram:
         self.documentation = spec.help
         self.labelnames = spec.labels
         self.bounds = tuple(float(b) for b in spec.buckets)
-        self._les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
         # labels -> [per-bucket counts (last one +Inf), sum, per-bucket exemplars]; an
         # exemplar is (trace id, value, epoch ns of the observation)
         self.children: dict[tuple[str, ...], list] = {}
@@ -127,13 +143,19 @@ class PipelineHistogram:
             child[2][index] = (trace_id, value, at_ns or time.time_ns())
 
     def describe(self):
+        from prometheus_client.core import HistogramMetricFamily
+
         return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 
     def collect(self):
+        from prometheus_client.core import Exemplar, HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
+
+        les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for labels, (counts, total, exemplars) in sorted(self.children.items()):
             cumulative, buckets = 0, cast("list[tuple]", [])
-            for le, count, exemplar in zip(self._les, counts, exemplars):
+            for le, count, exemplar in zip(les, counts, exemplars):
                 cumulative += count
                 if exemplar is None:
                     buckets.append((le, cumulative))
@@ -163,9 +185,13 @@ class PipelineCounter:
         return child
 
     def describe(self):
+        from prometheus_client.core import CounterMetricFamily
+
         return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 
     def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for labels, (value,) in sorted(self.children.items()):
             family.add_metric(list(labels), value)
@@ -205,6 +231,8 @@ class _LiveGauges:
         self._metrics = metrics
 
     def describe(self):
+        from prometheus_client.core import GaugeMetricFamily
+
         # Names only, so registering does not run collect() before setup ends.
         return [GaugeMetricFamily(spec.name, "") for spec in self.SPECS]
 
@@ -249,8 +277,64 @@ class _LiveGauges:
         yield lag
 
 
+class _NullMetric:
+    """Stands for a prometheus_client metric when the client cannot be imported."""
+
+    def labels(self, *labels: str) -> "_NullMetric":
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, value: float) -> None:
+        pass
+
+
+_NULL_METRIC: Any = _NullMetric()
+
+# The attributes of Metrics made with prometheus_client, on first use (Metrics._build).
+_CLIENT_ATTRIBUTES = frozenset(
+    {
+        "registry",
+        "gpu_utilization",
+        "gpu_idle",
+        "gpu_idle_blocked",
+        "gpu_idle_unattributed",
+        "gpu_underused",
+        "gpu_underused_blocked",
+        "gpu_underused_unattributed",
+        "gpu_errors",
+        "gpu_missing",
+        "spans_dropped",
+        "loop_blocked",
+    }
+)
+
+
 class Metrics:
-    """Every metric of the telemetry contract, in its own registry."""
+    """Every metric of the telemetry contract, in its own registry.
+
+    The tool-call metrics are plain tables (``PipelineCounter``,
+    ``PipelineHistogram``); the registry and the metrics kept by
+    ``prometheus_client`` objects are made when first used (module
+    docstring), so making a ``Metrics`` imports no ``prometheus_client``.
+    """
+
+    registry: CollectorRegistry
+    gpu_utilization: Gauge
+    gpu_idle: Counter
+    gpu_idle_blocked: Counter
+    gpu_idle_unattributed: Counter
+    gpu_underused: Counter
+    gpu_underused_blocked: Counter
+    gpu_underused_unattributed: Counter
+    gpu_errors: Counter
+    gpu_missing: Counter
+    spans_dropped: Counter
+    loop_blocked: Counter
 
     def __init__(
         self,
@@ -260,7 +344,9 @@ class Metrics:
         registry: Optional[CollectorRegistry] = None,
         gpu_pool: str = "",
     ):
-        self.registry = registry or CollectorRegistry(auto_describe=True)
+        self._given_registry = registry
+        self._gpu_pool = gpu_pool
+        self._build_lock = threading.Lock()
         # Every label whose values come from outside goes through one of these.
         self.tool_label = LabelValues(tool_name_limit)
         self.executor_label = LabelValues(executor_name_limit)
@@ -268,10 +354,6 @@ class Metrics:
         self.reason_label = LabelValues(REASON_LABEL_LIMIT)
         self.thread_values = LabelValues(THREAD_LABEL_LIMIT)  # after thread_label's folding
         spec = semconv.METRICS
-        r = self.registry
-        # Registered first: its collect() brings the counters up to date
-        # (before_collect) before the registry reads the others.
-        r.register(_LiveGauges(self))
         # Held by the pipeline thread while it observes a batch, and by a
         # scrape while it reads the tool metrics: a scrape never sees half a batch.
         self.lock = threading.RLock()
@@ -280,21 +362,6 @@ class Metrics:
         self.queue = PipelineHistogram(spec[semconv.METRIC_TOOL_QUEUE])
         self.exec = PipelineHistogram(spec[semconv.METRIC_TOOL_EXEC])
         self.executor_wait = PipelineHistogram(spec[semconv.METRIC_EXECUTOR_WAIT])
-        for collector in (self.calls, self.duration, self.queue, self.exec, self.executor_wait):
-            r.register(_Locked(collector, self))
-        self.gpu_utilization = _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r)
-        self.gpu_idle = _counter(spec[semconv.METRIC_GPU_IDLE], r)
-        self.gpu_idle_blocked = _counter(spec[semconv.METRIC_GPU_IDLE_BLOCKED], r)
-        self.gpu_idle_unattributed = _counter(spec[semconv.METRIC_GPU_IDLE_UNATTRIBUTED], r)
-        self.gpu_underused = _counter(spec[semconv.METRIC_GPU_UNDERUSED], r)
-        self.gpu_underused_blocked = _counter(spec[semconv.METRIC_GPU_UNDERUSED_BLOCKED], r)
-        self.gpu_underused_unattributed = _counter(spec[semconv.METRIC_GPU_UNDERUSED_UNATTRIBUTED], r)
-        self.gpu_errors = _counter(spec[semconv.METRIC_GPU_ERRORS], r)
-        self.gpu_missing = _counter(spec[semconv.METRIC_GPU_MISSING], r)
-        self.spans_dropped = _counter(spec[semconv.METRIC_SPANS_DROPPED], r)
-        self.loop_blocked = _counter(spec[semconv.METRIC_LOOP_BLOCKED], r)
-        for kind in SPAN_KINDS:  # every kind shows, at 0, before anything is lost
-            self.spans_dropped.labels(kind)
         # Set by instrument(): where the scrape-time gauges read from, and a
         # hook that brings the counters up to date before a scrape.
         self.inflight_calls: Callable[[], Iterable[ToolCall]] = lambda: ()
@@ -305,21 +372,84 @@ class Metrics:
         self._children: dict[tuple, tuple] = {}
         # executor name -> its wait histogram's child (observe_waits)
         self._wait_children: dict[str, list] = {}
-        self.remedies = RemedyMetrics(r, self.tool_label, self.executor_label)
-        if gpu_pool:
-            # The resource attribute the pool rules join on, the way the
-            # OpenTelemetry Prometheus exporters expose resource attributes.
-            Info("target", "Resource attributes of this process: its GPU pool (agent.gpu.pool).", registry=r).info(
-                {"agent_gpu_pool": gpu_pool}
-            )
+        self.remedies = RemedyMetrics(lambda: self.registry, self.tool_label, self.executor_label)
         forks.after_fork_in_child(self.reinit_after_fork)
+
+    if not TYPE_CHECKING:  # (the type checker reads the annotations above)
+
+        def __getattr__(self, name: str) -> Any:
+            # Only for attributes not set yet: the prometheus_client ones, before _build().
+            if name in _CLIENT_ATTRIBUTES:
+                try:
+                    self._build()
+                except ImportError:
+                    if name == "registry":
+                        raise
+                return self.__dict__[name]
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _build(self) -> None:
+        """Make the registry and the prometheus_client metrics (once, on the thread that first needs them).
+
+        If prometheus_client cannot be imported (a broken install), the
+        metrics count nothing, one line says so, and only asking for the
+        registry raises (``ImportError``): the agent goes on.
+        """
+        with self._build_lock:
+            if "registry" in self.__dict__:
+                return
+            try:
+                with forks.background_import():  # on whichever thread first needs it: a fork waits
+                    from prometheus_client import CollectorRegistry, Info
+            except ImportError as exc:
+                if "gpu_idle" not in self.__dict__:
+                    logger.warning("agent-otel: metrics count nothing: prometheus_client cannot be imported (%s)", exc)
+                    self.__dict__.update(dict.fromkeys(_CLIENT_ATTRIBUTES - {"registry"}, _NULL_METRIC))
+                    self.remedies.register(None)
+                raise
+
+            r = self._given_registry or CollectorRegistry(auto_describe=True)
+            spec = semconv.METRICS
+            # Registered first: its collect() brings the counters up to date
+            # (before_collect) before the registry reads the others.
+            r.register(_LiveGauges(self))
+            for collector in (self.calls, self.duration, self.queue, self.exec, self.executor_wait):
+                r.register(_Locked(collector, self))
+            made: dict[str, Any] = {
+                "gpu_utilization": _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r),
+                "gpu_idle": _counter(spec[semconv.METRIC_GPU_IDLE], r),
+                "gpu_idle_blocked": _counter(spec[semconv.METRIC_GPU_IDLE_BLOCKED], r),
+                "gpu_idle_unattributed": _counter(spec[semconv.METRIC_GPU_IDLE_UNATTRIBUTED], r),
+                "gpu_underused": _counter(spec[semconv.METRIC_GPU_UNDERUSED], r),
+                "gpu_underused_blocked": _counter(spec[semconv.METRIC_GPU_UNDERUSED_BLOCKED], r),
+                "gpu_underused_unattributed": _counter(spec[semconv.METRIC_GPU_UNDERUSED_UNATTRIBUTED], r),
+                "gpu_errors": _counter(spec[semconv.METRIC_GPU_ERRORS], r),
+                "gpu_missing": _counter(spec[semconv.METRIC_GPU_MISSING], r),
+                "spans_dropped": _counter(spec[semconv.METRIC_SPANS_DROPPED], r),
+                "loop_blocked": _counter(spec[semconv.METRIC_LOOP_BLOCKED], r),
+            }
+            for kind in SPAN_KINDS:  # every kind shows, at 0, before anything is lost
+                made["spans_dropped"].labels(kind)
+            self.remedies.register(r)
+            if self._gpu_pool:
+                # The resource attribute the pool rules join on, the way the
+                # OpenTelemetry Prometheus exporters expose resource attributes.
+                Info("target", "Resource attributes of this process: its GPU pool (agent.gpu.pool).", registry=r).info(
+                    {"agent_gpu_pool": self._gpu_pool}
+                )
+            self.__dict__.update(made)
+            self.registry = r  # last: its presence says the rest is made
 
     def reinit_after_fork(self) -> None:
         """In a forked child: no lock may stay held by a thread that is gone."""
         self.lock = threading.RLock()
-        for collector in list(getattr(self.registry, "_collector_to_names", {})):
+        self._build_lock = threading.Lock()
+        registry = self.__dict__.get("registry")
+        if registry is None:
+            return  # prometheus_client's objects are not made yet
+        for collector in list(getattr(registry, "_collector_to_names", {})):
             _reinit_client_locks(collector)
-        _reinit_client_locks(self.registry)
+        _reinit_client_locks(registry)
 
     def dropped(self, kind: str, count: int) -> None:
         """Spans of ``kind`` that no sink could take (``exporters.batch.SpanLosses`` calls it)."""
@@ -458,11 +588,34 @@ _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 
 
 class RemedyMetrics:
-    def __init__(self, registry: CollectorRegistry, tool_label: LabelValues, executor_label: LabelValues):
-        r = registry
-        spec = semconv.METRICS
+    """The remedies' counters, made in the registry ``registry()`` gives when a remedy
+    first counts (``Metrics`` makes its registry then), or by ``register``."""
+
+    _NAMES = (
+        "fallbacks",
+        "retries",
+        "rejections",
+        "cache_hits",
+        "cache_misses",
+        "cache_evicted",
+        "batch_size",
+        "batch_wait",
+        "abandoned_workers",
+    )
+
+    def __init__(self, registry: Callable[[], CollectorRegistry], tool_label: LabelValues, executor_label: LabelValues):
+        self._registry = registry
         self._tool_label = tool_label
         self._executor_label = executor_label
+        self._children: dict[tuple, object] = {}
+
+    def register(self, r: Optional[CollectorRegistry]) -> None:
+        """Make the counters in ``r``: once, from ``Metrics._build`` (None: count nothing)."""
+        if r is None:
+            for name in self._NAMES:
+                setattr(self, name, _NULL_METRIC)
+            return
+        spec = semconv.METRICS
         self.fallbacks = _counter(spec[semconv.METRIC_TOOL_FALLBACKS], r)
         self.retries = _counter(spec[semconv.METRIC_TOOL_RETRIES], r)
         self.rejections = _counter(spec[semconv.METRIC_TOOL_REJECTIONS], r)
@@ -472,7 +625,19 @@ class RemedyMetrics:
         self.batch_size = _histogram(spec[semconv.METRIC_TOOL_BATCH_SIZE], r)
         self.batch_wait = _histogram(spec[semconv.METRIC_TOOL_BATCH_WAIT], r)
         self.abandoned_workers = _gauge(spec[semconv.METRIC_EXECUTOR_ABANDONED_WORKERS], r)
-        self._children: dict[tuple, object] = {}
+
+    if not TYPE_CHECKING:  # (the type checker reads the assignments in register)
+
+        def __getattr__(self, name: str) -> Any:
+            # A counter before register(): making the registry makes them (Metrics._build).
+            if not name.startswith("_"):
+                try:
+                    self._registry()
+                except ImportError:
+                    pass  # Metrics._build counted nothing and said why
+                if name in self.__dict__:
+                    return self.__dict__[name]
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _child(self, metric, *labels):
         key = (id(metric), labels)
@@ -556,6 +721,8 @@ class _BlameServiceGauges:
         held = _gauge_family(spec[semconv.METRIC_BLAME_CALLS])
         held.add_metric([], self._held())
         yield held
+        from prometheus_client.core import CounterMetricFamily
+
         dropped = spec[semconv.METRIC_BLAME_CALLS_DROPPED]
         family = CounterMetricFamily(dropped.name.removesuffix("_total"), dropped.help)
         family.add_metric([], self._dropped())
@@ -569,6 +736,8 @@ class MetricsServer:
     """/metrics over HTTP, in the Prometheus text or OpenMetrics format (by Accept)."""
 
     def __init__(self, registry: CollectorRegistry, port: int, address: str = "127.0.0.1"):
+        from prometheus_client.exposition import start_http_server
+
         self._httpd, self._thread = start_http_server(port, addr=address, registry=registry)
         self._thread.name = "agent-otel-metrics-server"
         self.address = address

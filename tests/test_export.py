@@ -17,7 +17,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_s
 
 import agent_otel
 from agent_otel.exporters.batch import BatchSpanProcessor, SpanLosses, kind_of
-from agent_otel.exporters.otlp_json import OtlpJsonFileExporter
+from agent_otel.exporters.otlp_json_file import OtlpJsonFileExporter
 from helpers.waiting import eventually
 
 
@@ -273,6 +273,16 @@ def test_shutdown_says_false_and_names_an_exporter_that_blocks(caplog, spans, tm
         return real_export(batch)
 
     exporter.export = blocked
+    # The processor closes the abandoned exporter on a thread of its own, some time
+    # after shutdown() gave up on it: seen here, so the held export resumes after it.
+    closed = threading.Event()
+    real_shutdown = exporter.shutdown
+
+    def shutdown():
+        real_shutdown()
+        closed.set()
+
+    exporter.shutdown = shutdown
 
     @agent_otel.tool
     def search():
@@ -293,6 +303,7 @@ def test_shutdown_says_false_and_names_an_exporter_that_blocks(caplog, spans, tm
         assert "span export to traces file" in lines[0] and "t.jsonl" in lines[0]
         # The call still queued is counted: nothing else will export it.
         assert handle.metrics.registry.get_sample_value("agent_otel_spans_dropped_total", {"kind": "tool"}) == 1
+        assert closed.wait(30)
     finally:
         gate.set()
         # The abandoned thread's export now fails (its file is closed) and says so: let it

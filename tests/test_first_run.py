@@ -230,7 +230,7 @@ def test_the_default_file_is_capped(tmp_path):
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from agent_otel.exporters.otlp_json import OtlpJsonFileExporter
+    from agent_otel.exporters.otlp_json_file import OtlpJsonFileExporter
 
     exporter = OtlpJsonFileExporter(str(tmp_path / "t.jsonl"), max_bytes=2000)
     tracer = TracerProvider().get_tracer("t")

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import os
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -66,8 +69,15 @@ WIRING = {
 }
 COMMANDS = {"agent_otel.cli", "agent_otel.gpu_exporter", "agent_otel.blame_service"}
 
-# Documented CPython functions with no public spelling: a thread's stack.
-ALLOWED_PRIVATE = {("sys", "_getframe"), ("sys", "_current_frames")}
+# Documented CPython functions with no public spelling: a thread's stack; and
+# the context key the OpenTelemetry SDK's own batch processors set while they
+# export (no public name; exporters/batch.py says why it does not import
+# opentelemetry-instrumentation's suppress_instrumentation instead).
+ALLOWED_PRIVATE = {
+    ("sys", "_getframe"),
+    ("sys", "_current_frames"),
+    ("opentelemetry.context", "_SUPPRESS_INSTRUMENTATION_KEY"),
+}
 # Modules whose private names the framework hooks must reach: the code they hook.
 HOOKED_LIBRARIES = ("langchain_core", "langgraph", "agents", "llama_index", "mcp", "smolagents", "crewai", "anyio")
 
@@ -286,3 +296,83 @@ def test_the_picture_in_architecture_md_is_the_imports():
     for room, targets in picture.items():
         line = f"{room} -> {', '.join(sorted(targets))}"
         assert line in text, f"docs/architecture.md should say: {line}"
+
+
+# What a default instrument() may not import on the caller's thread: each is
+# imported where it is needed (docs/performance.md, "Start-up"). prometheus_client
+# when a metric is first read or counted by prometheus_client itself, asyncio and
+# the frameworks when the application imports them, NVML and the attribution on
+# the GPU search's thread, the reader and gRPC never (the exporter is made on
+# the export thread), wrapt and asyncio by the export thread's first export.
+NOT_ON_THE_CALLERS_THREAD = (
+    "prometheus_client",
+    "asyncio",
+    "wrapt",
+    "msgspec",
+    "orjson",
+    "pynvml",
+    "grpc",
+    "google.protobuf",
+    "http.server",
+    "ssl",
+    "agent_otel.attribution",
+    "agent_otel.gpu",
+    "agent_otel.report",
+    "agent_otel.exporters.otlp_json",
+    "opentelemetry.instrumentation",
+    "opentelemetry.exporter",
+    "langchain_core",
+    "agents",
+    "llama_index.core",
+    "mcp",
+    "smolagents",
+)
+
+STARTUP = r"""
+import json, sys, threading
+
+first_import_by = {}  # module -> the thread that first looked for it
+
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        first_import_by.setdefault(name, threading.current_thread().name)
+        return None
+
+
+sys.meta_path.insert(0, Watch())
+import agent_otel
+
+after_import = sorted(sys.modules)
+handle = agent_otel.instrument()
+handle.wait_for_gpu(30)
+handle.shutdown(timeout_s=2)
+imported = {name: thread for name, thread in first_import_by.items() if name in sys.modules}
+print(json.dumps({"after_import": after_import, "first_import_by": imported}))
+"""
+
+
+def _is(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def test_a_default_instrument_imports_only_what_its_defaults_need(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
+    env["AGENT_OTEL_SHUTDOWN_TIMEOUT"] = "2"
+    done = subprocess.run(
+        [sys.executable, "-c", STARTUP], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # import agent_otel: the version only, no OpenTelemetry.
+    assert not [m for m in result["after_import"] if _is(m, "opentelemetry")]
+    assert "agent_otel.version" in result["after_import"]
+    on_callers_thread = [
+        module
+        for module, thread in result["first_import_by"].items()
+        if thread == "MainThread" and any(_is(module, prefix) for prefix in NOT_ON_THE_CALLERS_THREAD)
+    ]
+    assert on_callers_thread == []
+    # The watch sees imports: what instrument() does need was imported by the caller.
+    assert result["first_import_by"]["opentelemetry.sdk.trace"] == "MainThread"
+    assert result["first_import_by"]["agent_otel.exporters.otlp_json_file"] == "MainThread"

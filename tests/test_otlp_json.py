@@ -27,7 +27,8 @@ from opentelemetry.trace import (
 )
 
 from agent_otel.errors import ConfigError, InputError
-from agent_otel.exporters.otlp_json import OtlpJsonFileExporter, encode_spans_json, iter_spans
+from agent_otel.exporters.otlp_json import iter_spans
+from agent_otel.exporters.otlp_json_file import OtlpJsonFileExporter, encode_spans_json
 
 
 def make_provider(exporter, batch=False):

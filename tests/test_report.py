@@ -416,7 +416,7 @@ def test_a_call_seen_by_client_and_server_counts_once(tmp_path):
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    from agent_otel.exporters.otlp_json import OtlpJsonFileExporter
+    from agent_otel.exporters.otlp_json_file import OtlpJsonFileExporter
 
     path = tmp_path / "mcp.jsonl"
     provider = TracerProvider()

@@ -36,7 +36,6 @@ thread sleeps without a timeout (it starts with the first loop).
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import logging
@@ -46,7 +45,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from types import FrameType
+from types import CodeType, FrameType, ModuleType
 from typing import Any, Optional
 
 from opentelemetry import trace as trace_api
@@ -54,6 +53,7 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from agent_otel import forks
 from agent_otel.capture import stacks
+from agent_otel.capture.on_import import when_imported
 from agent_otel.capture.patching import Patches
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
@@ -185,6 +185,7 @@ class LoopMonitor:
         self._thread: Optional[threading.Thread] = None
         self._closed = False
         self.patches = Patches()
+        self._run_forever_code: Optional[CodeType] = None  # asyncio's own run_forever, once hooked
         forks.after_fork_in_child(self.reinit_after_fork)
 
     def reinit_after_fork(self) -> None:
@@ -205,22 +206,39 @@ class LoopMonitor:
     # ------------------------------------------------------------ which loops
 
     def install(self) -> None:
-        """Watch loops from now on: hook ``run_forever``, and watch the loops running now."""
+        """Watch loops from now on: hook ``run_forever``, and watch the loops running now.
+
+        Before the application imports asyncio (or uvloop) no loop can run:
+        its ``run_forever`` is hooked when it is imported (``on_import``), so
+        ``instrument()`` does not import asyncio.
+        """
         global current
         current = self
-        self.patches.wrap(asyncio.BaseEventLoop, "run_forever", _watching_run_forever)
-        if "uvloop" in sys.modules:
-            _hook_uvloop(self)
-        else:
-            _hook_uvloop_on_import(self)
-        running = asyncio._get_running_loop()
-        if running is not None:
-            self.watch(running)
-        self._watch_running_elsewhere()
+        when_imported("asyncio", self._hook_asyncio)
+        when_imported("uvloop", lambda _module: _hook_uvloop(self))
+
+    def _hook_asyncio(self, asyncio: ModuleType) -> None:
+        if current is not self:
+            return  # uninstalled before asyncio was imported
+        try:
+            self._run_forever_code = getattr(asyncio.BaseEventLoop.run_forever, "__code__", None)
+            self.patches.wrap(asyncio.BaseEventLoop, "run_forever", _watching_run_forever)
+            running = asyncio._get_running_loop()
+            if running is not None:
+                self.watch(running)
+            self._watch_running_elsewhere()
+        except Exception as exc:  # an event loop class we do not understand: no loop monitor
+            logger.warning(
+                "agent-otel: cannot watch asyncio event loops (%s: %s); loop blocking is not measured",
+                type(exc).__name__,
+                exc,
+            )
 
     def _watch_running_elsewhere(self) -> None:
         """Standard loops already running in other threads (their ``run_forever`` is on the stack)."""
-        code = _ORIGINAL_RUN_FOREVER_CODE
+        import asyncio  # imported: install() hooked it
+
+        code = self._run_forever_code
         here = threading.get_ident()
         for thread_id, top in sys._current_frames().items():
             if thread_id == here:
@@ -379,6 +397,8 @@ class LoopMonitor:
 
     def _suspended_calls(self, loop) -> list[ToolCall]:
         """The tool calls of the coroutines suspended on ``loop`` (its tasks)."""
+        import asyncio  # imported: a loop runs
+
         try:
             tasks = asyncio.all_tasks(loop)
         except RuntimeError:  # the task set changed under us too often
@@ -542,8 +562,6 @@ def _span_context(key: tuple[int, int]) -> SpanContext:
 # The monitor while instrumented (the run_forever hooks consult it).
 current: Optional[LoopMonitor] = None
 
-_ORIGINAL_RUN_FOREVER_CODE = asyncio.BaseEventLoop.run_forever.__code__
-
 
 def _watching_run_forever(original):
     @functools.wraps(original)
@@ -566,11 +584,3 @@ def _hook_uvloop(monitor: LoopMonitor) -> None:
     if loop_class is None or current is not monitor or "run_forever" in vars(loop_class):
         return
     monitor.patches.wrap(loop_class, "run_forever", _watching_run_forever, inherited=True)
-
-
-def _hook_uvloop_on_import(monitor: LoopMonitor) -> None:
-    try:
-        import wrapt
-    except ImportError:
-        return
-    wrapt.register_post_import_hook(lambda _module: _hook_uvloop(monitor), "uvloop")

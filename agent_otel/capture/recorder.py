@@ -9,7 +9,6 @@ that drains that deque (see ``pipeline.py``).
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import sys
 import threading
@@ -56,10 +55,12 @@ from agent_otel.semconv import (
     SCOPE_NAME,
 )
 
-# Exceptions that mean "the call ran out of time", whichever module raised them
-# (they are one class from Python 3.11 on, three before).
-TIMEOUT_ERRORS = tuple({TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError})
-CANCELLED_ERRORS = tuple({asyncio.CancelledError, concurrent.futures.CancelledError})
+# Exceptions that mean "the call ran out of time" or "was cancelled", whichever
+# module raised them (one class from Python 3.11 on, up to three before).
+# asyncio's are read from asyncio once it is imported (none of its exceptions
+# exists before): instrument() does not import asyncio.
+TIMEOUT_ERRORS = tuple({TimeoutError, concurrent.futures.TimeoutError})
+CANCELLED_ERRORS = (concurrent.futures.CancelledError, GeneratorExit)
 
 
 class _WorkerLocal(threading.local):
@@ -95,9 +96,10 @@ def _scope_name(span) -> Optional[str]:
 
 
 def outcome_of(exc: BaseException) -> str:
-    if isinstance(exc, CANCELLED_ERRORS) or isinstance(exc, GeneratorExit):
+    asyncio = sys.modules.get("asyncio")
+    if isinstance(exc, CANCELLED_ERRORS) or isinstance(exc, getattr(asyncio, "CancelledError", ())):
         return OUTCOME_CANCELLED
-    if isinstance(exc, TIMEOUT_ERRORS):
+    if isinstance(exc, TIMEOUT_ERRORS) or isinstance(exc, getattr(asyncio, "TimeoutError", ())):
         return OUTCOME_TIMEOUT
     return OUTCOME_ERROR
 

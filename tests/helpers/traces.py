@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
-from agent_otel.exporters.otlp_json import OtlpJsonFileExporter
+from agent_otel.exporters.otlp_json_file import OtlpJsonFileExporter
 
 # 2026-03-02T09:00:00Z: every test run starts here.
 T0 = datetime(2026, 3, 2, 9, 0, 0, tzinfo=timezone.utc)

@@ -29,6 +29,7 @@ from typing import Optional
 
 from agent_otel import forks
 from agent_otel.errors import ConfigError
+from agent_otel.capture.on_import import when_imported
 from agent_otel.capture.patching import VersionNotUnderstood, importable, logger, warn_once
 
 # name -> (hook module, the framework's import name)
@@ -146,8 +147,6 @@ def _hook(name: str, generation: int) -> None:
 
 
 def _hook_on_import(name: str, generation: int) -> None:
-    import wrapt
-
     def on_import(_module) -> None:
         with _lock:
             if generation != _generation or name not in _pending:
@@ -156,7 +155,7 @@ def _hook_on_import(name: str, generation: int) -> None:
             _hooking.add(name)
         _hook(name, generation)
 
-    wrapt.register_post_import_hook(on_import, FRAMEWORKS[name][1])
+    when_imported(FRAMEWORKS[name][1], on_import)
 
 
 def uninstrument_frameworks(names: Optional[tuple[str, ...]] = None) -> None:
