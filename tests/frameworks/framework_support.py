@@ -46,6 +46,24 @@ def require_framework(name: str, module: str):
         pytest.skip(message, allow_module_level=True)
 
 
+def framework_fixture(name: str, module: str):
+    """A module-scoped, autouse fixture: ``module`` imported (or the tests skipped, see
+    ``require_framework``) before the test module's first test runs, not when it is collected.
+
+    Under pytest-xdist every worker collects (imports) every test module, and a
+    framework takes a second or more to import; imported by this fixture, only the
+    worker that runs the framework's tests pays for it. The tests import what
+    they use of the framework (or of the tools and scripted models made with it,
+    in a module of their own beside the tests) in their bodies.
+    """
+
+    @pytest.fixture(scope="module", autouse=True)
+    def framework():
+        return require_framework(name, module)
+
+    return framework
+
+
 def run_with_one_worker(coroutine_function):
     """Run an async agent on a loop whose default executor has one worker named ``tools``.
 

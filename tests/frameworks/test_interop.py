@@ -15,16 +15,13 @@ import json
 from contextlib import redirect_stdout
 
 import pytest
-from frameworks.framework_support import IN_CI, require_framework
+from frameworks.framework_support import IN_CI, framework_fixture
 from opentelemetry import trace
 
-require_framework("langchain", "langgraph")
+import agent_otel
+from agent_otel.cli import main
 
-from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
-
-import agent_otel  # noqa: E402
-from agent_otel.cli import main  # noqa: E402
-from frameworks.test_langchain import _react_graph, fetch_page, tool_call  # noqa: E402
+framework = framework_fixture("langchain", "langgraph")
 
 # name -> (module, instrumentor class, the model name the report shows for a fake chat model)
 PEERS = {
@@ -62,11 +59,14 @@ def peer(request):
 
 
 def test_a_langgraph_run_counts_each_tool_call_once_beside_a_peer(peer, hooked, spans, tmp_path):
+    from frameworks.langchain_scripted import fetch_page, react_graph, tool_call
+    from langchain_core.messages import AIMessage, HumanMessage
+
     name, peer_model = peer
     traces = tmp_path / "traces.jsonl"
     handle = hooked("langchain", traces_file=str(traces))
     calls = [tool_call("fetch_page", {"url": f"{i}.example"}, f"t{i}") for i in range(3)]
-    graph = _react_graph([fetch_page], [AIMessage("", tool_calls=calls), AIMessage("all fetched")])
+    graph = react_graph([fetch_page], [AIMessage("", tool_calls=calls), AIMessage("all fetched")])
 
     state = graph.invoke({"messages": [HumanMessage("fetch three pages")]})
 

@@ -11,53 +11,21 @@ from frameworks.framework_support import (
     ASYNCIO_DEFAULT_WORKERS,
     assert_queued_one_after_another,
     by_exec_start,
+    framework_fixture,
     least_wait_s,
     require_framework,
     run_with_one_worker,
     timing,
 )
 
-require_framework("langchain", "langchain_core")
+import agent_otel
 
-from langchain_core.callbacks import Callbacks  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
-from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool  # noqa: E402
-
-import agent_otel  # noqa: E402
-
-SLEEP_S = 0.15
-
-
-@tool
-def fetch_page(url: str) -> str:
-    """Download a page (slowly)."""
-    time.sleep(SLEEP_S)
-    return f"<html>{url}</html>"
-
-
-@tool
-async def ask_database(query: str) -> str:
-    """Query the database."""
-    await asyncio.sleep(SLEEP_S)
-    return f"rows for {query}"
-
-
-class Resize(BaseTool):
-    """A classic tool subclass with only a sync ``_run``."""
-
-    name: str = "resize"
-    description: str = "Resize an image."
-
-    def _run(self, size: int) -> str:
-        time.sleep(SLEEP_S)
-        return f"resized to {size}"
-
-
-def tool_call(name: str, args: dict, call_id: str) -> dict:
-    return {"type": "tool_call", "name": name, "args": args, "id": call_id}
+framework = framework_fixture("langchain", "langchain_core")
 
 
 def test_sync_tool_call_is_one_span_with_the_model_call_id(hooked, spans):
+    from frameworks.langchain_scripted import SLEEP_S, fetch_page, tool_call
+
     hooked("langchain")
 
     message = fetch_page.invoke(tool_call("fetch_page", {"url": "a.example"}, "call_7"))
@@ -75,6 +43,8 @@ def test_sync_tool_call_is_one_span_with_the_model_call_id(hooked, spans):
 
 
 def test_sync_tools_invoked_from_async_code_wait_for_the_executor(hooked, spans):
+    from frameworks.langchain_scripted import SLEEP_S, fetch_page, tool_call
+
     hooked("langchain")
 
     async def agent_turn():
@@ -91,6 +61,8 @@ def test_sync_tools_invoked_from_async_code_wait_for_the_executor(hooked, spans)
 
 
 def test_tool_subclass_run_async_is_queued_on_the_default_executor(hooked, spans):
+    from frameworks.langchain_scripted import SLEEP_S, Resize
+
     hooked("langchain")
     resize = Resize()
 
@@ -106,6 +78,8 @@ def test_tool_subclass_run_async_is_queued_on_the_default_executor(hooked, spans
 
 
 def test_async_tool_runs_on_the_loop_with_no_queue(hooked, spans):
+    from frameworks.langchain_scripted import SLEEP_S, ask_database
+
     hooked("langchain")
 
     result = asyncio.run(ask_database.ainvoke({"query": "orders"}))
@@ -118,6 +92,8 @@ def test_async_tool_runs_on_the_loop_with_no_queue(hooked, spans):
 
 
 def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans):
+    from langchain_core.tools import StructuredTool
+
     hooked("langchain")
     failure = ConnectionError("upstream down")
 
@@ -137,6 +113,9 @@ def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans)
 
 
 def test_an_error_the_tool_handles_itself_is_still_an_error(hooked, spans):
+    from frameworks.langchain_scripted import tool_call
+    from langchain_core.tools import StructuredTool, ToolException
+
     hooked("langchain")
 
     def lookup(key: str) -> str:
@@ -153,6 +132,9 @@ def test_an_error_the_tool_handles_itself_is_still_an_error(hooked, spans):
 
 
 def test_a_tool_also_decorated_with_agent_otel_tool_has_one_span(hooked, spans):
+    from frameworks.langchain_scripted import tool_call
+    from langchain_core.tools import tool
+
     hooked("langchain")
 
     @tool
@@ -166,38 +148,13 @@ def test_a_tool_also_decorated_with_agent_otel_tool_has_one_span(hooked, spans):
     assert span.attributes["gen_ai.tool.call.id"] == "c1"
 
 
-def _react_graph(tools, turns, asynchronous=False):
-    """A LangGraph agent as its docs build one: a model node, a ToolNode, tools_condition."""
-    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    model = FakeMessagesListChatModel(responses=turns)
-
-    def call_model(state: MessagesState):
-        return {"messages": [model.invoke(state["messages"])]}
-
-    async def acall_model(state: MessagesState):
-        return {"messages": [await model.ainvoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", acall_model if asynchronous else call_model)
-    graph.add_node("tools", ToolNode(tools))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    return graph.compile()
-
-
-def _three_page_turns():
-    calls = [tool_call("fetch_page", {"url": f"{i}.example"}, f"t{i}") for i in range(3)]
-    return [AIMessage("", tool_calls=calls), AIMessage("all fetched")]
-
-
 def test_langgraph_tool_node_queues_tool_calls_beyond_max_concurrency(hooked, spans):
+    from frameworks.langchain_scripted import SLEEP_S, fetch_page, react_graph, three_page_turns
+    from langchain_core.messages import HumanMessage
+
     require_framework("langchain", "langgraph")
     hooked("langchain")
-    graph = _react_graph([fetch_page], _three_page_turns())
+    graph = react_graph([fetch_page], three_page_turns())
 
     state = graph.invoke({"messages": [HumanMessage("fetch three pages")]}, config={"max_concurrency": 1})
 
@@ -213,9 +170,12 @@ def test_langgraph_tool_node_queues_tool_calls_beyond_max_concurrency(hooked, sp
 
 
 def test_langgraph_async_graph_runs_sync_tools_on_the_default_executor(hooked, spans):
+    from frameworks.langchain_scripted import SLEEP_S, fetch_page, react_graph, three_page_turns
+    from langchain_core.messages import HumanMessage
+
     require_framework("langchain", "langgraph")
     hooked("langchain")
-    graph = _react_graph([fetch_page], _three_page_turns(), asynchronous=True)
+    graph = react_graph([fetch_page], three_page_turns(), asynchronous=True)
 
     state = run_with_one_worker(lambda: graph.ainvoke({"messages": [HumanMessage("fetch")]}))
 
@@ -224,12 +184,15 @@ def test_langgraph_async_graph_runs_sync_tools_on_the_default_executor(hooked, s
 
 
 def test_the_report_knows_the_size_of_the_pool_asyncio_made_for_the_tools(hooked, spans, tmp_path, capsys):
+    from frameworks.langchain_scripted import fetch_page, react_graph, three_page_turns
+    from langchain_core.messages import HumanMessage
+
     require_framework("langchain", "langgraph")
     from agent_otel.cli import main
 
     traces = tmp_path / "traces.jsonl"
     hooked("langchain", traces_file=str(traces))
-    graph = _react_graph([fetch_page], _three_page_turns(), asynchronous=True)
+    graph = react_graph([fetch_page], three_page_turns(), asynchronous=True)
 
     # A plain asyncio.run: the loop creates its default executor when
     # LangChain hands it the first sync tool.
@@ -246,8 +209,8 @@ def test_the_report_knows_the_size_of_the_pool_asyncio_made_for_the_tools(hooked
 
 
 def test_uninstrument_restores_langchain_exactly(spans):
-    from langchain_core.tools import Tool
-
+    from frameworks.langchain_scripted import fetch_page
+    from langchain_core.tools import BaseTool, StructuredTool, Tool
     from langchain_core.tracers import context
 
     hooked_points = [(BaseTool, "run"), (BaseTool, "arun"), (StructuredTool, "ainvoke"), (Tool, "ainvoke")]
@@ -266,9 +229,12 @@ def test_uninstrument_restores_langchain_exactly(spans):
 
 
 def test_each_model_call_of_a_langgraph_agent_is_a_model_span(hooked, spans):
+    from frameworks.langchain_scripted import fetch_page, react_graph, three_page_turns
+    from langchain_core.messages import HumanMessage
+
     require_framework("langchain", "langgraph")
     hooked("langchain")
-    graph = _react_graph([fetch_page], _three_page_turns())
+    graph = react_graph([fetch_page], three_page_turns())
 
     graph.invoke({"messages": [HumanMessage("fetch three pages")]})
 
@@ -282,8 +248,9 @@ def test_each_model_call_of_a_langgraph_agent_is_a_model_span(hooked, spans):
 
 
 def test_a_streamed_chat_model_call_has_usage_and_time_to_first_chunk(hooked, spans):
+    from frameworks.langchain_scripted import SLEEP_S
     from langchain_core.language_models import BaseChatModel
-    from langchain_core.messages import AIMessageChunk
+    from langchain_core.messages import AIMessage, AIMessageChunk
     from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 
     class SlowModel(BaseChatModel):
@@ -328,6 +295,7 @@ def test_a_streamed_chat_model_call_has_usage_and_time_to_first_chunk(hooked, sp
 
 def test_with_model_spans_off_no_model_call_is_recorded(hooked, spans):
     from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage
 
     hooked("langchain", model_spans="off")
 
@@ -337,7 +305,9 @@ def test_with_model_spans_off_no_model_call_is_recorded(hooked, spans):
 
 def test_only_model_runs_carry_the_model_call_handler(hooked, spans):
     """Tool and chain runs pay nothing for model spans: their callback managers never hold the handler."""
+    from frameworks.langchain_scripted import handler_probe
     from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage
     from langchain_core.runnables import RunnableLambda
 
     class Probe(FakeMessagesListChatModel):
@@ -350,17 +320,12 @@ def test_only_model_runs_carry_the_model_call_handler(hooked, spans):
     def _handler_names(handlers) -> list[str]:
         return [type(handler).__name__ for handler in handlers]
 
-    @tool
-    def probe(x: int, callbacks: Callbacks = None) -> int:
-        """Return x."""
-        seen.append(("tool", _handler_names(callbacks.handlers)))
-        return x
-
     def chain_step(x: int, config) -> int:
         seen.append(("chain", _handler_names(config["callbacks"].handlers)))
         return x
 
     seen: list[tuple[str, list[str]]] = []
+    probe = handler_probe(seen)
     hooked("langchain")
     model = Probe(responses=[AIMessage("one"), AIMessage("two")])
 
@@ -376,6 +341,7 @@ def test_only_model_runs_carry_the_model_call_handler(hooked, spans):
 
 def test_an_async_stream_is_one_model_span_and_the_consumer_runs_without_the_handler(hooked, spans):
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
     from langchain_core.tracers import context
 
     hooked("langchain")
@@ -397,6 +363,9 @@ def test_an_async_stream_is_one_model_span_and_the_consumer_runs_without_the_han
 
 
 def test_a_tool_run_inside_a_sync_tool_handed_to_the_executor_has_its_own_span(hooked, spans):
+    from frameworks.langchain_scripted import SLEEP_S, fetch_page, tool_call
+    from langchain_core.tools import tool
+
     @tool
     def summarize(url: str) -> str:
         """Fetch a page and summarize it."""
@@ -415,6 +384,10 @@ def test_a_tool_run_inside_a_sync_tool_handed_to_the_executor_has_its_own_span(h
 
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_a_langgraph_agent_records_arguments_and_results_through_redact(hooked, spans, asynchronous):
+    from frameworks.langchain_scripted import react_graph, tool_call
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+
     require_framework("langchain", "langgraph")
 
     @tool
@@ -427,7 +400,7 @@ def test_a_langgraph_agent_records_arguments_and_results_through_redact(hooked, 
 
     hooked("langchain", record_arguments=True, record_results=True, redact=redact)
     turns = [AIMessage("", tool_calls=[tool_call("lookup", {"key": "sk-7f3a"}, "k1")]), AIMessage("done")]
-    graph = _react_graph([lookup], turns, asynchronous=asynchronous)
+    graph = react_graph([lookup], turns, asynchronous=asynchronous)
     request = {"messages": [HumanMessage("look it up")]}
 
     state = asyncio.run(graph.ainvoke(request)) if asynchronous else graph.invoke(request)
@@ -441,6 +414,9 @@ def test_a_langgraph_agent_records_arguments_and_results_through_redact(hooked, 
 
 
 def test_sync_tools_handed_to_the_executor_record_the_workers_cpu_time(hooked, spans):
+    from frameworks.langchain_scripted import fetch_page, tool_call
+    from langchain_core.tools import tool
+
     @tool
     def crunch(n: int) -> int:
         """Spin on the CPU for 0.1 s of CPU time."""

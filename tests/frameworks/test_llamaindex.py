@@ -14,16 +14,14 @@ import pytest
 from frameworks.framework_support import (
     ASYNCIO_DEFAULT_WORKERS,
     assert_queued_one_after_another,
-    require_framework,
+    framework_fixture,
     run_with_one_worker,
     timing,
 )
 
-require_framework("llamaindex", "llama_index.core")
+import agent_otel
 
-from llama_index.core.tools import FunctionTool  # noqa: E402
-
-import agent_otel  # noqa: E402
+framework = framework_fixture("llamaindex", "llama_index.core")
 
 SLEEP_S = 0.15
 
@@ -41,6 +39,8 @@ async def ask_database(query: str) -> str:
 
 
 def test_sync_call_is_one_direct_span(hooked, spans):
+    from llama_index.core.tools import FunctionTool
+
     hooked("llamaindex")
     page_tool = FunctionTool.from_defaults(fn=fetch_page)
 
@@ -55,6 +55,8 @@ def test_sync_call_is_one_direct_span(hooked, spans):
 
 
 def test_agent_style_async_calls_of_a_sync_tool_wait_for_the_executor(hooked, spans):
+    from llama_index.core.tools import FunctionTool
+
     hooked("llamaindex")
     page_tool = FunctionTool.from_defaults(fn=fetch_page)
 
@@ -89,6 +91,7 @@ def scripted_llm(tool_calls):
 
 def test_a_function_agent_runs_sync_tools_on_the_default_executor_of_known_size(hooked, spans):
     from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.tools import FunctionTool
 
     hooked("llamaindex")
     agent = FunctionAgent(
@@ -110,6 +113,8 @@ def test_a_function_agent_runs_sync_tools_on_the_default_executor_of_known_size(
 
 
 def test_async_tool_has_no_queue(hooked, spans):
+    from llama_index.core.tools import FunctionTool
+
     hooked("llamaindex")
     database_tool = FunctionTool.from_defaults(async_fn=ask_database)
 
@@ -122,6 +127,8 @@ def test_async_tool_has_no_queue(hooked, spans):
 
 
 def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans):
+    from llama_index.core.tools import FunctionTool
+
     hooked("llamaindex")
     failure = LookupError("no such page")
 
@@ -138,6 +145,8 @@ def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans)
 
 
 def test_a_hook_failure_runs_the_tool_untraced_with_one_warning(hooked, spans, caplog):
+    from llama_index.core.tools import FunctionTool
+
     hooked("llamaindex")
     page_tool = FunctionTool.from_defaults(fn=fetch_page, name="fetch")
 
@@ -164,6 +173,7 @@ def test_a_hook_failure_runs_the_tool_untraced_with_one_warning(hooked, spans, c
 
 def test_uninstrument_restores_llamaindex_exactly(spans):
     from llama_index.core.instrumentation import get_dispatcher
+    from llama_index.core.tools import FunctionTool
 
     handlers_before = list(get_dispatcher().event_handlers)
     before = (vars(FunctionTool)["call"], vars(FunctionTool)["acall"])
@@ -179,6 +189,7 @@ def test_uninstrument_restores_llamaindex_exactly(spans):
 
 def test_each_llm_call_of_a_function_agent_is_a_streamed_model_span(hooked, spans):
     from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.tools import FunctionTool
 
     hooked("llamaindex")
     agent = FunctionAgent(

@@ -11,50 +11,16 @@ import logging
 import sys
 import time
 
-from frameworks.framework_support import agent_otel_spans, require_framework, timing
+from frameworks.framework_support import agent_otel_spans, framework_fixture, timing
 
-require_framework("mcp", "mcp")
+import agent_otel
 
-from mcp import Client  # noqa: E402
-from mcp.server.mcpserver import MCPServer  # noqa: E402
-
-import agent_otel  # noqa: E402
-
-SLEEP_S = 0.15
-
-server = MCPServer("inventory")
-
-
-@server.tool()
-def count_stock(sku: str) -> int:
-    """Count the items in stock (slowly)."""
-    time.sleep(SLEEP_S)
-    return 7
-
-
-@server.tool()
-async def reserve(sku: str) -> str:
-    """Reserve one item."""
-    await asyncio.sleep(SLEEP_S)
-    return f"reserved {sku}"
-
-
-@server.tool()
-def discontinue(sku: str) -> str:
-    """Always fails."""
-    raise ValueError(f"{sku} is locked")
-
-
-def call_tools(*calls, through_session: bool = False):
-    async def session():
-        async with Client(server) as client:
-            caller = client.session if through_session else client
-            return [await caller.call_tool(name, arguments) for name, arguments in calls]
-
-    return asyncio.run(session())
+framework = framework_fixture("mcp", "mcp")
 
 
 def test_each_remote_tool_call_is_one_client_span(hooked, spans):
+    from frameworks.mcp_scripted import SLEEP_S, call_tools
+
     hooked("mcp")
 
     stock, reservation = call_tools(("count_stock", {"sku": "A1"}), ("reserve", {"sku": "A1"}))
@@ -73,6 +39,8 @@ def test_each_remote_tool_call_is_one_client_span(hooked, spans):
 
 
 def test_session_call_tool_is_traced_too(hooked, spans):
+    from frameworks.mcp_scripted import SLEEP_S, call_tools
+
     hooked("mcp")
 
     (result,) = call_tools(("count_stock", {"sku": "B2"}), through_session=True)
@@ -83,6 +51,8 @@ def test_session_call_tool_is_traced_too(hooked, spans):
 
 
 def test_a_result_with_is_error_makes_an_error_span(hooked, spans, caplog):
+    from frameworks.mcp_scripted import call_tools
+
     hooked("mcp")
 
     with caplog.at_level(logging.CRITICAL):  # the server logs the tool's traceback
@@ -96,6 +66,10 @@ def test_a_result_with_is_error_makes_an_error_span(hooked, spans, caplog):
 
 
 def test_an_agent_otel_tool_served_in_process_is_one_span_counted_once(hooked, spans):
+    from frameworks.mcp_scripted import SLEEP_S
+    from mcp import Client
+    from mcp.server.mcpserver import MCPServer
+
     handle = hooked("mcp")
     in_process = MCPServer("pricing")
 
@@ -128,6 +102,7 @@ def test_a_server_process_records_its_side_of_each_call_in_the_clients_trace(hoo
     from mcp.client.stdio import StdioServerParameters
 
     from frameworks import mcp_stdio_server
+    from mcp import Client
 
     client_traces = tmp_path / "client.jsonl"
     hooked("mcp", traces_file=str(client_traces))

@@ -7,95 +7,22 @@ asks for four tool calls at once, its second answers.
 from __future__ import annotations
 
 import asyncio
-import json
-import time
 
 from frameworks.framework_support import (
     ASYNCIO_DEFAULT_WORKERS,
     assert_queued_one_after_another,
-    require_framework,
-    run_with_one_worker,
+    framework_fixture,
     timing,
 )
 
-require_framework("openai_agents", "agents")
+import agent_otel
 
-from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E402
-from agents.items import ModelResponse  # noqa: E402
-from agents.models.interface import Model  # noqa: E402
-from agents.usage import Usage  # noqa: E402
-from openai.types.responses import (  # noqa: E402
-    ResponseFunctionToolCall,
-    ResponseOutputMessage,
-    ResponseOutputText,
-)
-
-import agent_otel  # noqa: E402
-
-SLEEP_S = 0.15
-set_tracing_disabled(True)  # the SDK's own tracing would try to reach its backend
-
-
-@function_tool
-def fetch_page(url: str) -> str:
-    """Download a page (slowly)."""
-    time.sleep(SLEEP_S)
-    return f"<html>{url}</html>"
-
-
-@function_tool
-async def ask_database(query: str) -> str:
-    """Query the database."""
-    await asyncio.sleep(SLEEP_S)
-    return f"rows for {query}"
-
-
-@function_tool
-def charge_card(amount: int) -> str:
-    """Charge the customer's card."""
-    raise PermissionError("card declined")
-
-
-class ScriptedModel(Model):
-    """Plays back model turns; the SDK's tool loop runs for real."""
-
-    def __init__(self, turns):
-        self.turns = list(turns)
-
-    async def get_response(self, *args, **kwargs):
-        return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
-
-    def stream_response(self, *args, **kwargs):
-        raise NotImplementedError
-
-
-def call(name: str, arguments: dict, call_id: str) -> ResponseFunctionToolCall:
-    return ResponseFunctionToolCall(
-        type="function_call",
-        name=name,
-        arguments=json.dumps(arguments),
-        call_id=call_id,
-        id=f"fc_{call_id}",
-        status="completed",
-    )
-
-
-def answer(text: str) -> ResponseOutputMessage:
-    return ResponseOutputMessage(
-        id="msg",
-        type="message",
-        role="assistant",
-        status="completed",
-        content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
-    )
-
-
-def run_agent(turns):
-    agent = Agent(name="support", tools=[fetch_page, ask_database, charge_card], model=ScriptedModel(turns))
-    return run_with_one_worker(lambda: Runner.run(agent, "help me"))
+framework = framework_fixture("openai_agents", "agents")
 
 
 def test_agent_tool_calls_become_spans_with_call_ids_and_queue_time(hooked, spans):
+    from frameworks.openai_agents_scripted import SLEEP_S, answer, call, run_agent
+
     hooked("openai_agents")
 
     result = run_agent(
@@ -123,6 +50,8 @@ def test_agent_tool_calls_become_spans_with_call_ids_and_queue_time(hooked, span
 
 
 def test_sync_tools_on_the_loops_own_default_executor_carry_its_size(hooked, spans):
+    from frameworks.openai_agents_scripted import SLEEP_S, Agent, Runner, ScriptedModel, answer, call, fetch_page
+
     hooked("openai_agents")
     agent = Agent(
         name="support",
@@ -143,6 +72,8 @@ def test_sync_tools_on_the_loops_own_default_executor_carry_its_size(hooked, spa
 
 
 def test_an_error_the_sdk_reports_to_the_model_is_recorded_on_the_span(hooked, spans):
+    from frameworks.openai_agents_scripted import answer, call, run_agent
+
     hooked("openai_agents")
 
     result = run_agent([[call("charge_card", {"amount": 5}, "call_c")], [answer("sorry")]])
@@ -158,6 +89,8 @@ def test_an_error_the_sdk_reports_to_the_model_is_recorded_on_the_span(hooked, s
 
 
 def test_a_function_tool_also_decorated_with_agent_otel_tool_has_one_span(hooked, spans):
+    from frameworks.openai_agents_scripted import Agent, Runner, ScriptedModel, answer, call, function_tool
+
     hooked("openai_agents")
 
     @function_tool
@@ -176,6 +109,8 @@ def test_a_function_tool_also_decorated_with_agent_otel_tool_has_one_span(hooked
 
 
 def test_each_model_call_of_the_run_is_a_model_span_with_its_usage(hooked, spans):
+    from frameworks.openai_agents_scripted import Agent, Runner, ScriptedModel, Usage, answer, ask_database, call
+
     hooked("openai_agents")
 
     class MeteredModel(ScriptedModel):
@@ -205,6 +140,8 @@ def test_each_model_call_of_the_run_is_a_model_span_with_its_usage(hooked, spans
 
 
 def test_a_model_that_reports_no_usage_gets_none_recorded(hooked, spans):
+    from frameworks.openai_agents_scripted import Agent, Runner, ScriptedModel, answer
+
     hooked("openai_agents")
     agent = Agent(name="support", tools=[], model=ScriptedModel([[answer("hi")]]))
 
@@ -217,6 +154,7 @@ def test_a_model_that_reports_no_usage_gets_none_recorded(hooked, spans):
 def test_a_streamed_model_call_has_time_to_first_chunk_and_the_completed_responses_usage(hooked, spans):
     from openai.types.responses import Response, ResponseCompletedEvent, ResponseTextDeltaEvent
     from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails, ResponseUsage
+    from frameworks.openai_agents_scripted import SLEEP_S, Agent, Runner, ScriptedModel, answer
 
     class StreamingModel(ScriptedModel):
         """Streams one text delta after a first-token delay, then the completed response with its usage."""

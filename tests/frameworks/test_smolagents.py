@@ -1,6 +1,7 @@
 """smolagents tools traced with no change beyond ``instrument()``.
 
-The ``ToolCallingAgent`` runs against a scripted model (no network): its
+The ``ToolCallingAgent`` runs against a scripted model (no network,
+smolagents_scripted.py): its
 first step asks for three page fetches at once, its second for the final
 answer.
 """
@@ -11,55 +12,17 @@ import logging
 import time
 
 import pytest
-from frameworks.framework_support import by_exec_start, least_wait_s, require_framework, timing
+from frameworks.framework_support import by_exec_start, framework_fixture, least_wait_s, timing
 
-require_framework("smolagents", "smolagents")
+import agent_otel
 
-from smolagents import ToolCallingAgent, tool  # noqa: E402
-from smolagents import agents as smolagents_agents  # noqa: E402
-from smolagents.models import (  # noqa: E402
-    ChatMessage,
-    ChatMessageToolCall,
-    ChatMessageToolCallFunction,
-    MessageRole,
-    Model,
-)
-from smolagents.tools import Tool  # noqa: E402
-
-import agent_otel  # noqa: E402
-
-SLEEP_S = 0.15
-
-
-@tool
-def fetch_page(url: str) -> str:
-    """Download a page (slowly).
-
-    Args:
-        url: the page's address
-    """
-    time.sleep(SLEEP_S)
-    return f"<html>{url}</html>"
-
-
-class ScriptedModel(Model):
-    """Plays back the model's tool calls; the agent's loop runs for real."""
-
-    def __init__(self, steps):
-        super().__init__(model_id="scripted")
-        self.steps = list(steps)
-
-    def generate(self, messages, stop_sequences=None, response_format=None, tools_to_call_from=None, **kwargs):
-        return ChatMessage(role=MessageRole.ASSISTANT, content="", tool_calls=self.steps.pop(0))
-
-
-def call(name: str, arguments: dict, call_id: str) -> ChatMessageToolCall:
-    return ChatMessageToolCall(
-        id=call_id, type="function", function=ChatMessageToolCallFunction(name=name, arguments=arguments)
-    )
+framework = framework_fixture("smolagents", "smolagents")
 
 
 def test_parallel_tool_calls_queue_for_the_agents_tool_threads(hooked, spans):
+    from frameworks.smolagents_scripted import SLEEP_S, ScriptedModel, call, fetch_page
+    from smolagents import ToolCallingAgent
+
     hooked("smolagents")
     model = ScriptedModel(
         [
@@ -84,6 +47,8 @@ def test_parallel_tool_calls_queue_for_the_agents_tool_threads(hooked, spans):
 
 
 def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans):
+    from smolagents.tools import Tool
+
     hooked("smolagents")
     failure = PermissionError("robots.txt forbids it")
 
@@ -106,6 +71,10 @@ def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans)
 
 
 def test_a_version_the_hook_does_not_understand_is_skipped_with_one_warning(spans, monkeypatch, caplog):
+    from frameworks.smolagents_scripted import fetch_page
+    from smolagents import agents as smolagents_agents
+    from smolagents.tools import Tool
+
     original_call = vars(Tool)["__call__"]
     monkeypatch.delattr(smolagents_agents, "ThreadPoolExecutor")  # as if a release had renamed it
 
@@ -124,6 +93,8 @@ def test_a_version_the_hook_does_not_understand_is_skipped_with_one_warning(span
 
 
 def test_each_model_call_of_the_agent_is_a_model_span(hooked, spans):
+    from frameworks.smolagents_scripted import ScriptedModel, call, fetch_page
+    from smolagents import ToolCallingAgent
     from smolagents.monitoring import TokenUsage
 
     class MeteredModel(ScriptedModel):
@@ -151,6 +122,9 @@ def test_each_model_call_of_the_agent_is_a_model_span(hooked, spans):
 
 
 def test_uninstrument_restores_every_model_class(spans):
+    from frameworks.smolagents_scripted import ScriptedModel, call
+    from smolagents.models import Model
+
     generate_before = vars(ScriptedModel)["generate"]
     agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=["smolagents"])
 
@@ -170,7 +144,8 @@ def test_uninstrument_restores_every_model_class(spans):
 
 
 def test_a_streamed_model_call_has_time_to_first_chunk_and_the_summed_usage(hooked, spans):
-    from smolagents.models import ChatMessageStreamDelta
+    from frameworks.smolagents_scripted import SLEEP_S
+    from smolagents.models import ChatMessageStreamDelta, Model
     from smolagents.monitoring import TokenUsage
 
     class StreamingModel(Model):
