@@ -106,3 +106,26 @@ def fresh_pools():
     """Tool pools declared by one test are gone after it."""
     yield
     agent_otel.pools.shutdown(wait=False)
+
+
+# Under `pytest -n N --dist loadscope` (pyproject.toml), each test module runs
+# on one worker. The modules that import the agent frameworks in this process
+# run on one worker together, which imports each framework once: a framework
+# takes a second or more of CPU to import, and on a 2-core machine the
+# workers share the CPU.
+FRAMEWORK_MODULES = ("tests/frameworks/", "tests/test_redaction.py")
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: no error where xdist is not installed
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadscope":
+        return None  # the scheduler the command line asks for
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FrameworksTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(FRAMEWORK_MODULES):
+                return "frameworks"
+            return super()._split_scope(nodeid)
+
+    return FrameworksTogether(config, log)
