@@ -52,12 +52,12 @@ from agent_otel.attribution.rule import (
     UnderuseTotals,
     WindowAttribution,
     attribute,
+    blocked_by_tool_phase,
     gpu_key,
 )
 from agent_otel.config import DEFAULTS
 from agent_otel.gpu.timeline import IdleDetector, is_missing
 from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, LoopBlock, ToolCall, UtilizationSegment
-from agent_otel.semconv import PHASE_EXEC, PHASE_QUEUE
 
 # Finished calls kept for attribution: enough for a busy agent, small
 # enough to bound memory (~330 bytes a call: ~17 MB).
@@ -66,11 +66,13 @@ MAX_HORIZON_CALLS = 50_000
 
 class ClosedWindow(NamedTuple):
     """An idle window that closed: its blame, merged over the parts it
-    accrued, and ``idle_s``, the sum of the idle seconds the counters
-    received for it (the window's length, summed as the counters summed it)."""
+    accrued; ``idle_s``, the sum of the idle seconds the counters received
+    for it (the window's length, summed as the counters summed it); and
+    ``blocked``, what the blocked counter received for it by (tool, phase)."""
 
     attribution: WindowAttribution
     idle_s: float
+    blocked: dict[tuple[str, str], float]
 
 
 @dataclass
@@ -97,7 +99,17 @@ class _OpenWindow:
     lasted the minimum idle time (``counted``: from then on its blame goes
     to the counters as it comes; what it accrued before goes at once)."""
 
-    __slots__ = ("start_ns", "accrued_to", "shares", "originals", "unattributed_s", "idle_s", "counted", "label")
+    __slots__ = (
+        "start_ns",
+        "accrued_to",
+        "shares",
+        "originals",
+        "unattributed_s",
+        "idle_s",
+        "blocked",
+        "counted",
+        "label",
+    )
 
     def __init__(self, start_ns: int, label: str):
         self.start_ns = start_ns
@@ -106,11 +118,18 @@ class _OpenWindow:
         self.shares: dict[int, CallShare] = {}  # id(original call) -> its share so far
         self.originals: dict[int, ToolCall] = {}  # holds each original, so its id stays its own
         self.unattributed_s = 0.0
+        self.blocked: dict[tuple[str, str], float] = {}  # (tool, phase) -> seconds so far
         self.counted = False
         self.label = label  # gpu_key of its GPU: the counters' gpu label
 
-    def add(self, result: WindowAttribution, originals: dict[int, ToolCall]) -> None:
+    def add(
+        self, result: WindowAttribution, blocked: dict[tuple[str, str], float], originals: dict[int, ToolCall]
+    ) -> None:
+        """A stretch's blame (``blocked``: its shares summed by tool and phase)."""
         self.unattributed_s += result.unattributed_s
+        totals = self.blocked
+        for tool_phase, seconds in blocked.items():
+            totals[tool_phase] = totals.get(tool_phase, 0.0) + seconds
         shares, kept = self.shares, self.originals
         for share in result.shares:
             call = share.call
@@ -134,23 +153,21 @@ class _OpenWindow:
         label = self.label
         totals.idle_s[label] = totals.idle_s.get(label, 0.0) + self.idle_s
         totals.unattributed_s[label] = totals.unattributed_s.get(label, 0.0) + self.unattributed_s
-        _add_blocked(totals.blocked_s, label, self.shares.values())
+        _add_blocked(totals.blocked_s, label, self.blocked)
 
     def close(self, window: IdleWindow) -> ClosedWindow:
         shares = sorted(self.shares.values(), key=_CALL_START)
         shares.sort(key=_CALL_SUBMIT)  # by submit, then start
-        return ClosedWindow(WindowAttribution(window, shares, self.unattributed_s), self.idle_s)
+        return ClosedWindow(WindowAttribution(window, shares, self.unattributed_s), self.idle_s, self.blocked)
 
 
-def _add_blocked(blocked_s: dict[tuple[str, str, str], float], label: str, shares: Iterable[CallShare]) -> None:
-    """Add the shares' seconds to ``blocked_s`` by (gpu, tool, phase)."""
-    for share in shares:
-        if share.queue_s > 0.0:
-            key = (label, share.call.tool, PHASE_QUEUE)
-            blocked_s[key] = blocked_s.get(key, 0.0) + share.queue_s
-        if share.exec_s > 0.0:
-            key = (label, share.call.tool, PHASE_EXEC)
-            blocked_s[key] = blocked_s.get(key, 0.0) + share.exec_s
+def _add_blocked(
+    blocked_s: dict[tuple[str, str, str], float], label: str, blocked: dict[tuple[str, str], float]
+) -> None:
+    """Add seconds by (tool, phase) to ``blocked_s`` by (gpu, tool, phase)."""
+    for (tool, phase), seconds in blocked.items():
+        key = (label, tool, phase)
+        blocked_s[key] = blocked_s.get(key, 0.0) + seconds
 
 
 class BlameEngine:
@@ -237,9 +254,12 @@ class BlameEngine:
         results = attribute(segments, calls, blocks) if segments else []
         ended: dict[tuple[str, int], _OpenWindow] = {}  # stretches that ended in this batch
         for segment, result in zip(segments, results):
-            update.underused.add(result)
             if segment.utilization <= threshold:
-                self._accrue(segment, result, originals, update, ended)
+                blocked = blocked_by_tool_phase(result.shares)
+                update.underused.add(result, blocked)
+                self._accrue(segment, result, blocked, originals, update, ended)
+            else:
+                update.underused.add(result)
         for window in closed:
             current = self._open.get(window.gpu)
             if current is not None and current.start_ns == window.start_ns:
@@ -263,6 +283,7 @@ class BlameEngine:
         self,
         segment: UtilizationSegment,
         result: WindowAttribution,
+        blocked: dict[tuple[str, str], float],
         originals: dict[int, ToolCall],
         update: BlameUpdate,
         ended: dict[tuple[str, int], _OpenWindow],
@@ -279,8 +300,8 @@ class BlameEngine:
             idle, label = update.idle, current.label
             idle.idle_s[label] = idle.idle_s.get(label, 0.0) + seconds
             idle.unattributed_s[label] = idle.unattributed_s.get(label, 0.0) + result.unattributed_s
-            _add_blocked(idle.blocked_s, label, result.shares)
-        current.add(result, originals)
+            _add_blocked(idle.blocked_s, label, blocked)
+        current.add(result, blocked, originals)
         current.idle_s += seconds
         current.accrued_to = segment.end_ns
 
@@ -292,15 +313,17 @@ class BlameEngine:
         running = list(in_flight)  # before the horizon: a call that finishes meanwhile is in one or both
         start = min(interval.start_ns for interval in intervals)
         end = max(interval.end_ns for interval in intervals)
-        calls = {id(call): call for call in self.horizon.overlapping(start, end)}
+        calls = self.horizon.overlapping(start, end)
         originals: dict[int, ToolCall] = {}
-        for call in running:
-            if id(call) in calls or call.submit_ns >= end:
-                continue
-            snapshot = dataclasses.replace(call)
-            originals[id(snapshot)] = call
-            calls[id(call)] = snapshot
-        return list(calls.values()), originals
+        if running:
+            finished = set(map(id, calls))
+            for call in running:
+                if id(call) in finished or call.submit_ns >= end:
+                    continue
+                snapshot = dataclasses.replace(call)
+                originals[id(snapshot)] = call
+                calls.append(snapshot)
+        return calls, originals
 
     def _needed_from(self) -> int:
         """The earliest instant a later batch may still blame: an open

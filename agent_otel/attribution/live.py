@@ -43,8 +43,6 @@ from agent_otel.semconv import (
     GPU_INDEX,
     GPU_UTILIZATION_AVG,
     GPU_UUID,
-    PHASE_EXEC,
-    PHASE_QUEUE,
     SPAN_GPU_IDLE,
 )
 from agent_otel.problems import Problems
@@ -267,17 +265,9 @@ class LiveTimeline:
         window = result.window
         gpu = valid_text(window.gpu, NAME_LIMIT)  # from a GPU log, when replayed
         share_min = self.share_min
-        totals: dict[tuple[str, str], float] = {}  # (tool, phase) -> seconds, as the counters got them
-        shown: list[CallShare] = []  # the shares a link and a child show
-        for share in result.shares:
-            queue_s, exec_s = share.queue_s, share.exec_s
-            tool = share.call.tool
-            if queue_s > 0.0:
-                totals[(tool, PHASE_QUEUE)] = totals.get((tool, PHASE_QUEUE), 0.0) + queue_s
-            if exec_s > 0.0:
-                totals[(tool, PHASE_EXEC)] = totals.get((tool, PHASE_EXEC), 0.0) + exec_s
-            if queue_s + exec_s >= share_min and share.call.trace_id:
-                shown.append(share)
+        totals = closed.blocked  # (tool, phase) -> seconds, as the counters got them
+        # the shares a link and a child show
+        shown = [share for share in result.shares if share.queue_s + share.exec_s >= share_min and share.call.trace_id]
         # Largest last: a tracer provider whose link limit is lower than the
         # one read at start keeps the last links it is given.
         shown.sort(key=_blocked_s)

@@ -137,6 +137,19 @@ class WindowAttribution:
         return largest_share(totals)
 
 
+def blocked_by_tool_phase(shares: Iterable[CallShare]) -> dict[tuple[str, str], float]:
+    """The shares' seconds summed by (tool, phase), ``queue`` and ``exec`` (a mixed share in both)."""
+    sums: dict[tuple[str, str], float] = {}
+    for share in shares:
+        if share.queue_s > 0.0:
+            key = (share.call.tool, PHASE_QUEUE)
+            sums[key] = sums.get(key, 0.0) + share.queue_s
+        if share.exec_s > 0.0:
+            key = (share.call.tool, PHASE_EXEC)
+            sums[key] = sums.get(key, 0.0) + share.exec_s
+    return sums
+
+
 def largest_share(seconds_by_tool: dict[str, float]) -> Optional[str]:
     """The tool with the most seconds (``gpu.idle.blocked_by``); on a tie, to
     the nanosecond, the first name in sort order; None for none."""
@@ -183,8 +196,9 @@ class UnderuseTotals:
     blocked_s: dict[tuple[str, str, str], float] = field(default_factory=dict)
     unattributed_s: dict[str, float] = field(default_factory=dict)
 
-    def add(self, attribution: WindowAttribution) -> None:
-        """Add one attributed ``UtilizationSegment``, weighted by its unused ratio."""
+    def add(self, attribution: WindowAttribution, blocked: Optional[dict[tuple[str, str], float]] = None) -> None:
+        """Add one attributed ``UtilizationSegment``, weighted by its unused ratio
+        (``blocked``: its shares' ``blocked_by_tool_phase``, when already summed)."""
         segment = attribution.window
         seconds = (segment.end_ns - segment.start_ns) / NS_PER_S
         if seconds <= 0.0:
@@ -197,14 +211,12 @@ class UnderuseTotals:
         self.unattributed_s[gpu] = self.unattributed_s.get(gpu, 0.0) + unused * attribution.unattributed_s
         if not unused > 0.0:
             return
+        if blocked is None:
+            blocked = blocked_by_tool_phase(attribution.shares)
         blocked_s = self.blocked_s
-        for share in attribution.shares:
-            if share.queue_s > 0.0:
-                key = (gpu, share.call.tool, PHASE_QUEUE)
-                blocked_s[key] = blocked_s.get(key, 0.0) + unused * share.queue_s
-            if share.exec_s > 0.0:
-                key = (gpu, share.call.tool, PHASE_EXEC)
-                blocked_s[key] = blocked_s.get(key, 0.0) + unused * share.exec_s
+        for (tool, phase), seconds in blocked.items():
+            key = (gpu, tool, phase)
+            blocked_s[key] = blocked_s.get(key, 0.0) + unused * seconds
 
 
 def attribute_underuse(
@@ -250,9 +262,9 @@ class _Calls:
         self.calls = calls = sorted(calls, key=_START)
         calls.sort(key=_SUBMIT)
         self.submits = submits = list(map(_SUBMIT, calls))
-        # max(end, submit), a call in flight ending far in the future
+        # max(end, submit), a call in flight (end 0) ending far in the future
         self.ends = ends = [
-            end if end >= submit else submit for end, submit in zip([e or _OPEN_END for e in map(_END, calls)], submits)
+            (end if end >= submit else submit) if end else _OPEN_END for end, submit in zip(map(_END, calls), submits)
         ]
         # min(max(start, submit), end), a call not started queued until its end
         self.starts = starts = [
