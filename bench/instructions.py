@@ -20,6 +20,15 @@ exporter), tool (``@agent_otel.tool`` on the same provider), submit_bare
 (``ThreadPoolExecutor`` submit+result, not instrumented), submit (the same,
 instrumented), submit_tool (a tool submitted, instrumented). Needs valgrind
 (``apt-get install valgrind``); about a minute per variant.
+
+background and background_bare: the background's work per tool call in
+``bench/overhead.py`` part 3's scenario (turns of 0.5 s of model on a
+simulated GPU, then 1,000 calls in 0.5 s while it idles), on a virtual
+clock in one thread: the pipeline's drain every 0.25 s and the GPU
+timeline's poll every 0.5 s (blame, counters, ``gpu.idle`` spans), the
+same code the pipeline and sampler threads run. background_bare is the
+same loop with nothing drained or blamed (the calls made, the GPU
+polled); the difference is the background's instructions per call.
 """
 
 from __future__ import annotations
@@ -30,11 +39,71 @@ import shutil
 import subprocess
 import sys
 
-VARIANTS = ("span", "tool", "submit_bare", "submit", "submit_tool")
+VARIANTS = ("span", "tool", "submit_bare", "submit", "submit_tool", "background_bare", "background")
+
+
+def run_background(calls: int, bare: bool) -> None:
+    """The background's work for ``calls`` calls (whole turns of 1,000), after one turn of warm-up."""
+    import collections
+
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from agent_otel.attribution.live import LiveTimeline
+    from agent_otel.exporters.prometheus import Metrics
+    from agent_otel.gpu.simulated import SimulatedGpu
+    from agent_otel.pipeline import Pipeline
+    from agent_otel.records import NS_PER_S, ToolCall
+
+    now = [1_700_000_000 * NS_PER_S]
+
+    class Recorder:  # the recorder's two tables, as the hot path fills them
+        inflight: dict = {}
+        finished: collections.deque = collections.deque()
+
+    gpu = SimulatedGpu(clock=lambda: now[0])
+    recorder, metrics = Recorder(), Metrics()
+    pipeline = Pipeline(recorder, None, metrics)  # type: ignore[arg-type]
+    tracer = TracerProvider().get_tracer("bench")
+    timeline = LiveTimeline(gpu, tracer=tracer, metrics=metrics, recorder=recorder, pipeline=pipeline)
+    due = {"drain": now[0] + NS_PER_S // 4, "poll": now[0] + NS_PER_S // 2}
+
+    def advance(to: int) -> None:
+        while min(due.values()) <= to:
+            what = min(due, key=due.__getitem__)
+            now[0] = due[what]
+            if what == "drain":
+                recorder.finished.clear() if bare else pipeline.drain()
+                due["drain"] += NS_PER_S // 4
+            else:
+                samples = gpu.poll()
+                if not bare:
+                    timeline.on_samples(samples)
+                due["poll"] += NS_PER_S // 2
+        now[0] = to
+
+    def turn() -> None:
+        with gpu.busy():
+            advance(now[0] + NS_PER_S // 2)
+        start = now[0]
+        for i in range(1000):
+            advance(start + i * NS_PER_S // 2000)
+            call = ToolCall("search", "direct", now[0], now[0], trace_id=i + 1, span_id=i + 1)
+            recorder.inflight[id(call)] = call
+            call.end_ns = now[0] + 2000
+            recorder.finished.append(call)
+            del recorder.inflight[id(call)]
+        advance(start + NS_PER_S // 2)
+
+    turn()
+    for _ in range(calls // 1000):
+        turn()
 
 
 def run(variant: str, calls: int) -> None:
     """The workload, run under valgrind by ``count``."""
+    if variant.startswith("background"):
+        run_background(calls, bare=variant == "background_bare")
+        return
     import concurrent.futures as cf
 
     from opentelemetry import trace
@@ -115,7 +184,7 @@ def instructions(variant: str, calls: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("variants", nargs="*", help=f"of {', '.join(VARIANTS)} (default: all)")
-    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--calls", type=int, default=3000, help="(background: rounded down to whole turns of 1,000)")
     parser.add_argument("--run", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -136,6 +205,8 @@ def main() -> int:
         print(f"tool / span: {per_call['tool'] / per_call['span']:.3f}")
     if "submit_bare" in per_call and "submit" in per_call:
         print(f"submit / submit_bare: {per_call['submit'] / per_call['submit_bare']:.3f}")
+    if "background_bare" in per_call and "background" in per_call:
+        print(f"background work per call: {per_call['background'] - per_call['background_bare']:,.0f}")
     return 0
 
 
