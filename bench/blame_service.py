@@ -17,7 +17,7 @@ simulated one, always idle, so every call is blamed.
     call store, metrics), in this process on one core
     (``time.process_time``); next to it the decode alone. Rounds are
     interleaved (each agent count once per round, rotating) and each figure
-    is the median. Then the same over OTLP/gRPC to a real
+    is the median and [min-max]. Then the same over OTLP/gRPC to a real
     ``agent-otel gpu-exporter --pool`` process: spans per second of the
     service's own CPU time (``/proc/PID/stat``), the receiver and gRPC
     included.
@@ -164,10 +164,16 @@ def new_service(watermark_s: float = 30.0) -> BlameService:
 # ---------------------------------------------------------------- (a) ingest
 
 
+def spread(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
+    """``median [min-max]`` of ``values`` times ``scale``."""
+    m, lo, hi = statistics.median(values) * scale, min(values) * scale, max(values) * scale
+    return f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
+
+
 def ingest_in_process(rounds: int, requests: int) -> None:
     print(
         f"(a) ingest, in this process, one core: {requests} requests of {PER_REQUEST} tool spans per round, "
-        f"{rounds} rounds, median"
+        f"{rounds} interleaved rounds, median [min-max]; no goal is set for the blame service: for scale"
     )
     rng = random.Random(1)
     serial = 1
@@ -191,13 +197,16 @@ def ingest_in_process(rounds: int, requests: int) -> None:
                 service.consume(ExportTraceServiceRequest.FromString(body), "bench", "grpc")
             full[agents].append((time.process_time() - started) / (requests * PER_REQUEST))
             assert service.timeline.held_calls() == requests * PER_REQUEST
-    base = statistics.median(full[1])
-    print("    agents   decode µs/span   service µs/span   spans/s on one core   vs 1 agent")
+    print(
+        f"    {'agents':>6}   {'decode µs/span':>20}   {'service µs/span':>20}   {'spans/s on one core':>19}   "
+        f"{'x 1 agent, same round':>21}"
+    )
     for agents in AGENTS:
         per_span = statistics.median(full[agents])
+        ratios = [value / base for value, base in zip(full[agents], full[1])]
         print(
-            f"    {agents:6d}   {statistics.median(decode[agents]) * 1e6:14.1f}   {per_span * 1e6:15.1f}"
-            f"   {1 / per_span:19,.0f}   {per_span / base:9.2f}x"
+            f"    {agents:6d}   {spread(decode[agents], 1e6, 1):>20}   {spread(full[agents], 1e6, 1):>20}"
+            f"   {1 / per_span:19,.0f}   {spread(ratios):>21}"
         )
 
 
@@ -254,7 +263,8 @@ def start_service(watermark_s: float, poll_s: float = 0.5) -> tuple[subprocess.P
 def ingest_over_grpc(requests: int) -> None:
     print(
         f"    over OTLP/gRPC to a gpu-exporter --pool process ({requests} requests of {PER_REQUEST} spans, "
-        "the service's CPU time):"
+        "the service's CPU time; one run per agent count, a process each: a throughput over all the requests, "
+        "not rounds):"
     )
     rng = random.Random(2)
     print("    agents   spans/s of service CPU   wall spans/s")
@@ -289,7 +299,7 @@ def ingest_over_grpc(requests: int) -> None:
 def memory_per_minute() -> None:
     print(
         f"(b) memory for one minute of spans held for attribution ({CALLS_PER_AGENT_S:g} tool calls/s per agent), "
-        "tracemalloc"
+        "tracemalloc (bytes held, the same in every run: no rounds)"
     )
     print("    agents   calls/min   MB      bytes per call")
     rng = random.Random(3)
@@ -338,7 +348,8 @@ def end_to_end(markers: int) -> None:
     watermark_s = 2.0
     print(
         f"(c) end-to-end delay, span end -> whole blame on /metrics: watermark {watermark_s:g} s, GPU polled "
-        f"every 0.5 s, agents export every 1 s, {markers} marker calls of 0.2 s"
+        f"every 0.5 s, agents export every 1 s, {markers} marker calls of 0.2 s (the p50 and max are over the "
+        "markers of one run)"
     )
     print("    agents   spans/s   delay p50   delay max   over the watermark (p50)")
     for agents in AGENTS:

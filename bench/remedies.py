@@ -25,13 +25,16 @@ pool.
 Costs are CPU time of this process, all its threads together
 (``time.process_time``): what a call costs the machine, and less disturbed
 by other load than wall time, which on a busy machine is mostly waiting to
-be scheduled. Variants run interleaved in rounds, so drift hits all alike;
-the median round is reported.
+be scheduled. Variants run interleaved in rounds (a rotated order each
+round), so drift hits all alike; each figure is the median and [min-max] of
+the rounds, and each ratio is taken within a round. No goal is set for the
+remedies: the figures are for scale.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import asyncio
 import concurrent.futures as cf
 import statistics
@@ -112,22 +115,33 @@ def concurrent_variants(plain_pool: cf.ThreadPoolExecutor, callers: int) -> dict
     }
 
 
-def measure(variants: dict, run, rounds: int) -> dict:
-    samples = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, variant in variants.items():
-            samples[name].append(run(variant))
-    return {name: statistics.median(values) for name, values in samples.items()}
+def measure(variants: dict, run, rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of each variant, one per round; the variants in a rotated order each round."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for round_ in range(rounds):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            samples[name].append(run(variants[name]))
+    return samples
 
 
-def print_table(title: str, off: dict, on: dict) -> None:
+def spread(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
+    """``median [min-max]`` of ``values`` times ``scale``."""
+    m, lo, hi = statistics.median(values) * scale, min(values) * scale, max(values) * scale
+    return f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
+
+
+def print_table(title: str, off: dict[str, list[float]], on: dict[str, list[float]]) -> None:
+    """µs per call and the ratio to the first variant (the plain submit) in the same round."""
     base_off, base_on = next(iter(off.values())), next(iter(on.values()))
-    print(f"\n{title}")
-    print(f"  {'variant':42} {'not instrumented':>22} {'instrumented':>22}")
+    print(f"\n{title}: CPU µs per call, and x the plain submit in the same round; median [min-max]")
+    print(f"  {'variant':42} {'not instrumented':>40} {'instrumented':>40}")
     for name in off:
+        ratio_off = [v / b for v, b in zip(off[name], base_off)]
+        ratio_on = [v / b for v, b in zip(on[name], base_on)]
         print(
-            f"  {name:42} {off[name] * 1e6:9.1f} µs {off[name] / base_off:6.2f}x"
-            f" {on[name] * 1e6:9.1f} µs {on[name] / base_on:6.2f}x"
+            f"  {name:42} {spread(off[name], 1e6, 1):>22} {spread(ratio_off):>17}"
+            f" {spread(on[name], 1e6, 1):>22} {spread(ratio_on):>17}"
         )
 
 
@@ -168,7 +182,11 @@ def main() -> None:
     plain_pool.shutdown()
     agent_otel.pools.shutdown()
 
-    print(f"CPU time per call, median of {args.rounds} rounds of {args.calls} calls; pools of {WORKERS} workers")
+    print(
+        f"CPU time per call of the process, {args.rounds} interleaved rounds of {args.calls} calls per variant; "
+        f"pools of {WORKERS} workers; the instrumented phase runs after the other (instrument() is process-wide); "
+        f"load average {os.getloadavg()[0]:.1f} at the end. No goal is set for the remedies: the figures are for scale"
+    )
     print_table("one caller at a time", results["off"][0], results["on"][0])
     print_table(f"{args.callers} callers at once", results["off"][1], results["on"][1])
 
