@@ -47,7 +47,7 @@ share per window. Without blocks nothing is cut and nothing costs more.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 import dataclasses
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
@@ -364,11 +364,15 @@ def _pair_with_calls(windows: list[Interval], indexes: list[int], calls: _Calls)
     for index in indexes:
         start, end = windows[index].start_ns, windows[index].end_ns
         active = [position for position in active if ends[position] > start]
-        while next_call < len(submits) and submits[next_call] < end:
-            # A call that ended before this window can overlap no later one.
-            if ends[next_call] > start and submits[next_call] < ends[next_call]:
-                active.append(next_call)
-            next_call += 1
+        # The calls submitted before the window's end join; one that ended
+        # before this window can overlap no later one.
+        joining = bisect_left(submits, end, next_call)
+        active += [
+            position
+            for position in range(next_call, joining)
+            if ends[position] > start and ends[position] > submits[position]
+        ]
+        next_call = joining
         # The submit check matters only if one GPU's windows overlap.
         yield index, [position for position in active if submits[position] < end]
 
