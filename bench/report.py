@@ -49,6 +49,17 @@ import time
 
 import orjson
 
+from agent_otel.config import DEFAULTS
+from agent_otel.semconv import (
+    AGENT_TOOL_PHASE,
+    GPU_IDLE_BLOCKED_DURATION,
+    GPU_IDLE_BLOCKED_DURATIONS,
+    GPU_IDLE_BLOCKED_PHASES,
+    GPU_IDLE_BLOCKED_TOOLS,
+    PHASE_EXEC,
+    SPAN_EXECUTE_TOOL_PREFIX,
+)
+
 T0 = 1_772_442_000_000_000_000  # 2026-03-02T09:00:00Z
 PER_LINE = 512
 TOOLS = [f"tool_{i:02d}" for i in range(20)]
@@ -68,6 +79,8 @@ GOAL_GROWTH = 1.10  # cost per span at 1M / at 100k
 GOAL_MB_1M = 300.0
 GOAL_MB_GPU_LOG = 200.0
 GOAL_MB_HOSTILE = 1024.0
+# A share of an idle window gets a link and a child gpu.idle span from this size up (the default).
+SHARE_MIN_S = DEFAULTS.gpu_idle_share_min
 
 
 # ---------------------------------------------------------------- the workload
@@ -83,6 +96,10 @@ def _d(key: str, value: float) -> dict:
 
 def _i(key: str, value: int) -> dict:
     return {"key": key, "value": {"intValue": str(value)}}
+
+
+def _array(key: str, kind: str, values: list) -> dict:
+    return {"key": key, "value": {"arrayValue": {"values": [{kind: value} for value in values]}}}
 
 
 def _span(
@@ -145,7 +162,7 @@ def spans_of_turns(rng: random.Random):
             call = calls[0]
             a, b = int(call["startTimeUnixNano"]), int(call["endTimeUnixNano"])
             window_trace = f"{rng.getrandbits(128):032x}"
-            yield _span(
+            window = _span(
                 rng,
                 window_trace,
                 "",
@@ -159,21 +176,36 @@ def spans_of_turns(rng: random.Random):
                     _d("gpu.utilization.avg", 0.03),
                     _s("gpu.idle.blocked_by", call["name"][len("execute_tool ") :]),
                     _d("gpu.idle.unattributed_duration", 0.0),
+                    # the live path's per-tool totals, every share (attribution/live.py)
+                    _array(GPU_IDLE_BLOCKED_TOOLS, "stringValue", [call["name"][len(SPAN_EXECUTE_TOOL_PREFIX) :]]),
+                    _array(GPU_IDLE_BLOCKED_PHASES, "stringValue", [PHASE_EXEC]),
+                    _array(GPU_IDLE_BLOCKED_DURATIONS, "doubleValue", [(b - a) / 1e9]),
                 ],
             )
-            yield _span(
-                rng,
-                trace,
-                call["spanId"],
-                "gpu.idle",
-                a,
-                b,
-                [
-                    _i("gpu.index", 0),
-                    _d("gpu.idle.blocked_duration", (b - a) / 1e9),
-                    _s("agent.tool.phase", "exec"),
-                ],
-            )
+            shown = (b - a) / 1e9 >= SHARE_MIN_S
+            if shown:  # a link to the call, and a child span under it
+                window["links"] = [
+                    {
+                        "traceId": trace,
+                        "spanId": call["spanId"],
+                        "attributes": [_d(GPU_IDLE_BLOCKED_DURATION, (b - a) / 1e9), _s(AGENT_TOOL_PHASE, PHASE_EXEC)],
+                    }
+                ]
+            yield window
+            if shown:
+                yield _span(
+                    rng,
+                    trace,
+                    call["spanId"],
+                    "gpu.idle",
+                    a,
+                    b,
+                    [
+                        _i("gpu.index", 0),
+                        _d(GPU_IDLE_BLOCKED_DURATION, (b - a) / 1e9),
+                        _s(AGENT_TOOL_PHASE, PHASE_EXEC),
+                    ],
+                )
         yield _span(
             rng,
             trace,

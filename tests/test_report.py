@@ -509,3 +509,30 @@ def test_attribution_in_groups_gives_the_same_blame(monkeypatch):
         assert [id(s.call) for s in a.shares] == [id(s.call) for s in b.shares]
         for mine, theirs in zip(a.shares, b.shares):
             assert (mine.queue_s, mine.exec_s) == pytest.approx((theirs.queue_s, theirs.exec_s), abs=1e-9)
+
+
+def test_plain_arrays_read_as_value_of_reads_them():
+    """The reader's fast path for array attributes (the gpu.idle window's
+    per-tool totals) gives what the generic reading gives, or defers to it."""
+    from agent_otel.exporters.otlp_json import JsonValue, value_of
+    from agent_otel.report.reader import _plain_array
+
+    cases = [
+        (JsonValue(arrayValue={"values": [{"stringValue": "a"}, {"stringValue": "b"}]}), "stringValue", str),
+        (JsonValue(arrayValue={"values": [{"doubleValue": 0.5}, {"doubleValue": 2.0}]}), "doubleValue", float),
+        (JsonValue(arrayValue={"values": []}), "doubleValue", float),
+    ]
+    for value, kind, of in cases:
+        assert _plain_array(value, kind, of) == value_of(value, "k")
+    deferred = [
+        JsonValue(arrayValue={"values": [{"doubleValue": 1}]}),  # an int: value_of makes it 1.0
+        JsonValue(arrayValue={"values": [{"stringValue": "a", "doubleValue": 1.0}]}),  # two keys
+        JsonValue(arrayValue={"values": [{"doubleValue": "1.5"}]}),  # a string
+        JsonValue(arrayValue={"values": {"doubleValue": 1.0}}),  # not a list
+        JsonValue(arrayValue=[{"doubleValue": 1.0}]),  # not an object
+        JsonValue(stringValue="x", arrayValue={"values": [{"doubleValue": 1.0}]}),  # the string wins
+        None,
+    ]
+    for value in deferred:
+        assert _plain_array(value, "doubleValue", float) is None
+    assert value_of(deferred[0], "k") == [1.0] and value_of(deferred[5], "k") == "x"

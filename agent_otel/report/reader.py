@@ -761,9 +761,14 @@ class TraceReader:
 
     def _window_blame(self, span: JsonSpan, found: dict) -> None:
         """A window's per-tool totals: what the live path blamed, every share."""
-        tools = value_of(found[GPU_IDLE_BLOCKED_TOOLS], GPU_IDLE_BLOCKED_TOOLS)
+        raw = found[GPU_IDLE_BLOCKED_TOOLS]
+        tools: object = _plain_array(raw, "stringValue", str)
+        if tools is None:
+            tools = value_of(raw, GPU_IDLE_BLOCKED_TOOLS)
         raw = found.get(GPU_IDLE_BLOCKED_DURATIONS)
-        durations = None if raw is None else value_of(raw, GPU_IDLE_BLOCKED_DURATIONS)
+        durations: object = _plain_array(raw, "doubleValue", float)
+        if durations is None and raw is not None:
+            durations = value_of(raw, GPU_IDLE_BLOCKED_DURATIONS)
         if (
             type(tools) is not list
             or type(durations) is not list
@@ -1078,6 +1083,34 @@ def _wanted(items: object) -> dict:
         key = item.key
         if type(key) is str and key in WANTED_ATTRIBUTES:
             found[key] = item.value
+    return found
+
+
+def _plain_array(value: object, kind: str, of: type) -> Optional[list]:
+    """An array attribute as exporters write it (an ``arrayValue`` alone, of
+    one-key ``{kind: x}`` items with each x of type ``of``): the list of x,
+    what ``value_of`` makes of it, without its generic walk; None for
+    anything else, which ``value_of`` then reads or refuses."""
+    if (
+        type(value) is not JsonValue
+        or value.stringValue is not UNSET
+        or value.boolValue is not UNSET
+        or value.intValue is not UNSET
+        or value.doubleValue is not UNSET
+    ):
+        return None
+    array = value.arrayValue
+    items = array.get("values") if type(array) is dict else None
+    if type(items) is not list:
+        return None
+    found = []
+    for item in items:
+        if type(item) is not dict or len(item) != 1:
+            return None
+        x = item.get(kind)
+        if type(x) is not of:
+            return None
+        found.append(x)
     return found
 
 
