@@ -72,6 +72,7 @@ import math
 import re
 from array import array
 from contextlib import contextmanager
+from itertools import compress, count
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -323,6 +324,7 @@ def read_traces(
     """
     reader = TraceReader(call_ids)
     data = reader.data
+    add = reader.add
     with paused_gc():
         for path in paths:
             name = input_name(path)
@@ -335,7 +337,7 @@ def read_traces(
                     for resource, spans in typed_resource_spans(request):
                         pool = reader.resource(resource, len(spans))
                         for span in spans:
-                            reader.add(span, number, pool)
+                            add(span, number, pool)
                 except SpanFormatError as exc:
                     raise InputError(name, number, str(exc)) from None
             if not documents:
@@ -370,6 +372,7 @@ class TraceReader:
         self._call_ids = call_ids  # keep the calls' ids after finish (see read_traces)
         self._seen = _SeenSpans()  # every span read, by its ids
         self._parents = array("Q")  # per call: its parent's span id (0: none), 8 bytes each
+        self._span_ids = array("Q")  # per call: its span id (read in order, not from the records)
         self._live: dict[int, float] = {}  # trace_id << 64 | parent span id -> seconds blamed by gpu.idle children
         self._window_live: Optional[dict[str, float]] = None  # tool -> seconds, the windows' totals
         self._strings: dict[str, str] = {}
@@ -536,7 +539,13 @@ class TraceReader:
         self._model_parents.append(parent)
 
     def _agent_run(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int) -> AgentRun:
-        name = self._text(found, GEN_AI_AGENT_NAME) or self._text(found, TRACELOOP_ENTITY_NAME)
+        value = found.get(GEN_AI_AGENT_NAME)  # read inline where it is printable ASCII, as a tool's name
+        name = value.stringValue if type(value) is JsonValue else None
+        if type(name) is str and name.isascii():
+            name = self._strings.setdefault(name, name)
+        else:
+            name = self._text(found, GEN_AI_AGENT_NAME)
+        name = name or self._text(found, TRACELOOP_ENTITY_NAME)
         run = AgentRun(name or self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
         self.data.agent_runs.append(run)
         return run
@@ -615,6 +624,7 @@ class TraceReader:
         shared = trace_ids.setdefault(trace_id, trace_id)
         if shared is trace_id and len(trace_ids) > TRACE_IDS:
             self._trace_ids = {trace_id: trace_id}
+        span_id = key & _SPAN_ID_MASK
         call = ToolCall(
             tool,
             executor,
@@ -624,7 +634,7 @@ class TraceReader:
             outcome,
             call_id,
             shared,
-            key & _SPAN_ID_MASK,
+            span_id,
             text(found, ERROR_TYPE) if ERROR_TYPE in found else None,
             text(found, THREAD_NAME) if THREAD_NAME in found else None,
             workers,
@@ -647,6 +657,7 @@ class TraceReader:
         exceptions = self._exceptions(events, end_ns) if events and AGENT_TOOL_RETRIES not in found else None
         data.calls.append(call)
         self._parents.append(parent)
+        self._span_ids.append(span_id)
         self._ours.append(ours)
         if not ours:
             data.peer_tool_spans += 1
@@ -829,6 +840,7 @@ class TraceReader:
                 if tool is not None:
                     data.live_blocked_s[tool] = data.live_blocked_s.get(tool, 0.0) + seconds
         self._parents = array("Q")
+        self._span_ids = array("Q")
         self._ours = bytearray()
         self._hops = {}
         self._model_parents = array("Q")
@@ -849,22 +861,26 @@ class TraceReader:
         parent_ids.discard(0)
         index_of: dict[int, int] = {}
         tool_of: dict[int, str] = {}
-        for i, call in enumerate(calls):
-            if call.span_id in parent_ids:
-                key = call.trace_id << 64 | call.span_id
-                index_of[key] = i
-                tool_of[key] = call.tool
+        # (the candidates found in the id arrays, C-level: a pass over the
+        # records themselves costs a cache miss a call at a million spans)
+        for i in compress(count(), map(parent_ids.__contains__, self._span_ids)):
+            call = calls[i]
+            key = call.trace_id << 64 | call.span_id
+            index_of[key] = i
+            tool_of[key] = call.tool
         keep = bytearray(b"\x01") * len(calls)
         if index_of:
             # up: call -> its parent record, where that is a span of the same
             # tool (through an MCP client request span in between).
             up: dict[int, int] = {}
-            for i, parent in enumerate(parents):
-                if parent:
-                    key = calls[i].trace_id << 64 | parent
-                    j = index_of.get(hops.get(key, key) if hops else key)
-                    if j is not None and calls[j].tool == calls[i].tool:
-                        up[i] = j
+            reachable = {key & _SPAN_ID_MASK for key in index_of}  # parents that can lead to a call
+            reachable.update(key & _SPAN_ID_MASK for key in hops)
+            reachable.discard(0)  # no parent
+            for i in compress(count(), map(reachable.__contains__, parents)):
+                key = calls[i].trace_id << 64 | parents[i]
+                j = index_of.get(hops.get(key, key) if hops else key)
+                if j is not None and calls[j].tool == calls[i].tool:
+                    up[i] = j
             # Each chain of same-call spans keeps its outermost agent-otel span
             # (it has the queue and exec timing), else its outermost span.
             chosen: dict[int, tuple[int, int]] = {}  # top of a chain -> (record kept, its depth)
@@ -943,11 +959,13 @@ class TraceReader:
         data = self.data
         if not tool_of:
             return
-        for call, parent in zip(data.calls, self._parents):
-            if parent:
-                outer = tool_of.get(call.trace_id << 64 | parent)
-                if outer is not None and outer != call.tool:
-                    data.nested_tools.add(call.tool)
+        calls, parents = data.calls, self._parents
+        tool_spans = {key & _SPAN_ID_MASK for key in tool_of}
+        for i in compress(count(), map(tool_spans.__contains__, parents)):  # as in _dedupe_tool_calls
+            call = calls[i]
+            outer = tool_of.get(call.trace_id << 64 | parents[i])
+            if outer is not None and outer != call.tool:
+                data.nested_tools.add(call.tool)
         for parent, children in self._failed_children.items():
             tool = tool_of.get(parent)
             if tool is not None and tool not in self._policy_tools:

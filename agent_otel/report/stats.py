@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import chain, compress, count, repeat
-from operator import and_, gt, lshift, or_, sub
+from bisect import bisect_right
+from itertools import compress, repeat
+from operator import gt, sub
 from typing import Iterable, Sequence
 
 
@@ -38,23 +39,19 @@ def max_overlap(intervals: Iterable[tuple[int, int]]) -> int:
 
 def peak_depth(starts: Sequence[int], ends: Sequence[int]) -> int:
     """``max_overlap`` of the intervals ``[starts[i], ends[i])``, given as
-    two columns.
-
-    One sorted sequence of events, ``2t`` for an end at t and ``2t + 1``
-    for a start (an end goes first at a tie); after the k-th start (from 0),
-    at position p, k + 1 intervals have started and p - k ended: the depth
-    is 2k + 1 - p. Linear after the sort, and C-level throughout (a binary
-    search per start, over a million calls' ints spread in memory, cost a
-    cache miss a step).
-    """
+    two columns: a sweep over the sorted ends, where the depth just after
+    the i-th start (in order) is i + 1 minus the ends at or before it;
+    built from C-level helpers (sorts, bisect, map), with no object made
+    per interval: the report runs it on a million calls."""
     nonempty = list(map(gt, ends, starts))
     if not all(nonempty):
         starts, ends = list(compress(starts, nonempty)), list(compress(ends, nonempty))
     if not starts:
         return 0
-    events = sorted(chain(map(lshift, ends, repeat(1)), map(or_, map(lshift, starts, repeat(1)), repeat(1))))
-    positions = compress(count(), map(and_, events, repeat(1)))  # where the starts are
-    return max(map(sub, count(1, 2), positions))
+    starts = sorted(starts)
+    ends = sorted(ends)
+    gone = map(bisect_right, repeat(ends), starts)
+    return max(map(sub, range(1, len(starts) + 1), gone))
 
 
 def assign_rows(intervals: Sequence[tuple[int, int]]) -> list[int]:
