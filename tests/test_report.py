@@ -15,6 +15,7 @@ from agent_otel.cli import main
 from agent_otel.report import progress as progress_module
 from agent_otel.report.analysis import analyse, report_json
 from agent_otel.report.progress import Progress
+from agent_otel.report.reader import read_traces
 from agent_otel.report.stats import assign_rows, max_overlap, peak_depth, percentile
 from agent_otel.report.table import render, terminal_style
 from helpers.traces import RecordedRun, write_gpu_csv
@@ -536,3 +537,23 @@ def test_plain_arrays_read_as_value_of_reads_them():
     for value in deferred:
         assert _plain_array(value, "doubleValue", float) is None
     assert value_of(deferred[0], "k") == [1.0] and value_of(deferred[5], "k") == "x"
+
+
+def test_without_call_ids_peer_spans_are_told_apart_by_them_all_the_same(tmp_path):
+    """read_traces(call_ids=False) keeps no id in the records, only a hash
+    of each: another instrumentation's span of the same tool within one of
+    agent-otel's calls is that call only where their ids agree."""
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    root = run.span("invoke_agent research", 0.0, 10.0, {"gen_ai.operation.name": "invoke_agent"})
+    run.tool_call("search", 1.0, 1.0, 3.0, call_id="call_a", parent=root)
+    run.tool_call("search", 5.0, 5.0, 7.0, call_id="call_c", parent=root)
+    peer = {"openinference.span.kind": "TOOL", "tool.name": "search"}
+    run.span("search", 1.0, 3.0, {**peer, "gen_ai.tool.call.id": "call_a"}, parent=root)  # the same call
+    run.span("search", 5.0, 7.0, {**peer, "gen_ai.tool.call.id": "call_b"}, parent=root)  # another one
+    run.close()
+    for keep in (True, False):
+        data = read_traces([str(tmp_path / "traces.jsonl")], call_ids=keep)
+        assert (data.peer_tool_spans, data.peer_tool_spans_merged) == (2, 1), keep
+        assert sorted(str(call.call_id) for call in data.calls) == (
+            ["call_a", "call_b", "call_c"] if keep else ["None", "None", "None"]
+        )

@@ -312,8 +312,8 @@ def read_traces(
 
     ``call_ids``: keep each call's ``gen_ai.tool.call.id`` (the HTML and
     Perfetto outputs show it; the table and the JSON do not, and at a
-    million spans the ids take about 35 MB); without it they are read, to
-    tell calls apart, and dropped when the read ends.
+    million spans the ids take about 35 MB); without it only a hash of
+    each is kept, to tell calls apart.
 
     A span seen twice (the same trace and span id, e.g. files that overlap)
     counts once, and so does a call seen from two sides: a tool span whose
@@ -369,7 +369,8 @@ class TraceReader:
     def __init__(self, call_ids: bool = True) -> None:
         self.data = TraceData()
         self.name = ""
-        self._call_ids = call_ids  # keep the calls' ids after finish (see read_traces)
+        self._call_ids = call_ids  # keep the calls' ids in their records (see read_traces)
+        self._call_id_hashes = array("q")  # per call: hash(gen_ai.tool.call.id), 0 for none
         self._seen = _SeenSpans()  # every span read, by its ids
         self._parents = array("Q")  # per call: its parent's span id (0: none), 8 bytes each
         self._span_ids = array("Q")  # per call: its span id (read in order, not from the records)
@@ -632,7 +633,7 @@ class TraceReader:
             exec_ns,
             end_ns,
             outcome,
-            call_id,
+            call_id if self._call_ids else None,
             shared,
             span_id,
             text(found, ERROR_TYPE) if ERROR_TYPE in found else None,
@@ -658,6 +659,7 @@ class TraceReader:
         data.calls.append(call)
         self._parents.append(parent)
         self._span_ids.append(span_id)
+        self._call_id_hashes.append((hash(call_id) or 1) if call_id else 0)
         self._ours.append(ours)
         if not ours:
             data.peer_tool_spans += 1
@@ -844,9 +846,7 @@ class TraceReader:
         self._ours = bytearray()
         self._hops = {}
         self._model_parents = array("Q")
-        if not self._call_ids:
-            for call in data.calls:
-                call.call_id = None
+        self._call_id_hashes = array("q")
 
     def _dedupe_tool_calls(self) -> dict[int, str]:
         """Keep one record per tool call; returns trace_id << 64 | span id -> tool of every
@@ -912,29 +912,30 @@ class TraceReader:
     def _merge_peer_tool_spans(self, keep: bytearray) -> None:
         """Another instrumentation's tool span within one of agent-otel's calls of the same tool, in
         the same trace, is that call: drop it (each of ours absorbs one)."""
-        calls, ours = self.data.calls, self._ours
+        calls, ours, ids = self.data.calls, self._ours, self._call_id_hashes  # ids: hashes, 0 for none
         peers = [i for i in range(len(calls)) if keep[i] and not ours[i]]
-        by_tool: dict[tuple[int, str], list[ToolCall]] = {}
+        by_tool: dict[tuple[int, str], list[int]] = {}
         for i, call in enumerate(calls):
             if keep[i] and ours[i]:
-                by_tool.setdefault((call.trace_id, call.tool), []).append(call)
+                by_tool.setdefault((call.trace_id, call.tool), []).append(i)
         taken: set[int] = set()
         for i in sorted(peers, key=lambda i: calls[i].submit_ns):
             peer = calls[i]
-            best = None
-            for candidate in by_tool.get((peer.trace_id, peer.tool), ()):
-                if id(candidate) in taken:
+            best: Optional[int] = None
+            for j in by_tool.get((peer.trace_id, peer.tool), ()):
+                if j in taken:
                     continue
-                if peer.call_id and candidate.call_id and peer.call_id != candidate.call_id:
+                candidate = calls[j]
+                if ids[i] and ids[j] and ids[i] != ids[j]:
                     continue
                 low, high = candidate.submit_ns - PEER_SLACK_NS, candidate.end_ns + PEER_SLACK_NS
                 overlap = min(high, peer.end_ns) - max(low, peer.submit_ns)
                 if overlap < 0 or overlap * 2 < peer.end_ns - peer.submit_ns:
                     continue
-                if best is None or candidate.end_ns < best.end_ns:
-                    best = candidate
+                if best is None or candidate.end_ns < calls[best].end_ns:
+                    best = j
             if best is not None:
-                taken.add(id(best))
+                taken.add(best)
                 keep[i] = 0
                 self.data.peer_tool_spans_merged += 1
 
