@@ -29,6 +29,15 @@ timeline's poll every 0.5 s (blame, counters, ``gpu.idle`` spans), the
 same code the pipeline and sampler threads run. background_bare is the
 same loop with nothing drained or blamed (the calls made, the GPU
 polled); the difference is the background's instructions per call.
+
+``--frameworks`` counts the framework hooks' goal (#12: the hook adds no
+more than one bare span's cost to a tool call) the same way, for every
+call of ``bench/frameworks.py`` whose framework is installed: the call
+with agent-otel instrumented and the framework not hooked (plain), inside
+a bare span, inside an ``@agent_otel.tool`` function, and hooked; it
+prints (hooked - plain) / (span - plain), the goal beside it.
+
+    python bench/instructions.py --frameworks [--calls N] [--only TEXT] [--jobs J]
 """
 
 from __future__ import annotations
@@ -38,6 +47,9 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Optional
 
 VARIANTS = ("span", "tool", "submit_bare", "submit", "submit_tool", "background_bare", "background")
 
@@ -157,6 +169,53 @@ def run(variant: str, calls: int) -> None:
         handle.force_flush()
 
 
+FRAMEWORK_MODES = ("plain", "span", "tool", "hook")
+
+
+def run_framework(label: str, mode: str, calls: int) -> None:
+    """One call of ``bench/frameworks.py`` (by label) in ``mode``, under valgrind by ``count``."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import frameworks as bench  # bench/frameworks.py: the same calls, made the same way
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    import agent_otel
+    from agent_otel.capture.frameworks import instrument_frameworks
+
+    (case,) = [case for case in bench.CASES if case[0] == label]
+    _, framework, _, make, _ = case
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(bench.DropSpans(), max_queue_size=1 << 20))
+    trace.set_tracer_provider(provider)
+    tracer = provider.get_tracer("bench")
+    handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=[])
+    plain = bench.bare_function() if make is None else make()
+    if mode == "span":
+
+        def call():
+            with tracer.start_as_current_span("bare"):
+                plain()
+
+    elif mode == "tool":
+        call = agent_otel.tool(lambda: plain())
+    elif mode == "hook":
+        if framework is None:
+            call = bench.bare_tool()
+        else:
+            instrument_frameworks((framework,))
+            call = plain
+    else:
+        call = plain
+    for _ in range(50):  # warm up: lazy imports, caches, the first calls
+        call()
+    for _ in range(calls):
+        call()
+    provider.force_flush()
+    handle.force_flush()
+
+
 def instructions(variant: str, calls: int) -> int:
     done = subprocess.run(
         [
@@ -186,10 +245,19 @@ def main() -> int:
     parser.add_argument("variants", nargs="*", help=f"of {', '.join(VARIANTS)} (default: all)")
     parser.add_argument("--calls", type=int, default=3000, help="(background: rounded down to whole turns of 1,000)")
     parser.add_argument("--run", help=argparse.SUPPRESS)
+    parser.add_argument("--frameworks", action="store_true", help="the framework hooks against a bare span")
+    parser.add_argument("--only", metavar="TEXT", help="with --frameworks: only the calls whose label contains TEXT")
+    parser.add_argument("--jobs", type=int, default=4, help="with --frameworks: valgrind runs at once")
     args = parser.parse_args()
     if args.run:
-        run(args.run, args.calls)
+        if "|" in args.run:
+            label, mode = args.run.rsplit("|", 1)
+            run_framework(label, mode, args.calls)
+        else:
+            run(args.run, args.calls)
         return 0
+    if args.frameworks:
+        return frameworks(args.calls, args.only, args.jobs)
     unknown = set(args.variants) - set(VARIANTS)
     if unknown:
         parser.error(f"no variant {', '.join(sorted(unknown))}; the variants: {', '.join(VARIANTS)}")
@@ -207,6 +275,46 @@ def main() -> int:
         print(f"submit / submit_bare: {per_call['submit'] / per_call['submit_bare']:.3f}")
     if "background_bare" in per_call and "background" in per_call:
         print(f"background work per call: {per_call['background'] - per_call['background_bare']:,.0f}")
+    return 0
+
+
+def frameworks(calls: int, only: Optional[str], jobs: int) -> int:
+    """Per framework call: instructions per call in each mode, and the hook in bare spans."""
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (on Debian: apt-get install valgrind)")
+        return 2
+    sys.path.insert(0, str(Path(__file__).parent))
+    import frameworks as bench
+
+    print(f"instructions per tool call, all threads, {calls} calls (valgrind cachegrind); cost = mode - plain")
+    print(
+        f"{'call':30} {'plain':>10} {'span':>9} {'@tool':>9} {'hook':>9} {'hook / span':>12} {'goal':>7}  "
+        f"{'@tool / span':>12} {'(hook-@tool) / span':>20}"
+    )
+    for label, _framework, module, _make, _count in bench.CASES:
+        if only and only not in label:
+            continue
+        if not bench._installed(module):
+            print(f"{label:30} (not installed)")
+            continue
+        # Counts do not depend on the machine's load: the eight runs go side by side.
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            counts = {
+                (mode, n): pool.submit(instructions, f"{label}|{mode}", n)
+                for mode in FRAMEWORK_MODES
+                for n in (0, calls)
+            }
+            per_call = {
+                mode: (counts[mode, calls].result() - counts[mode, 0].result()) / calls for mode in FRAMEWORK_MODES
+            }
+        span, tool, hook = (per_call[mode] - per_call["plain"] for mode in ("span", "tool", "hook"))
+        ratio = hook / span
+        print(
+            f"{label:30} {per_call['plain']:10,.0f} {span:+9,.0f} {tool:+9,.0f} {hook:+9,.0f} {ratio:12.3f} "
+            f"{'met' if ratio <= bench.GOAL_RATIO else 'NOT MET':>7}  {tool / span:12.3f} {(hook - tool) / span:20.3f}",
+            flush=True,
+        )
+    print(f"goal: the hook adds no more than one bare span's cost (hook / span <= {bench.GOAL_RATIO:g})")
     return 0
 
 

@@ -222,22 +222,28 @@ class Recorder:
         its queue phase until ``started``. Used where the framework hides the
         submitted callable from the executor hook (a closure of its own).
         """
-        outer = self.running(meta)
-        if outer is not None:
-            return ActiveCall((None, outer, None, meta, None))
+        context = get_current()
+        # self.running(meta), inlined as in begin()
+        current = context.get(SPAN_KEY) if SPAN_KEY is not None else get_current_span(context)
+        if (
+            current is not None
+            and getattr(current, "name", None) == meta.span_name
+            and _scope_name(current) == SCOPE_NAME
+        ):
+            return ActiveCall((None, current, None, meta, None))
         now = perf_counter_ns() + OFFSET_NS
         call = ToolCall(meta.name, EXECUTOR_DIRECT, now, 0)
         self.inflight[id(call)] = call
         if call_id is not None:
             call.call_id = valid_text(call_id, NAME_LIMIT)
         start = self.start_attributes.get()
-        span = self.tracer.start_span(meta.span_name, attributes=start, start_time=now)
+        span = self.tracer.start_span(meta.span_name, context, attributes=start, start_time=now)
         # SpanContext is a tuple (trace_id, span_id, ...): read by index, not
         # through two Python properties.
         span_context = span.get_span_context()
         call.trace_id = span_context[0]
         call.span_id = span_context[1]
-        token = attach_context(with_span(span, get_current()))
+        token = attach_context(with_span(span, context))
         return ActiveCall((call, span, token, meta, meta.end_attributes if start is not None else meta.attributes))
 
     def started(

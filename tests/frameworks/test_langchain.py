@@ -413,6 +413,48 @@ def test_a_langgraph_agent_records_arguments_and_results_through_redact(hooked, 
     assert span.attributes["gen_ai.tool.call.result"] == "value of [redacted]"  # the ToolMessage's content
 
 
+def test_short_sync_tools_handed_to_the_executor_are_sampled_as_any_tool(hooked, spans):
+    # The worker's CPU clock is read on the calls the sampling rule picks
+    # (docs/telemetry.md, agent.tool.exec.cpu_time): every call while calls
+    # are long, one in 16 of short ones, the next after an unmeasured long one.
+    from frameworks.langchain_scripted import tool_call
+    from langchain_core.tools import tool
+
+    @tool
+    def quick(seconds: float) -> int:
+        """Return at once, or after sleeping."""
+        if seconds:
+            time.sleep(seconds)
+        return 1
+
+    hooked("langchain")
+
+    async def run():
+        for index in range(40):
+            await quick.ainvoke(tool_call("quick", {"seconds": 0.0}, f"q{index}"))
+        for index, seconds in enumerate((0.005, 0.0, 0.005, 0.005, 0.005)):
+            await quick.ainvoke(tool_call("quick", {"seconds": seconds}, f"l{index}"))
+
+    asyncio.run(run())
+    order = [f"q{index}" for index in range(40)] + [f"l{index}" for index in range(5)]
+    calls = sorted(
+        (dict(span.attributes) for span in spans.tools("quick")),
+        key=lambda attributes: order.index(attributes["gen_ai.tool.call.id"]),
+    )
+    assert all(attributes["agent.tool.executor"] == "asyncio-default" for attributes in calls)
+    expected, skip = [], 0
+    for attributes in calls:
+        expected.append(skip == 0)
+        short = attributes["agent.tool.exec.duration"] < 1e-3
+        if skip == 0:
+            skip = 15 if short else 0
+        else:
+            skip = skip - 1 if short else 0
+    assert ["agent.tool.exec.cpu_time" in attributes for attributes in calls] == expected
+    assert 3 <= sum(expected[:40]) < 40  # the short ones were sampled
+    assert expected[-2:] == [True, True]  # long ones after a long one: all measured
+
+
 def test_sync_tools_handed_to_the_executor_record_the_workers_cpu_time(hooked, spans):
     from frameworks.langchain_scripted import fetch_page, tool_call
     from langchain_core.tools import tool

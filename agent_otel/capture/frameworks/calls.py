@@ -37,7 +37,7 @@ from agent_otel.capture import recorder as _recorder
 from agent_otel.capture import stacks
 from agent_otel.capture.executors import executor_name
 from agent_otel.capture.patching import SharedPatch, warn_once
-from agent_otel.capture.meta import TOOL_MARK, ToolMeta, cpu_clock, meta_for
+from agent_otel.capture.meta import TOOL_MARK, ToolMeta, meta_for
 from agent_otel.capture.recorder import ActiveCall, Recorder
 from agent_otel.capture.payloads import UNREPRESENTABLE
 from agent_otel.semconv import (
@@ -126,7 +126,8 @@ def _finish(
     result_of: Optional[Callable[[Any], Any]] = None,
 ) -> None:
     """End a call that returned: as an error when ``failed(result)`` says so."""
-    _record_result(rec, active, result, result_of)
+    if rec.record_results:
+        _record_result(rec, active, result, result_of)
     error = None
     if failed is not None:
         try:
@@ -163,23 +164,43 @@ def sync_call(
     rec = _recorder.current
     if rec is None:
         return original(*args, **kwargs)
-    handoff = _handoff.get()
-    if handoff is not None and handoff.submitted and args and handoff.owner is not None and args[0] is handoff.owner:
+    if args and handed_off_here(args[0]):
         # The framework's sync entry point, reached again on the worker that
         # runs the call async_call handed off: that call's span is the one.
         return original(*args, **kwargs)
     active = _begin(rec, framework, describe)
     if active is None:
         return original(*args, **kwargs)
-    _record_arguments(rec, active, arguments)
-    cpu = cpu_clock(active.meta)  # one thread runs the whole call: its CPU time is the call's
+    if rec.record_arguments:
+        _record_arguments(rec, active, arguments)
+    # One thread runs the whole call: its CPU time is the call's, read on the
+    # calls cpu_clock picks (inlined, as in the @tool wrapper: the hot path).
+    tool_meta = active.meta
+    skip = tool_meta.cpu_skip
+    if skip:
+        tool_meta.cpu_skip = skip - 1
+        cpu = None
+    else:
+        cpu = thread_time_ns()
     try:
         result = original(*args, **kwargs)
     except BaseException as exc:
         rec.end(active, exc, None if cpu is None else thread_time_ns() - cpu)
         raise
-    _finish(rec, active, result, failed, None if cpu is None else thread_time_ns() - cpu, result_of)
+    if cpu is not None:
+        cpu = thread_time_ns() - cpu
+    if failed is None and not rec.record_results:
+        rec.end(active, None, cpu)
+    else:
+        _finish(rec, active, result, failed, cpu, result_of)
     return result
+
+
+def handed_off_here(owner: Any) -> bool:
+    """Whether this is the worker running the call of ``owner`` that ``async_call``
+    handed off (its span is that call's): a hook may run the original straight away."""
+    handoff = _handoff.get()
+    return handoff is not None and handoff.submitted and handoff.owner is not None and owner is handoff.owner
 
 
 class _Handoff:
@@ -334,15 +355,24 @@ class _Started:
         self.handoff = handoff
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        handoff = self.handoff
         try:
-            self.handoff.started()
+            handoff.started()
         except Exception:
             pass  # timing only; the tool itself must run
-        cpu = thread_time_ns()  # the worker runs the whole sync call: its CPU time is the call's
+        # The worker runs the whole sync call: its CPU time is the call's,
+        # read on the calls cpu_clock picks (one in CPU_SAMPLE of a short
+        # tool's); Recorder.end counts the ones it skips.
+        tool_meta = handoff.active.meta
+        skip = tool_meta.cpu_skip
+        if skip:
+            tool_meta.cpu_skip = skip - 1
+            return self.fn(*args, **kwargs)
+        cpu = thread_time_ns()
         try:
             return self.fn(*args, **kwargs)
         finally:
-            self.handoff.cpu_ns = thread_time_ns() - cpu
+            handoff.cpu_ns = thread_time_ns() - cpu
 
 
 def pending_handoff(fn: Callable) -> Optional[_Handoff]:

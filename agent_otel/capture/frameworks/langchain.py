@@ -61,6 +61,7 @@ from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import (
     MarkedWork,
     async_call,
+    handed_off_here,
     hook_event_loop,
     meta,
     sync_call,
@@ -155,6 +156,8 @@ def _peer_parent():
 def _wrap_run(original):
     @functools.wraps(original)
     def run(self, tool_input, *args, **kwargs):
+        if handed_off_here(self):  # the worker side of a hooked ainvoke / arun: its span is the call's
+            return original(self, tool_input, *args, **kwargs)
         describe = _describe(self, kwargs.get("tool_call_id"))
         parent = _peer_parent() if _recorder.current is not None else None
 
