@@ -21,11 +21,15 @@ client.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from agent_otel.version import __version__
 
+# typing.TYPE_CHECKING without importing typing (a few milliseconds):
+# `import agent_otel` loads this module and agent_otel.version, nothing else.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from agent_otel.errors import AgentOtelError, ConfigError, InputError
     from agent_otel.instrumentation import Instrumentation, instrument, uninstrument
     from agent_otel.capture.models import agent_span, model_span
