@@ -216,6 +216,11 @@ def test_cancelled_plain_submissions_leave_the_queue(agent, metric):
     pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="plain")
     running = pool.submit(release.wait)
     waiting = [pool.submit(time.sleep, 0) for _ in range(3)]
+    # The worker takes the first call off the queue when it gets a core: on a busy machine, later than this.
+    deadline = time.monotonic() + 5
+    while metric("agent_executor_active_workers", {"executor": "plain"}) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     assert metric("agent_executor_queue_depth", {"executor": "plain"}) == 3
     assert all(f.cancel() for f in waiting)
     assert metric("agent_executor_queue_depth", {"executor": "plain"}) == 0
