@@ -9,10 +9,11 @@ Usage::
 
 Each export appends one line holding one ``ExportTraceServiceRequest`` in
 the OTLP/JSON encoding (``agent_otel.exporters.otlp_json`` describes the
-format and reads it back). The writer is a module of its own, with only the
-standard library beside the SDK: ``instrument()`` makes this exporter for
-the default traces file, and the reader's typed decoder (msgspec) would add
-about ten milliseconds to it.
+format and reads it back). The writer is a module of its own:
+``instrument()`` makes this exporter for the default traces file on the
+caller's thread, and the reader's typed decoder would add about ten
+milliseconds to it. msgspec, which writes the lines, is imported by the
+first export, on the export thread.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Optional
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.trace import INVALID_SPAN_CONTEXT
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanKind, StatusCode
 
 from agent_otel import forks
 from agent_otel.appending import AppendFile
@@ -42,13 +43,25 @@ def encode_spans_json(spans: Sequence[ReadableSpan]) -> str:
 
     Built as plain dicts straight from the SDK's spans: the same JSON as the
     SDK's protobuf encoder followed by ``MessageToDict`` and hex ids (the
-    tests hold the two equal), at about a quarter of the cost, which matters
-    on the span processor's thread.
+    tests hold the two equal), written by msgspec's encoder. This runs on
+    the span processor's thread for every span, so the common attribute
+    values (text, integers, booleans, finite doubles) are written inline and
+    only the rest goes through ``_value_json``; each resource and scope is
+    encoded once a batch. ``bench/encode.py`` measures it.
     """
     grouped: dict = {}
+    last_resource: object = None
+    last_scope: object = None
+    encoded: list = []
     for span in spans:
-        scopes = grouped.setdefault(span.resource, {})
-        scopes.setdefault(span.instrumentation_scope, []).append(_span_json(span))
+        # Grouped as equal resources and scopes, looked up only when they
+        # change from the span before: Resource.__hash__ serializes its attributes.
+        resource = span.resource
+        scope = span.instrumentation_scope
+        if resource is not last_resource or scope is not last_scope:
+            encoded = grouped.setdefault(resource, {}).setdefault(scope, [])
+            last_resource, last_scope = resource, scope
+        encoded.append(_span_json(span))
     resource_spans = []
     for resource, scopes in grouped.items():
         scope_spans = []
@@ -57,16 +70,34 @@ def encode_spans_json(spans: Sequence[ReadableSpan]) -> str:
             if scope is not None and scope.schema_url:
                 entry["schemaUrl"] = scope.schema_url
             scope_spans.append(entry)
-        entry = {
-            "resource": _without_empty({"attributes": _attributes_json(resource.attributes)}),
-            "scopeSpans": scope_spans,
-        }
+        attributes = _attributes_json(resource.attributes)
+        entry = {"resource": {"attributes": attributes} if attributes else {}, "scopeSpans": scope_spans}
         if resource.schema_url:
             entry["schemaUrl"] = resource.schema_url
         resource_spans.append(entry)
-    # ASCII escapes keep a lone surrogate (text decoded with errors="surrogateescape")
-    # from failing the whole batch at write time.
-    return json.dumps({"resourceSpans": resource_spans}, separators=(",", ":"))
+    request = {"resourceSpans": resource_spans}
+    try:
+        return _encoder().encode(request).decode("utf-8")
+    except (UnicodeEncodeError, TypeError):
+        # A lone surrogate (text decoded with errors="surrogateescape") is not
+        # UTF-8, and msgspec refuses subclasses of str (another library's span
+        # may hold them): the standard library writes both, the former as an
+        # ASCII escape.
+        return json.dumps(request, separators=(",", ":"))
+
+
+_ENCODER = None
+
+
+def _encoder():
+    # msgspec is imported by the first export, on the export thread: instrument()
+    # imports this module on the caller's thread (docs/performance.md, "Start-up").
+    global _ENCODER
+    if _ENCODER is None:
+        import msgspec
+
+        _ENCODER = msgspec.json.Encoder()
+    return _ENCODER
 
 
 # SpanFlags: the parent's is_remote is known (0x100), and true (0x200).
@@ -75,37 +106,59 @@ _FLAG_IS_REMOTE = 0x200
 
 
 def _span_json(span: ReadableSpan) -> dict:
+    # proto3 JSON leaves out fields that hold their default value; the keys
+    # are in the order of the old _without_empty() dicts, so the output is the same.
     context = span.get_span_context() or INVALID_SPAN_CONTEXT  # an SDK span always has one
     parent = span.parent
-    encoded = _without_empty(
-        {
-            "traceId": f"{context.trace_id:032x}",
-            "spanId": f"{context.span_id:016x}",
-            "traceState": _trace_state_json(context.trace_state),
-            "parentSpanId": f"{parent.span_id:016x}" if parent else "",
-            "name": span.name,
-            "kind": span.kind.value + 1,  # OTLP counts SPAN_KIND_UNSPECIFIED as 0
-            "startTimeUnixNano": str(span.start_time or ""),
-            "endTimeUnixNano": str(span.end_time or ""),
-            "attributes": _attributes_json(span.attributes),
-            "droppedAttributesCount": span.dropped_attributes,
-            "events": [_event_json(event) for event in span.events],
-            "droppedEventsCount": span.dropped_events,
-            "links": [_link_json(link) for link in span.links],
-            "droppedLinksCount": span.dropped_links,
-            "flags": _flags(parent),
-        }
-    )
+    encoded: dict = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
+    if context.trace_state:
+        encoded["traceState"] = _trace_state_json(context.trace_state)
+    if parent:
+        encoded["parentSpanId"] = f"{parent.span_id:016x}"
+    if span.name:
+        encoded["name"] = span.name
+    encoded["kind"] = _KINDS[span.kind]
+    if span.start_time:
+        encoded["startTimeUnixNano"] = str(span.start_time)
+    if span.end_time:
+        encoded["endTimeUnixNano"] = str(span.end_time)
+    attributes = span.attributes
+    if attributes:
+        encoded_attributes = _attributes_json(attributes)
+        if encoded_attributes:
+            encoded["attributes"] = encoded_attributes
+    if span.dropped_attributes:
+        encoded["droppedAttributesCount"] = span.dropped_attributes
+    events = span.events
+    if events:
+        encoded["events"] = [_event_json(event) for event in events]
+    if span.dropped_events:
+        encoded["droppedEventsCount"] = span.dropped_events
+    links = span.links
+    if links:
+        encoded["links"] = [_link_json(link) for link in links]
+    if span.dropped_links:
+        encoded["droppedLinksCount"] = span.dropped_links
+    encoded["flags"] = _FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAG_HAS_IS_REMOTE
     # status is a message field: written even when it holds defaults.
-    encoded["status"] = _without_empty(
-        {"message": span.status.description or "", "code": span.status.status_code.value}
-    )
+    status = span.status
+    code = _STATUS_CODES[status.status_code]
+    if status.description:
+        encoded["status"] = {"message": status.description, "code": code} if code else {"message": status.description}
+    else:
+        encoded["status"] = {"code": code} if code else {}
     return encoded
+
+
+_FLAGS_REMOTE = _FLAG_HAS_IS_REMOTE | _FLAG_IS_REMOTE
+# Enum members' values, looked up (an Enum's .value is a Python property).
+_KINDS = {kind: kind.value + 1 for kind in SpanKind}  # OTLP counts SPAN_KIND_UNSPECIFIED as 0
+_STATUS_CODES = {code: code.value for code in StatusCode}
 
 
 def _flags(context) -> int:
     if context is not None and context.is_remote:
-        return _FLAG_HAS_IS_REMOTE | _FLAG_IS_REMOTE
+        return _FLAGS_REMOTE
     return _FLAG_HAS_IS_REMOTE
 
 
@@ -114,14 +167,19 @@ def _trace_state_json(trace_state) -> str:
 
 
 def _event_json(event) -> dict:
-    return _without_empty(
-        {
-            "timeUnixNano": str(event.timestamp or ""),
-            "name": event.name,
-            "attributes": _attributes_json(event.attributes),
-            "droppedAttributesCount": event.dropped_attributes,
-        }
-    )
+    encoded: dict = {}
+    if event.timestamp:
+        encoded["timeUnixNano"] = str(event.timestamp)
+    if event.name:
+        encoded["name"] = event.name
+    attributes = event.attributes
+    if attributes:
+        encoded_attributes = _attributes_json(attributes)
+        if encoded_attributes:
+            encoded["attributes"] = encoded_attributes
+    if event.dropped_attributes:
+        encoded["droppedAttributesCount"] = event.dropped_attributes
+    return encoded
 
 
 def _link_json(link) -> dict:
@@ -152,12 +210,30 @@ def _without_empty(message: dict) -> dict:
 def _attributes_json(attributes) -> list:
     if not attributes:
         return []
-    encoded = []
+    copy = getattr(attributes, "copy", None)
+    if copy is not None:
+        # A dict: the SDK's attributes (a MappingProxyType over BoundedAttributes)
+        # copy their dict at C speed; iterating them calls Python per key.
+        attributes = copy()
+    encoded: list = []
+    append = encoded.append
     for key, value in attributes.items():
-        try:
-            encoded.append({"key": key, "value": _value_json(value)})
-        except TypeError:
-            _logger.warning("attribute %s has a value of type %s that OTLP cannot carry", key, type(value).__name__)
+        # The common kinds inline, by exact type (a bool is not an int here);
+        # a double that is not finite (x - x is NaN) and the rest: _value_json.
+        kind = type(value)
+        if kind is str:
+            append({"key": key, "value": {"stringValue": value}})
+        elif kind is int:
+            append({"key": key, "value": {"intValue": str(value)}})
+        elif kind is bool:
+            append({"key": key, "value": {"boolValue": value}})
+        elif kind is float and value - value == 0.0:
+            append({"key": key, "value": {"doubleValue": value}})
+        else:
+            try:
+                append({"key": key, "value": _value_json(value)})
+            except TypeError:
+                _logger.warning("attribute %s has a value of type %s that OTLP cannot carry", key, type(value).__name__)
     return encoded
 
 
