@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -46,9 +46,12 @@ def encode_spans_json(spans: Sequence[ReadableSpan]) -> str:
     tests hold the two equal), written by msgspec's encoder. This runs on
     the span processor's thread for every span, so the common attribute
     values (text, integers, booleans, finite doubles) are written inline and
-    only the rest goes through ``_value_json``; each resource and scope is
-    encoded once a batch. ``bench/encode.py`` measures it.
+    only the rest goes through ``_value_json``, text and boolean attributes'
+    JSON is kept for reuse (a bounded number of short pairs), and each
+    resource and scope is encoded once a batch. ``bench/encode.py``
+    measures it.
     """
+    encode = _ENCODE or _import_msgspec()
     grouped: dict = {}
     last_resource: object = None
     last_scope: object = None
@@ -77,27 +80,53 @@ def encode_spans_json(spans: Sequence[ReadableSpan]) -> str:
         resource_spans.append(entry)
     request = {"resourceSpans": resource_spans}
     try:
-        return _encoder().encode(request).decode("utf-8")
+        return encode(request).decode("utf-8")
     except (UnicodeEncodeError, TypeError):
         # A lone surrogate (text decoded with errors="surrogateescape") is not
         # UTF-8, and msgspec refuses subclasses of str (another library's span
         # may hold them): the standard library writes both, the former as an
         # ASCII escape.
-        return json.dumps(request, separators=(",", ":"))
+        return json.dumps(request, separators=(",", ":"), default=_raw_json)
 
 
-_ENCODER = None
+_ENCODE: Optional[Callable[[object], bytes]] = None  # msgspec.json.Encoder().encode
+_RAW: Callable[[bytes], object] = bytes  # msgspec.Raw: JSON written as it is
 
 
-def _encoder():
+def _import_msgspec() -> Callable[[object], bytes]:
     # msgspec is imported by the first export, on the export thread: instrument()
     # imports this module on the caller's thread (docs/performance.md, "Start-up").
-    global _ENCODER
-    if _ENCODER is None:
-        import msgspec
+    global _ENCODE, _RAW
+    import msgspec
 
-        _ENCODER = msgspec.json.Encoder()
-    return _ENCODER
+    _RAW = msgspec.Raw
+    _ENCODE = msgspec.json.Encoder().encode
+    return _ENCODE
+
+
+def _raw_json(value):
+    return json.loads(bytes(value))  # a cached pair, for the standard library's encoder
+
+
+# Text and boolean attributes repeat (a tool's name, its outcome): each
+# pair's JSON is kept, as msgspec.Raw, up to a number of pairs and a length of text.
+_PAIRS: dict = {}
+_PAIRS_LIMIT = 4096
+_PAIR_TEXT_LIMIT = 256
+
+
+def _pair_json(key: str, value, kind: type):
+    pair = {"key": key, "value": {"stringValue": value} if kind is str else {"boolValue": value}}
+    if kind is str and len(value) > _PAIR_TEXT_LIMIT or _ENCODE is None:
+        return pair
+    try:
+        raw = _RAW(_ENCODE(pair))
+    except (TypeError, UnicodeEncodeError):
+        return pair  # encode_spans_json's standard library fallback writes it
+    if len(_PAIRS) >= _PAIRS_LIMIT:
+        _PAIRS.clear()
+    _PAIRS[(key, value)] = raw
+    return raw
 
 
 # SpanFlags: the parent's is_remote is known (0x100), and true (0x200).
@@ -221,12 +250,10 @@ def _attributes_json(attributes) -> list:
         # The common kinds inline, by exact type (a bool is not an int here);
         # a double that is not finite (x - x is NaN) and the rest: _value_json.
         kind = type(value)
-        if kind is str:
-            append({"key": key, "value": {"stringValue": value}})
+        if kind is str or kind is bool:
+            append(_PAIRS.get((key, value)) or _pair_json(key, value, kind))
         elif kind is int:
             append({"key": key, "value": {"intValue": str(value)}})
-        elif kind is bool:
-            append({"key": key, "value": {"boolValue": value}})
         elif kind is float and value - value == 0.0:
             append({"key": key, "value": {"doubleValue": value}})
         else:

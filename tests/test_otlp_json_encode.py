@@ -455,3 +455,36 @@ def test_what_is_written_is_read_back(tmp_path):
     by_name = {r.name: r for r in records}
     assert by_name["span 1"].attributes["non-ascii"] == EVERY_KIND["non-ascii"]
     assert by_name["span 1"].attributes["tiny double"] == 7.213e-06
+
+
+def test_the_kept_attribute_encodings_are_bounded():
+    # Text attributes' JSON is kept for reuse; distinct values without end
+    # (a call id, a query) must not grow memory without end: 40,000 distinct
+    # 200-character values, about 20 MB if all were kept.
+    import gc
+    import tracemalloc
+
+    context = SpanContext(1, 2, is_remote=False)
+    resource = Resource({})
+
+    def batch(start: int) -> list:
+        return [
+            ReadableSpan("s", context=context, resource=resource, attributes={"q": f"{n:0200d}"})
+            for n in range(start, start + 500)
+        ]
+
+    encode_spans_json(batch(0))  # the first export imports msgspec
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for start in range(0, 40_000, 500):
+            line = encode_spans_json(batch(start))
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][-1]["attributes"][0]["value"] == {
+        "stringValue": f"{39_999:0200d}"
+    }
+    assert kept < 5_000_000, f"{kept} bytes kept after encoding"
