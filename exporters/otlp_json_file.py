@@ -37,6 +37,11 @@ from agent_otel.errors import ConfigError
 
 _logger = logging.getLogger(__name__)
 
+# OTLP's intValue is an int64; a Python int outside it is written as its
+# decimal text (stringValue), which every reader takes, not as an intValue
+# that the Collector and agent-otel's reader refuse.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
 
 def encode_spans_json(spans: Sequence[ReadableSpan]) -> str:
     """One ``ExportTraceServiceRequest`` as an OTLP/JSON line (no newline).
@@ -252,7 +257,7 @@ def _attributes_json(attributes) -> list:
         kind = type(value)
         if kind is str or kind is bool:
             append(_PAIRS.get((key, value)) or _pair_json(key, value, kind))
-        elif kind is int:
+        elif kind is int and _INT64_MIN <= value <= _INT64_MAX:
             append({"key": key, "value": {"intValue": str(value)}})
         elif kind is float and value - value == 0.0:
             append({"key": key, "value": {"doubleValue": value}})
@@ -273,7 +278,7 @@ def _value_json(value) -> dict:
     if isinstance(value, str):
         return {"stringValue": value}
     if isinstance(value, int):
-        return {"intValue": str(value)}
+        return {"intValue": str(value)} if _INT64_MIN <= value <= _INT64_MAX else {"stringValue": str(value)}
     if isinstance(value, float):
         return {"doubleValue": _double_json(value)}
     if isinstance(value, bytes):

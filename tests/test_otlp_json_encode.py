@@ -171,7 +171,8 @@ def _ref_value_json(value) -> dict:
     if isinstance(value, str):
         return {"stringValue": value}
     if isinstance(value, int):
-        return {"intValue": str(value)}
+        # Changed on purpose from the encoder before: beyond int64, the decimal text.
+        return {"intValue": str(value)} if -(2**63) <= value < 2**63 else {"stringValue": str(value)}
     if isinstance(value, float):
         return {"doubleValue": _ref_double_json(value)}
     if isinstance(value, bytes):
@@ -277,7 +278,8 @@ def test_every_kind_of_sdk_span_encodes_as_the_reference_did():
         s["name"]: s for r in request["resourceSpans"] for ss in r["scopeSpans"] for s in ss["spans"] if "name" in s
     }
     values = {a["key"]: a["value"] for a in written["span 1"]["attributes"]}
-    assert values["beyond int64"] == {"intValue": str(2**64 + 7)}
+    assert values["beyond int64"] == {"stringValue": str(2**64 + 7)}
+    assert values["int64 max"] == {"intValue": str(2**63 - 1)}
     assert values["nan"] == {"doubleValue": "NaN"} and values["-inf"] == {"doubleValue": "-Infinity"}
     assert values["bytes"] == {"bytesValue": "AP8gYmluYXJ5"}
     assert values["empty"] == {"arrayValue": {}}
@@ -443,11 +445,9 @@ def test_random_attribute_values_encode_as_the_reference_did(seed):
 def test_what_is_written_is_read_back(tmp_path):
     from agent_otel.exporters.otlp_json_file import OtlpJsonFileExporter
 
-    # The reader refuses integers beyond int64 (as before this encoder).
-    in_range = {key: value for key, value in EVERY_KIND.items() if "int64" not in key and key != "ints"}
     path = tmp_path / "traces.jsonl"
     exporter = OtlpJsonFileExporter(str(path))
-    spans = sdk_spans(in_range)
+    spans = sdk_spans(EVERY_KIND)
     exporter.export(spans)
     exporter.shutdown()
     records = list(iter_spans(str(path)))
@@ -455,6 +455,10 @@ def test_what_is_written_is_read_back(tmp_path):
     by_name = {r.name: r for r in records}
     assert by_name["span 1"].attributes["non-ascii"] == EVERY_KIND["non-ascii"]
     assert by_name["span 1"].attributes["tiny double"] == 7.213e-06
+    # OTLP's intValue is an int64: beyond it, the value's decimal text.
+    assert by_name["span 1"].attributes["int64 max"] == 2**63 - 1
+    assert by_name["span 1"].attributes["beyond int64"] == str(2**64 + 7)
+    assert by_name["span 1"].attributes["ints"] == [1, -2, str(2**65)]
 
 
 def test_the_kept_attribute_encodings_are_bounded():
