@@ -368,8 +368,11 @@ class LoopMonitor:
         blocker, sync = on_stack[0] if on_stack else (None, False)
         start = due + OFFSET_NS
         if blocker is not None and sync and blocker.start_ns:
-            # A sync call holds the thread from its first instant.
-            start = max(watch.last_ns + OFFSET_NS, min(start, blocker.start_ns))
+            # A sync call holds the thread from its first instant, and not
+            # before: when the heartbeat was due before the call began (the
+            # loop was late, say for want of CPU), the loop still ran until
+            # it made the call.
+            start = max(watch.last_ns + OFFSET_NS, blocker.start_ns)
         episode.segments.append(_Segment(start, blocker, None if blocker else self._stack(frame)))
         with self._lock:
             watch.episode = episode
