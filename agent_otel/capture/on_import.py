@@ -22,12 +22,23 @@ import threading
 from types import ModuleType
 from typing import Any, Callable, Optional
 
+from agent_otel import forks
+
 logger = logging.getLogger("agent_otel")
 
 Hook = Callable[[ModuleType], None]
 
 _lock = threading.Lock()
 _hooks: dict[str, list[Hook]] = {}  # module name -> functions still waiting for it
+
+
+def _reinit_after_fork() -> None:
+    """In a forked child: a fresh lock (another thread of the parent may have held it)."""
+    global _lock
+    _lock = threading.Lock()
+
+
+forks.after_fork_in_child(_reinit_after_fork)
 
 
 def when_imported(name: str, hook: Hook) -> None:
