@@ -15,6 +15,7 @@ import pytest
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from agent_otel import forks
 from agent_otel.exporters.deferred import DeferredExporter
 
 SCRIPT = r"""
@@ -99,7 +100,10 @@ def test_the_exporter_is_made_once_and_used():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
-def test_a_child_forked_while_the_exporter_is_being_made_still_exports():
+def test_a_child_forked_while_the_exporter_is_being_made_still_exports(monkeypatch):
+    # The fork waits for the exporter's imports to finish, at most FORK_WAIT_S (5 s), then
+    # goes ahead: here they never finish, so the wait is cut short to keep the test quick.
+    monkeypatch.setattr(forks, "FORK_WAIT_S", 0.2)
     entered, release = threading.Event(), threading.Event()
 
     class Null:

@@ -31,7 +31,7 @@ def test_serve_mode_exposes_metrics_and_stops_after_its_duration():
         "demo",
         "--serve",
         "--duration",
-        "3",
+        "2",
         "--seconds",
         "1",
         "--scenario",
@@ -62,7 +62,7 @@ def test_serve_mode_stops_cleanly_on_sigterm():
     process = agent_otel("demo", "--serve", "--prometheus-port", "0", "--gpu", "simulated")
     try:
         metrics_url(process)
-        time.sleep(1.0)
+        time.sleep(0.5)
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=20)
     finally:

@@ -16,6 +16,7 @@ count as imports of the modules they come from.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import json
 import os
@@ -199,7 +200,11 @@ class Imports:
             self.modules.add(resolved)
 
 
-IMPORTS = {module: Imports(module, path) for module, path in MODULES.items()}
+@functools.cache
+def all_imports() -> dict[str, Imports]:
+    """Every project module's imports, parsed once per process, when a test first asks
+    (not at collection: each pytest-xdist worker collects this file)."""
+    return {module: Imports(module, path) for module, path in MODULES.items()}
 
 
 def cycles() -> list[list[str]]:
@@ -214,7 +219,7 @@ def cycles() -> list[list[str]]:
         index[module] = low[module] = len(index)
         stack.append(module)
         on_stack.add(module)
-        for target in sorted(IMPORTS[module].modules):
+        for target in sorted(all_imports()[module].modules):
             if target not in index:
                 visit(target)
                 low[module] = min(low[module], low[target])
@@ -231,7 +236,7 @@ def cycles() -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    for module in sorted(IMPORTS):
+    for module in sorted(all_imports()):
         if module not in index:
             visit(module)
     return found
@@ -239,10 +244,10 @@ def cycles() -> list[list[str]]:
 
 def test_the_analysis_sees_every_kind_of_import():
     assert "agent_otel.exporters.batch" in MODULES and "dashboards.build" in MODULES
-    assert "agent_otel.report.reader" in IMPORTS["agent_otel.report.analysis"].modules  # from x import y
-    assert "agent_otel.capture.recorder" in IMPORTS["agent_otel.capture.executors"].modules  # import x as y
-    assert "agent_otel.gpu.nvml" in IMPORTS["agent_otel.gpu.sources"].modules  # inside a function
-    assert "agent_otel.instrumentation" in IMPORTS["agent_otel"].modules  # a lazy public name
+    assert "agent_otel.report.reader" in all_imports()["agent_otel.report.analysis"].modules  # from x import y
+    assert "agent_otel.capture.recorder" in all_imports()["agent_otel.capture.executors"].modules  # import x as y
+    assert "agent_otel.gpu.nvml" in all_imports()["agent_otel.gpu.sources"].modules  # inside a function
+    assert "agent_otel.instrumentation" in all_imports()["agent_otel"].modules  # a lazy public name
 
 
 def test_no_import_cycles():
@@ -251,7 +256,7 @@ def test_no_import_cycles():
 
 def test_no_module_imports_another_modules_private_names():
     found = []
-    for module, imports in IMPORTS.items():
+    for module, imports in all_imports().items():
         for source, name, line in imports.names:
             if not name.startswith("_") or name.startswith("__") or (source, name) in ALLOWED_PRIVATE:
                 continue
@@ -268,10 +273,10 @@ def test_no_module_imports_another_modules_private_names():
     assert found == []
 
 
-@pytest.mark.parametrize("module", sorted(IMPORTS))
+@pytest.mark.parametrize("module", sorted(MODULES))
 def test_each_room_imports_only_the_rooms_below_it(module):
     room = room_of(module)
-    for target in IMPORTS[module].modules:
+    for target in all_imports()[module].modules:
         target_room = room_of(target)
         assert target_room == room or target_room in ROOMS[room], f"{module} ({room}) imports {target} ({target_room})"
 
@@ -283,7 +288,7 @@ def test_every_module_has_a_room():
 def import_picture() -> dict[str, set[str]]:
     """room -> the rooms it imports: the picture in docs/architecture.md."""
     picture: dict[str, set[str]] = defaultdict(set)
-    for module, imports in IMPORTS.items():
+    for module, imports in all_imports().items():
         for target in imports.modules:
             if room_of(target) != room_of(module):
                 picture[room_of(module)].add(room_of(target))
