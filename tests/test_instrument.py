@@ -296,7 +296,8 @@ def test_unreachable_or_silent_endpoint_slows_nothing(kind, protocol):
             server.close()
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["shutdown_s"] < SHUTDOWN_BOUND_S + 2.0  # the bound, plus slack for a busy machine; not the OTLP timeout (30 s)
+    # the bound, plus slack for a busy machine; not the OTLP timeout (30 s)
+    assert report["shutdown_s"] < SHUTDOWN_BOUND_S + 2.0
     assert report["p50_s"] < 0.002  # a tool call never waits for the network
     assert elapsed < 30
 
