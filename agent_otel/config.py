@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Union, get_args, get_origin, get_type_hints
 
-from agent_otel.errors import ConfigError
+from agent_otel.errors import AgentOtelError, ConfigError
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
@@ -414,27 +414,47 @@ def load_settings(
     arguments: Mapping[str, Any],
     environ: Optional[Mapping[str, str]] = None,
     defaults: Optional[Mapping[str, Any]] = None,
+    problems: Optional[list[AgentOtelError]] = None,
 ) -> Settings:
     """Validated settings: ``arguments`` (None: not given) win over the
     environment, which wins over ``defaults`` (a command's own, e.g. the
-    GPU exporter's port), which win over the declared defaults."""
+    GPU exporter's port), which win over the declared defaults.
+
+    An invalid value raises ``ConfigError``; with a ``problems`` list it is
+    appended there instead and the setting comes from the next source, as
+    if the value had not been given (``instrument()``: a bad setting must
+    not stop the agent).
+    """
     environ = os.environ if environ is None else environ
-    unknown = sorted(set(arguments) - set(SETTINGS))
-    if unknown:
-        raise ConfigError("instrument()", unknown[0], "one of " + ", ".join(SETTINGS))
+
+    def refuse(error: ConfigError) -> None:
+        if problems is None:
+            raise error
+        problems.append(error)
+
+    for name in sorted(set(arguments) - set(SETTINGS)):
+        refuse(ConfigError("instrument()", name, "one of " + ", ".join(SETTINGS)))
     values = {}
     for name, info in SETTINGS.items():
+        sources: list[tuple[Any, Optional[str]]] = []  # (value, where), first wins
         if arguments.get(name) is not None:
-            values[name] = parse(name, arguments[name])
-            continue
+            sources.append((arguments[name], None))
         for variable in info.declaration.env:
             raw = environ.get(variable)
             if raw is not None and raw.strip() != "":
-                values[name] = parse(name, raw, variable, from_environment=True)
+                sources.append((raw, variable))
                 break
-        else:
-            if defaults and defaults.get(name) is not None:
-                values[name] = parse(name, defaults[name])
+        if defaults and defaults.get(name) is not None:
+            sources.append((defaults[name], None))
+        for value, where in sources:
+            try:
+                if where is None:
+                    values[name] = parse(name, value)
+                else:
+                    values[name] = parse(name, value, where, from_environment=True)
+                break
+            except ConfigError as error:
+                refuse(error)
     return Settings(**values)
 
 

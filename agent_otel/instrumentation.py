@@ -12,6 +12,7 @@ raise ``ConfigError`` before anything is changed.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import sys
@@ -30,7 +31,7 @@ from agent_otel.background import Background
 from agent_otel.capture import executors, frameworks, models, recorder as _recorder
 from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
 from agent_otel.config import Settings, load_settings
-from agent_otel.errors import ConfigError
+from agent_otel.errors import AgentOtelError, ConfigError
 from agent_otel.pipeline import Pipeline
 from agent_otel.capture.recorder import Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor, SpanLosses
@@ -85,6 +86,12 @@ class Instrumentation:
         self.background: list[Background] = []  # other parts: GPU timeline, loop monitor, frameworks
         self._closed = False
         self.sinks = sinks.Plan(())  # where spans go (agent_otel.sinks), when agent-otel set up the exporters
+        self.refused = _Refused(None)  # start()'s: settings it could not use
+
+    @property
+    def config_errors(self) -> tuple[AgentOtelError, ...]:
+        """The settings ``instrument()`` could not use (each logged once), in the order found."""
+        return tuple(self.refused.problems or ())
 
     def wait_for_gpu(self, timeout_s: Optional[float] = None) -> Optional[LiveTimeline]:
         """``gpu_timeline`` once the GPU is found: with ``gpu="auto"`` it is looked
@@ -307,7 +314,10 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
         handle.sinks = sinks.plan(settings)
         exporters = _span_exporters(settings, handle.sinks.exporters)
     if settings.traces_file:
-        exporters.append(OtlpJsonFileExporter(settings.traces_file))
+        try:
+            exporters.append(OtlpJsonFileExporter(settings.traces_file))
+        except ConfigError as error:  # cannot be opened: the other exporters still run
+            handle.refused(error)
     elif handle.sinks.default_file is not None:
         exporters.append(OtlpJsonFileExporter(handle.sinks.default_file, max_bytes=sinks.DEFAULT_FILE_LIMIT_BYTES))
     for exporter in exporters:
@@ -347,33 +357,56 @@ def instrument(
     Idempotent: a second call returns the same handle. Keyword options are
     the fields of ``agent_otel.config.Settings``; each also has an
     environment variable (see the README's configuration table).
+
+    A bad setting never stops the agent: an invalid value (argument or
+    environment variable), an unknown option or framework name, a traces
+    file or GPU log that cannot be written, is logged as one error line
+    naming the setting and the value, and that setting falls back to the
+    next source (the environment, then the default); the handle's
+    ``config_errors`` lists what was refused.
     """
     with _lock:
         if _handle is not None:
             if service_name or traces_file or prometheus_port is not None or options:
                 logger.warning("agent_otel.instrument() was already called; keeping the first settings")
             return _handle
-        return start(
-            load_settings(
-                {
-                    "service_name": service_name,
-                    "traces_file": traces_file,
-                    "prometheus_port": prometheus_port,
-                    **options,
-                }
-            )
+        problems: list[AgentOtelError] = []
+        settings = load_settings(
+            {
+                "service_name": service_name,
+                "traces_file": traces_file,
+                "prometheus_port": prometheus_port,
+                **options,
+            },
+            problems=problems,
         )
+        return start(settings, problems)
 
 
-def start(settings: Settings) -> Instrumentation:
+def start(settings: Settings, problems: Optional[list[AgentOtelError]] = None) -> Instrumentation:
     """``instrument()`` with settings already resolved by ``config.load_settings``
-    (the commands resolve them with defaults of their own). Idempotent too."""
+    (the commands resolve them with defaults of their own). Idempotent too.
+
+    A setting that cannot be used raises ``ConfigError``; with a ``problems``
+    list (``instrument()``'s) it is logged, appended there and left out.
+    """
     global _handle
     with _lock:
         if _handle is not None:
             logger.warning("agent_otel.instrument() was already called; keeping the first settings")
             return _handle
-        frameworks.check_names(settings.frameworks)
+        refused = _Refused(problems)
+        for error in list(problems or ()):
+            refused.say(error)
+        if settings.frameworks:
+            known = []
+            for name in settings.frameworks:
+                try:
+                    frameworks.check_names((name,))
+                    known.append(name)
+                except ConfigError as error:
+                    refused(error)
+            settings = dataclasses.replace(settings, frameworks=tuple(known))
         # The resource OpenTelemetry's detectors make (each run starts threads):
         # made once, read for the GPU pool and given to the tracer provider.
         detected = None
@@ -381,14 +414,18 @@ def start(settings: Settings) -> Instrumentation:
             detected = Resource.create()
         gpu_pool = declared_gpu_pool(settings, detected)
         if gpu_pool and settings.gpu not in ("auto", "off"):
-            raise ConfigError(
-                "gpu",
-                settings.gpu,
-                f"auto or off with a GPU pool ({gpu_pool!r}): the pool's GPUs are "
-                "sampled and blamed by its blame service, agent-otel gpu-exporter --pool",
+            refused(
+                ConfigError(
+                    "gpu",
+                    settings.gpu,
+                    f"auto or off with a GPU pool ({gpu_pool!r}): the pool's GPUs are "
+                    "sampled and blamed by its blame service, agent-otel gpu-exporter --pool",
+                )
             )
+            settings = dataclasses.replace(settings, gpu="auto")
         handle = Instrumentation(settings, gpu_pool)
         handle.detected_resource = detected
+        handle.refused = refused
         try:
             _setup(handle)
         except BaseException:
@@ -397,6 +434,24 @@ def start(settings: Settings) -> Instrumentation:
         _handle = handle
         _at_exit_once(handle)
         return handle
+
+
+class _Refused:
+    """Where ``start()`` puts a setting it cannot use: raised (the commands),
+    or logged and kept in a list (``instrument()``: the agent goes on)."""
+
+    def __init__(self, problems: Optional[list[AgentOtelError]]):
+        self.problems = problems
+
+    def __call__(self, error: AgentOtelError) -> None:
+        if self.problems is None:
+            raise error
+        self.problems.append(error)
+        self.say(error)
+
+    @staticmethod
+    def say(error: AgentOtelError) -> None:
+        logger.error("agent-otel: %s; ignored, as if not given", error)
 
 
 _exit_registered = False
@@ -479,7 +534,13 @@ def _setup(handle: Instrumentation) -> None:
         handle.background.append(starter)
         starter.start()
     elif settings.gpu != "off" and not handle.gpu_pool:
-        _start_gpu_timeline(handle)  # a source asked for by name: opened now, its errors raised here
+        try:
+            _start_gpu_timeline(handle)  # a source asked for by name: opened now, its errors said here
+        except AgentOtelError as error:  # a replay file it cannot read; a GPU log it cannot write
+            handle.refused(error)
+            if isinstance(error, ConfigError) and error.setting == "gpu_log_file":  # sample without the log
+                handle.settings = dataclasses.replace(settings, gpu_log_file=None)
+                _start_gpu_timeline(handle)
     # Last, so that in a forked child it runs after every part above put itself right.
     forks.after_fork_in_child(handle.reinit_after_fork)
 

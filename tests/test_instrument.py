@@ -15,6 +15,7 @@ import pytest
 from opentelemetry import trace
 
 import agent_otel
+from agent_otel.config import load_settings
 from agent_otel.errors import ConfigError
 from agent_otel import host
 from agent_otel.report.analysis import analyse, report_json
@@ -49,31 +50,77 @@ def test_reuses_the_provider_the_app_set(agent):
         ({"AGENT_OTEL_GPU_IDLE_THRESHOLD": "1.5"}, "AGENT_OTEL_GPU_IDLE_THRESHOLD", "1.5"),
     ],
 )
-def test_invalid_environment_names_the_variable(monkeypatch, env, setting, value):
+def test_invalid_environment_is_said_and_the_agent_goes_on(monkeypatch, caplog, spans, env, setting, value):
     for key, val in env.items():
         monkeypatch.setenv(key, val)
-    with pytest.raises(ConfigError) as caught:
-        agent_otel.instrument()
-    assert setting in str(caught.value) and repr(value) in str(caught.value)
-    # Nothing was left half-installed: no handle, no recorder, no executor
-    # hook or any other patch, no agent-otel thread.
-    from concurrent.futures import ThreadPoolExecutor
+    caplog.set_level("ERROR", logger="agent_otel")
+    handle = agent_otel.instrument(gpu="off", frameworks=())
+    try:
+        # One error line names the variable and the value; the setting is as if not given.
+        (error,) = handle.config_errors
+        assert isinstance(error, ConfigError) and setting in str(error) and repr(value) in str(error)
+        (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert setting in line and repr(value) in line and "ignored" in line
+        defaults = load_settings({}, environ={})
+        name = {"AGENT_OTEL_PROMETHEUS_PORT": "prometheus_port", "AGENT_OTEL_GPU_IDLE_THRESHOLD": "gpu_idle_threshold"}
+        if setting in name:
+            assert getattr(handle.settings, name[setting]) == getattr(defaults, name[setting])
 
-    from agent_otel.capture import patching, recorder
-    from agent_otel.instrumentation import current
+        # ... and the agent's tool calls are traced as usual.
+        @agent_otel.tool
+        def search(q):
+            return q
 
-    assert current() is None
-    assert recorder.current is None
-    assert vars(ThreadPoolExecutor)["submit"] is UNPATCHED_SUBMIT
-    assert patching.in_place() == []
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("agent-otel")]
+        assert search("x") == "x"
+        assert [s.name for s in spans.tools("search")] == ["execute_tool search"]
+    finally:
+        agent_otel.uninstrument()
 
 
-def test_invalid_argument_names_the_parameter():
+def test_invalid_arguments_are_said_and_the_rest_is_used(monkeypatch, caplog, spans):
+    monkeypatch.setenv("AGENT_OTEL_PROMETHEUS_PORT", "0")
+    caplog.set_level("ERROR", logger="agent_otel")
+    handle = agent_otel.instrument(
+        prometheus_port="http", no_such_option=1, gpu="off", frameworks=("langchian",), service_name="kept"
+    )
+    try:
+        errors = [str(e) for e in handle.config_errors]
+        assert any("no_such_option" in e for e in errors)
+        assert any("'http'" in e and "prometheus_port" in e for e in errors)
+        assert any("'langchian'" in e and "frameworks" in e for e in errors)
+        assert len(errors) == 3 == len([r for r in caplog.records if r.levelname == "ERROR"])
+        # The invalid argument gave way to the next source: the environment's port.
+        assert handle.settings.prometheus_port == 0 and handle.prometheus_url is not None
+        assert handle.settings.frameworks == ()
+    finally:
+        agent_otel.uninstrument()
+
+
+def test_a_command_still_refuses_an_invalid_setting():
+    # The commands (agent-otel demo, gpu-exporter) resolve settings without a problems list:
+    # an invalid value is an error they print, in one line, before starting anything.
     with pytest.raises(ConfigError, match="prometheus_port"):
-        agent_otel.instrument(prometheus_port="http")
+        load_settings({"prometheus_port": "http"}, environ={})
     with pytest.raises(ConfigError, match="no_such_option"):
-        agent_otel.instrument(no_such_option=1)
+        load_settings({"no_such_option": 1}, environ={})
+
+
+def test_a_traces_file_that_cannot_be_written_leaves_the_other_exporters(tmp_path):
+    result = run_agent(f"""
+        import agent_otel
+        handle = agent_otel.instrument(traces_file={str(tmp_path / "no-such-dir" / "t.jsonl")!r},
+                                       traces_exporters="console", gpu="off", frameworks=())
+        @agent_otel.tool
+        def search(q):
+            return q
+        assert search("x") == "x"
+        print("errors", len(handle.config_errors))
+        handle.shutdown()
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "errors 1" in result.stdout
+    assert '"name": "execute_tool search"' in result.stdout  # the console exporter still ran
+    assert "traces file" in result.stderr and "no-such-dir" in result.stderr and "ignored" in result.stderr
 
 
 def fetch(url, accept=None):
@@ -369,10 +416,34 @@ def test_no_pool_keeps_the_local_gpu_and_no_target_info(tmp_path):
     assert json.loads(result.stdout) == {"pool": "", "timeline": True, "target_info": []}
 
 
-def test_a_gpu_source_with_a_pool_is_a_config_error():
-    with pytest.raises(ConfigError) as error:
-        agent_otel.instrument(gpu="simulated", gpu_pool="vllm-a:8000", traces_exporters="none", frameworks=())
-    assert "gpu" in str(error.value) and "gpu-exporter --pool" in str(error.value)
-    from agent_otel.instrumentation import current
+def test_a_gpu_source_with_a_pool_is_said_and_left_to_the_pool(caplog):
+    caplog.set_level("ERROR", logger="agent_otel")
+    handle = agent_otel.instrument(gpu="simulated", gpu_pool="vllm-a:8000", traces_exporters="none", frameworks=())
+    try:
+        (error,) = handle.config_errors
+        assert "gpu" in str(error) and "gpu-exporter --pool" in str(error)
+        assert handle.settings.gpu == "auto" and handle.gpu_timeline is None  # the pool's service blames
+    finally:
+        agent_otel.uninstrument()
 
-    assert current() is None  # nothing was set up
+
+def test_a_gpu_log_that_cannot_be_written_leaves_the_sampling(tmp_path):
+    handle = agent_otel.instrument(
+        gpu="simulated", gpu_log_file=str(tmp_path / "no-such-dir" / "gpu.csv"), traces_exporters="none", frameworks=()
+    )
+    try:
+        (error,) = handle.config_errors
+        assert "gpu_log_file" in str(error) and "no-such-dir" in str(error)
+        assert handle.gpu_timeline is not None  # the GPU is still sampled, without the log
+    finally:
+        agent_otel.uninstrument()
+
+
+def test_a_replay_log_that_cannot_be_read_is_said_and_nothing_is_sampled(tmp_path):
+    handle = agent_otel.instrument(gpu=f"replay:{tmp_path / 'missing.csv'}", traces_exporters="none", frameworks=())
+    try:
+        (error,) = handle.config_errors
+        assert "missing.csv" in str(error)
+        assert handle.gpu_timeline is None
+    finally:
+        agent_otel.uninstrument()
