@@ -184,7 +184,7 @@ def test_a_prefork_child_exports_its_spans_while_it_runs(tmp_path):
             report = {{"threads": sorted(names), "finished_left": len(recorder.current.finished),
                       "counted": calls}}
             os.write(ready_w, (json.dumps(report) + "\\n").encode())
-            time.sleep(2.0)  # still alive while the parent reads the file
+            time.sleep(0.5)  # still alive while the parent reads the file (read at once)
             code = 0
         finally:
             os._exit(code)
