@@ -361,6 +361,9 @@ def _parse_list(info: SettingInfo, where: str, value: object) -> Optional[tuple[
 
 
 def _parse_choice(info: SettingInfo, where: str, value: object) -> str:
+    choices = info.declaration.choices
+    if isinstance(value, bool) and ("off" if value is False else "auto") in choices:
+        return "off" if value is False else "auto"  # gpu=False: what the code means
     text = str(value).strip()
     lowered = text.lower()
     for choice in info.declaration.choices:

@@ -131,3 +131,9 @@ def test_command_line_options_take_help_default_and_variables_from_the_declarati
     assert "(default: 9400)" in text and "AGENT_OTEL_PROMETHEUS_PORT" not in text
     args = parser.parse_args(["--min-idle", "0.25"])
     assert args.gpu_min_idle == 0.25 and args.prometheus_port is None
+
+
+def test_a_python_bool_for_a_choice_with_off_and_auto():
+    assert parse("gpu", False) == "off" and parse("gpu", True) == "auto"
+    with pytest.raises(ConfigError, match="'false'"):  # text is not a Python bool: still a choice
+        parse("gpu", "false")
