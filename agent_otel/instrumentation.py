@@ -585,28 +585,49 @@ def _import_gpu_modules() -> None:
 
 class GpuStart:
     """The ``Instrumentation.background`` part that looks for a GPU with ``gpu="auto"``
-    on its own thread (``agent-otel-gpu-start``) and starts the timeline if it finds one."""
+    on its own thread (``agent-otel-gpu-start``) and starts the timeline if it finds one.
+
+    A fork waits until a search under way is over (``forks.background_import``),
+    so a child inherits its outcome; a child forked after ``start()`` but before
+    the search began (gunicorn's workers, forked right after the application
+    loaded) searches again itself.
+    """
 
     part_name = "the GPU search"
+    THREAD_NAME = "agent-otel-gpu-start"
 
     def __init__(self, handle: Instrumentation):
         self._handle = handle
-        self._thread = threading.Thread(target=self._run, name="agent-otel-gpu-start", daemon=True)
+        self._started = False
+        self._done = False
+        self._thread = threading.Thread(target=self._run, name=self.THREAD_NAME, daemon=True)
+        forks.after_fork_in_child(self.reinit_after_fork)
 
     def start(self) -> None:
+        self._started = True
         self._thread.start()
 
     def _run(self) -> None:
         try:
-            with forks.background_import():  # a fork waits until these imports are done
+            with forks.background_import():  # a fork waits until the search is over
                 _import_gpu_modules()
-            _start_gpu_timeline(self._handle)
+                _start_gpu_timeline(self._handle)
         except Exception as exc:  # never the agent's problem: no GPU sampling, one line
             logger.warning("agent-otel: GPU sampling is off (%s: %s)", type(exc).__name__, exc)
+        finally:
+            self._done = True
+
+    def reinit_after_fork(self) -> None:
+        """In a forked child: search again if the parent's search had not begun."""
+        self._thread = threading.Thread(target=self._run, name=self.THREAD_NAME, daemon=True)
+        handle = self._handle
+        if self._started and not self._done and handle.gpu_timeline is None and not handle._closed:
+            self._thread.start()
 
     def join(self, timeout_s: Optional[float] = None) -> bool:
         """Wait until the search ended (True) or ``timeout_s`` passed."""
-        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
     def shutdown(self, timeout_s: float) -> bool:

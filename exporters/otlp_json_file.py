@@ -101,8 +101,11 @@ _RAW: Callable[[bytes], object] = bytes  # msgspec.Raw: JSON written as it is
 def _import_msgspec() -> Callable[[object], bytes]:
     # msgspec is imported by the first export, on the export thread: instrument()
     # imports this module on the caller's thread (docs/performance.md, "Start-up").
+    # A fork meanwhile would leave the import's module lock held in the child,
+    # whose export thread would then wait on it for good: a fork waits for it.
     global _ENCODE, _RAW
-    import msgspec
+    with forks.background_import():
+        import msgspec
 
     _RAW = msgspec.Raw
     _ENCODE = msgspec.json.Encoder().encode

@@ -243,3 +243,132 @@ def test_multiprocessing_with_the_fork_start_method(tmp_path):
     assert result["codes"] == [0, 0, 0, 0] and result["pool_ok"], result
     tools = [tool_of(s) for s in spans_in(traces) if s["name"].startswith("execute_tool")]
     assert tools.count("child_tool") == 4 * 50 + 100
+
+
+GPU_SEARCH_FORK = """
+    import json, os, sys, threading, time
+    sys.path.insert(0, {helpers!r})
+    from nvml_driver import DriverGpu, StandInNvml
+    sys.modules["pynvml"] = StandInNvml([DriverGpu(time.time_ns, period_s=0.02)])  # a GPU for gpu="auto"
+    import agent_otel
+    from agent_otel import instrumentation
+
+    begin, entered = threading.Event(), threading.Event()
+    run = instrumentation.GpuStart._run
+    def held_run(self):  # the search {when}
+        {hold}
+        run(self)
+    instrumentation.GpuStart._run = held_run
+    search = instrumentation._start_gpu_timeline
+    def slow_search(handle):
+        entered.set()
+        time.sleep(0.3)
+        search(handle)
+    instrumentation._start_gpu_timeline = slow_search
+
+    handle = agent_otel.instrument(traces_exporters="none", frameworks=())  # gpu="auto"
+    {before_fork}
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        begin.set()  # the child's copy: a search started here is not held
+        code = 1
+        try:
+            found = handle.wait_for_gpu(5.0)
+            time.sleep(0.2)
+            alive = [t.name for t in threading.enumerate()]
+            print(json.dumps({{"found": found is not None, "threads": alive}}), flush=True)
+            code = 0
+        finally:
+            os._exit(code)
+    fork_s = time.monotonic() - started
+    begin.set()
+    _, status = os.waitpid(pid, 0)
+    handle.wait_for_gpu(5.0)
+    print(json.dumps({{"fork_s": fork_s, "parent_found": handle.gpu_timeline is not None,
+                      "child_exit": os.waitstatus_to_exitcode(status)}}))
+    handle.shutdown()
+"""
+
+
+@pytest.mark.parametrize("when", ["not begun", "under way"])
+def test_a_child_forked_during_the_gpu_search_samples_the_gpu(when):
+    """gpu="auto" looks for the GPU on a thread after instrument() returns; a
+    worker forked meanwhile (gunicorn --preload) still samples the GPU."""
+    helpers = os.path.join(os.path.dirname(__file__), "helpers")
+    if when == "not begun":  # the parent's search thread waits before it begins; the fork comes first
+        code = GPU_SEARCH_FORK.format(helpers=helpers, when=when, hold="begin.wait()", before_fork="")
+    else:  # the parent's search is in its slow part when the fork comes
+        code = GPU_SEARCH_FORK.format(helpers=helpers, when=when, hold="", before_fork="entered.wait(10)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    child, parent = (json.loads(line) for line in result.stdout.strip().splitlines()[-2:])
+    assert parent["child_exit"] == 0 and parent["parent_found"], result.stderr
+    assert child["found"], result.stderr
+    assert "agent-otel-gpu-sampler" in child["threads"]
+    if when == "under way":  # the fork waited for the search to end, and the child inherited it
+        assert parent["fork_s"] >= 0.1
+
+
+SLOW_ENCODER_IMPORT_FORK = """
+    import importlib.abc, importlib.machinery, json, os, sys, threading, time
+
+    importing = threading.Event()
+
+    class SlowMsgspec(importlib.abc.MetaPathFinder):
+        # msgspec's import takes 0.5 s (a cold disk): a fork lands in the middle of it.
+        def find_spec(self, name, path, target=None):
+            if name != "msgspec":
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            run = spec.loader.exec_module
+            def exec_module(module):
+                importing.set()
+                time.sleep(0.5)
+                run(module)
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, SlowMsgspec())
+    import agent_otel
+
+    handle = agent_otel.instrument(traces_file={traces!r}, traces_exporters="none", gpu="off", frameworks=(),
+                                   export_interval=0.05)
+
+    @agent_otel.tool
+    def search(q):
+        return q
+
+    search("parent")  # the first export, on the export thread, imports msgspec
+    assert importing.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            search("child")
+            code = 0 if handle.span_processors[0].force_flush(5000) else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, 9)
+        status = None
+    handle.shutdown()
+    print(json.dumps({{"child_exit": None if status is None else os.waitstatus_to_exitcode(status)}}))
+"""
+
+
+def test_a_fork_while_the_export_thread_imports_its_encoder_does_not_stall_the_child(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    result = run_script(SLOW_ENCODER_IMPORT_FORK.format(traces=str(traces)), timeout=60)
+    assert result["child_exit"] == 0, result["stderr"]  # its flush went through: no import lock held for good
+    names = [s["name"] for s in spans_in(traces)]
+    assert names.count("execute_tool search") == 2  # the parent's span and the child's
