@@ -27,20 +27,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from array import array
-from bisect import bisect_right
-from itertools import repeat
-from operator import attrgetter, sub, truediv
+from operator import attrgetter
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Optional, Sequence
+
+import numpy as np
 
 from agent_otel.attribution import BlameTotals, WindowAttribution, attribute, gpu_key
 from agent_otel.exporters.otlp_json import input_name
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
 from agent_otel.inputs import STDIN
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ToolCall
+from agent_otel.report.columns import CallColumns, seconds_sorted, total
 from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
 from agent_otel.report.slos import SloCompliance, compliance
@@ -267,15 +267,17 @@ def _analyse(
     analysis.loop_blocks = traces.loop_blocks
     observed = _gpu_inputs(analysis, traces, gpu_log_paths, tz, gpu_pool)
     analysis.warnings.extend(_pool_warnings(analysis.calls, analysis.windows))
-    in_windows = _in_windows(analysis.calls, analysis.windows)
+    columns = CallColumns(analysis.calls)
+    in_windows = _in_windows(columns, analysis.windows)
     analysis.attributions = _attribute(analysis.windows, in_windows, analysis.loop_blocks)
     totals = BlameTotals()
     for window_attribution in analysis.attributions:
         totals.add(window_attribution)
-    analysis.tools = _tool_stats(analysis.calls, totals, traces, analysis.underuse)
+    analysis.tools = _tool_stats(columns, totals, traces, analysis.underuse)
+    analysis.executors = _executor_stats(columns)
+    del columns  # before the turns, where the memory peaks
     _add_waits(analysis, in_windows)
     _turn_inputs(analysis, traces)
-    analysis.executors = _executor_stats(analysis.calls)
     analysis.gpus = _gpu_stats(analysis, totals, observed)
     analysis.recommendations = recommend(analysis)
     return analysis
@@ -404,7 +406,7 @@ def _attribute(
 _NEVER = 1 << 63  # the end of a call still in flight
 
 
-def _in_windows(calls: Sequence[ToolCall], windows: Sequence[IdleWindow]) -> list[ToolCall]:
+def _in_windows(columns: CallColumns, windows: Sequence[IdleWindow]) -> list[ToolCall]:
     """The calls in flight during some idle window: the only ones the
     blame depends on (a call outside every window changes no share)."""
     edges: list[int] = []  # the windows' union, as sorted [start, end) pairs
@@ -413,15 +415,17 @@ def _in_windows(calls: Sequence[ToolCall], windows: Sequence[IdleWindow]) -> lis
             edges[-1] = max(edges[-1], window.end_ns)
         else:
             edges += (window.start_ns, window.end_ns)
-    if not edges:
+    if not edges or not len(columns.submit):
         return []
-    kept = []
-    for call in calls:
-        # inside the union if the call's life [submit, end) meets one of its intervals
-        i = bisect_right(edges, call.submit_ns)
-        if i % 2 or (i < len(edges) and (not call.end_ns or call.end_ns > edges[i])):
-            kept.append(call)
-    return kept
+    # inside the union if the call's life [submit, end) meets one of its
+    # intervals: it was submitted inside one, or before one that starts
+    # before it ends (an end of 0: still in flight)
+    bounds = np.array(edges, dtype=np.uint64)
+    i = np.searchsorted(bounds, columns.submit, side="right")
+    next_start = bounds[np.minimum(i, len(bounds) - 1)]
+    inside = (i % 2 == 1) | ((i < len(bounds)) & ((columns.end == 0) | (columns.end > next_start)))
+    calls = columns.calls
+    return [calls[row] for row in np.flatnonzero(inside).tolist()]
 
 
 def _pool_warnings(calls: Sequence[ToolCall], windows: Sequence[IdleWindow]) -> list[str]:
@@ -464,11 +468,8 @@ def _clip(windows: Sequence[IdleWindow], start: int, end: int) -> list[IdleWindo
 
 
 def _tool_stats(
-    calls: Sequence[ToolCall], totals: BlameTotals, traces: TraceData, underuse: Optional[Underuse] = None
+    columns: CallColumns, totals: BlameTotals, traces: TraceData, underuse: Optional[Underuse] = None
 ) -> list[ToolStats]:
-    by_tool: dict[str, list[ToolCall]] = defaultdict(list)
-    for call in calls:
-        by_tool[call.tool].append(call)
     live = traces.live_blocked_s
     blocked: dict[tuple[str, str], float] = defaultdict(float)
     for (_gpu, tool, phase), seconds in totals.blocked_s.items():
@@ -478,17 +479,17 @@ def _tool_stats(
         for (_gpu, tool, phase), seconds in underuse.totals.blocked_s.items():
             underused[(tool, phase)] += seconds
     stats = []
-    for tool, tool_calls in by_tool.items():
-        submits, starts, ends = _times(tool_calls)
+    for tool, rows in columns.tool.groups():
+        submits, starts, ends = columns.submit[rows], columns.start[rows], columns.end[rows]
         stats.append(
             ToolStats(
                 tool=tool,
-                calls=len(tool_calls),
-                errors=sum(map(ERROR_OUTCOMES.__contains__, map(_OUTCOME, tool_calls))),
-                duration_s=_sorted_seconds(map(sub, ends, submits)),
-                exec_s=_sorted_seconds(map(sub, ends, starts)),
-                queue_s=_sorted_seconds(map(sub, starts, submits)),
-                executors=sorted(set(map(_EXECUTOR, tool_calls))),
+                calls=len(rows),
+                errors=columns.count_of(columns.outcome, ERROR_OUTCOMES, rows),
+                duration_s=seconds_sorted(ends - submits),
+                exec_s=seconds_sorted(ends - starts),
+                queue_s=seconds_sorted(starts - submits),
+                executors=columns.executor.names(rows),
                 blocked_queue_s=blocked[(tool, PHASE_QUEUE)],
                 blocked_exec_s=blocked[(tool, PHASE_EXEC)],
                 live_blocked_s=None if live is None else live.get(tool, 0.0),
@@ -501,19 +502,8 @@ def _tool_stats(
     return stats
 
 
-_SUBMIT, _START, _END = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns")
-_TOOL, _EXECUTOR, _OUTCOME = attrgetter("tool"), attrgetter("executor"), attrgetter("outcome")
-
-
-def _times(calls: Sequence[ToolCall]) -> tuple[list[int], list[int], list[int]]:
-    """The calls' (submit, start, end) times as three columns."""
-    return list(map(_SUBMIT, calls)), list(map(_START, calls)), list(map(_END, calls))
-
-
-def _sorted_seconds(nanoseconds: Iterable[int]) -> array:
-    """Sorted seconds as an array of doubles (a list of floats would take 4x the memory)."""
-    ordered = sorted(nanoseconds)
-    return array("d", map(truediv, ordered, repeat(NS_PER_S, len(ordered))))
+_SUBMIT, _START = attrgetter("submit_ns"), attrgetter("start_ns")
+_WORKERS = attrgetter("executor_workers")
 
 
 def _add_waits(analysis: Analysis, in_windows: list[ToolCall]) -> None:
@@ -544,26 +534,24 @@ def _add_waits(analysis: Analysis, in_windows: list[ToolCall]) -> None:
         tool.loop_idle_blocked_s = during.get(tool.tool, 0.0)
 
 
-def _executor_stats(calls: Sequence[ToolCall]) -> list[ExecutorStats]:
-    by_executor: dict[str, list[ToolCall]] = defaultdict(list)
-    for call in calls:
-        by_executor[call.executor].append(call)
+def _executor_stats(columns: CallColumns) -> list[ExecutorStats]:
+    calls = columns.calls
     stats = []
-    for executor, executor_calls in by_executor.items():
-        submits, starts, ends = _times(executor_calls)
-        waits = _sorted_seconds(map(sub, starts, submits))
+    for executor, rows in columns.executor.groups():
+        submits, starts, ends = columns.submit[rows], columns.start[rows], columns.end[rows]
+        waits = seconds_sorted(starts - submits)
         stats.append(
             ExecutorStats(
                 executor=executor,
-                submissions=len(executor_calls),
+                submissions=len(rows),
                 wait_p95_s=percentile(waits, 95),
                 max_queue_depth=peak_depth(submits, starts),
                 peak_in_flight=peak_depth(submits, ends),
                 max_concurrent_exec=peak_depth(starts, ends),
                 queue_total_s=sum(waits),
-                exec_total_s=sum(map(sub, ends, starts)) / NS_PER_S,
-                tools=sorted(set(map(_TOOL, executor_calls))),
-                max_workers=max((c.executor_workers for c in executor_calls if c.executor_workers), default=None),
+                exec_total_s=total(ends - starts) / NS_PER_S,
+                tools=columns.tool.names(rows),
+                max_workers=max(filter(None, map(_WORKERS, map(calls.__getitem__, rows.tolist()))), default=None),
             )
         )
     stats.sort(key=lambda s: (-s.submissions, s.executor))
