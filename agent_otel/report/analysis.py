@@ -177,7 +177,7 @@ class Analysis:
     model_calls: list[ModelCall] = field(default_factory=list)
     agent_runs: list[AgentRun] = field(default_factory=list)
     models: list[ModelStats] = field(default_factory=list)
-    turns: list[Turn] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)  # empty with analyse(turns=False)
     turn_totals: TurnTotals = field(default_factory=TurnTotals)
     peer_tool_spans: int = 0
     peer_tool_spans_merged: int = 0
@@ -211,11 +211,14 @@ def analyse(
     gpu_pool: str = "",
     slos: Optional[Slos] = None,
     call_ids: bool = True,
+    turns: bool = True,
 ) -> Analysis:
     """Read the inputs, attribute GPU idle time, compute every statistic.
 
     ``call_ids``: keep each call's ``gen_ai.tool.call.id``, which only the
-    HTML and Perfetto outputs show (``read_traces``).
+    HTML and Perfetto outputs show (``read_traces``). ``turns``: keep
+    every turn in ``turns``, which only they draw (``find_turns``); the
+    JSON and the table read the totals.
 
     ``slos``: the latency SLO of each tool (``Slos()``, 95% within 0.8 s for
     every tool, the alert rules' default, when None).
@@ -225,7 +228,9 @@ def analyse(
     heap made the cost per span grow with the input.
     """
     with paused_gc():
-        analysis = _analyse(trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress, gpu_pool, call_ids)
+        analysis = _analyse(
+            trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress, gpu_pool, call_ids, turns
+        )
         analysis.slos = compliance({tool.tool: tool.duration_s for tool in analysis.tools}, slos or Slos())
         return analysis
 
@@ -239,6 +244,7 @@ def _analyse(
     progress: Optional[Callable[[int], None]],
     gpu_pool: str,
     call_ids: bool,
+    turns: bool,
 ) -> Analysis:
     traces = read_traces(trace_paths, progress, call_ids)
     analysis = Analysis(
@@ -277,7 +283,7 @@ def _analyse(
     analysis.executors = _executor_stats(columns)
     del columns  # before the turns, where the memory peaks
     _add_waits(analysis, in_windows)
-    _turn_inputs(analysis, traces)
+    _turn_inputs(analysis, traces, turns)
     analysis.gpus = _gpu_stats(analysis, totals, observed)
     analysis.recommendations = recommend(analysis)
     return analysis
@@ -291,13 +297,13 @@ def _by_submit(calls: list[ToolCall]) -> list[ToolCall]:
     return ordered
 
 
-def _turn_inputs(analysis: Analysis, traces: TraceData) -> None:
+def _turn_inputs(analysis: Analysis, traces: TraceData, keep: bool) -> None:
     """The model calls, the agent runs and the turns they make (report.turns)."""
     analysis.model_calls = sorted(traces.model_calls, key=lambda call: call.start_ns)
     analysis.agent_runs = sorted(traces.agent_runs, key=lambda run: run.start_ns)
     analysis.models = model_stats(analysis.model_calls)
     analysis.turns, analysis.turn_totals = find_turns(
-        analysis.calls, analysis.model_calls, analysis.agent_runs, traces.roots
+        analysis.calls, analysis.model_calls, analysis.agent_runs, traces.roots, keep
     )
     analysis.peer_tool_spans = traces.peer_tool_spans
     analysis.peer_tool_spans_merged = traces.peer_tool_spans_merged
@@ -503,7 +509,6 @@ def _tool_stats(
 
 
 _SUBMIT, _START = attrgetter("submit_ns"), attrgetter("start_ns")
-_WORKERS = attrgetter("executor_workers")
 
 
 def _add_waits(analysis: Analysis, in_windows: list[ToolCall]) -> None:
@@ -535,7 +540,6 @@ def _add_waits(analysis: Analysis, in_windows: list[ToolCall]) -> None:
 
 
 def _executor_stats(columns: CallColumns) -> list[ExecutorStats]:
-    calls = columns.calls
     stats = []
     for executor, rows in columns.executor.groups():
         submits, starts, ends = columns.submit[rows], columns.start[rows], columns.end[rows]
@@ -551,7 +555,7 @@ def _executor_stats(columns: CallColumns) -> list[ExecutorStats]:
                 queue_total_s=sum(waits),
                 exec_total_s=total(ends - starts) / NS_PER_S,
                 tools=columns.tool.names(rows),
-                max_workers=max(filter(None, map(_WORKERS, map(calls.__getitem__, rows.tolist()))), default=None),
+                max_workers=max(filter(None, columns.workers[rows]), default=None),
             )
         )
     stats.sort(key=lambda s: (-s.submissions, s.executor))
@@ -752,17 +756,14 @@ def report_json(analysis: Analysis) -> dict:
     }
 
 
-SLOWEST_TURNS = 10
-
-
 def _share(ratio: Optional[float]) -> Optional[float]:
     return None if ratio is None else round(ratio, 4)
 
 
 def _turns_json(analysis: Analysis) -> dict:
     totals = analysis.turn_totals
-    durations = sorted(turn.seconds for turn in analysis.turns)
-    slowest = sorted(analysis.turns, key=lambda turn: -turn.seconds)[:SLOWEST_TURNS]
+    durations = totals.durations_s
+    slowest = totals.slowest
     return {
         "count": totals.count,
         "from_agent_spans": totals.from_agent_spans,

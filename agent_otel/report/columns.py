@@ -26,6 +26,7 @@ from agent_otel.records import NS_PER_S, ToolCall
 
 _SUBMIT, _START, _END = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns")
 _TOOL, _EXECUTOR, _OUTCOME = attrgetter("tool"), attrgetter("executor"), attrgetter("outcome")
+_WORKERS = attrgetter("executor_workers")
 
 # Below this many nanoseconds a double holds every int exactly (see seconds_sorted).
 _EXACT_NS = 1 << 53
@@ -59,10 +60,11 @@ class Names:
 
 
 class CallColumns:
-    """``submit``, ``start`` and ``end`` (ns, ``uint64``) and the tool,
-    executor and outcome of each call, row i being ``calls[i]``."""
+    """``submit``, ``start`` and ``end`` (ns, ``uint64``), the tool,
+    executor and outcome, and the executor's workers (the records' ints or
+    None, in an object column) of each call, row i being ``calls[i]``."""
 
-    __slots__ = ("calls", "submit", "start", "end", "tool", "executor", "outcome")
+    __slots__ = ("calls", "submit", "start", "end", "tool", "executor", "outcome", "workers")
 
     def __init__(self, calls: Sequence[ToolCall]) -> None:
         rows = len(calls)
@@ -73,6 +75,7 @@ class CallColumns:
         self.tool = Names(map(_TOOL, calls), rows)
         self.executor = Names(map(_EXECUTOR, calls), rows)
         self.outcome = Names(map(_OUTCOME, calls), rows)
+        self.workers = np.fromiter(map(_WORKERS, calls), object, rows)
 
     def count_of(self, names: Names, wanted: Iterable[str], rows: np.ndarray) -> int:
         """How many of these rows have one of the wanted names."""

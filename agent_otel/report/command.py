@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
             gpu_pool=(args.gpu_pool or "").strip(),
             slos=slos,
             call_ids=bool(args.html or args.perfetto),  # only they show a call's id
+            turns=bool(args.html or args.perfetto),  # and draw every turn
         )
     finally:
         progress.finish()

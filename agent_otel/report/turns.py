@@ -28,8 +28,8 @@ With the GPU idle time blamed on the tool per call, it gives the sentence
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import defaultdict
-from operator import attrgetter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
@@ -66,8 +66,15 @@ def find_turns(
     model_calls: Sequence[ModelCall],
     agent_runs: Sequence[AgentRun],
     roots: dict[int, AgentRun],
+    keep: bool = True,
 ) -> tuple[list[Turn], "TurnTotals"]:
-    """Every turn of the traces that holds a tool or model call, in start order, and their totals."""
+    """Every turn of the traces that holds a tool or model call, in start order, and their totals.
+
+    ``calls`` come by submit time (``analysis.calls``). ``keep``: return
+    every turn (the HTML and Perfetto outputs draw them); without it the
+    list is empty and only the totals are kept (with the turns' durations
+    and the slowest turns): 250k turns take about 50 MB.
+    """
     calls_of: dict[int, list[ToolCall]] = defaultdict(list)
     for call in calls:
         calls_of[call.trace_id].append(call)
@@ -83,7 +90,7 @@ def find_turns(
                 known.append(run)
             else:
                 runs_of[run.trace_id] = [known, run]
-    turns: list[Turn] = []
+    turns = _Turns(keep)
     in_flight: dict[str, int] = defaultdict(int)  # tool -> ns of turns with a call of it in flight
     no_models: list[ModelCall] = []
     # Traces in the order their calls come (by submit time), not a set's:
@@ -93,15 +100,13 @@ def find_turns(
     trace_ids.extend(trace_id for trace_id in models_of if trace_id not in calls_of)
     for trace_id in trace_ids:
         trace_calls, trace_models = calls_of.get(trace_id, []), models_of.get(trace_id, no_models)
-        if len(trace_calls) > 1:
-            trace_calls.sort(key=_submit)
         found = runs_of.get(trace_id)
         if found is not None:
             runs = _outermost(found) if isinstance(found, list) else [found]
             if _all_covered(trace_calls, trace_models, runs):
                 for run in runs:
                     turn = Turn(run.name, trace_id, run.start_ns, run.end_ns, FROM_AGENT)
-                    turns.append(_breakdown(turn, trace_calls, trace_models, in_flight, len(runs) == 1))
+                    turns.add(_breakdown(turn, trace_calls, trace_models, in_flight, len(runs) == 1))
                 continue
         root = roots.get(trace_id)
         if (
@@ -112,17 +117,65 @@ def find_turns(
             continue  # no agent run around the calls
         start = min([root.start_ns] + [c.submit_ns for c in trace_calls] + [m.start_ns for m in trace_models])
         end = max([root.end_ns] + [c.end_ns for c in trace_calls] + [m.end_ns for m in trace_models])
-        turns.append(
+        turns.add(
             _breakdown(Turn(root.name, trace_id, start, end, FROM_TRACE), trace_calls, trace_models, in_flight, True)
         )
-    # by (start, trace): two stable sorts on one int each, no tuple made per turn
-    turns.sort(key=_TRACE_ID)
-    turns.sort(key=_START)
-    return turns, _totals(turns, in_flight)
+    return turns.finish(in_flight)
 
 
-_submit = attrgetter("submit_ns")
-_TRACE_ID, _START = attrgetter("trace_id"), attrgetter("start_ns")
+# The slowest turns the totals keep (the JSON's ``turns.slowest``).
+SLOWEST = 10
+
+
+class _Turns:
+    """The turns as they are found: each one's start, trace and the
+    seconds of its parts (40 bytes a turn where a ``Turn`` takes about
+    200), the slowest ``SLOWEST`` of them, and every ``Turn`` when kept."""
+
+    def __init__(self, keep: bool) -> None:
+        self.kept: Optional[list[Turn]] = [] if keep else None
+        self.starts: list[int] = []
+        self.traces: list[int] = []
+        self.parts = array("d")  # per turn: seconds, model, tool queue, tool exec, other
+        self.from_agent = 0
+        # the slowest so far, as (seconds, -start, -trace, -order, turn): the root is the least slow
+        self.slowest: list[tuple[float, int, int, int, Turn]] = []
+
+    def add(self, turn: Turn) -> None:
+        if self.kept is not None:
+            self.kept.append(turn)
+        seconds = turn.seconds
+        self.starts.append(turn.start_ns)
+        self.traces.append(turn.trace_id)
+        self.parts.extend((seconds, turn.model_s, turn.tool_queue_s, turn.tool_exec_s, turn.other_s))
+        self.from_agent += turn.source == FROM_AGENT
+        # (slowest first; of equal seconds, the first by start and trace, as the turns are ordered)
+        entry = (seconds, -turn.start_ns, -turn.trace_id, -len(self.starts), turn)
+        if len(self.slowest) < SLOWEST:
+            heapq.heappush(self.slowest, entry)
+        elif entry[:4] > self.slowest[0][:4]:
+            heapq.heapreplace(self.slowest, entry)
+
+    def finish(self, in_flight_ns: dict[str, int]) -> tuple[list[Turn], "TurnTotals"]:
+        """The kept turns in order (by start, then trace), and the totals."""
+        # by (start, trace): two stable sorts on one int each, no tuple made per turn
+        order = sorted(range(len(self.starts)), key=self.traces.__getitem__)
+        order.sort(key=self.starts.__getitem__)
+        parts = self.parts
+        result = TurnTotals(count=len(order), from_agent_spans=self.from_agent)
+        # summed in that order, one part at a time
+        for i in order:
+            i *= 5
+            result.end_to_end_s += parts[i]
+            result.model_s += parts[i + 1]
+            result.tool_queue_s += parts[i + 2]
+            result.tool_exec_s += parts[i + 3]
+            result.other_s += parts[i + 4]
+        result.tool_in_flight_s = {tool: ns / NS_PER_S for tool, ns in in_flight_ns.items()}
+        result.durations_s = array("d", sorted(parts[::5]))
+        result.slowest = [entry[-1] for entry in sorted(self.slowest, reverse=True)]
+        kept = self.kept
+        return ([] if kept is None else [kept[i] for i in order]), result
 
 
 def _all_covered(calls: list[ToolCall], model_calls: list[ModelCall], runs: list[AgentRun]) -> bool:
@@ -255,25 +308,14 @@ class TurnTotals:
     tool_exec_s: float = 0.0
     other_s: float = 0.0
     tool_in_flight_s: dict[str, float] = field(default_factory=dict)
+    durations_s: Sequence[float] = field(default_factory=list)  # each turn's end-to-end seconds, sorted
+    slowest: list[Turn] = field(default_factory=list)  # the slowest turns (SLOWEST), slowest first
 
     def latency_share(self, tool: str) -> Optional[float]:
         """The part of all turns' end-to-end time with a call of ``tool`` in flight (None: no turns)."""
         if not self.end_to_end_s:
             return None
         return self.tool_in_flight_s.get(tool, 0.0) / self.end_to_end_s
-
-
-def _totals(turns: Sequence[Turn], in_flight_ns: dict[str, int]) -> TurnTotals:
-    result = TurnTotals(count=len(turns))
-    for turn in turns:
-        result.from_agent_spans += turn.source == FROM_AGENT
-        result.end_to_end_s += turn.seconds
-        result.model_s += turn.model_s
-        result.tool_queue_s += turn.tool_queue_s
-        result.tool_exec_s += turn.tool_exec_s
-        result.other_s += turn.other_s
-    result.tool_in_flight_s = {tool: ns / NS_PER_S for tool, ns in in_flight_ns.items()}
-    return result
 
 
 @dataclass
