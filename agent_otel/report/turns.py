@@ -150,11 +150,13 @@ class _Turns:
         self.parts.extend((seconds, turn.model_s, turn.tool_queue_s, turn.tool_exec_s, turn.other_s))
         self.from_agent += turn.source == FROM_AGENT
         # (slowest first; of equal seconds, the first by start and trace, as the turns are ordered)
-        entry = (seconds, -turn.start_ns, -turn.trace_id, -len(self.starts), turn)
-        if len(self.slowest) < SLOWEST:
-            heapq.heappush(self.slowest, entry)
-        elif entry[:4] > self.slowest[0][:4]:
-            heapq.heapreplace(self.slowest, entry)
+        slowest = self.slowest
+        if len(slowest) < SLOWEST:
+            heapq.heappush(slowest, (seconds, -turn.start_ns, -turn.trace_id, -len(self.starts), turn))
+        elif seconds >= slowest[0][0]:
+            entry = (seconds, -turn.start_ns, -turn.trace_id, -len(self.starts), turn)
+            if entry[:4] > slowest[0][:4]:
+                heapq.heapreplace(slowest, entry)
 
     def finish(self, in_flight_ns: dict[str, int]) -> tuple[list[Turn], "TurnTotals"]:
         """The kept turns in order (by start, then trace), and the totals."""
