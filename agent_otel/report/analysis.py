@@ -373,39 +373,47 @@ def _attribute(
     """``attribute`` over groups of windows and calls that do not meet in
     time, one group at a time: the same blame (a window's depends only on
     the calls in flight during it), with bounded working memory. With
-    event-loop blocks (which tie calls together) it runs once over all."""
+    event-loop blocks (which tie calls together) it runs once over all.
+
+    The groups: the windows (by start) and the calls (by submit) merged
+    in time order, a window first at a tie; a group closes before an
+    event that starts at or after the latest end so far, once it holds
+    ``ATTRIBUTION_GROUP`` calls. Found in numpy, over the times alone."""
     if blocks or len(calls) <= ATTRIBUTION_GROUP:
         return attribute(windows, calls, blocks)
     results: list[Optional[WindowAttribution]] = [None] * len(windows)
-    order = sorted(range(len(windows)), key=lambda i: windows[i].start_ns)
-    calls = sorted(calls, key=_SUBMIT)
-    group_windows: list[int] = []
-    group_calls: list[ToolCall] = []
-    reach = 0  # the latest end in the group so far
-
-    def flush() -> None:
-        for index, result in zip(group_windows, attribute([windows[i] for i in group_windows], group_calls)):
-            results[index] = result
-        group_windows.clear()
-        group_calls.clear()
-
-    w = c = 0
-    while w < len(order) or c < len(calls):
-        take_call = w == len(order) or (c < len(calls) and calls[c].submit_ns < windows[order[w]].start_ns)
-        start = calls[c].submit_ns if take_call else windows[order[w]].start_ns
-        if start >= reach and len(group_calls) >= ATTRIBUTION_GROUP:
-            flush()
-        if take_call:
-            call = calls[c]
-            c += 1
-            group_calls.append(call)
-            end = call.end_ns or _NEVER
-        else:
-            group_windows.append(order[w])
-            end = windows[order[w]].end_ns
-            w += 1
-        reach = max(reach, end)
-    flush()
+    window_starts = np.fromiter(map(_START, windows), np.uint64, len(windows))
+    submits = np.fromiter(map(_SUBMIT, calls), np.uint64, len(calls))
+    window_order, call_order = np.argsort(window_starts, kind="stable"), np.argsort(submits, kind="stable")
+    # every event: (its start, window 0 / call 1, its index), in time order
+    starts = np.concatenate((window_starts[window_order], submits[call_order]))
+    is_call = np.concatenate((np.zeros(len(windows), np.int8), np.ones(len(calls), np.int8)))
+    index = np.concatenate((window_order, call_order))
+    ends = np.concatenate(
+        (
+            np.fromiter(map(_END, windows), np.uint64, len(windows))[window_order],
+            np.fromiter((end or _NEVER for end in map(_END, calls)), np.uint64, len(calls))[call_order],
+        )
+    )
+    merged = np.lexsort((np.arange(len(starts)), is_call, starts))
+    starts, is_call, index, ends = starts[merged], is_call[merged], index[merged], ends[merged]
+    # the latest end before each event, and the calls before it
+    reach = np.concatenate((np.zeros(1, np.uint64), np.maximum.accumulate(ends)[:-1]))
+    calls_before = np.concatenate((np.zeros(1, np.int64), np.cumsum(is_call, dtype=np.int64)[:-1]))
+    open_at = np.flatnonzero(starts >= reach)  # where a group may close
+    cuts = [0]
+    while True:
+        found = np.searchsorted(calls_before[open_at], calls_before[cuts[-1]] + ATTRIBUTION_GROUP)
+        if found == len(open_at):
+            break
+        cuts.append(int(open_at[found]))
+    cuts.append(len(starts))
+    for low, high in zip(cuts, cuts[1:]):
+        kinds, members = is_call[low:high], index[low:high]
+        group_windows = members[kinds == 0].tolist()
+        group_calls = [calls[i] for i in members[kinds == 1].tolist()]
+        for where, result in zip(group_windows, attribute([windows[i] for i in group_windows], group_calls)):
+            results[where] = result
     return results  # type: ignore[return-value]  # every window is in a group
 
 
@@ -508,7 +516,7 @@ def _tool_stats(
     return stats
 
 
-_SUBMIT, _START = attrgetter("submit_ns"), attrgetter("start_ns")
+_SUBMIT, _START, _END = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns")
 
 
 def _add_waits(analysis: Analysis, in_windows: list[ToolCall]) -> None:
