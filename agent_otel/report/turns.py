@@ -31,7 +31,7 @@ import heapq
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Iterator, Optional, Sequence, Union
 
 from agent_otel.records import NS_PER_S, AgentRun, ModelCall, ToolCall
 
@@ -75,9 +75,6 @@ def find_turns(
     list is empty and only the totals are kept (with the turns' durations
     and the slowest turns): 250k turns take about 50 MB.
     """
-    calls_of: dict[int, list[ToolCall]] = defaultdict(list)
-    for call in calls:
-        calls_of[call.trace_id].append(call)
     models_of: dict[int, list[ModelCall]] = defaultdict(list)
     for model_call in model_calls:
         models_of[model_call.trace_id].append(model_call)
@@ -93,13 +90,8 @@ def find_turns(
     turns = _Turns(keep)
     in_flight: dict[str, int] = defaultdict(int)  # tool -> ns of turns with a call of it in flight
     no_models: list[ModelCall] = []
-    # Traces in the order their calls come (by submit time), not a set's:
-    # the records of one trace were made together, and at a million spans
-    # visiting them in hash order costs a cache miss each.
-    trace_ids = list(calls_of)
-    trace_ids.extend(trace_id for trace_id in models_of if trace_id not in calls_of)
-    for trace_id in trace_ids:
-        trace_calls, trace_models = calls_of.get(trace_id, []), models_of.get(trace_id, no_models)
+    for trace_id, trace_calls in _traces(calls, models_of):
+        trace_models = models_of.get(trace_id, no_models)
         found = runs_of.get(trace_id)
         if found is not None:
             runs = _outermost(found) if isinstance(found, list) else [found]
@@ -121,6 +113,30 @@ def find_turns(
             _breakdown(Turn(root.name, trace_id, start, end, FROM_TRACE), trace_calls, trace_models, in_flight, True)
         )
     return turns.finish(in_flight)
+
+
+def _traces(calls: Sequence[ToolCall], models_of: dict[int, list[ModelCall]]) -> Iterator[tuple[int, list[ToolCall]]]:
+    """(trace, its calls by submit time) for each trace with calls, taken
+    at its last call, then the traces with model calls only.
+
+    Only the few traces open at once hold a list of their calls, not every
+    trace (a list each took 22 MB at a million spans), and a trace's
+    records are visited again while they are still in the cache."""
+    last = {call.trace_id: i for i, call in enumerate(calls)}
+    open_traces: dict[int, list[ToolCall]] = {}
+    for i, call in enumerate(calls):
+        trace_id = call.trace_id
+        trace_calls = open_traces.get(trace_id)
+        if trace_calls is None:
+            trace_calls = open_traces[trace_id] = [call]
+        else:
+            trace_calls.append(call)
+        if last[trace_id] == i:
+            del open_traces[trace_id]
+            yield trace_id, trace_calls
+    for trace_id in models_of:
+        if trace_id not in last:
+            yield trace_id, []
 
 
 # The slowest turns the totals keep (the JSON's ``turns.slowest``).
