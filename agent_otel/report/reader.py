@@ -73,12 +73,14 @@ import re
 from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
-import numpy as np
 from msgspec import UNSET
 
 from agent_otel.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
 from agent_otel.exporters.otlp_json import (
     STATUS_ERROR,
     JsonEvent,
@@ -1084,6 +1086,8 @@ class _SeenSpans:
 
 def _ids(*columns: Iterable[int]) -> np.ndarray:
     """Span ids (64-bit), distinct and sorted, 0 (no parent) left out."""
+    import numpy as np  # here: the blame service's start-up (gpu-exporter) does not load numpy
+
     found = np.unique(np.concatenate([np.asarray(column, dtype=np.uint64) for column in columns]))
     return found[1:] if len(found) and found[0] == 0 else found
 
@@ -1091,6 +1095,8 @@ def _ids(*columns: Iterable[int]) -> np.ndarray:
 def _rows_in(column: array, ids: np.ndarray) -> list[int]:
     """The rows of an id column (an ``array("Q")``) whose id is one of
     ``ids`` (sorted, distinct): a binary search each, in numpy."""
+    import numpy as np  # (as in _ids)
+
     if not len(column) or not len(ids):
         return []
     values = np.frombuffer(column, dtype=np.uint64)
