@@ -1,0 +1,166 @@
+"""The report's numpy columns give the numbers the plain Python did.
+
+report/columns.py, stats.peak_depth, analysis._in_windows, the reader's id
+joins and the turns folded into their totals as found: each against the
+plain computation it replaced, on random data with the edge cases in it
+(times past 2**53 and 2**63, calls still in flight, ties).
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+from bisect import bisect_right
+
+import numpy as np
+
+from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, ToolCall
+from agent_otel.report import analysis as analysis_module
+from agent_otel.report.columns import CallColumns, Names, seconds_sorted, total
+from agent_otel.report.reader import _ids, _rows_in
+from agent_otel.report.stats import max_overlap, peak_depth
+from agent_otel.report.turns import find_turns
+
+
+def test_seconds_are_the_doubles_python_divides_to_even_past_2_to_the_53():
+    rng = random.Random(1)
+    for top in (10**12, 1 << 53, 1 << 60, (1 << 64) - 1):
+        values = [rng.randrange(top) for _ in range(500)] + [top - 1]
+        got = seconds_sorted(np.array(values, dtype=np.uint64))
+        assert isinstance(got, array) and got.typecode == "d"
+        assert list(got) == [v / NS_PER_S for v in sorted(values)]
+
+
+def test_total_is_exact_where_a_uint64_sum_would_wrap():
+    values = [(1 << 64) - 1, (1 << 64) - 2, 5]
+    assert total(np.array(values, dtype=np.uint64)) == sum(values)
+    assert total(np.array([1, 2, 3], dtype=np.uint64)) == 6
+    assert total(np.array([], dtype=np.uint64)) == 0
+
+
+def test_peak_depth_of_numpy_columns_and_of_ints_past_int64():
+    rng = random.Random(2)
+    for base in (0, 1 << 63):
+        for _ in range(100):
+            pairs = [(base + a, base + a + rng.choice((0, 1, 2, 5))) for a in (rng.randrange(12) for _ in range(9))]
+            expected = max_overlap(pairs)
+            starts, ends = [a for a, _ in pairs], [b for _, b in pairs]
+            assert peak_depth(starts, ends) == expected
+            assert peak_depth(np.array(starts, dtype=np.uint64), np.array(ends, dtype=np.uint64)) == expected
+
+
+def test_names_group_rows_in_order_of_first_appearance():
+    names = Names(iter(["b", "a", "b", "c", "a", "b"]), 6)
+    assert [(name, rows.tolist()) for name, rows in names.groups()] == [
+        ("b", [0, 2, 5]),
+        ("a", [1, 4]),
+        ("c", [3]),
+    ]
+    assert names.names(np.array([3, 0, 2])) == ["b", "c"]
+    assert list(Names(iter([]), 0).groups()) == []
+
+
+def _calls(rng: random.Random, count: int) -> list[ToolCall]:
+    calls = []
+    t = 10**18
+    for i in range(count):
+        t += rng.randrange(0, 10**9)
+        start = t + rng.choice((0, rng.randrange(10**8)))
+        end = 0 if rng.random() < 0.02 else start + rng.randrange(10**7, 3 * 10**9)
+        calls.append(ToolCall(f"t{i % 5}", rng.choice(("io", "direct", "cpu")), t, start, end))
+    return calls
+
+
+def _in_windows_by_bisect(calls: list[ToolCall], windows: list[IdleWindow]) -> list[ToolCall]:
+    """The filter as it was written before the columns: a bisect per call."""
+    edges: list[int] = []
+    for window in sorted(windows, key=lambda w: w.start_ns):
+        if edges and window.start_ns <= edges[-1]:
+            edges[-1] = max(edges[-1], window.end_ns)
+        else:
+            edges += (window.start_ns, window.end_ns)
+    kept = []
+    for call in calls:
+        i = bisect_right(edges, call.submit_ns)
+        if i % 2 or (i < len(edges) and (not call.end_ns or call.end_ns > edges[i])):
+            kept.append(call)
+    return kept
+
+
+def test_the_calls_in_idle_windows_are_the_ones_a_bisect_finds():
+    rng = random.Random(3)
+    for _ in range(30):
+        calls = _calls(rng, rng.randrange(1, 300))
+        windows = []
+        for _ in range(rng.randrange(0, 40)):
+            a = calls[0].submit_ns + rng.randrange(-(10**9), 300 * 10**9)
+            windows.append(IdleWindow("0", a, a + rng.randrange(1, 5 * 10**9), 0.0))
+        got = analysis_module._in_windows(CallColumns(calls), windows)
+        assert [id(c) for c in got] == [id(c) for c in _in_windows_by_bisect(calls, windows)]
+
+
+def test_the_statistics_from_columns_match_the_calls():
+    rng = random.Random(4)
+    calls = [call for call in _calls(rng, 2000) if call.end_ns]
+    columns = CallColumns(calls)
+    for tool, rows in columns.tool.groups():
+        mine = [calls[i] for i in rows.tolist()]
+        assert all(call.tool == tool for call in mine) and len(mine) == sum(c.tool == tool for c in calls)
+        durations = seconds_sorted(columns.end[rows] - columns.submit[rows])
+        assert list(durations) == sorted((c.end_ns - c.submit_ns) / NS_PER_S for c in mine)
+        assert columns.executor.names(rows) == sorted({c.executor for c in mine})
+    executors = analysis_module._executor_stats(columns)
+    for stats in executors:
+        mine = [c for c in calls if c.executor == stats.executor]
+        assert stats.submissions == len(mine)
+        assert stats.exec_total_s == sum(c.end_ns - c.start_ns for c in mine) / NS_PER_S
+        assert stats.peak_in_flight == max_overlap([(c.submit_ns, c.end_ns) for c in mine])
+        assert stats.max_queue_depth == max_overlap([(c.submit_ns, c.start_ns) for c in mine])
+
+
+def test_the_reader_joins_find_the_rows_a_set_finds():
+    rng = random.Random(5)
+    column = array("Q", (rng.choice((0, rng.randrange(50), rng.randrange(1 << 64))) for _ in range(1000)))
+    wanted = [rng.randrange(50) for _ in range(20)] + [0, (1 << 64) - 1]
+    ids = _ids(wanted, array("Q", [7, 7, 0]))
+    assert ids.tolist() == sorted(set(wanted + [7]) - {0})
+    assert _rows_in(column, ids) == [i for i, value in enumerate(column) if value in set(ids.tolist())]
+    assert _rows_in(array("Q"), ids) == [] and _rows_in(column, _ids([])) == []
+
+
+def test_turn_totals_are_the_same_whether_the_turns_are_kept_or_not():
+    rng = random.Random(6)
+    runs, calls, roots = [], [], {}
+    t = 10**18
+    for trace in range(1, 400):
+        begin = t
+        for _ in range(rng.randrange(0, 4)):
+            submit = t + rng.randrange(10**6, 10**8)
+            start = submit + rng.choice((0, rng.randrange(10**8)))
+            end = start + rng.choice((10**8, rng.randrange(10**7, 10**9)))  # ties in seconds
+            calls.append(ToolCall(f"t{rng.randrange(3)}", "io", submit, start, end, trace_id=trace, span_id=trace))
+            t = end if rng.random() < 0.7 else t
+        t += rng.choice((10**8, rng.randrange(10**9)))
+        if rng.random() < 0.8:
+            run = AgentRun("agent", begin, t, trace, 10**6 + trace)
+            runs.append(run)
+            roots[trace] = run
+        else:
+            roots[trace] = AgentRun("root", begin, t, trace, 2 * 10**6 + trace)
+    calls.sort(key=lambda c: c.submit_ns)
+    kept, totals = find_turns(calls, [], runs, roots, keep=True)
+    empty, folded = find_turns(calls, [], runs, roots, keep=False)
+    assert empty == [] and len(kept) == totals.count == folded.count > 200
+    assert folded == totals
+    # the totals as the turns in order give them, and the slowest as a stable sort does
+    assert totals.end_to_end_s == sum_in_order(turn.seconds for turn in kept)
+    assert totals.other_s == sum_in_order(turn.other_s for turn in kept)
+    assert list(totals.durations_s) == sorted(turn.seconds for turn in kept)
+    assert totals.slowest == sorted(kept, key=lambda turn: -turn.seconds)[:10]
+
+
+def sum_in_order(values) -> float:
+    result = 0.0
+    for value in values:
+        result += value
+    return result
