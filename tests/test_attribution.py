@@ -223,6 +223,92 @@ def test_matches_the_rule_applied_instant_by_instant_and_adds_up_to_the_window()
             assert math.isclose(total, result.window.seconds, rel_tol=1e-12, abs_tol=1e-9)
 
 
+def sequential_scenario(rng: random.Random) -> tuple[list[IdleWindow], list[ToolCall]]:
+    """Calls one after another (never two in flight at once): some queued
+    first, some of no length, some ending as the next is submitted, the
+    last one perhaps still in flight (queued or executing)."""
+    calls, t = [], rng.uniform(0, 1)
+    tools = [f"tool{i}" for i in range(rng.choice([1, 3, 12]))]
+    for _ in range(rng.randint(0, 40)):
+        submit = t + rng.choice([0.0, rng.uniform(0, 0.5)])
+        start = submit + rng.choice([0.0, 0.0, rng.uniform(0, 0.3)])
+        end = start + rng.choice([0.0, rng.uniform(0.0001, 0.01), rng.uniform(0.01, 1.5)])
+        calls.append(call(rng.choice(tools), submit, start, end))
+        t = end
+    if calls and rng.random() < 0.3:
+        last = calls[-1]
+        calls[-1] = dataclasses.replace(last, end_ns=0, start_ns=rng.choice([0, last.start_ns]))
+    windows = []
+    for gpu in ("0", "1"):
+        at_s = rng.uniform(0, 2)
+        while at_s < t + 2:
+            length = rng.uniform(0.001, 3)
+            windows.append(window(at_s, at_s + length, gpu))
+            at_s += length + rng.choice([0.0, rng.uniform(0.01, 1)])
+    return windows, calls
+
+
+def test_shares_from_keeps_the_long_calls_shares_and_every_calls_time_in_the_sums():
+    # The live path's form (attribute(..., shares_from=...)): a share of its
+    # own only for a call whose life lasts shares_from, every call's share in
+    # the sums by tool and phase. Overlapping calls go the usual way (the
+    # sums are the shares' sums, to the bit); calls one after another go
+    # per window (_Sequential: the same numbers, in integer nanoseconds).
+    from agent_otel.attribution.rule import _Sequential, blocked_by_tool_phase
+
+    rng = random.Random(20261130)
+    checked = {"overlapping": 0, "sequential": 0}
+    for case in range(600):
+        kind = "sequential" if case % 2 else "overlapping"
+        windows, calls = sequential_scenario(rng) if kind == "sequential" else random_scenario(rng)
+        if kind == "sequential":
+            assert _Sequential.of(calls, windows) is not None
+        elif case % 4 == 2:
+            calls = [dataclasses.replace(c, tool=f"tool{rng.randrange(12)}") for c in calls]
+        shares_from = rng.choice([0.005, 0.5, 1.0])
+        full = attribute(windows, calls)
+        summed = attribute(windows, calls, shares_from=shares_from)
+        per_window = _Sequential.of(calls, windows) is not None  # a few random calls never overlap
+        for whole, part in zip(full, summed):
+            assert part.window is whole.window
+            expected = blocked_by_tool_phase(whole.shares)
+            if not per_window:
+                assert part.blocked == expected  # to the bit
+                assert part.unattributed_s == whole.unattributed_s
+            else:
+                assert part.blocked.keys() == expected.keys()
+                for key, seconds in expected.items():
+                    assert part.blocked[key] == pytest.approx(seconds, rel=1e-12, abs=1e-12), key
+                assert part.unattributed_s == pytest.approx(whole.unattributed_s, rel=1e-12, abs=1e-12)
+            assert part.blocked_by == whole.blocked_by
+            long_enough = [
+                s for s in whole.shares if s.call.end_ns == 0 or s.call.end_ns - s.call.submit_ns >= shares_from * 1e9
+            ]
+            assert [(s.call, s.start_ns, s.end_ns) for s in part.shares] == [
+                (s.call, s.start_ns, s.end_ns) for s in long_enough
+            ]
+            for got, want in zip(part.shares, long_enough):
+                assert (got.queue_s, got.exec_s) == (
+                    pytest.approx(want.queue_s, rel=1e-12, abs=1e-12),
+                    pytest.approx(want.exec_s, rel=1e-12, abs=1e-12),
+                )
+            assert all(s.blocked_s < shares_from for s in whole.shares if s.call not in [w.call for w in long_enough])
+            checked["sequential" if per_window else "overlapping"] += len(whole.shares)
+    assert min(checked.values()) > 1000, checked
+
+
+def test_calls_in_flight_together_or_of_another_pool_are_not_attributed_as_sequential():
+    from agent_otel.attribution.rule import _Sequential
+
+    one, two = call("a", 0.0, 0.0, 2.0), call("b", 1.0, 1.0, 3.0)
+    assert _Sequential.of([one, two], [window(0.0, 4.0)]) is None
+    assert _Sequential.of([one, call("b", 2.0, 2.0, 3.0)], [window(0.0, 4.0)]) is not None
+    other_pool = dataclasses.replace(call("b", 2.0, 2.0, 3.0), pool="p")
+    assert _Sequential.of([one, other_pool], [window(0.0, 4.0)]) is None
+    assert _Sequential.of([one, call("b", 2.0, 1.5, 3.0)], [window(0.0, 4.0)]) is None  # start before submit
+    assert _Sequential.of([call("a", 0.0, 0.0, None), call("b", 2.0, 2.0, 3.0)], [window(0.0, 4.0)]) is None
+
+
 def test_a_window_only_needs_the_calls_that_overlap_it():
     """What the live path relies on: attributing against just the calls
     overlapping a window gives the same numbers as against all calls."""

@@ -335,10 +335,10 @@ def test_an_idle_stretch_is_counted_once_it_lasts_the_minimum_and_each_stretch_i
     seen: list[int] = []  # the calls each attribute() was given, per batch
     original = engine_module.attribute
 
-    def counting(intervals, calls, blocks=()):
+    def counting(intervals, calls, blocks=(), **options):
         calls = list(calls)
         seen.append(len(calls))
-        return original(intervals, calls, blocks)
+        return original(intervals, calls, blocks, **options)
 
     monkeypatch.setattr(engine_module, "attribute", counting)
     t0 = 1_700_000_000 * NS_PER_S

@@ -52,7 +52,6 @@ from agent_otel.attribution.rule import (
     UnderuseTotals,
     WindowAttribution,
     attribute,
-    blocked_by_tool_phase,
     gpu_key,
 )
 from agent_otel.config import DEFAULTS
@@ -177,7 +176,11 @@ class BlameEngine:
     gaps between its samples, as the NVML source does). ``pool`` is the GPU
     pool the samples come from: only calls of that pool are blamed
     (``ToolCall.pool``; "" for a process that declared none), and the GPU
-    keys of the update are ``gpu_key``'s (``"pool/0"``).
+    keys of the update are ``gpu_key``'s (``"pool/0"``). ``share_min_s``:
+    a closed window's shares are those of the calls whose life lasts that
+    long (none shorter can have a share that long); every call's share is
+    in the counters' increments and the window's ``blocked`` totals
+    (``attribute``'s ``shares_from``; 0: every call's share).
     """
 
     def __init__(
@@ -190,8 +193,10 @@ class BlameEngine:
         horizon_s: float = DEFAULTS.attribution_horizon,
         max_calls: int = MAX_HORIZON_CALLS,
         pool: str = "",
+        share_min_s: float = 0.0,
     ):
         self.pool = pool
+        self.share_min_s = share_min_s
         self.detector = IdleDetector(idle_threshold, min_idle_s, max_gap_s=max_gap_s, uuids=uuids, pool=pool)
         self.horizon = CallHorizon(horizon_s, max_calls)
         self._open: dict[str, _OpenWindow] = {}
@@ -251,15 +256,13 @@ class BlameEngine:
         # Every stretch is blamed once, for its unused capacity; an idle
         # stretch's same shares, unweighted, are its idle window's blame.
         calls, originals = self._calls(segments, in_flight) if segments else ([], {})
-        results = attribute(segments, calls, blocks) if segments else []
+        results = attribute(segments, calls, blocks, shares_from=self.share_min_s) if segments else []
         ended: dict[tuple[str, int], _OpenWindow] = {}  # stretches that ended in this batch
         for segment, result in zip(segments, results):
+            blocked = result.blocked_by_tool_phase()
+            update.underused.add(result, blocked)
             if segment.utilization <= threshold:
-                blocked = blocked_by_tool_phase(result.shares)
-                update.underused.add(result, blocked)
                 self._accrue(segment, result, blocked, originals, update, ended)
-            else:
-                update.underused.add(result)
         for window in closed:
             current = self._open.get(window.gpu)
             if current is not None and current.start_ns == window.start_ns:

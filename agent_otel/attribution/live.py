@@ -155,6 +155,7 @@ class LiveTimeline:
             uuids=uuids,
             horizon_s=horizon_s,
             max_calls=max_calls,
+            share_min_s=self.share_min,
         )
         self.log = GpuLogWriter(log_path, source.devices()) if log_path else None
         self._problems = Problems(logger)

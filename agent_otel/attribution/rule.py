@@ -50,8 +50,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 import dataclasses
 from dataclasses import dataclass, field
-from itertools import accumulate, repeat
-from operator import and_, attrgetter, lshift, mul, not_, or_, rshift, sub, truediv
+from itertools import accumulate, compress, repeat
+from operator import and_, attrgetter, ge, le, lshift, mul, not_, or_, rshift, sub, truediv
 from typing import Iterable, Iterator, Optional, Protocol, Sequence
 
 from agent_otel.records import NS_PER_S, IdleWindow, LoopBlock, ToolCall, UtilizationSegment
@@ -61,6 +61,10 @@ from agent_otel.semconv import PHASE_EXEC, PHASE_MIXED, PHASE_QUEUE
 _OPEN_END = 1 << 63
 _INF = float("inf")
 _SUBMIT, _START, _END = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns")
+_TOOL, _POOL = attrgetter("tool"), attrgetter("pool")
+# Above this many tools in one window, its sums by tool are made in one loop
+# over its calls rather than one pass over them per tool.
+_TOOLS_BY_PASSES = 8
 
 
 class Interval(Protocol):
@@ -120,11 +124,17 @@ class WindowAttribution:
     the time no call was in flight.
 
     The shares plus ``unattributed_s`` add up to the window's seconds.
+
+    ``blocked``, when set (``attribute(..., shares_from=...)``), is every
+    call's share summed by (tool, phase), as ``blocked_by_tool_phase``
+    sums them, and ``shares`` holds only the calls long enough to reach
+    ``shares_from``; None: ``shares`` holds every call.
     """
 
     window: IdleWindow  # or whichever Interval attribute() was given
     shares: list[CallShare]
     unattributed_s: float
+    blocked: Optional[dict[tuple[str, str], float]] = None
 
     @property
     def blocked_by(self) -> Optional[str]:
@@ -132,9 +142,17 @@ class WindowAttribution:
         summed share; on a tie (to the nanosecond) the first name in sort
         order. None when no call overlaps the window."""
         totals: dict[str, float] = {}
+        if self.blocked is not None:
+            for (tool, _), seconds in self.blocked.items():
+                totals[tool] = totals.get(tool, 0.0) + seconds
+            return largest_share(totals)
         for share in self.shares:
             totals[share.call.tool] = totals.get(share.call.tool, 0.0) + share.blocked_s
         return largest_share(totals)
+
+    def blocked_by_tool_phase(self) -> dict[tuple[str, str], float]:
+        """Every call's share summed by (tool, phase) (``blocked`` where set)."""
+        return self.blocked if self.blocked is not None else blocked_by_tool_phase(self.shares)
 
 
 def blocked_by_tool_phase(shares: Iterable[CallShare]) -> dict[tuple[str, str], float]:
@@ -212,7 +230,7 @@ class UnderuseTotals:
         if not unused > 0.0:
             return
         if blocked is None:
-            blocked = blocked_by_tool_phase(attribution.shares)
+            blocked = attribution.blocked_by_tool_phase()
         blocked_s = self.blocked_s
         for (tool, phase), seconds in blocked.items():
             key = (gpu, tool, phase)
@@ -306,7 +324,11 @@ class _Calls:
 
 
 def attribute(
-    windows: Iterable[Interval], calls: Iterable[ToolCall], blocks: Iterable[LoopBlock] = ()
+    windows: Iterable[Interval],
+    calls: Iterable[ToolCall],
+    blocks: Iterable[LoopBlock] = (),
+    *,
+    shares_from: float = 0.0,
 ) -> list[WindowAttribution]:
     """Blame each idle window (or any ``Interval``) on the tool calls in flight during it.
 
@@ -314,6 +336,14 @@ def attribute(
     window only needs the calls that overlap it (and the loop blocks that
     overlap it): calls outside it do not change who was in flight inside it.
     A window is blamed only on the calls of its own pool.
+
+    ``shares_from`` (seconds, > 0; the live path's ``gpu_idle_share_min``):
+    a call whose life is shorter cannot have a share that long in any
+    window, so the results keep no ``CallShare`` for it; every call's share
+    is in each result's ``blocked`` sums. Where no two of the calls are
+    ever in flight at once (a sequential agent) the sums are then made per
+    window, not per call (``_Sequential``). Ignored where event-loop blocks
+    cut calls into pieces.
     """
     windows = list(windows)
     calls = list(calls)
@@ -321,6 +351,11 @@ def attribute(
     pieces_of: dict[int, ToolCall] = {}
     if blocks:
         calls, pieces_of = _cut_at_blocks(calls, blocks)
+        shares_from = 0.0  # a piece's share merges into its call's: every piece keeps one
+    elif shares_from > 0.0:
+        sequential = _Sequential.of(calls, windows)
+        if sequential is not None:
+            return [sequential.attribute(window, shares_from) for window in windows]
     results: list[Optional[WindowAttribution]] = [None] * len(windows)
     by_gpu: dict[tuple[str, str], list[int]] = {}
     for index, window in enumerate(windows):
@@ -333,7 +368,18 @@ def attribute(
             results[index] = _attribute_window(windows[index], overlapping, sorted_calls)
     if pieces_of:
         results = [_merge_pieces(result, pieces_of) for result in results]  # type: ignore[arg-type]
+    elif shares_from > 0.0:
+        shortest = shares_from * NS_PER_S
+        for result in results:
+            assert result is not None
+            result.blocked = blocked_by_tool_phase(result.shares)
+            result.shares = [share for share in result.shares if _life_ns(share.call) >= shortest]
     return results  # type: ignore[return-value]  # every slot was filled
+
+
+def _life_ns(call: ToolCall) -> float:
+    """How long a call is in flight (a call still in flight: for ever)."""
+    return call.end_ns - call.submit_ns if call.end_ns else _INF
 
 
 def _by_pool(calls: list[ToolCall], pools: set[str]) -> dict[str, "_Calls"]:
@@ -406,6 +452,112 @@ def _attribute_window(window: Interval, positions: list[int], calls: _Calls) -> 
             h_m = h_at[exec_start]
             append(CallShare(records[position], a, b, (h_m - h_a) / NS_PER_S, (h_b - h_m) / NS_PER_S))
     return WindowAttribution(window, shares, (z_end - z_start) / NS_PER_S)  # type: ignore[arg-type]
+
+
+class _Sequential:
+    """Calls of which no two are ever in flight at once, sorted by submit,
+    as parallel lists (timestamps made safe as ``_Calls`` makes them).
+
+    While at most one call is in flight, the rule gives each call, in each
+    window, the part of its life inside the window (its queue part and its
+    exec part), and the window's rest is unattributed. Every call between
+    the first and the last a window overlaps lies wholly inside it, so a
+    window's sums by tool and phase are sums over a slice of these lists (C
+    level, no object per call): O(1) Python steps a window, where ``_Calls``
+    takes several a call. The same numbers as the rule's integrals, in
+    integer nanoseconds until the division (the integrals' floating-point
+    sums agree with them to about 1e-16 of the window's length).
+    """
+
+    __slots__ = ("calls", "submits", "starts", "ends", "tools")
+
+    def __init__(self, calls: list[ToolCall], submits: list[int], starts: list[int], ends: list[int]):
+        self.calls, self.submits, self.starts, self.ends = calls, submits, starts, ends
+        self.tools = list(map(_TOOL, calls))
+
+    @classmethod
+    def of(cls, calls: list[ToolCall], windows: list[Interval]) -> Optional["_Sequential"]:
+        """The calls in this form, or None where it does not apply: two calls
+        in flight at once, a timestamp out of order, a call still in flight
+        other than the last, or more than one pool among the calls and windows."""
+        if len(set(map(_POOL, calls)) | set(map(_POOL, windows))) > 1:
+            return None
+        calls = sorted(calls, key=_SUBMIT)
+        submits = list(map(_SUBMIT, calls))
+        starts = list(map(_START, calls))
+        ends = list(map(_END, calls))
+        if calls and not ends[-1]:  # the last call still in flight: open-ended
+            ends[-1] = _OPEN_END
+            if not starts[-1]:
+                starts[-1] = _OPEN_END  # not started: queued until its end
+        # submit <= start <= end for each call, and each ends before (or as) the next is submitted
+        if not (all(map(le, submits, starts)) and all(map(le, starts, ends)) and all(map(le, ends, submits[1:]))):
+            return None
+        return cls(calls, submits, starts, ends)
+
+    def attribute(self, window: Interval, shares_from: float) -> WindowAttribution:
+        start, end = window.start_ns, window.end_ns
+        if end <= start:
+            return WindowAttribution(window, [], 0.0, {})  # type: ignore[arg-type]  # any Interval
+        submits, starts, ends, tools = self.submits, self.starts, self.ends, self.tools
+        first = bisect_right(ends, start)  # the calls ending after the window starts...
+        last = bisect_left(submits, end, first)  # ...and submitted before it ends: [first, last)
+        queued: dict[str, int] = {}
+        executing: dict[str, int] = {}
+        inner_from, inner_to = first, last  # the calls wholly inside the window
+        for position in {first, last - 1} if first < last else ():
+            if submits[position] < start or ends[position] > end:  # partly inside: clipped
+                a, b = max(submits[position], start), min(ends[position], end)
+                m = min(max(starts[position], a), b)
+                tool = tools[position]
+                queued[tool] = queued.get(tool, 0) + m - a
+                executing[tool] = executing.get(tool, 0) + b - m
+                if position == first:
+                    inner_from = first + 1
+                else:
+                    inner_to = last - 1
+        if inner_from < inner_to:
+            names = dict.fromkeys(tools[inner_from:inner_to])
+            if len(names) == 1:
+                (tool,) = names
+                s, m, e = (
+                    sum(submits[inner_from:inner_to]),
+                    sum(starts[inner_from:inner_to]),
+                    sum(ends[inner_from:inner_to]),
+                )
+                queued[tool] = queued.get(tool, 0) + m - s
+                executing[tool] = executing.get(tool, 0) + e - m
+            elif len(names) <= _TOOLS_BY_PASSES:
+                inner = slice(inner_from, inner_to)
+                for tool in names:
+                    mask = list(map(tool.__eq__, tools[inner]))
+                    s = sum(compress(submits[inner], mask))
+                    m = sum(compress(starts[inner], mask))
+                    e = sum(compress(ends[inner], mask))
+                    queued[tool] = queued.get(tool, 0) + m - s
+                    executing[tool] = executing.get(tool, 0) + e - m
+            else:
+                for position in range(inner_from, inner_to):
+                    tool = tools[position]
+                    queued[tool] = queued.get(tool, 0) + starts[position] - submits[position]
+                    executing[tool] = executing.get(tool, 0) + ends[position] - starts[position]
+        blocked: dict[tuple[str, str], float] = {}
+        in_flight = 0
+        for tool, ns in queued.items():
+            in_flight += ns + executing[tool]
+            if ns > 0:
+                blocked[(tool, PHASE_QUEUE)] = ns / NS_PER_S
+            if executing[tool] > 0:
+                blocked[(tool, PHASE_EXEC)] = executing[tool] / NS_PER_S
+        shortest = shares_from * NS_PER_S
+        shares = []
+        for position in compress(
+            range(first, last), map(ge, map(sub, ends[first:last], submits[first:last]), repeat(shortest))
+        ):
+            a, b = max(submits[position], start), min(ends[position], end)
+            m = min(max(starts[position], a), b)
+            shares.append(CallShare(self.calls[position], a, b, (m - a) / NS_PER_S, (b - m) / NS_PER_S))
+        return WindowAttribution(window, shares, (end - start - in_flight) / NS_PER_S, blocked)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- blocked event loops
