@@ -33,7 +33,10 @@ Four parts, each printed as a table whose every figure is the median and
 (4) ``instrument()`` with the defaults (spans to a local file), with
     OTLP/gRPC configured and with /metrics served, in a fresh process per
     case and round, after ``import agent_otel``, next to a bare OpenTelemetry
-    SDK set-up (the floor: the SDK's own imports); wall and CPU time, and the
+    SDK set-up (the floor: the SDK's own imports), and the defaults once more
+    with the SDK's modules imported before the clock starts (agent-otel's
+    own part); wall time, and CPU time of the calling thread (what the
+    verdict reads: threads instrument() starts are not counted), and the
     modules loaded (``--baseline PATH``: another checkout's default
     ``instrument()`` in the same rounds). Goal: a default ``instrument()``
     under 30 ms.
@@ -462,6 +465,10 @@ start, start_cpu = time.perf_counter(), time.thread_time()
 import agent_otel
 imported, import_cpu = time.perf_counter(), time.thread_time() - start_cpu
 kwargs = json.loads(sys.argv[1])
+if kwargs.pop("sdk_first", False):
+    # What a bare set-up imports, imported before the clock starts: what
+    # instrument() then takes is agent-otel's own part.
+    import opentelemetry.trace, opentelemetry.sdk.trace, opentelemetry.sdk.trace.export
 modules = len(sys.modules)
 cpu, wall = time.thread_time(), time.perf_counter()
 if kwargs.pop("bare", False):
@@ -492,6 +499,7 @@ shutdown()
 BARE_SDK = "a bare OpenTelemetry SDK set-up"
 DEFAULTS_CASE = "defaults (spans to a local file)"
 OTLP_CASE = "OTLP/gRPC configured"
+OWN_CASE = "defaults, the SDK's modules imported before"
 
 
 def run_instrument(rounds: int, baseline: Optional[str] = None) -> bool:
@@ -502,6 +510,7 @@ def run_instrument(rounds: int, baseline: Optional[str] = None) -> bool:
         DEFAULTS_CASE: {},
         OTLP_CASE: {"otlp_endpoint": "127.0.0.1:9", "traces_exporters": "otlp"},
         "defaults, /metrics served": {"prometheus_port": 0},
+        OWN_CASE: {"sdk_first": True},
     }
     if baseline:  # another checkout's instrument(), in the same rounds
         cases[f"{DEFAULTS_CASE}, {os.path.basename(os.path.abspath(baseline))}"] = {"checkout": baseline}
@@ -563,10 +572,14 @@ def run_instrument(rounds: int, baseline: Optional[str] = None) -> bool:
     ok = all(statistics.median(figures[name]["instrument"]) * 1e3 < GOAL_INSTRUMENT_MS for name in judged)
     worst = max(statistics.median(figures[name]["instrument"]) for name in judged) * 1e3
     worst_cpu = max(statistics.median(figures[name]["cpu"]) for name in judged) * 1e3
+    floor_cpu = statistics.median(figures[BARE_SDK]["cpu"]) * 1e3
+    own_cpu = statistics.median(figures[OWN_CASE]["cpu"]) * 1e3
     print(
         f"goal: a default instrument() under {GOAL_INSTRUMENT_MS:g} ms: {worst:.1f} ms wall, {worst_cpu:.1f} ms CPU, "
         f"the slower of the defaults and OTLP cases, medians ({met(ok)}); the bare SDK set-up alone: "
-        f"{statistics.median(floor) * 1e3:.1f} ms"
+        f"{statistics.median(floor) * 1e3:.1f} ms wall, {floor_cpu:.1f} ms CPU; agent-otel's own part (the SDK's "
+        f"modules imported before): {own_cpu:.1f} ms CPU "
+        f"({met(own_cpu < GOAL_INSTRUMENT_MS)} as its own part)"
     )
     return ok
 
