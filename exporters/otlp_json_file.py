@@ -29,6 +29,7 @@ from typing import Optional
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanKind, StatusCode
 
 from agent_otel import forks
@@ -166,16 +167,34 @@ def _span_json(span: ReadableSpan) -> dict:
             encoded["attributes"] = encoded_attributes
     if span.dropped_attributes:
         encoded["droppedAttributesCount"] = span.dropped_attributes
-    events = span.events
-    if events:
-        encoded["events"] = [_event_json(event) for event in events]
-    if span.dropped_events:
-        encoded["droppedEventsCount"] = span.dropped_events
-    links = span.links
-    if links:
-        encoded["links"] = [_link_json(link) for link in links]
-    if span.dropped_links:
-        encoded["droppedLinksCount"] = span.dropped_links
+    # An SDK span's events and links are BoundedLists, which its public
+    # properties copy into tuples under a lock (about 1.7 µs a span for two
+    # empty lists): their length and drop counts are read from them instead,
+    # and the properties only for a span that has some.
+    events = getattr(span, "_events", None)
+    if type(events) is BoundedList:
+        if len(events):
+            encoded["events"] = [_event_json(event) for event in span.events]
+        if events.dropped:
+            encoded["droppedEventsCount"] = events.dropped
+    else:
+        events = span.events
+        if events:
+            encoded["events"] = [_event_json(event) for event in events]
+        if span.dropped_events:
+            encoded["droppedEventsCount"] = span.dropped_events
+    links = getattr(span, "_links", None)
+    if type(links) is BoundedList:
+        if len(links):
+            encoded["links"] = [_link_json(link) for link in span.links]
+        if links.dropped:
+            encoded["droppedLinksCount"] = links.dropped
+    else:
+        links = span.links
+        if links:
+            encoded["links"] = [_link_json(link) for link in links]
+        if span.dropped_links:
+            encoded["droppedLinksCount"] = span.dropped_links
     encoded["flags"] = _FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAG_HAS_IS_REMOTE
     # status is a message field: written even when it holds defaults.
     status = span.status

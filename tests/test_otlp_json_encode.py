@@ -492,3 +492,42 @@ def test_the_kept_attribute_encodings_are_bounded():
         "stringValue": f"{11_999:0200d}"
     }
     assert kept < 5_000_000, f"{kept} bytes kept after encoding"
+
+
+def test_events_and_links_over_the_limits_and_spans_not_the_sdks_encode_as_the_reference_did():
+    # An SDK span's events and links are read from its BoundedLists (their
+    # length and drop counts), not through the properties that copy them:
+    # the SDK's spans must hold them so (else every span pays the copies
+    # again), and the counts must come out as the reference writes them.
+    from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
+    from opentelemetry.sdk.util import BoundedList
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(max_events=1, max_links=1))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("limits")
+    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1))
+    with tracer.start_as_current_span("over", links=[Link(remote, {"n": 1}), Link(remote, {"n": 2})]) as span:
+        span.add_event("first")
+        span.add_event("second", {"k": "v"})
+    with tracer.start_as_current_span("plain"):
+        pass
+    spans = list(memory.get_finished_spans())
+    assert all(type(s._events) is BoundedList and type(s._links) is BoundedList for s in spans)
+    written = {s["name"]: s for s in json.loads(assert_same(spans))["resourceSpans"][0]["scopeSpans"][0]["spans"]}
+    assert written["over"]["droppedEventsCount"] == 1 and written["over"]["droppedLinksCount"] == 1
+    assert [e["name"] for e in written["over"]["events"]] == ["second"]
+    assert "events" not in written["plain"] and "droppedEventsCount" not in written["plain"]
+    # A span another library made, its events and links plain tuples: the properties.
+    other = ReadableSpan(
+        "other",
+        context=SpanContext(0x1, 0x2, is_remote=False),
+        events=tuple(spans[0].events),
+        links=tuple(spans[0].links),
+        resource=spans[0].resource,
+    )
+    assert_same([other])
+    assert [
+        e["name"]
+        for e in json.loads(encode_spans_json([other]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["events"]
+    ] == ["second"]
