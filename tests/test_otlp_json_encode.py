@@ -531,3 +531,41 @@ def test_events_and_links_over_the_limits_and_spans_not_the_sdks_encode_as_the_r
         e["name"]
         for e in json.loads(encode_spans_json([other]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["events"]
     ] == ["second"]
+
+
+def test_the_sdks_spans_are_read_from_their_fields_and_a_span_that_overrides_a_property_through_it():
+    # The encoder reads an SDK span's fields, not its properties, where the
+    # span's class keeps every property as ReadableSpan defines it: the SDK's
+    # classes must pass (else each span pays the properties again), and a
+    # class that overrides one is read through its properties.
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    from agent_otel.exporters import otlp_json_file
+
+    spans = sdk_spans()
+    assert_same(spans)
+    assert otlp_json_file._FIELDS_READ[type(spans[0])] is True
+
+    class Renamed(ReadableSpan):
+        @property
+        def name(self) -> str:
+            return "renamed " + self._name
+
+    span = spans[1]
+    renamed = Renamed(
+        span.name,
+        context=span.get_span_context(),
+        parent=span.parent,
+        resource=span.resource,
+        attributes=span.attributes,
+        events=span.events,
+        links=span.links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+    line = assert_same([renamed])
+    assert otlp_json_file._FIELDS_READ[Renamed] is False
+    assert json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] == "renamed " + span.name
