@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import re
 import shutil
 import subprocess
@@ -219,6 +220,13 @@ def run_framework(label: str, mode: str, calls: int) -> None:
     # collector scans only what the calls themselves keep.
     gc.collect()
     gc.freeze()
+    # The background threads (span export, the pipeline) wake on timers, and
+    # under valgrind a call takes milliseconds: how often they took the GIL
+    # between calls, and what each wake-up cost, moved a run by thousands of
+    # instructions per call. With a switch interval longer than the run they
+    # run only when this thread blocks (a loop waiting on a worker) and at
+    # the flush below, which does their per-call work (export, metrics) once.
+    sys.setswitchinterval(1000.0)
     for _ in range(calls):
         call()
     provider.force_flush()
@@ -242,6 +250,7 @@ def instructions(variant: str, calls: int) -> int:
         capture_output=True,
         text=True,
         timeout=1800,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dicts and sets, so the same probes, in every run
     )
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if done.returncode != 0 or found is None:

@@ -200,6 +200,37 @@ def test_a_wrapper_on_top_of_ours_survives_restore_and_ours_passes_through():
     assert patching.in_place() == []
 
 
+def traced_self_switching(original):
+    def run(self, x):
+        if run.agent_otel_inactive:
+            return original(self, x)
+        return ("traced", original(self, x))
+
+    return patching.self_switching(run)
+
+
+def test_a_self_switching_wrapper_is_installed_as_is_and_passes_through_when_inactive():
+    before = vars(Library)["run"]
+    patches = patching.Patches()
+    patch = patches.wrap(Library, "run", traced_self_switching)
+    ours = vars(Library)["run"]
+    assert patch.installed is ours and patch.wrapper is ours  # no switch in front
+    assert Library().run(1) == ("traced", ("run", 1))
+    Library.run = on_top(ours)
+    patches.restore()
+    assert not patch.active and ours.agent_otel_inactive
+    assert Library().run(1) == ("on top", ("run", 1))  # theirs works; ours passes through
+    again = patching.Patches()
+    assert again.wrap(Library, "run", traced_self_switching) is patch  # reused under theirs
+    assert patch.active and not ours.agent_otel_inactive
+    assert Library().run(1) == ("on top", ("traced", ("run", 1)))
+    Library.run = vars(Library)["run"].__wrapped__  # they unwrap
+    again.restore()
+    assert vars(Library)["run"] is before and ours.agent_otel_inactive
+    assert ours(Library(), 1) == ("run", 1)  # a reference kept to ours passes through, as a switch would
+    assert patching.in_place() == []
+
+
 def test_a_missing_attribute_is_a_version_not_understood():
     with pytest.raises(patching.VersionNotUnderstood, match="Library.walk"):
         patching.Patches().wrap(Library, "walk", traced)

@@ -113,12 +113,13 @@ _META_CACHE: dict[tuple, ToolMeta] = {}
 _META_CACHE_LIMIT = 10_000
 
 
-def meta_for(name: str, description: Optional[str], tool_type: str) -> ToolMeta:
-    """A cached ``ToolMeta`` (framework hooks and ``tool_span`` make one per call)."""
-    key = (name, description, tool_type)
+def meta_for(name: str, description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION) -> ToolMeta:
+    """A cached ``ToolMeta`` (framework hooks and ``tool_span`` make one per call); an
+    empty description is none."""
+    key = (name, description or None, tool_type)
     meta = _META_CACHE.get(key)
     if meta is None:
-        meta = ToolMeta(name, description, tool_type)
+        meta = ToolMeta(name, description or None, tool_type)
         if len(_META_CACHE) < _META_CACHE_LIMIT:
             _META_CACHE[key] = meta
     return meta

@@ -192,7 +192,12 @@ class Recorder:
             call = ToolCall(meta.name, EXECUTOR_DIRECT, now, now)
             self.inflight[id(call)] = call
         if call_id is not None:
-            call.call_id = valid_text(call_id, NAME_LIMIT)
+            # valid_text's own test, inlined (the hot path): an ASCII str within the limit is valid as it is.
+            call.call_id = (
+                call_id
+                if type(call_id) is str and call_id.isascii() and len(call_id) <= NAME_LIMIT
+                else valid_text(call_id, NAME_LIMIT)
+            )
         start = self.start_attributes.get()
         span = self.tracer.start_span(meta.span_name, context, attributes=start, start_time=call.submit_ns)
         # SpanContext is a tuple (trace_id, span_id, ...): read by index, not

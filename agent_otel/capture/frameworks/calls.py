@@ -37,7 +37,7 @@ from agent_otel.capture import recorder as _recorder
 from agent_otel.capture import stacks
 from agent_otel.capture.executors import executor_name
 from agent_otel.capture.patching import SharedPatch, warn_once
-from agent_otel.capture.meta import TOOL_MARK, ToolMeta, meta_for
+from agent_otel.capture.meta import TOOL_MARK, meta_for
 from agent_otel.capture.recorder import ActiveCall, Recorder
 from agent_otel.capture.payloads import UNREPRESENTABLE
 from agent_otel.semconv import (
@@ -48,13 +48,12 @@ from agent_otel.semconv import (
     GEN_AI_TOOL_CALL_ARGUMENTS,
     GEN_AI_TOOL_CALL_RESULT,
     OUTCOME_ERROR,
-    TOOL_TYPE_FUNCTION,
 )
 
 
-def meta(name: str, description: Optional[str] = None, tool_type: str = TOOL_TYPE_FUNCTION) -> ToolMeta:
-    """The cached span metadata of a framework tool."""
-    return meta_for(str(name), description or None, tool_type)
+# The cached span metadata of a framework tool: meta(name, description=None,
+# tool_type=TOOL_TYPE_FUNCTION) (a name that is not a str is made one by ToolMeta).
+meta = meta_for
 
 
 def end_with_error_result(rec: Recorder, active: ActiveCall, message: str, cpu_ns: Optional[int] = None) -> None:
@@ -107,14 +106,18 @@ def _begin(
         tool_meta, call_id = describe()
         return rec.request(tool_meta, call_id) if handed_off else rec.begin(tool_meta, call_id)
     except Exception as exc:  # the hook's own failure: run the tool untraced
-        warn_once(
-            f"{framework}:describe",
-            "agent-otel: cannot trace a %s tool call (%s: %s); running it untraced",
-            framework,
-            type(exc).__name__,
-            exc,
-        )
+        _cannot_trace(framework, exc)
         return None
+
+
+def _cannot_trace(framework: str, exc: Exception) -> None:
+    warn_once(
+        f"{framework}:describe",
+        "agent-otel: cannot trace a %s tool call (%s: %s); running it untraced",
+        framework,
+        type(exc).__name__,
+        exc,
+    )
 
 
 def _finish(
@@ -136,7 +139,13 @@ def _finish(
             error = None
     if error is None:
         rec.end(active, None, cpu_ns)
-    elif isinstance(error, BaseException):
+    else:
+        _end_failed(rec, active, error, cpu_ns)
+
+
+def _end_failed(rec: Recorder, active: ActiveCall, error: Any, cpu_ns: Optional[int]) -> None:
+    """End a call that ``failed(result)`` says failed: with the exception it caught, or its error text."""
+    if isinstance(error, BaseException):
         rec.end(active, error, cpu_ns)
     else:
         end_with_error_result(rec, active, str(error), cpu_ns)
@@ -164,18 +173,20 @@ def sync_call(
     rec = _recorder.current
     if rec is None:
         return original(*args, **kwargs)
-    if args and handed_off_here(args[0]):
+    if args and current_handoff() is not None and handed_off_here(args[0]):
         # The framework's sync entry point, reached again on the worker that
         # runs the call async_call handed off: that call's span is the one.
         return original(*args, **kwargs)
-    active = _begin(rec, framework, describe)
-    if active is None:
+    try:  # _begin, inlined (the hot path)
+        tool_meta, call_id = describe()
+        active = rec.begin(tool_meta, call_id)
+    except Exception as exc:  # the hook's own failure: run the tool untraced
+        _cannot_trace(framework, exc)
         return original(*args, **kwargs)
     if rec.record_arguments:
         _record_arguments(rec, active, arguments)
     # One thread runs the whole call: its CPU time is the call's, read on the
     # calls cpu_clock picks (inlined, as in the @tool wrapper: the hot path).
-    tool_meta = active.meta
     skip = tool_meta.cpu_skip
     if skip:
         tool_meta.cpu_skip = skip - 1
@@ -189,10 +200,18 @@ def sync_call(
         raise
     if cpu is not None:
         cpu = thread_time_ns() - cpu
-    if failed is None and not rec.record_results:
-        rec.end(active, None, cpu)
-    else:
-        _finish(rec, active, result, failed, cpu, result_of)
+    if rec.record_results:
+        _record_result(rec, active, result, result_of)
+    # _finish, inlined (the hot path)
+    if failed is not None:
+        try:
+            error = failed(result)
+        except Exception:
+            error = None
+        if error is not None:
+            _end_failed(rec, active, error, cpu)
+            return result
+    rec.end(active, None, cpu)
     return result
 
 
@@ -234,6 +253,9 @@ def _no_pool_size() -> Optional[int]:
 
 
 _handoff: contextvars.ContextVar[Optional[_Handoff]] = contextvars.ContextVar("agent_otel_handoff", default=None)
+# The call async_call is handing to a thread in this context, or None: a hook
+# tests this (a C call) before it calls handed_off_here.
+current_handoff = _handoff.get
 _NOT_IN_THREAD = object()
 
 

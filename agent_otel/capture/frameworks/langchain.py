@@ -61,13 +61,14 @@ from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import (
     MarkedWork,
     async_call,
+    current_handoff,
     handed_off_here,
     hook_event_loop,
     meta,
     sync_call,
     unhook_event_loop,
 )
-from agent_otel.capture.patching import Patches, importable
+from agent_otel.capture.patching import Patches, importable, self_switching
 from agent_otel.semconv import GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMPLETION
 
 FRAMEWORK = "langchain"
@@ -156,31 +157,33 @@ def _peer_parent():
 def _wrap_run(original):
     @functools.wraps(original)
     def run(self, tool_input, *args, **kwargs):
-        if handed_off_here(self):  # the worker side of a hooked ainvoke / arun: its span is the call's
+        if (
+            run.agent_otel_inactive  # type: ignore[attr-defined]  # set by self_switching
+            or _recorder.current is None
+            or (current_handoff() is not None and handed_off_here(self))
+        ):
+            # An inactive patch, not instrumented, or the worker side of a
+            # hooked ainvoke / arun (its span is the call's): straight through.
             return original(self, tool_input, *args, **kwargs)
-        describe = _describe(self, kwargs.get("tool_call_id"))
-        parent = _peer_parent() if _recorder.current is not None else None
-
-        def arguments():
-            return tool_input
-
+        call_id = kwargs.get("tool_call_id")
+        # The closures are made here, not by helpers: one Python call fewer each (the hot path).
+        describe = lambda: (meta(self.name, self.description), call_id)  # noqa: E731
+        arguments = lambda: tool_input  # noqa: E731
+        if sys.modules.get(OPENINFERENCE_LANGCHAIN) is None:  # no OpenInference parent to join (_peer_parent)
+            return sync_call(
+                FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed, arguments, _content
+            )
+        parent = _peer_parent()
         token = None if parent is None else context_api.attach(trace_api.set_span_in_context(parent))
         try:
             return sync_call(
-                FRAMEWORK,
-                original,
-                (self, tool_input, *args),
-                kwargs,
-                describe,
-                _failed,
-                arguments=arguments,
-                result_of=_content,
+                FRAMEWORK, original, (self, tool_input, *args), kwargs, describe, _failed, arguments, _content
             )
         finally:
             if token is not None:
                 context_api.detach(token)
 
-    return run
+    return self_switching(run)
 
 
 def _wrap_arun(original):
