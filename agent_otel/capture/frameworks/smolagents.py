@@ -37,7 +37,7 @@ from opentelemetry import trace as trace_api
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import MarkedWork, meta, sync_call
-from agent_otel.capture.patching import Patches
+from agent_otel.capture.patching import Patches, self_switching
 
 FRAMEWORK = "smolagents"
 _patches = Patches()
@@ -62,6 +62,8 @@ def uninstrument() -> None:
 def _wrap_call(original):
     @functools.wraps(original)
     def __call__(self, *args, **kwargs):
+        if __call__.agent_otel_inactive or _recorder.current is None:  # type: ignore[attr-defined]  # self_switching
+            return original(self, *args, **kwargs)
         return sync_call(
             FRAMEWORK,
             original,
@@ -74,7 +76,7 @@ def _wrap_call(original):
             },
         )
 
-    return __call__
+    return self_switching(__call__)
 
 
 def _tool_call_pool(pool_class: type[ThreadPoolExecutor]) -> type[ThreadPoolExecutor]:
