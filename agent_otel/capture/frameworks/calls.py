@@ -285,12 +285,23 @@ async def async_call(
     rec = _recorder.current
     if rec is None:
         return await original(*args, **kwargs)
-    handed_off = thread_owner is not _NOT_IN_THREAD and (thread_optional or _loop_hooked())
-    active = _begin(rec, framework, describe, handed_off)
-    if active is None:
-        return await original(*args, **kwargs)
+    if thread_owner is _NOT_IN_THREAD:
+        handed_off = False
+        try:  # _begin, inlined (the hot path)
+            tool_meta, call_id = describe()
+            active = rec.begin(tool_meta, call_id)
+        except Exception as exc:  # the hook's own failure: run the tool untraced
+            _cannot_trace(framework, exc)
+            return await original(*args, **kwargs)
+    else:
+        handed_off = thread_optional or _loop_hooked()
+        begun = _begin(rec, framework, describe, handed_off)
+        if begun is None:
+            return await original(*args, **kwargs)
+        active = begun
     handoff = _Handoff(rec, active, thread_owner, thread_optional) if handed_off and active.call is not None else None
-    _record_arguments(rec, active, arguments)
+    if rec.record_arguments:
+        _record_arguments(rec, active, arguments)
     token = _handoff.set(handoff)
     try:
         result = await original(*args, **kwargs)

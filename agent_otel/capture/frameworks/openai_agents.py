@@ -39,7 +39,7 @@ from opentelemetry import trace as trace_api
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import async_call, hook_event_loop, meta, unhook_event_loop
-from agent_otel.capture.patching import Patches
+from agent_otel.capture.patching import Patches, self_switching
 
 FRAMEWORK = "openai_agents"
 # The SDK's attribute on the on_invoke_tool of a sync @function_tool.
@@ -83,7 +83,11 @@ def _wrap_invoke(original):
     @functools.wraps(original)
     async def _invoke_function_tool_with_metadata(*args, **kwargs):
         function_tool = kwargs.get("function_tool")
-        if _recorder.current is None or function_tool is None:
+        if (
+            _invoke_function_tool_with_metadata.agent_otel_inactive  # type: ignore[attr-defined]  # self_switching
+            or _recorder.current is None
+            or function_tool is None
+        ):
             return await original(*args, **kwargs)
         context = kwargs.get("context")
 
@@ -122,7 +126,7 @@ def _wrap_invoke(original):
         finally:
             _handled.reset(token)
 
-    return _invoke_function_tool_with_metadata
+    return self_switching(_invoke_function_tool_with_metadata)
 
 
 def _output(result):
