@@ -37,7 +37,10 @@ with agent-otel instrumented and the framework not hooked (plain), inside
 a bare span, inside an ``@agent_otel.tool`` function, and hooked; it
 prints (hooked - plain) / (span - plain), the goal beside it. The heap
 made before the counted calls is frozen (``gc.freeze``), so the counts
-do not carry the collector's scans of the framework's modules.
+do not carry the collector's scans of the framework's modules; every
+count runs with ``PYTHONHASHSEED=0``, and the counted calls with a
+switch interval longer than the run, so the background threads' timer
+wake-ups do not fall between them (their work is done at the flush).
 
     python bench/instructions.py --frameworks [--calls N] [--only TEXT] [--jobs J]
 """
