@@ -77,7 +77,7 @@ class Pipeline:
                 with self._metrics.lock:
                     self._metrics.observe_calls(batch)
                     if self._monitor is not None:
-                        self._metrics.observe_waits(self._monitor.waits)
+                        self._metrics.observe_waits(self._monitor.waits())
                     while blocks:
                         self._metrics.observe_block(blocks.popleft())
             except Exception as exc:

@@ -15,11 +15,14 @@ remedy), on the thread that uses them. Serving /metrics uses them at once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from bisect import bisect_left
+import collections
 from collections import deque
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, cast
 
 from agent_otel import forks, semconv
@@ -372,6 +375,8 @@ class Metrics:
         self._children: dict[tuple, tuple] = {}
         # executor name -> its wait histogram's child (observe_waits)
         self._wait_children: dict[str, list] = {}
+        # A wait in nanoseconds -> its bucket's index (the bounds in nanoseconds: a wait is a whole number of them)
+        self._wait_bucket = functools.partial(bisect_left, tuple(bound * 1e9 for bound in self.executor_wait.bounds))
         self.remedies = RemedyMetrics(lambda: self.registry, self.tool_label, self.executor_label)
         forks.after_fork_in_child(self.reinit_after_fork)
 
@@ -526,24 +531,26 @@ class Metrics:
         """One finished stretch of a blocked event loop. Pipeline thread."""
         self.loop_blocked.labels(self.tool_label(block.tool) if block.tool else BLOCKED_BY_UNKNOWN).inc(block.seconds)
 
-    def observe_waits(self, waits: deque[tuple[str, float]]) -> None:
-        """Submissions' waits for a worker, ``(executor, seconds)``, taken off
-        ``waits`` in one loop (there is one per submission): the histogram's
-        child per executor name kept, the bucket found by hand, as
-        ``observe_calls``. Pipeline thread, holding ``lock``."""
+    def observe_waits(self, waits: Iterable[tuple[str, deque[int]]]) -> None:
+        """Submissions' waits for a worker, per executor name a deque of
+        nanoseconds, each taken off its deque and counted in C (there is one
+        per submission; the workers append meanwhile and wait for the next
+        drain): the bucket by ``bisect`` over the bounds in nanoseconds, the
+        counts by ``Counter``, the sum by ``sum``. Pipeline thread, holding ``lock``."""
         histogram = self.executor_wait
-        bounds = histogram.bounds
+        bucket_of = self._wait_bucket
         children = self._wait_children
-        while waits:
-            executor, seconds = waits.popleft()
+        for executor, queue in waits:
+            taken = list(islice(iter(queue.popleft, None), len(queue)))
             child = children.get(executor)
             if child is None:
                 child = histogram.child(self.executor_label(executor))
                 if len(children) < 10_000:
                     children[executor] = child
-            index = bisect_left(bounds, seconds)
-            child[0][index] += 1
-            child[1] += seconds
+            counts = child[0]
+            for index, count in collections.Counter(map(bucket_of, taken)).items():
+                counts[index] += count
+            child[1] += sum(taken) / 1e9
 
 
 def _reinit_client_locks(obj, depth: int = 0) -> None:
