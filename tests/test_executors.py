@@ -251,3 +251,52 @@ def test_pool_used_before_a_reinstrument_keeps_its_gauges(spans):
     finally:
         agent_otel.uninstrument()
         pool.shutdown()
+
+
+def test_a_future_cancelled_twice_or_by_shutdown_leaves_the_queue_once(agent, metric):
+    # Future.cancel returns True again on a cancelled future: the submission is withdrawn once.
+    release = threading.Event()
+    pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="twice")
+    running = pool.submit(release.wait)
+    waiting = [pool.submit(time.sleep, 0) for _ in range(4)]
+    deadline = time.monotonic() + 5
+    while metric("agent_executor_active_workers", {"executor": "twice"}) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert waiting[0].cancel() and waiting[0].cancel()
+    assert metric("agent_executor_queue_depth", {"executor": "twice"}) == 3
+    pool.shutdown(wait=False, cancel_futures=True)  # cancels the other three
+    assert metric("agent_executor_queue_depth", {"executor": "twice"}) == 0
+    release.set()
+    running.result()
+    pool.shutdown()
+    assert metric("agent_executor_active_workers", {"executor": "twice"}) == 0
+    assert metric("agent_executor_queue_depth", {"executor": "twice"}) == 0
+
+
+def test_uninstrument_restores_future_cancel_exactly(spans):
+    original = cf.Future.cancel
+    agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=())
+    assert cf.Future.cancel is not original
+    agent_otel.uninstrument()
+    assert cf.Future.cancel is original
+
+
+def test_waits_fall_in_the_buckets_of_their_seconds():
+    import bisect
+    import collections
+
+    from agent_otel.exporters.prometheus import Metrics
+
+    metrics = Metrics()
+    bounds = metrics.executor_wait.bounds
+    edges = [int(b * 1e9) + d for b in bounds for d in (-1, 0, 1)]
+    waits = [0, 1, 7_000, 10**12] + edges
+    with metrics.lock:
+        metrics.observe_waits([("edges", collections.deque(waits))])
+    counts, total = metrics.executor_wait.children[("edges",)][:2]
+    expected = [0] * (len(bounds) + 1)
+    for wait in waits:
+        expected[bisect.bisect_left(bounds, wait / 1e9)] += 1
+    assert counts == expected
+    assert total == pytest.approx(sum(waits) / 1e9)
