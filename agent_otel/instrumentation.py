@@ -87,6 +87,9 @@ class Instrumentation:
         self._closed = False
         self.sinks = sinks.Plan(())  # where spans go (agent_otel.sinks), when agent-otel set up the exporters
         self.refused = _Refused(None)  # start()'s: settings it could not use
+        # Why instrument() could not set up (logged with its traceback), where
+        # it then left the agent uninstrumented; None when it set up.
+        self.failure: Optional[Exception] = None
 
     @property
     def config_errors(self) -> tuple[AgentOtelError, ...]:
@@ -428,6 +431,20 @@ def start(settings: Settings, problems: Optional[list[AgentOtelError]] = None) -
         handle.refused = refused
         try:
             _setup(handle)
+        except Exception as exc:
+            handle.shutdown(timeout_s=1.0)
+            if problems is None:  # the commands: a failure to start is theirs to report
+                raise
+            # instrument(): a failure of agent-otel's own (a bug, a library
+            # it cannot work with) leaves the agent running uninstrumented.
+            logger.error(
+                "agent-otel: instrument() failed (%s: %s); nothing is instrumented, the agent runs as without it",
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+            handle.failure = exc
+            return handle
         except BaseException:
             handle.shutdown(timeout_s=1.0)
             raise

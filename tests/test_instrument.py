@@ -96,6 +96,44 @@ def test_invalid_arguments_are_said_and_the_rest_is_used(monkeypatch, caplog, sp
         agent_otel.uninstrument()
 
 
+def test_a_failure_inside_instrument_leaves_the_agent_running_uninstrumented(monkeypatch, caplog, spans):
+    # Not a setting: agent-otel's own set-up breaks half-way (here the pipeline
+    # thread cannot start, after the executors and the recorder were hooked).
+    from agent_otel.pipeline import Pipeline
+
+    def cannot_start(self):
+        raise RuntimeError("can't start new thread")
+
+    submit = ThreadPoolExecutor.submit
+    monkeypatch.setattr(Pipeline, "start", cannot_start)
+    with caplog.at_level("ERROR", logger="agent_otel"):
+        handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=())
+    assert isinstance(handle.failure, RuntimeError)
+    [said] = [r.getMessage() for r in caplog.records if "instrument() failed" in r.getMessage()]
+    assert "RuntimeError: can't start new thread" in said and "the agent runs as without it" in said
+    # What was hooked before the failure is undone; nothing is left half-instrumented.
+    assert ThreadPoolExecutor.submit is submit
+    assert agent_otel.instrumentation.current() is None
+
+    @agent_otel.tool
+    def search(query: str) -> str:
+        return query.upper()
+
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(search, "gpu").result() == "GPU"
+    assert search("idle") == "IDLE"
+    assert spans.tools() == []
+    # A later instrument() sets up afresh.
+    monkeypatch.undo()
+    handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=())
+    try:
+        assert handle.failure is None
+        search("again")
+        assert len(spans.tools("search")) == 1
+    finally:
+        agent_otel.uninstrument()
+
+
 def test_a_command_still_refuses_an_invalid_setting():
     # The commands (agent-otel demo, gpu-exporter) resolve settings without a problems list:
     # an invalid value is an error they print, in one line, before starting anything.
