@@ -44,12 +44,12 @@ class AppendFile:
     def closed(self) -> bool:
         return self._fd < 0
 
-    def append(self, text: str) -> None:
-        """Write ``text`` (whole lines) in one system call; raises ``OSError`` and leaves
-        nothing of it behind when it cannot all be written."""
+    def append(self, text: str | bytes) -> None:
+        """Write ``text`` (whole lines; bytes as they are) in one system call; raises
+        ``OSError`` and leaves nothing of it behind when it cannot all be written."""
         if self._fd < 0:
             raise OSError(errno.EBADF, "the file is closed", self.path)
-        data = text.encode("utf-8", "surrogateescape")
+        data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
         written = os.write(self._fd, data)  # raises OSError when nothing could be written
         if written == len(data):
             return

@@ -30,6 +30,12 @@ same code the pipeline and sampler threads run. background_bare is the
 same loop with nothing drained or blamed (the calls made, the GPU
 polled); the difference is the background's instructions per call.
 
+encode: the traces file's encoder (``exporters/otlp_json_file.py``'s
+``encode_spans_json``) per tool span, on 5,120 real tool spans made
+before the count (``bench/encode.py``'s), encoded in batches of 512 (the
+batching processor's default; ``--calls`` is the number of spans). Run
+with ``PYTHONPATH`` at another checkout, it counts that checkout's encoder.
+
 ``--frameworks`` counts the framework hooks' goal (#12: the hook adds no
 more than one bare span's cost to a tool call) the same way, for every
 call of ``bench/frameworks.py`` whose framework is installed: the call
@@ -58,7 +64,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
-VARIANTS = ("span", "tool", "submit_bare", "submit", "submit_tool", "background_bare", "background")
+VARIANTS = ("span", "tool", "submit_bare", "submit", "submit_tool", "background_bare", "background", "encode")
 
 
 def run_background(calls: int, bare: bool) -> None:
@@ -118,10 +124,29 @@ def run_background(calls: int, bare: bool) -> None:
         turn()
 
 
+def run_encode(calls: int) -> None:
+    """``calls`` tool spans encoded for the traces file, in batches of 512, after one batch of warm-up."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from encode import BATCH, tool_spans  # bench/encode.py: the same spans
+
+    from agent_otel.exporters.otlp_json_file import encode_spans_json
+
+    spans = tool_spans(ENCODE_SPANS)
+    batches = [spans[i : i + BATCH] for i in range(0, len(spans), BATCH)]
+    encode_spans_json(batches[0])  # imports msgspec, fills the encoder's caches
+    gc.collect()
+    gc.freeze()  # the collector's scans of the set-up's heap are not the encoder's
+    for number in range(calls // BATCH):
+        encode_spans_json(batches[number % len(batches)])
+
+
 def run(variant: str, calls: int) -> None:
     """The workload, run under valgrind by ``count``."""
     if variant.startswith("background"):
         run_background(calls, bare=variant == "background_bare")
+        return
+    if variant == "encode":
+        run_encode(calls)
         return
     import concurrent.futures as cf
 
@@ -175,6 +200,8 @@ def run(variant: str, calls: int) -> None:
     if handle is not None:
         handle.force_flush()
 
+
+ENCODE_SPANS = 5120  # the tool spans made for encode, whatever the number encoded
 
 FRAMEWORK_MODES = ("plain", "span", "tool", "hook")
 
@@ -264,7 +291,12 @@ def instructions(variant: str, calls: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("variants", nargs="*", help=f"of {', '.join(VARIANTS)} (default: all)")
-    parser.add_argument("--calls", type=int, default=3000, help="(background: rounded down to whole turns of 1,000)")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=3000,
+        help="(background: rounded down to whole turns of 1,000; encode: spans, to whole batches of 512)",
+    )
     parser.add_argument("--run", help=argparse.SUPPRESS)
     parser.add_argument("--frameworks", action="store_true", help="the framework hooks against a bare span")
     parser.add_argument("--only", metavar="TEXT", help="with --frameworks: only the calls whose label contains TEXT")
@@ -288,7 +320,8 @@ def main() -> int:
     print(f"instructions per call, all threads, {args.calls} calls (valgrind cachegrind)")
     per_call = {}
     for variant in args.variants or VARIANTS:
-        per_call[variant] = (instructions(variant, args.calls) - instructions(variant, 0)) / args.calls
+        calls = args.calls // 512 * 512 if variant == "encode" else args.calls  # whole batches
+        per_call[variant] = (instructions(variant, calls) - instructions(variant, 0)) / calls
         print(f"  {variant:12} {per_call[variant]:10,.0f}", flush=True)
     if "span" in per_call and "tool" in per_call:
         print(f"tool / span: {per_call['tool'] / per_call['span']:.3f}")

@@ -22,16 +22,17 @@ import binascii
 import json
 import logging
 import math
+import operator
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Optional
+from typing import Any, Optional
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util import BoundedList
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanKind, StatusCode
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanContext, SpanKind, Status, StatusCode, TraceState
 
 from agent_otel import forks
 from agent_otel.appending import AppendFile
@@ -48,56 +49,41 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 def encode_spans_json(spans: Sequence[ReadableSpan]) -> str:
     """One ``ExportTraceServiceRequest`` as an OTLP/JSON line (no newline).
 
-    Built as plain dicts straight from the SDK's spans: the same JSON as the
-    SDK's protobuf encoder followed by ``MessageToDict`` and hex ids (the
-    tests hold the two equal), written by msgspec's encoder. This runs on
-    the span processor's thread for every span, so the common attribute
-    values (text, integers, booleans, finite doubles) are written inline and
-    only the rest goes through ``_value_json``, text and boolean attributes'
-    JSON is kept for reuse (a bounded number of short pairs), and each
-    resource and scope is encoded once a batch. ``bench/encode.py``
-    measures it.
+    The same JSON as the SDK's protobuf encoder followed by ``MessageToDict``
+    and hex ids (the tests hold the two equal), written straight from the
+    SDK's spans as bytes. This runs on the span processor's thread for every
+    span, so a span is a few pieces of bytes, not a tree of dicts: the fixed
+    parts are constants, each attribute key's JSON prefix and each text or
+    boolean attribute's whole JSON are kept for reuse (a bounded number, of
+    short ones), msgspec writes the text and doubles (a C call each) and
+    ``%`` formatting the ids, times and integers; only what is rare (events,
+    links, trace state, a status message, arrays, maps, bytes, doubles that
+    are not finite) is built as dicts first (``_span_json``'s helpers) and
+    written by msgspec, so the bytes are those msgspec writes for the dicts.
+    ``bench/encode.py`` measures it.
     """
+    return _encode_spans(spans, b"").decode("utf-8")
+
+
+def _encode_spans(spans: Sequence[ReadableSpan], newline: bytes) -> bytes:
+    """``encode_spans_json``'s line as UTF-8, followed by ``newline`` (the exporter's, or none)."""
     encode = _ENCODE or _import_msgspec()
-    grouped: dict = {}
-    last_resource: object = None
-    last_scope: object = None
-    encoded: list = []
-    for span in spans:
-        # Grouped as equal resources and scopes, looked up only when they
-        # change from the span before: Resource.__hash__ serializes its attributes.
-        resource = span.resource
-        scope = span.instrumentation_scope
-        if resource is not last_resource or scope is not last_scope:
-            encoded = grouped.setdefault(resource, {}).setdefault(scope, [])
-            last_resource, last_scope = resource, scope
-        encoded.append(_span_json(span))
-    resource_spans = []
-    for resource, scopes in grouped.items():
-        scope_spans = []
-        for scope, encoded in scopes.items():
-            entry = {"scope": _scope_json(scope), "spans": encoded}
-            if scope is not None and scope.schema_url:
-                entry["schemaUrl"] = scope.schema_url
-            scope_spans.append(entry)
-        attributes = _attributes_json(resource.attributes)
-        entry = {"resource": {"attributes": attributes} if attributes else {}, "scopeSpans": scope_spans}
-        if resource.schema_url:
-            entry["schemaUrl"] = resource.schema_url
-        resource_spans.append(entry)
-    request = {"resourceSpans": resource_spans}
+    rejected: list = []
     try:
-        return encode(request).decode("utf-8")
+        line = _request_bytes(spans, encode, rejected, newline)
     except (UnicodeEncodeError, TypeError):
         # A lone surrogate (text decoded with errors="surrogateescape") is not
         # UTF-8, and msgspec refuses subclasses of str (another library's span
-        # may hold them): the standard library writes both, the former as an
-        # ASCII escape.
-        return json.dumps(request, separators=(",", ":"), default=_raw_json)
+        # may hold them): the standard library writes both (ASCII only, the
+        # former as an escape).
+        rejected = []
+        line = json.dumps(_request_json(spans, rejected), separators=(",", ":")).encode("ascii") + newline
+    for key, kind in rejected:
+        _logger.warning("attribute %s has a value of type %s that OTLP cannot carry", key, kind)
+    return line
 
 
 _ENCODE: Optional[Callable[[object], bytes]] = None  # msgspec.json.Encoder().encode
-_RAW: Callable[[bytes], object] = bytes  # msgspec.Raw: JSON written as it is
 
 
 def _import_msgspec() -> Callable[[object], bytes]:
@@ -105,52 +91,189 @@ def _import_msgspec() -> Callable[[object], bytes]:
     # imports this module on the caller's thread (docs/performance.md, "Start-up").
     # A fork meanwhile would leave the import's module lock held in the child,
     # whose export thread would then wait on it for good: a fork waits for it.
-    global _ENCODE, _RAW
+    global _ENCODE
     with forks.background_import():
         import msgspec
 
-    _RAW = msgspec.Raw
     _ENCODE = msgspec.json.Encoder().encode
     return _ENCODE
 
 
-def _raw_json(value):
-    return json.loads(bytes(value))  # a cached pair, for the standard library's encoder
+_NO_GROUP = object()
 
 
-# Text and boolean attributes repeat (a tool's name, its outcome): each
-# pair's JSON is kept, as msgspec.Raw, up to a number of pairs and a length of text.
-_PAIRS: dict = {}
-_PAIRS_LIMIT = 4096
-_PAIR_TEXT_LIMIT = 256
+def _request_bytes(
+    spans: Sequence[ReadableSpan], encode: Callable[[object], bytes], rejected: list, newline: bytes
+) -> bytes:
+    # Grouped as equal resources and scopes, looked up only when they change
+    # from the span before: Resource.__hash__ serializes its attributes.
+    grouped: dict = {}
+    last_resource: object = _NO_GROUP
+    last_scope: object = _NO_GROUP
+    parts: list = []  # the current group's spans, as pieces of bytes
+    events: Any
+    links: Any
+    entry: Any
+    for span in spans:
+        readable = _FIELDS_READ.get(type(span))
+        if readable is None:
+            readable = _fields_readable(span)
+        if readable:
+            resource, scope = span._resource, span._instrumentation_scope
+        else:
+            resource, scope = span.resource, span.instrumentation_scope
+        if resource is not last_resource or scope is not last_scope:
+            parts = grouped.setdefault(resource, {}).setdefault(scope, [])
+            last_resource, last_scope = resource, scope
+        if parts:
+            parts.append(b",")
+        if readable:
+            # The common span, the SDK's (nothing but its ids, name, kind,
+            # times, flags and status and text, boolean, integer and double
+            # attributes): one % of the template kept for its shape, with
+            # each value as msgspec writes it, its ids and times.
+            context, parent, status, store = span._context, span._parent, span._status, span._attributes
+            events, links, name = span._events, span._links, span._name
+            start_time, end_time = span._start_time, span._end_time
+            if (
+                type(context) is SpanContext
+                and (parent is None or type(parent) is SpanContext)
+                and type(status) is Status
+                and type(store) is BoundedAttributes
+                and type(events) is BoundedList
+                and type(links) is BoundedList
+                and type(start_time) is int
+                and type(end_time) is int
+                and start_time
+                and end_time
+                and name
+                # No events or links (a BoundedList's deque) and nothing dropped.
+                and not (store.dropped or events._dq or events.dropped or links._dq or links.dropped)  # type: ignore[attr-defined]
+                and not status._description
+            ):
+                trace_id, span_id, _, _, trace_state, _ = context
+                kind = _KINDS_BY_ID.get(id(span._kind))
+                end = (_ENDS if parent is None or not parent[2] else _ENDS_REMOTE).get(id(status._status_code))
+                if kind is not None and end is not None and type(trace_state) is TraceState and not trace_state._dict:
+                    attributes = store._dict
+                    shape = (kind, end, parent is None, *attributes, *map(type, attributes.values()))
+                    entry = _TEMPLATES.get(shape, _NO_TEMPLATE)
+                    if entry is _NO_TEMPLATE:
+                        entry = _template(shape, len(attributes), encode)
+                    if entry is not None:
+                        template, doubles, integers = entry
+                        values = (*map(encode, attributes.values()),)
+                        # msgspec writes a double that is not finite as null, and an
+                        # integer beyond int64 as one: those spans are written below.
+                        if not (doubles and b"null" in values) and (
+                            integers is None
+                            or (_INT64_MIN <= min(integers(attributes)) and max(integers(attributes)) <= _INT64_MAX)
+                        ):
+                            if parent is None:
+                                parts.append(
+                                    template % (trace_id, span_id, encode(name), start_time, end_time, *values)
+                                )
+                            else:
+                                parts.append(
+                                    template
+                                    % (trace_id, span_id, parent[1], encode(name), start_time, end_time, *values)
+                                )
+                            continue
+        _span_bytes(span, readable, parts, encode, rejected)
+    out = [b'{"resourceSpans":[']
+    for number, (resource, scopes) in enumerate(grouped.items()):
+        pairs = _attributes_bytes(resource.attributes, encode, rejected)
+        out.append(b',{"resource":' if number else b'{"resource":')
+        out.append(b'{"attributes":[%b]},"scopeSpans":[' % b",".join(pairs) if pairs else b'{},"scopeSpans":[')
+        for count, (scope, parts) in enumerate(scopes.items()):
+            out.append(b',{"scope":' if count else b'{"scope":')
+            out.append(_scope_bytes(scope, encode, rejected))
+            out.append(b',"spans":[')
+            out.extend(parts)
+            if scope is not None and scope.schema_url:
+                out.append(b'],"schemaUrl":%b}' % encode(scope.schema_url))
+            else:
+                out.append(b"]}")
+        out.append(b'],"schemaUrl":%b}' % encode(resource.schema_url) if resource.schema_url else b"]}")
+    out.append(b"]}")
+    out.append(newline)
+    return b"".join(out)
 
 
-def _pair_json(key: str, value, kind: type):
-    pair = {"key": key, "value": {"stringValue": value} if kind is str else {"boolValue": value}}
-    if kind is str and len(value) > _PAIR_TEXT_LIMIT or _ENCODE is None:
-        return pair
-    try:
-        raw = _RAW(_ENCODE(pair))
-    except (TypeError, UnicodeEncodeError):
-        return pair  # encode_spans_json's standard library fallback writes it
-    if len(_PAIRS) >= _PAIRS_LIMIT:
-        _PAIRS.clear()
-    _PAIRS[(key, value)] = raw
-    return raw
+# The common spans' templates, by shape: their kind's and end's pieces, whether
+# they have a parent, their attributes' keys and their values' types (None:
+# a shape that _span_bytes writes), up to a number of shapes.
+_TEMPLATES: dict[tuple, Optional[tuple]] = {}
+_TEMPLATES_LIMIT = 1024
+_NO_TEMPLATE = object()
+# Each attribute value's JSON around what msgspec writes for the value.
+_VALUE_TEMPLATES = {
+    str: b'{"stringValue":%b}}',
+    bool: b'{"boolValue":%b}}',
+    int: b'{"intValue":"%b"}}',
+    float: b'{"doubleValue":%b}}',
+}
+
+
+def _template(shape: tuple, count: int, encode: Callable[[object], bytes]) -> Optional[tuple]:
+    """The template for spans of ``shape`` (see _request_bytes), whose ``count``
+    attributes' keys and then their values' types end it: its bytes, whether it
+    has doubles, and a getter of its integers (None if it has none); None if its
+    values are of other types."""
+    kind, end, no_parent = shape[:3]
+    keys, types = shape[3 : 3 + count], shape[3 + count :]
+    entry: Optional[tuple] = None
+    if all(value_type in _VALUE_TEMPLATES for value_type in types):
+        head = (
+            b'{"traceId":"%032x","spanId":"%016x"'
+            if no_parent
+            else b'{"traceId":"%032x","spanId":"%016x","parentSpanId":"%016x"'
+        )
+        pieces = [head, b',"name":%b', kind, b',"startTimeUnixNano":"%d","endTimeUnixNano":"%d"']
+        if keys:
+            attributes = [
+                b'{"key":%b,"value":' % encode(key).replace(b"%", b"%%") + _VALUE_TEMPLATES[value_type]
+                for key, value_type in zip(keys, types)
+            ]
+            pieces.append(b',"attributes":[%b]' % b",".join(attributes))
+        pieces.append(end)
+        integers = [key for key, value_type in zip(keys, types) if value_type is int]
+        getter = operator.itemgetter(*integers, *integers) if integers else None  # twice: a tuple even for one
+        entry = (b"".join(pieces), float in types, getter)
+    if len(_TEMPLATES) >= _TEMPLATES_LIMIT:
+        _TEMPLATES.clear()
+    _TEMPLATES[shape] = entry
+    return entry
+
+
+def _scope_bytes(scope, encode: Callable[[object], bytes], rejected: list) -> bytes:
+    if scope is None:
+        return b"{}"
+    fields = []
+    if scope.name:
+        fields.append(b'"name":' + encode(scope.name))
+    if scope.version:
+        fields.append(b'"version":' + encode(scope.version))
+    attributes = _attributes_bytes(scope.attributes, encode, rejected)
+    if attributes:
+        fields.append(b'"attributes":[%b]' % b",".join(attributes))
+    return b"{%b}" % b",".join(fields)
 
 
 # SpanFlags: the parent's is_remote is known (0x100), and true (0x200).
 _FLAG_HAS_IS_REMOTE = 0x100
 _FLAG_IS_REMOTE = 0x200
+_FLAGS_REMOTE = _FLAG_HAS_IS_REMOTE | _FLAG_IS_REMOTE
 
 
-# The ReadableSpan properties _span_json reads. Each returns its field
-# (``name`` returns ``_name``), or a copy of it (``attributes``, ``events``,
-# ``links``), or a count from it (``dropped_*``). A span class that keeps
-# every one as the SDK defines it (the SDK's own spans) is read from the
-# fields, without a call per property and without the copies: about a
-# quarter of the encoding of a tool span. Any other span: the properties.
+# The ReadableSpan properties and methods the encoder reads. Each returns
+# its field (``name`` returns ``_name``), or a copy of it (``attributes``,
+# ``events``, ``links``), or a count from it (``dropped_*``). A span class
+# that keeps every one as the SDK defines it (the SDK's own spans) is read
+# from the fields, without a call per property and without the copies.
+# Any other span: the properties.
 _READ_FIELDS = (
+    "get_span_context",
     "name",
     "kind",
     "parent",
@@ -163,8 +286,24 @@ _READ_FIELDS = (
     "dropped_events",
     "links",
     "dropped_links",
+    "resource",
+    "instrumentation_scope",
 )
 _FIELDS_READ: dict[type, bool] = {}  # span class -> whether its fields are read directly
+_FIELD_NAMES = (
+    "context",
+    "name",
+    "kind",
+    "parent",
+    "start_time",
+    "end_time",
+    "status",
+    "attributes",
+    "events",
+    "links",
+    "resource",
+    "instrumentation_scope",
+)
 
 
 def _fields_readable(span: ReadableSpan) -> bool:
@@ -180,19 +319,12 @@ def _fields_readable(span: ReadableSpan) -> bool:
     return readable
 
 
-_FIELD_NAMES = ("name", "kind", "parent", "start_time", "end_time", "status", "attributes", "events", "links")
-
-
-def _span_json(span: ReadableSpan) -> dict:
+def _span_bytes(span: ReadableSpan, readable: bool, parts: list, encode: Callable[[object], bytes], rejected: list):
     # proto3 JSON leaves out fields that hold their default value; the keys
-    # are in the order of the old _without_empty() dicts, so the output is the same.
-    context = span.get_span_context() or INVALID_SPAN_CONTEXT  # an SDK span always has one
-    readable = _FIELDS_READ.get(type(span))
-    if readable is None:
-        readable = _fields_readable(span)
+    # are in _span_json's order, and every piece is what msgspec writes for it there.
     attributes: Optional[Mapping]
     if readable:
-        name, kind, parent, status = span._name, span._kind, span._parent, span._status
+        context, name, kind, parent, status = span._context, span._name, span._kind, span._parent, span._status
         start_time, end_time = span._start_time, span._end_time
         store, events, links = span._attributes, span._events, span._links
         if type(store) is BoundedAttributes:
@@ -200,66 +332,232 @@ def _span_json(span: ReadableSpan) -> dict:
         else:  # what ReadableSpan was given (a dict, or None)
             attributes, dropped_attributes = store, 0
     else:
-        name, kind, parent, status = span.name, span.kind, span.parent, span.status
+        context, name, kind, parent, status = span.get_span_context(), span.name, span.kind, span.parent, span.status
         start_time, end_time = span.start_time, span.end_time
         attributes, dropped_attributes = span.attributes, span.dropped_attributes
         events, links = span.events, span.links
-    encoded: dict = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
+    append = parts.append
+    context = context or INVALID_SPAN_CONTEXT  # an SDK span always has one
     if context.trace_state:
-        encoded["traceState"] = _trace_state_json(context.trace_state)
+        append(
+            b'{"traceId":"%032x","spanId":"%016x","traceState":%b'
+            % (context.trace_id, context.span_id, encode(_trace_state_json(context.trace_state)))
+        )
+    else:
+        append(b'{"traceId":"%032x","spanId":"%016x"' % (context.trace_id, context.span_id))
     if parent:
-        encoded["parentSpanId"] = f"{parent.span_id:016x}"
+        append(b',"parentSpanId":"%016x"' % parent.span_id)
     if name:
-        encoded["name"] = name
-    encoded["kind"] = _KINDS_BY_ID.get(id(kind)) or _KINDS[kind]
-    if start_time:
-        encoded["startTimeUnixNano"] = str(start_time)
-    if end_time:
-        encoded["endTimeUnixNano"] = str(end_time)
+        append((_NAMES.get(name) if type(name) is str else None) or _name_bytes(name, encode))
+    append(_KINDS_BY_ID.get(id(kind)) or b',"kind":%d' % _KINDS[kind])
+    if type(start_time) is int and type(end_time) is int and start_time and end_time:
+        append(b',"startTimeUnixNano":"%d","endTimeUnixNano":"%d"' % (start_time, end_time))
+    else:
+        if start_time:
+            append(b',"startTimeUnixNano":' + encode(str(start_time)))
+        if end_time:
+            append(b',"endTimeUnixNano":' + encode(str(end_time)))
     if attributes:
-        encoded_attributes = _attributes_json(attributes)
-        if encoded_attributes:
-            encoded["attributes"] = encoded_attributes
+        encoded = _attributes_bytes(attributes, encode, rejected)
+        if encoded:
+            append(b',"attributes":[%b]' % b",".join(encoded))
     if dropped_attributes:
-        encoded["droppedAttributesCount"] = dropped_attributes
+        append(b',"droppedAttributesCount":' + encode(dropped_attributes))
     # An SDK span's events and links are BoundedLists (the properties copy
     # them into tuples, under a lock): their length and drop counts are read
     # from them, and the events and links themselves only where there are some.
     if type(events) is BoundedList:
         if len(events):
-            encoded["events"] = [_event_json(event) for event in list(events)]
+            append(b',"events":' + encode([_event_json(event, rejected) for event in list(events)]))
         if events.dropped:
-            encoded["droppedEventsCount"] = events.dropped
+            append(b',"droppedEventsCount":' + encode(events.dropped))
     else:
         if events:
-            encoded["events"] = [_event_json(event) for event in events]
+            append(b',"events":' + encode([_event_json(event, rejected) for event in events]))
         if not readable and span.dropped_events:
-            encoded["droppedEventsCount"] = span.dropped_events
+            append(b',"droppedEventsCount":' + encode(span.dropped_events))
     if type(links) is BoundedList:
         if len(links):
-            encoded["links"] = [_link_json(link) for link in list(links)]
+            append(b',"links":' + encode([_link_json(link, rejected) for link in list(links)]))
         if links.dropped:
-            encoded["droppedLinksCount"] = links.dropped
+            append(b',"droppedLinksCount":' + encode(links.dropped))
     else:
         if links:
-            encoded["links"] = [_link_json(link) for link in links]
+            append(b',"links":' + encode([_link_json(link, rejected) for link in links]))
         if not readable and span.dropped_links:
-            encoded["droppedLinksCount"] = span.dropped_links
-    encoded["flags"] = _FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAG_HAS_IS_REMOTE
+            append(b',"droppedLinksCount":' + encode(span.dropped_links))
     # status is a message field: written even when it holds defaults.
+    remote = parent is not None and parent.is_remote
+    if type(status) is Status and not status._description:
+        end = (_ENDS_REMOTE if remote else _ENDS).get(id(status._status_code))
+        if end is not None:
+            append(end)
+            return
+    append(
+        b',"flags":%d,"status":%b}' % (_FLAGS_REMOTE if remote else _FLAG_HAS_IS_REMOTE, encode(_status_json(status)))
+    )
+
+
+def _status_json(status) -> dict:
     code = _STATUS_CODES[status.status_code]
     if status.description:
-        encoded["status"] = {"message": status.description, "code": code} if code else {"message": status.description}
+        return {"message": status.description, "code": code} if code else {"message": status.description}
+    return {"code": code} if code else {}
+
+
+# Enum members' values, looked up (an Enum's .value is a Python property),
+# and by identity where the members are the SDK's (no Enum.__hash__, a Python call).
+_KINDS = {kind: kind.value + 1 for kind in SpanKind}  # OTLP counts SPAN_KIND_UNSPECIFIED as 0
+_KINDS_BY_ID = {id(kind): b',"kind":%d' % code for kind, code in _KINDS.items()}
+_STATUS_CODES = {code: code.value for code in StatusCode}
+# A span's last piece, its flags and status, for each status code without a message.
+_ENDS = {
+    id(code): b',"flags":%d,"status":{%b}}' % (_FLAG_HAS_IS_REMOTE, b'"code":%d' % value if value else b"")
+    for code, value in _STATUS_CODES.items()
+}
+_ENDS_REMOTE = {
+    id(code): b',"flags":%d,"status":{%b}}' % (_FLAGS_REMOTE, b'"code":%d' % value if value else b"")
+    for code, value in _STATUS_CODES.items()
+}
+
+
+# What repeats is kept as the JSON msgspec wrote for it, up to a number of
+# entries (then all are dropped and kept again) and, for text, a length:
+# span names, attribute keys' prefixes, and text and boolean attributes
+# whole (a tool's name, its outcome).
+_NAMES: dict[str, bytes] = {}
+_KEYS: dict[str, tuple[bytes, bytes, bytes]] = {}
+_PAIRS: dict[tuple[str, object], bytes] = {}
+_KEPT_LIMIT = 4096
+_KEPT_TEXT_LIMIT = 256
+
+
+def _name_bytes(name, encode: Callable[[object], bytes]) -> bytes:
+    piece = b',"name":' + encode(name)
+    if type(name) is str and len(name) <= _KEPT_TEXT_LIMIT:
+        if len(_NAMES) >= _KEPT_LIMIT:
+            _NAMES.clear()
+        _NAMES[name] = piece
+    return piece
+
+
+def _key_bytes(key, encode: Callable[[object], bytes]) -> tuple[bytes, bytes, bytes]:
+    """The JSON of an attribute up to its value: the AnyValue, an intValue's text, a doubleValue."""
+    pair = b'{"key":%b,"value":' % encode(key)
+    prefixes = (pair, pair + b'{"intValue":"', pair + b'{"doubleValue":')
+    if type(key) is str and len(key) <= _KEPT_TEXT_LIMIT:
+        if len(_KEYS) >= _KEPT_LIMIT:
+            _KEYS.clear()
+        _KEYS[key] = prefixes
+    return prefixes
+
+
+def _pair_bytes(key, value, encode: Callable[[object], bytes]) -> bytes:
+    """A text or boolean attribute's JSON."""
+    prefix = (_KEYS.get(key) if type(key) is str else None) or _key_bytes(key, encode)
+    if type(value) is str:
+        pair = b'%b{"stringValue":%b}}' % (prefix[0], encode(value))
+        if len(value) > _KEPT_TEXT_LIMIT:
+            return pair
     else:
-        encoded["status"] = {"code": code} if code else {}
+        pair = prefix[0] + (b'{"boolValue":true}}' if value else b'{"boolValue":false}}')
+    if type(key) is str and len(key) <= _KEPT_TEXT_LIMIT:
+        if len(_PAIRS) >= _KEPT_LIMIT:
+            _PAIRS.clear()
+        _PAIRS[(key, value)] = pair
+    return pair
+
+
+def _attributes_bytes(attributes, encode: Callable[[object], bytes], rejected: list) -> list:
+    """Each attribute's JSON; a value OTLP cannot carry is left out and its key and type put in ``rejected``."""
+    if not attributes:
+        return []
+    if type(attributes) is not dict:
+        # The SDK's attributes (a MappingProxyType over BoundedAttributes)
+        # copy their dict at C speed; iterating them calls Python per key.
+        copy = getattr(attributes, "copy", None)
+        if copy is not None:
+            attributes = copy()
+    encoded: list = []
+    append = encoded.append
+    for key, value in attributes.items():
+        # The common kinds inline, by exact type (a bool is not an int here);
+        # a double that is not finite (x - x is NaN) and the rest: _value_json.
+        kind = type(value)
+        if kind is str or kind is bool:
+            append(_PAIRS.get((key, value)) or _pair_bytes(key, value, encode))
+        elif kind is float and value - value == 0.0:
+            append(b"%b%b}}" % ((_KEYS.get(key) or _key_bytes(key, encode))[2], encode(value)))
+        elif kind is int and _INT64_MIN <= value <= _INT64_MAX:
+            append(b'%b%d"}}' % ((_KEYS.get(key) or _key_bytes(key, encode))[1], value))
+        else:
+            try:
+                value_json = _value_json(value, rejected)
+            except TypeError:
+                rejected.append((key, type(value).__name__))
+                continue
+            append(b"%b%b}" % ((_KEYS.get(key) or _key_bytes(key, encode))[0], encode(value_json)))
     return encoded
 
 
-_FLAGS_REMOTE = _FLAG_HAS_IS_REMOTE | _FLAG_IS_REMOTE
-# Enum members' values, looked up (an Enum's .value is a Python property).
-_KINDS = {kind: kind.value + 1 for kind in SpanKind}  # OTLP counts SPAN_KIND_UNSPECIFIED as 0
-_KINDS_BY_ID = {id(kind): code for kind, code in _KINDS.items()}  # no Enum.__hash__ (a Python call) per span
-_STATUS_CODES = {code: code.value for code in StatusCode}
+# --- the same as dicts: what the standard library writes where msgspec cannot,
+# and the rare parts of a span ------------------------------------------------------
+
+
+def _request_json(spans: Sequence[ReadableSpan], rejected: list) -> dict:
+    grouped: dict = {}
+    for span in spans:
+        scopes = grouped.setdefault(span.resource, {})
+        scopes.setdefault(span.instrumentation_scope, []).append(_span_json(span, rejected))
+    resource_spans = []
+    for resource, scopes in grouped.items():
+        scope_spans = []
+        for scope, encoded in scopes.items():
+            entry = {"scope": _scope_json(scope, rejected), "spans": encoded}
+            if scope is not None and scope.schema_url:
+                entry["schemaUrl"] = scope.schema_url
+            scope_spans.append(entry)
+        attributes = _attributes_json(resource.attributes, rejected)
+        entry = {"resource": {"attributes": attributes} if attributes else {}, "scopeSpans": scope_spans}
+        if resource.schema_url:
+            entry["schemaUrl"] = resource.schema_url
+        resource_spans.append(entry)
+    return {"resourceSpans": resource_spans}
+
+
+def _span_json(span: ReadableSpan, rejected: list) -> dict:
+    # proto3 JSON leaves out fields that hold their default value.
+    context = span.get_span_context() or INVALID_SPAN_CONTEXT  # an SDK span always has one
+    parent = span.parent
+    encoded: dict = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
+    if context.trace_state:
+        encoded["traceState"] = _trace_state_json(context.trace_state)
+    if parent:
+        encoded["parentSpanId"] = f"{parent.span_id:016x}"
+    if span.name:
+        encoded["name"] = span.name
+    encoded["kind"] = _KINDS[span.kind]
+    if span.start_time:
+        encoded["startTimeUnixNano"] = str(span.start_time)
+    if span.end_time:
+        encoded["endTimeUnixNano"] = str(span.end_time)
+    attributes = _attributes_json(span.attributes, rejected)
+    if attributes:
+        encoded["attributes"] = attributes
+    if span.dropped_attributes:
+        encoded["droppedAttributesCount"] = span.dropped_attributes
+    if span.events:
+        encoded["events"] = [_event_json(event, rejected) for event in span.events]
+    if span.dropped_events:
+        encoded["droppedEventsCount"] = span.dropped_events
+    if span.links:
+        encoded["links"] = [_link_json(link, rejected) for link in span.links]
+    if span.dropped_links:
+        encoded["droppedLinksCount"] = span.dropped_links
+    encoded["flags"] = _flags(parent)
+    # status is a message field: written even when it holds defaults.
+    encoded["status"] = _status_json(span.status)
+    return encoded
 
 
 def _flags(context) -> int:
@@ -272,39 +570,37 @@ def _trace_state_json(trace_state) -> str:
     return ",".join(f"{key}={value}" for key, value in trace_state.items()) if trace_state else ""
 
 
-def _event_json(event) -> dict:
+def _event_json(event, rejected: list) -> dict:
     encoded: dict = {}
     if event.timestamp:
         encoded["timeUnixNano"] = str(event.timestamp)
     if event.name:
         encoded["name"] = event.name
-    attributes = event.attributes
+    attributes = _attributes_json(event.attributes, rejected)
     if attributes:
-        encoded_attributes = _attributes_json(attributes)
-        if encoded_attributes:
-            encoded["attributes"] = encoded_attributes
+        encoded["attributes"] = attributes
     if event.dropped_attributes:
         encoded["droppedAttributesCount"] = event.dropped_attributes
     return encoded
 
 
-def _link_json(link) -> dict:
+def _link_json(link, rejected: list) -> dict:
     return _without_empty(
         {
             "traceId": f"{link.context.trace_id:032x}",
             "spanId": f"{link.context.span_id:016x}",
-            "attributes": _attributes_json(link.attributes),
+            "attributes": _attributes_json(link.attributes, rejected),
             "droppedAttributesCount": link.dropped_attributes,
             "flags": _flags(link.context),
         }
     )
 
 
-def _scope_json(scope) -> dict:
+def _scope_json(scope, rejected: list) -> dict:
     if scope is None:
         return {}
     return _without_empty(
-        {"name": scope.name, "version": scope.version or "", "attributes": _attributes_json(scope.attributes)}
+        {"name": scope.name, "version": scope.version or "", "attributes": _attributes_json(scope.attributes, rejected)}
     )
 
 
@@ -313,35 +609,17 @@ def _without_empty(message: dict) -> dict:
     return {key: value for key, value in message.items() if value}
 
 
-def _attributes_json(attributes) -> list:
-    if not attributes:
-        return []
-    copy = getattr(attributes, "copy", None)
-    if copy is not None:
-        # A dict: the SDK's attributes (a MappingProxyType over BoundedAttributes)
-        # copy their dict at C speed; iterating them calls Python per key.
-        attributes = copy()
-    encoded: list = []
-    append = encoded.append
-    for key, value in attributes.items():
-        # The common kinds inline, by exact type (a bool is not an int here);
-        # a double that is not finite (x - x is NaN) and the rest: _value_json.
-        kind = type(value)
-        if kind is str or kind is bool:
-            append(_PAIRS.get((key, value)) or _pair_json(key, value, kind))
-        elif kind is int and _INT64_MIN <= value <= _INT64_MAX:
-            append({"key": key, "value": {"intValue": str(value)}})
-        elif kind is float and value - value == 0.0:
-            append({"key": key, "value": {"doubleValue": value}})
-        else:
-            try:
-                append({"key": key, "value": _value_json(value)})
-            except TypeError:
-                _logger.warning("attribute %s has a value of type %s that OTLP cannot carry", key, type(value).__name__)
+def _attributes_json(attributes, rejected: list) -> list:
+    encoded = []
+    for key, value in (attributes or {}).items():
+        try:
+            encoded.append({"key": key, "value": _value_json(value, rejected)})
+        except TypeError:
+            rejected.append((key, type(value).__name__))
     return encoded
 
 
-def _value_json(value) -> dict:
+def _value_json(value, rejected: list) -> dict:
     """An ``AnyValue`` (a oneof: written even when it holds a default)."""
     if value is None:
         return {}
@@ -356,9 +634,10 @@ def _value_json(value) -> dict:
     if isinstance(value, bytes):
         return {"bytesValue": binascii.b2a_base64(value, newline=False).decode("ascii")}
     if isinstance(value, Sequence):
-        return {"arrayValue": _without_empty({"values": [_value_json(item) for item in value]})}
+        return {"arrayValue": _without_empty({"values": [_value_json(item, rejected) for item in value]})}
     if isinstance(value, Mapping):
-        return {"kvlistValue": _without_empty({"values": _attributes_json({str(k): v for k, v in value.items()})})}
+        values = _attributes_json({str(k): v for k, v in value.items()}, rejected)
+        return {"kvlistValue": _without_empty({"values": values})}
     raise TypeError(type(value).__name__)
 
 
@@ -403,7 +682,7 @@ class OtlpJsonFileExporter(SpanExporter):
         if not spans:
             return SpanExportResult.SUCCESS
         try:
-            line = encode_spans_json(spans) + "\n"
+            line = _encode_spans(spans, b"\n")
         except Exception as exc:  # telemetry must never break the agent
             _logger.warning("could not encode %d spans for %s (%s: %s)", len(spans), self.path, type(exc).__name__, exc)
             return SpanExportResult.FAILURE
