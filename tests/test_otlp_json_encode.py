@@ -2,7 +2,11 @@
 every kind of span and attribute value, random ones included.
 
 ``reference_encode_spans_json`` below is the encoder before msgspec wrote
-the lines (plain dicts and ``json.dumps``), kept here as the reference.
+the lines (plain dicts and ``json.dumps``), kept here as the reference. The
+encoder writes bytes (a template per span shape, pieces for the rest); every
+line is also compared byte for byte with the same spans built as dicts by the
+encoder's own ``_request_json`` and written by msgspec (the standard library
+where msgspec cannot), which is how the encoder wrote them before.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 
+import msgspec
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -32,6 +37,7 @@ from opentelemetry.trace import (
     TraceState,
 )
 
+from agent_otel.exporters import otlp_json_file
 from agent_otel.exporters.otlp_json import iter_spans
 from agent_otel.exporters.otlp_json_file import encode_spans_json
 
@@ -261,10 +267,22 @@ def sdk_spans(values: Mapping = EVERY_KIND) -> list:
     return list(spans)
 
 
-def assert_same(spans) -> str:
+def dicts_encoded(spans) -> str:
+    """The line as the encoder wrote it before it wrote bytes: its dicts, by msgspec."""
+    request = otlp_json_file._request_json(spans, [])
+    try:
+        return msgspec.json.encode(request).decode("utf-8")
+    except (UnicodeEncodeError, TypeError):
+        return json.dumps(request, separators=(",", ":"))
+
+
+def assert_same(spans, again: bool = True) -> str:
     line = encode_spans_json(spans)
     assert isinstance(line, str) and "\n" not in line
     assert json.loads(line) == json.loads(reference_encode_spans_json(spans))
+    assert line == dicts_encoded(spans)  # byte for byte
+    if again:
+        assert encode_spans_json(spans) == line  # and again, from what was kept
     return line
 
 
@@ -349,7 +367,7 @@ def test_values_beyond_the_sdks_checks_encode_as_the_reference_did(caplog):
         ReadableSpan("no scope", context=context, resource=Resource({})),
     ]
     with caplog.at_level("WARNING", logger="agent_otel.exporters.otlp_json_file"):
-        line = assert_same(spans)
+        line = assert_same(spans, again=False)
     written = json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     keys = [a["key"] for a in written["attributes"]]
     assert "cannot" not in keys and "cannot inside" not in keys and keys[-1] == "after"
@@ -569,3 +587,84 @@ def test_the_sdks_spans_are_read_from_their_fields_and_a_span_that_overrides_a_p
     line = assert_same([renamed])
     assert otlp_json_file._FIELDS_READ[Renamed] is False
     assert json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] == "renamed " + span.name
+
+
+# --- the templates ---------------------------------------------------------------------
+
+
+def tool_like_spans(attributes_per_span: list, remote_parent: bool = False) -> list:
+    """SDK spans with the given attributes, each in a span of its own, children of a span."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("agent_otel", "0.1.0")
+    context = None
+    if remote_parent:
+        remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1))  # sampled
+        context = trace.set_span_in_context(NonRecordingSpan(remote))
+    with tracer.start_as_current_span("invoke_agent", context=context):
+        for number, attributes in enumerate(attributes_per_span):
+            kind = list(SpanKind)[number % len(SpanKind)]
+            with tracer.start_as_current_span("execute_tool %s" % number, kind=kind, attributes=attributes) as span:
+                if number % 3 == 1:
+                    span.set_status(Status(StatusCode.ERROR))
+                elif number % 3 == 2:
+                    span.set_status(Status(StatusCode.OK))
+    spans = list(memory.get_finished_spans())
+    assert len(spans) == len(attributes_per_span) + 1
+    return spans
+
+
+@pytest.mark.parametrize("remote_parent", [False, True])
+def test_the_sdks_common_spans_take_a_template_and_write_the_same_bytes(remote_parent):
+    otlp_json_file._TEMPLATES.clear()
+    common = {
+        "gen_ai.tool.name": "web_search",
+        "agent.tool.exec.duration": 0.00013385,
+        "agent.tool.exec.cpu_time": 5.38e-06,
+        "n": 2**63 - 1,
+        "m": -(2**63),
+        "ok": True,
+        "no": False,
+        "text": 'naïve 東京 \U0001f600 \u2028 \x00\x1f\x7f "quoted" \\ 100%s %d %%',
+        "100% sure %s": "key with percent signs",
+        "": "empty key",
+    }
+    spans = tool_like_spans([common, {}, {"x": 1.5}, common], remote_parent)
+    line = assert_same(spans)
+    shapes = [entry for entry in otlp_json_file._TEMPLATES.values() if entry is not None]
+    assert len(shapes) >= 3  # the spans above took templates (the bytes above are theirs)
+    written = {s["name"]: s for s in json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]}
+    values = {a["key"]: a["value"] for a in written["execute_tool 0"]["attributes"]}
+    assert values["n"] == {"intValue": str(2**63 - 1)} and values["m"] == {"intValue": str(-(2**63))}
+    assert values["100% sure %s"] == {"stringValue": "key with percent signs"} and values["text"] == {
+        "stringValue": common["text"]
+    }
+    assert "attributes" not in written["execute_tool 1"]
+
+
+def test_values_a_template_cannot_hold_are_written_as_before():
+    # msgspec writes a double that is not finite as null and an integer beyond
+    # int64 as a number: OTLP wants "NaN", "Infinity" and the integer's text.
+    # The same shape with ordinary values before and after: templates and not.
+    otlp_json_file._TEMPLATES.clear()
+    values = [0.5, math.nan, math.inf, -math.inf, 1.0]
+    integers = [1, 2**63, -(2**63) - 1, 2**64, 3]
+    spans = tool_like_spans([{"d": d, "i": i, "s": "x"} for d, i in zip(values, integers)])
+    line = assert_same(spans)
+    written = {s["name"]: s for s in json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]}
+    got = {name: {a["key"]: a["value"] for a in span.get("attributes", [])} for name, span in written.items()}
+    assert got["execute_tool 1"]["d"] == {"doubleValue": "NaN"}
+    assert got["execute_tool 2"]["d"] == {"doubleValue": "Infinity"}
+    assert got["execute_tool 1"]["i"] == {"stringValue": str(2**63)}
+    assert got["execute_tool 3"]["i"] == {"stringValue": str(2**64)}
+    assert got["execute_tool 4"] == {"d": {"doubleValue": 1.0}, "i": {"intValue": "3"}, "s": {"stringValue": "x"}}
+
+
+def test_the_kept_templates_are_bounded():
+    otlp_json_file._TEMPLATES.clear()
+    limit = otlp_json_file._TEMPLATES_LIMIT
+    spans = tool_like_spans([{f"key {n}": n} for n in range(limit + 10)])
+    for start in range(0, len(spans), 256):
+        assert_same(spans[start : start + 256])
+    assert 0 < len(otlp_json_file._TEMPLATES) <= limit
