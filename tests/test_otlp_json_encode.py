@@ -628,12 +628,13 @@ def test_the_sdks_common_spans_take_a_template_and_write_the_same_bytes(remote_p
         "no": False,
         "text": 'naïve 東京 \U0001f600 \u2028 \x00\x1f\x7f "quoted" \\ 100%s %d %%',
         "100% sure %s": "key with percent signs",
-        "": "empty key",
+        'a "quoted" key \\ é': "",
     }
     spans = tool_like_spans([common, {}, {"x": 1.5}, common], remote_parent)
     line = assert_same(spans)
-    shapes = [entry for entry in otlp_json_file._TEMPLATES.values() if entry is not None]
-    assert len(shapes) >= 3  # the spans above took templates (the bytes above are theirs)
+    shapes = [shape for shape, entry in otlp_json_file._TEMPLATES.items() if entry is not None]
+    assert len(shapes) == 5  # every span above took one (kinds and statuses differ): the bytes are theirs
+    assert any("100% sure %s" in shape for shape in shapes)
     written = {s["name"]: s for s in json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]}
     values = {a["key"]: a["value"] for a in written["execute_tool 0"]["attributes"]}
     assert values["n"] == {"intValue": str(2**63 - 1)} and values["m"] == {"intValue": str(-(2**63))}
