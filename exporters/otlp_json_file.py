@@ -202,9 +202,11 @@ def _request_bytes(
 
 # The common spans' templates, by shape: their kind's and end's pieces, whether
 # they have a parent, their attributes' keys and their values' types (None:
-# a shape that _span_bytes writes), up to a number of shapes.
+# a shape that _span_bytes writes), up to a number of shapes. A shape whose
+# keys make a template longer than a limit is not kept (nor its keys with it).
 _TEMPLATES: dict[tuple, Optional[tuple]] = {}
 _TEMPLATES_LIMIT = 1024
+_TEMPLATE_BYTES_LIMIT = 16384
 _NO_TEMPLATE = object()
 # Each attribute value's JSON around what msgspec writes for the value.
 _VALUE_TEMPLATES = {
@@ -240,6 +242,8 @@ def _template(shape: tuple, count: int, encode: Callable[[object], bytes]) -> Op
         integers = [key for key, value_type in zip(keys, types) if value_type is int]
         getter = operator.itemgetter(*integers, *integers) if integers else None  # twice: a tuple even for one
         entry = (b"".join(pieces), float in types, getter)
+        if len(entry[0]) > _TEMPLATE_BYTES_LIMIT:
+            return None
     if len(_TEMPLATES) >= _TEMPLATES_LIMIT:
         _TEMPLATES.clear()
     _TEMPLATES[shape] = entry

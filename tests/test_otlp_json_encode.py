@@ -669,3 +669,8 @@ def test_the_kept_templates_are_bounded():
     for start in range(0, len(spans), 256):
         assert_same(spans[start : start + 256])
     assert 0 < len(otlp_json_file._TEMPLATES) <= limit
+    # A shape with keys too long for a template is written the other way and not kept.
+    otlp_json_file._TEMPLATES.clear()
+    long_keys = tool_like_spans([{"k" * otlp_json_file._TEMPLATE_BYTES_LIMIT: 1.5, "n": 1}])
+    assert_same(long_keys)
+    assert not any(len(shape) > 3 and "n" in shape for shape in otlp_json_file._TEMPLATES)
