@@ -51,16 +51,19 @@ def encode_spans_json(spans: Sequence[ReadableSpan]) -> str:
 
     The same JSON as the SDK's protobuf encoder followed by ``MessageToDict``
     and hex ids (the tests hold the two equal), written straight from the
-    SDK's spans as bytes. This runs on the span processor's thread for every
-    span, so a span is a few pieces of bytes, not a tree of dicts: the fixed
-    parts are constants, each attribute key's JSON prefix and each text or
-    boolean attribute's whole JSON are kept for reuse (a bounded number, of
-    short ones), msgspec writes the text and doubles (a C call each) and
-    ``%`` formatting the ids, times and integers; only what is rare (events,
-    links, trace state, a status message, arrays, maps, bytes, doubles that
-    are not finite) is built as dicts first (``_span_json``'s helpers) and
-    written by msgspec, so the bytes are those msgspec writes for the dicts.
-    ``bench/encode.py`` measures it.
+    SDK's spans as bytes, on the span processor's thread for every span. A
+    common span (the SDK's, with only ids, a name, kind, times, flags, a
+    status without a message and text, boolean, integer and double
+    attributes) is one ``%`` of a template kept for its shape (its kind,
+    status and parent, its attributes' keys and its values' types), filled
+    with its ids and times and each value as msgspec writes it. Any other
+    span is written piece by piece (each key's JSON prefix and short text
+    and boolean attributes' whole JSON kept for reuse, a bounded number),
+    what is rare in it (events, links, trace state, a status message,
+    arrays, maps, bytes, doubles that are not finite) built as dicts first
+    and written by msgspec. Either way the bytes are those msgspec writes
+    for ``_request_json``'s dicts (the tests hold them equal).
+    ``bench/encode.py`` and ``bench/instructions.py encode`` measure it.
     """
     return _encode_spans(spans, b"").decode("utf-8")
 
