@@ -381,11 +381,11 @@ def test_one_block_by_two_tools_in_a_row_is_split_where_the_second_began(agent, 
 
 def test_a_block_still_going_on_is_open_ended_for_the_live_attribution(agent, spans):
     seen = []
-    returned = threading.Event()
+    returned, shown = threading.Event(), threading.Event()
 
     @agent_otel.tool
     def long_lookup() -> None:
-        time.sleep(2.0)
+        shown.wait(10.0)  # blocks the loop until the block was seen (or 10 s)
 
     def look():
         # Poll as the GPU timeline would, until the block shows or the call returned.
@@ -397,6 +397,7 @@ def test_a_block_still_going_on_is_open_ended_for_the_live_attribution(agent, sp
                 if b.tool == "long_lookup" and not returned.is_set()
             )
             time.sleep(0.05)
+        shown.set()
 
     async def main():
         looker = threading.Thread(target=look)
