@@ -159,6 +159,12 @@ class Settings:
         "type and stack frames only ([why on](docs/telemetry.md#what-a-span-says-about-the-data))",
         env=("AGENT_OTEL_RECORD_EXCEPTION_MESSAGES",),
     )
+    deferred_spans: bool = setting(
+        False,
+        "build each tool span on the pipeline thread after the call, not in it (opt-in; span processors "
+        "see it up to 0.25 s later; [docs/telemetry.md](docs/telemetry.md#deferred-spans))",
+        env=("AGENT_OTEL_DEFERRED_SPANS",),
+    )
     max_attribute_length: int = setting(
         1024,
         "truncate recorded arguments, results and exception messages",

@@ -508,6 +508,7 @@ def _setup(handle: Instrumentation) -> None:
         max_attribute_length=settings.max_attribute_length,
         redact=settings.redact,
         record_exception_messages=settings.record_exception_messages,
+        deferred_spans=settings.deferred_spans,
     )
     recorder.remedy_metrics = handle.metrics.remedies
     handle.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None

@@ -1,7 +1,8 @@
 """The background thread between capture and outputs.
 
 It drains the finished ``ToolCall`` records and executor waits that the hot
-path appended (and the loop monitor's finished ``LoopBlock`` records), observes them in the Prometheus metrics, and hands each batch
+path appended (and the loop monitor's finished ``LoopBlock`` records), builds
+the SDK spans of deferred tool calls (``capture/deferred.py``), observes them in the Prometheus metrics, and hands each batch
 to the other consumers (the live GPU attribution). A scrape drains first, so
 /metrics is exact at the moment it is read.
 """
@@ -73,6 +74,7 @@ class Pipeline:
             take = finished.popleft
             batch = [take() for _ in range(len(finished))]
             blocks = self._loop_monitor.finished if self._loop_monitor is not None else ()
+            self._build_spans()
             try:
                 with self._metrics.lock:
                     self._metrics.observe_calls(batch)
@@ -87,6 +89,25 @@ class Pipeline:
                     consumer(batch)
                 except Exception as exc:
                     self._failed(getattr(consumer, "__qualname__", repr(consumer)), exc)
+
+    def _build_spans(self) -> None:
+        # Deferred spans (capture/deferred.py): started and ended here, so the
+        # span processors' on_start and on_end run on this thread.
+        spans = self._recorder.spans
+        if not spans:
+            return
+        try:
+            replay = self._recorder.builder.replay_tracer()
+        except Exception as exc:
+            spans.clear()
+            self._failed("deferred spans", exc)
+            return
+        build, take = self._recorder.build_span, spans.popleft
+        for _ in range(len(spans)):
+            try:
+                build(replay, take())
+            except Exception as exc:
+                self._failed("deferred spans", exc)
 
     def _failed(self, where: str, exc: Exception) -> None:
         self._problems.report(

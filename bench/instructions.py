@@ -84,6 +84,7 @@ def run_background(calls: int, bare: bool) -> None:
     class Recorder:  # the recorder's two tables, as the hot path fills them
         inflight: dict = {}
         finished: collections.deque = collections.deque()
+        spans: collections.deque = collections.deque()
 
     gpu = SimulatedGpu(clock=lambda: now[0])
     recorder, metrics = Recorder(), Metrics()

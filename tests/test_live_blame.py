@@ -30,11 +30,12 @@ POLL_NS = NS_PER_S // 2  # the default poll interval
 
 
 class FakeRecorder:
-    """The two tables of agent_otel's recorder the live timeline reads."""
+    """The two tables of agent_otel's recorder the live timeline reads (and its deferred spans, none)."""
 
     def __init__(self):
         self.inflight: dict[int, ToolCall] = {}
         self.finished: collections.deque = collections.deque()
+        self.spans: collections.deque = collections.deque()
 
 
 class Agent:

@@ -15,7 +15,7 @@ import threading
 from collections import deque
 from contextvars import Token
 from operator import itemgetter
-from typing import Callable, Iterable, Optional, Protocol
+from typing import Callable, Iterable, Mapping, Optional, Protocol
 
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
@@ -28,6 +28,7 @@ from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.config import DEFAULTS
 from agent_otel.capture import sdk_span
+from agent_otel.capture.deferred import Builder, DeferredSpan, new_span
 from agent_otel.capture.otel_context import SPAN_KEY, get_current, reset, with_span
 from agent_otel.capture.otel_context import attach as attach_context
 from agent_otel.capture.otel_context import detach
@@ -136,10 +137,21 @@ class Recorder:
         max_attribute_length: int = DEFAULTS.max_attribute_length,
         redact: Optional[Callable[[str, str], str]] = None,
         record_exception_messages: bool = DEFAULTS.record_exception_messages,
+        deferred_spans: bool = DEFAULTS.deferred_spans,
     ):
         self.tracer = tracer
         # What a tool span starts with (None where nothing reads it then).
         self.start_attributes = sdk_span.StartAttributes(tracer, START_ATTRIBUTES)
+        # Deferred spans (capture/deferred.py): taken where start_attributes.get()
+        # is None (an SDK tracer, a sampler blind to attributes, processors whose
+        # on_start does nothing) and the tracer is enabled.
+        self._sampler = getattr(tracer, "sampler", None)
+        self._ids = getattr(tracer, "id_generator", None)
+        self.deferred = deferred_spans and self._sampler is not None and self._ids is not None
+        self._enabled: Callable[[], bool] = getattr(tracer, "_is_enabled", None) or _always
+        # The deferred calls ended and not yet built (by the pipeline thread).
+        self.spans: deque[DeferredSpan] = deque()
+        self.builder = Builder(tracer)
         self.record_arguments = record_arguments
         self.record_results = record_results
         self.max_attribute_length = max_attribute_length
@@ -158,6 +170,7 @@ class Recorder:
         """In a forked child: the calls in flight and finished are the parent's to count."""
         self.inflight.clear()
         self.finished.clear()
+        self.spans.clear()
 
     def running(self, meta: ToolMeta):
         """The current span when it is this tool's own span, else None.
@@ -199,7 +212,10 @@ class Recorder:
                 else valid_text(call_id, NAME_LIMIT)
             )
         start = self.start_attributes.get()
-        span = self.tracer.start_span(meta.span_name, context, attributes=start, start_time=call.submit_ns)
+        if self.deferred and start is None and self._enabled():
+            span = new_span(self._sampler, self._ids, meta, call, context, current)
+        else:
+            span = self.tracer.start_span(meta.span_name, context, attributes=start, start_time=call.submit_ns)
         # SpanContext is a tuple (trace_id, span_id, ...): read by index, not
         # through two Python properties.
         span_context = span.get_span_context()
@@ -242,7 +258,10 @@ class Recorder:
         if call_id is not None:
             call.call_id = valid_text(call_id, NAME_LIMIT)
         start = self.start_attributes.get()
-        span = self.tracer.start_span(meta.span_name, context, attributes=start, start_time=now)
+        if self.deferred and start is None and self._enabled():
+            span = new_span(self._sampler, self._ids, meta, call, context, current)
+        else:
+            span = self.tracer.start_span(meta.span_name, context, attributes=start, start_time=now)
         # SpanContext is a tuple (trace_id, span_id, ...): read by index, not
         # through two Python properties.
         span_context = span.get_span_context()
@@ -288,26 +307,19 @@ class Recorder:
                 span.set_attribute(ERROR_TYPE, call.error_type)
                 self.record_error(span, exc, now)
         exec_ns = now - call.start_ns
-        attributes: dict[str, AttributeValue] = {
-            **fixed,
-            AGENT_TOOL_QUEUE_DURATION: (call.start_ns - call.submit_ns) / 1e9,
-            AGENT_TOOL_EXEC_DURATION: exec_ns / 1e9,
-            AGENT_TOOL_EXECUTOR: call.executor,
-            AGENT_TOOL_OUTCOME: call.outcome,
-        }
         if cpu_ns is not None:
             call.cpu_ns = cpu_ns
-            attributes[AGENT_TOOL_EXEC_CPU_TIME] = cpu_ns / 1e9
             if exec_ns < CPU_SHORT_NS:
                 meta.cpu_skip = CPU_SAMPLE - 1  # a short call: measure one in CPU_SAMPLE of the next ones
         elif exec_ns >= CPU_SHORT_NS and meta.cpu_skip:
             meta.cpu_skip = 0  # a long call went unmeasured: measure the next one
-        if call.executor_workers:
-            attributes[AGENT_EXECUTOR_MAX_WORKERS] = call.executor_workers
-        if call.call_id is not None:
-            attributes[GEN_AI_TOOL_CALL_ID] = call.call_id
-        sdk_span.add(span, attributes, meta.text_bound)
-        span.end(end_time=now)
+        if type(span) is DeferredSpan:
+            # Built on the pipeline thread (build_span), with what the call recorded.
+            span.ended = True
+            self.spans.append(span)
+        else:
+            sdk_span.add(span, end_attributes(call, fixed), meta.text_bound)
+            span.end(end_time=now)
         if token is not None:
             try:
                 reset(token)
@@ -317,6 +329,12 @@ class Recorder:
         # (the live GPU timeline) never misses it.
         self.finished.append(call)
         self.inflight.pop(id(call), None)
+
+    def build_span(self, replay, deferred: DeferredSpan) -> None:
+        """Build, start and end the SDK span of the ended deferred call (the
+        pipeline thread; ``replay`` is ``builder.replay_tracer()``)."""
+        meta = deferred.meta
+        self.builder.build(replay, deferred, end_attributes(deferred.call, meta.attributes), meta.text_bound)
 
     # ------------------------------------------------------------ text that leaves the process (payloads.py)
 
@@ -384,6 +402,29 @@ class Recorder:
         span.end(end_time=now)
         self.finished.append(call)
         self.inflight.pop(id(call), None)
+
+
+def _always() -> bool:
+    return True
+
+
+def end_attributes(call: ToolCall, fixed: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
+    """The attributes a tool span gets at its end: ``fixed`` (the tool's), and the
+    contract's ``agent.*`` and ``gen_ai.tool.call.id`` of the ended ``call``."""
+    attributes: dict[str, AttributeValue] = {
+        **fixed,
+        AGENT_TOOL_QUEUE_DURATION: (call.start_ns - call.submit_ns) / 1e9,
+        AGENT_TOOL_EXEC_DURATION: (call.end_ns - call.start_ns) / 1e9,
+        AGENT_TOOL_EXECUTOR: call.executor,
+        AGENT_TOOL_OUTCOME: call.outcome,
+    }
+    if call.cpu_ns is not None:
+        attributes[AGENT_TOOL_EXEC_CPU_TIME] = call.cpu_ns / 1e9
+    if call.executor_workers:
+        attributes[AGENT_EXECUTOR_MAX_WORKERS] = call.executor_workers
+    if call.call_id is not None:
+        attributes[GEN_AI_TOOL_CALL_ID] = call.call_id
+    return attributes
 
 
 # The one recorder while instrumented; None otherwise (the wrappers then

@@ -1,0 +1,230 @@
+"""Deferred tool spans (the ``deferred_spans`` setting, off by default).
+
+In this mode a tool call's hot path builds no SDK span. ``Recorder.begin``
+takes the span's ids the way the SDK's ``Tracer.start_span`` does (the
+trace id from the parent context or the provider's id generator, a new span
+id from it), asks the tracer's sampler for its decision (the same call, with
+the same arguments, that ``start_span`` makes), and makes a ``DeferredSpan``
+current for the call: a span object that carries the span context the SDK
+span will have (so child spans, of HTTP clients or models, parent on it and
+inherit its sampled flag) and keeps every call made on it (attributes,
+events, status, exceptions, links, a new name) in a list.
+``Recorder.end`` appends it to ``Recorder.spans``. The pipeline thread
+(``pipeline.py``) then builds the real span in ``build``: through the
+tracer's own ``start_span`` (on a copy of the tracer whose id generator and
+sampler give back the ids and the decision taken on the hot path), with the
+call's start time and parent context, replays the calls made on it, adds
+the attributes of its end and ends it at the call's end. So the span
+processors see ``on_start`` and then ``on_end`` (and ``_on_ending``) on the
+pipeline thread, after the call ended, up to ``interval_s`` (0.25 s) later;
+``Instrumentation.force_flush`` and ``shutdown`` drain the pipeline first.
+
+Only where nothing can tell the difference: the tracer is the SDK's, its
+sampler one of the SDK's samplers that decide without the span's
+attributes, and every span processor's ``on_start`` does nothing (exactly
+the tracers for which ``sdk_span.StartAttributes.get()`` is None, checked
+again whenever the processors change); and the tracer is enabled. Any
+other call takes the default path. What a user sees of the span inside
+the call is in docs/telemetry.md ("Deferred spans").
+
+What it relies on beyond the public API: ``Tracer.sampler`` and
+``Tracer.id_generator``, the attributes the SDK's ``Tracer`` sets in its
+constructor and reads in ``start_span``, are replaced on a shallow copy of
+the tracer (never on the tracer itself); and ``Tracer._is_enabled`` (the
+SDK's tracer configurator) is read where it exists.
+``tests/test_deferred_spans.py`` checks that both modes export the same
+spans.
+"""
+
+from __future__ import annotations
+
+import copy
+from time import time_ns
+from typing import Any, Optional
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanKind, TraceFlags
+
+from agent_otel.capture import sdk_span
+from agent_otel.semconv import SCOPE_NAME
+from agent_otel.version import __version__
+
+# The trace flags of a span context, by (sampled, random trace id): made once.
+FLAGS = {
+    (sampled, random): TraceFlags(
+        (TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT) | (TraceFlags.RANDOM_TRACE_ID if random else 0)
+    )
+    for sampled in (False, True)
+    for random in (False, True)
+}
+INTERNAL = SpanKind.INTERNAL
+RECORDING = (Decision.RECORD_ONLY, Decision.RECORD_AND_SAMPLE)
+
+
+def _kept(value: Any) -> Any:
+    # The SDK copies a sequence value when it is set (as a tuple): a list the
+    # caller changes later must not change what is exported.
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _kept_all(attributes) -> Optional[dict]:
+    return None if attributes is None else {key: _kept(value) for key, value in attributes.items()}
+
+
+class DeferredSpan(trace_api.Span):
+    """The current span of a tool call in deferred mode; see the module docstring.
+
+    Its span context is the one the exported span has; ``is_recording()`` is
+    True until the call ends. Every call made on it is kept (in ``ops``, in
+    order, with the time of an event or exception that was given none) and
+    made on the SDK span when the pipeline builds it; ``end()`` does
+    nothing: the call's end ends the span.
+    """
+
+    __slots__ = ("name", "context", "parent", "meta", "call", "ops", "ended")
+    # Read by Recorder.begin to tell the tool's own span (a nested begin).
+    instrumentation_scope = InstrumentationScope(SCOPE_NAME, __version__)
+
+    def __init__(self, name, context, parent, meta, call):
+        self.name = name
+        self.context = context
+        self.parent = parent  # the Context the call began in
+        self.meta = meta
+        self.call = call
+        self.ops: Optional[list] = None
+        self.ended = False
+
+    def _keep(self, *op) -> None:
+        if self.ended:  # as an ended SDK span: nothing more goes on it
+            return
+        ops = self.ops
+        if ops is None:
+            ops = self.ops = []
+        ops.append(op)
+
+    def get_span_context(self):
+        return self.context
+
+    def is_recording(self) -> bool:
+        return not self.ended
+
+    def set_attribute(self, key, value) -> None:
+        self._keep("set_attribute", key, _kept(value))
+
+    def set_attributes(self, attributes) -> None:
+        self._keep("set_attributes", _kept_all(attributes))
+
+    def add_event(self, name, attributes=None, timestamp=None) -> None:
+        self._keep("add_event", name, _kept_all(attributes), time_ns() if timestamp is None else timestamp)
+
+    def add_link(self, context, attributes=None) -> None:
+        self._keep("add_link", context, _kept_all(attributes))
+
+    def update_name(self, name) -> None:
+        if not self.ended:
+            self.name = name
+        self._keep("update_name", name)
+
+    def set_status(self, status, description=None) -> None:
+        self._keep("set_status", status, description)
+
+    def record_exception(self, exception, attributes=None, timestamp=None, escaped=False) -> None:
+        self._keep(
+            "record_exception", exception, _kept_all(attributes), time_ns() if timestamp is None else timestamp, escaped
+        )
+
+    def end(self, end_time=None) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f'DeferredSpan(name="{self.name}", context={self.context})'
+
+
+def new_span(sampler, ids, meta, call, context, parent_span) -> trace_api.Span:
+    """The span of a call beginning now in ``context`` (whose current span is
+    ``parent_span``, or None): a ``DeferredSpan``, or where the sampler drops
+    it a ``NonRecordingSpan``, as ``tracer.start_span`` would make it."""
+    parent = parent_span.get_span_context() if parent_span is not None else None
+    if parent is None or not parent.is_valid:
+        trace_id = ids.generate_trace_id()
+        random = ids.is_trace_id_random()
+    else:
+        trace_id = parent.trace_id
+        random = parent.trace_flags.random_trace_id
+    name = meta.span_name
+    result = sampler.should_sample(context, trace_id, name, INTERNAL, None, ())
+    decision = result.decision
+    span_context = trace_api.SpanContext(
+        trace_id,
+        ids.generate_span_id(),
+        is_remote=False,
+        trace_flags=FLAGS[decision is Decision.RECORD_AND_SAMPLE, random],
+        trace_state=result.trace_state,
+    )
+    if decision in RECORDING:
+        return DeferredSpan(name, span_context, context, meta, call)
+    return trace_api.NonRecordingSpan(span_context)
+
+
+class _Ids(IdGenerator):
+    """Gives back the ids taken on the hot path (one span at a time)."""
+
+    def __init__(self, real: IdGenerator):
+        self.real = real
+        self.trace_id = self.span_id = 0
+
+    def generate_trace_id(self) -> int:
+        return self.trace_id
+
+    def generate_span_id(self) -> int:
+        return self.span_id
+
+    def is_trace_id_random(self) -> bool:
+        return self.real.is_trace_id_random()
+
+
+class _Decided(Sampler):
+    """Gives back the decision taken on the hot path (one span at a time)."""
+
+    def __init__(self, real: Sampler):
+        self.real = real
+        self.decision = Decision.RECORD_AND_SAMPLE
+        self.trace_state: Optional[trace_api.TraceState] = None
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):
+        return SamplingResult(self.decision, attributes, self.trace_state)
+
+    def get_description(self) -> str:
+        return self.real.get_description()
+
+
+class Builder:
+    """Builds the SDK spans of deferred calls, on the pipeline thread (one at a time)."""
+
+    def __init__(self, tracer):
+        self.tracer = tracer
+
+    def replay_tracer(self):
+        """A copy of the tracer whose ids and sampling decision are the hot path's."""
+        replay = copy.copy(self.tracer)
+        replay.id_generator = _Ids(self.tracer.id_generator)
+        replay.sampler = _Decided(self.tracer.sampler)
+        return replay
+
+    def build(self, replay, deferred: DeferredSpan, end_attributes, text_bound: int) -> trace_api.Span:
+        """The SDK span of the ended call ``deferred``, given to the span processors (started and ended)."""
+        context = deferred.context
+        ids, decided = replay.id_generator, replay.sampler
+        ids.trace_id, ids.span_id = context.trace_id, context.span_id
+        decided.decision = Decision.RECORD_AND_SAMPLE if context.trace_flags.sampled else Decision.RECORD_ONLY
+        decided.trace_state = context.trace_state
+        call = deferred.call
+        span = replay.start_span(deferred.meta.span_name, deferred.parent, start_time=call.submit_ns)
+        for op in deferred.ops or ():
+            getattr(span, op[0])(*op[1:])
+        sdk_span.add(span, end_attributes, text_bound)
+        span.end(end_time=call.end_ns)
+        return span

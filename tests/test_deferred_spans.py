@@ -1,0 +1,341 @@
+"""Deferred spans (``deferred_spans``, capture/deferred.py): the hot path makes no
+SDK span; the pipeline builds it after the call. The spans exported must be
+the ones the default path exports, field by field.
+
+Each scenario runs twice, in the default mode and deferred, with the same
+sequential ids (an id generator that counts) and the same clock (the
+recorder's and the executor hook's clock, a counter), and the exported
+spans (``ReadableSpan.to_json()``, the scope, and the span processors'
+view) are compared whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Status, StatusCode
+
+import agent_otel
+from agent_otel.capture import executors, meta, recorder, wrappers
+from agent_otel.capture.deferred import DeferredSpan
+
+
+class Counting(IdGenerator):
+    """Ids 1, 2, 3, ...: the same in both modes when the spans are made in the same order."""
+
+    def __init__(self):
+        self._next = itertools.count(1)
+
+    def generate_span_id(self) -> int:
+        return next(self._next)
+
+    def generate_trace_id(self) -> int:
+        return next(self._next) << 64
+
+
+class Clock:
+    def __init__(self):
+        self._next = itertools.count(1_000_000, 1_000)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            return next(self._next)
+
+
+class Seen(SpanProcessor):
+    """What a span processor is given: on_start then on_end, and on which thread."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, str, str]] = []
+
+    def on_start(self, span, parent_context=None):
+        pass
+
+    def on_end(self, span):
+        self.calls.append(("end", span.name, threading.current_thread().name))
+
+
+def _exported(monkeypatch, deferred: bool, scenario, sampler=None):
+    """The spans ``scenario(tracer)`` exports, in the mode, as comparable data."""
+    provider = TracerProvider(id_generator=Counting(), **({"sampler": sampler} if sampler else {}))
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    seen = Seen()
+    provider.add_span_processor(seen)
+    clock = Clock()
+    monkeypatch.setattr(recorder, "perf_counter_ns", clock)
+    monkeypatch.setattr(executors, "perf_counter_ns", clock)
+    cpu = Clock()
+    monkeypatch.setattr(wrappers, "thread_time_ns", cpu)
+    monkeypatch.setattr(meta, "thread_time_ns", cpu)
+    monkeypatch.setattr(meta, "_META_CACHE", {})  # each run's tool_span starts with the same CPU sampling
+    rec = recorder.Recorder(provider.get_tracer(recorder.SCOPE_NAME, agent_otel.__version__), deferred_spans=deferred)
+    monkeypatch.setattr(recorder, "current", rec)
+    monitor = executors.ExecutorMonitor()
+    executors.install(monitor)
+    try:
+        scenario(provider.get_tracer("child"))
+    finally:
+        executors.uninstall()
+        monkeypatch.setattr(recorder, "current", None)
+    assert not rec.inflight
+    built_before_drain = len(exporter.get_finished_spans())
+    from agent_otel.exporters.prometheus import Metrics
+    from agent_otel.pipeline import Pipeline
+
+    Pipeline(rec, monitor, Metrics()).drain()
+    spans = sorted(exporter.get_finished_spans(), key=lambda span: span.context.span_id)
+    return (
+        [(json.loads(span.to_json()), span.instrumentation_scope) for span in spans],
+        built_before_drain,
+        seen.calls,
+        rec,
+    )
+
+
+def _both(monkeypatch, scenario, sampler=None):
+    default, _, _, _ = _exported(monkeypatch, False, scenario, sampler)
+    deferred, before_drain, seen, rec = _exported(monkeypatch, True, scenario, sampler)
+    assert deferred == default
+    return default, before_drain, seen, rec
+
+
+def _direct(child_tracer):
+    @agent_otel.tool
+    def lookup(x):
+        """Look a thing up."""
+        span = trace.get_current_span()
+        span.set_attribute("user.key", [1, 2])
+        span.add_event("user.event", {"n": 1}, timestamp=5)
+        with child_tracer.start_as_current_span("GET", start_time=10, end_on_exit=False) as child:
+            child.end(end_time=20)
+        return x * 2
+
+    assert lookup(3) == 6
+
+
+def test_a_direct_call_with_a_child_span_exports_the_same_span(monkeypatch):
+    spans, before_drain, seen, _ = _both(monkeypatch, _direct)
+    ((tool, _),) = [s for s in spans if s[0]["name"] == "execute_tool lookup"]
+    ((child, _),) = [s for s in spans if s[0]["name"] == "GET"]
+    assert child["parent_id"] == tool["context"]["span_id"]
+    assert child["context"]["trace_id"] == tool["context"]["trace_id"]
+    assert tool["attributes"]["user.key"] == [1, 2]
+    assert tool["attributes"]["agent.tool.outcome"] == "ok"
+    assert [e["name"] for e in tool["events"]] == ["user.event"]
+    # Deferred: only the child was exported during the call; the tool span by the drain, on its thread.
+    assert before_drain == 1
+    assert seen == [("end", "GET", "MainThread"), ("end", "execute_tool lookup", "MainThread")]
+
+
+def test_async_calls_nested_in_a_parent_span_export_the_same_spans(monkeypatch):
+    def scenario(child_tracer):
+        @agent_otel.tool
+        async def fetch(x):
+            await asyncio.sleep(0)
+            with child_tracer.start_as_current_span("inner", start_time=1, end_on_exit=False) as inner:
+                inner.end(end_time=2)
+            return x
+
+        @agent_otel.tool
+        async def outer(x):
+            return await fetch(x) + await fetch(x + 1)
+
+        async def main():
+            with child_tracer.start_as_current_span("agent", start_time=1, end_on_exit=False) as root:
+                assert await outer(1) == 3
+                root.end(end_time=3)
+
+        asyncio.run(main())
+
+    spans, *_ = _both(monkeypatch, scenario)
+    names = {s["context"]["span_id"]: s for s, _ in spans}
+    by_name = {}
+    for s, _ in spans:
+        by_name.setdefault(s["name"], []).append(s)
+    (outer,) = by_name["execute_tool outer"]
+    (root,) = by_name["agent"]
+    assert outer["parent_id"] == root["context"]["span_id"]
+    assert [f["parent_id"] for f in by_name["execute_tool fetch"]] == [outer["context"]["span_id"]] * 2
+    assert all(names[i["parent_id"]]["name"] == "execute_tool fetch" for i in by_name["inner"])
+
+
+def test_a_failed_call_exports_the_same_span(monkeypatch):
+    def scenario(child_tracer):
+        @agent_otel.tool
+        def broken():
+            trace.get_current_span().set_status(Status(StatusCode.UNSET))
+            raise KeyError("missing")
+
+        with pytest.raises(KeyError, match="missing"):
+            broken()
+
+    spans, *_ = _both(monkeypatch, scenario)
+    ((tool, _),) = spans
+    assert tool["status"]["status_code"] == "ERROR"
+    assert tool["attributes"]["error.type"] == "KeyError"
+    assert [e["name"] for e in tool["events"]] == ["exception"]
+
+
+def test_calls_queued_on_an_executor_export_the_same_spans(monkeypatch):
+    def scenario(child_tracer):
+        @agent_otel.tool
+        def work(x):
+            return x + 1
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pool") as pool:
+            assert [pool.submit(work, i).result() for i in range(3)] == [1, 2, 3]
+
+    spans, *_ = _both(monkeypatch, scenario)
+    assert len(spans) == 3
+    for tool, _ in spans:
+        assert tool["attributes"]["agent.tool.executor"] == "pool"
+        assert [e["name"] for e in tool["events"]] == ["exec.start"]
+        assert tool["attributes"]["agent.tool.queue.duration"] > 0
+
+
+def test_a_generator_and_a_tool_span_block_export_the_same_spans(monkeypatch):
+    def scenario(child_tracer):
+        @agent_otel.tool
+        def numbers(n):
+            yield from range(n)
+
+        assert list(numbers(3)) == [0, 1, 2]
+        with agent_otel.tool_span("inline", call_id="call-1") as span:
+            span.update_name("execute_tool renamed")
+
+    spans, *_ = _both(monkeypatch, scenario)
+    assert sorted(s["name"] for s, _ in spans) == ["execute_tool numbers", "execute_tool renamed"]
+
+
+@pytest.mark.parametrize(
+    "sampler", [ALWAYS_OFF, TraceIdRatioBased(0.5), ParentBased(ALWAYS_OFF)], ids=["off", "ratio", "parent-off"]
+)
+def test_the_samplers_decide_as_on_the_default_path(monkeypatch, sampler):
+    def scenario(child_tracer):
+        @agent_otel.tool
+        def lookup(x):
+            with child_tracer.start_as_current_span("GET", start_time=1, end_on_exit=False) as child:
+                child.end(end_time=2)
+            return x
+
+        for i in range(8):
+            assert lookup(i) == i
+
+    spans, _, _, rec = _both(monkeypatch, scenario, sampler)
+    assert rec.deferred
+    if sampler is ALWAYS_OFF:
+        assert spans == []
+
+
+def test_the_span_inside_the_call_is_the_tool_spans_context_and_keeps_what_is_set(monkeypatch):
+    inside = []
+
+    def scenario(child_tracer):
+        @agent_otel.tool
+        def lookup():
+            inside.append(trace.get_current_span())
+            trace.get_current_span().set_attribute("user.late", "kept")
+
+        lookup()
+
+    deferred, *_ = _exported(monkeypatch, True, scenario)
+    ((tool, _),) = deferred
+    (span,) = inside
+    assert isinstance(span, DeferredSpan)
+    assert span.get_span_context().span_id == int(tool["context"]["span_id"], 16)
+    assert tool["attributes"]["user.late"] == "kept"
+    # After the call the span takes nothing (as an ended SDK span).
+    assert not span.is_recording()
+    span.set_attribute("after", 1)
+    assert span.ops == [("set_attribute", "user.late", "kept")]
+
+
+class _Starts(SpanProcessor):
+    def on_start(self, span, parent_context=None):
+        self.started = True
+
+
+def test_a_processor_whose_on_start_does_work_takes_the_default_path(monkeypatch):
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    rec = recorder.Recorder(provider.get_tracer(recorder.SCOPE_NAME), deferred_spans=True)
+    monkeypatch.setattr(recorder, "current", rec)
+
+    @agent_otel.tool
+    def lookup():
+        return type(trace.get_current_span()).__name__
+
+    assert lookup() == "DeferredSpan"
+    provider.add_span_processor(_Starts())
+    assert lookup() == "_Span"
+    assert len(rec.spans) == 1  # the first call's, waiting for the pipeline
+
+
+def test_a_tracer_that_is_not_the_sdks_takes_the_default_path(monkeypatch):
+    rec = recorder.Recorder(trace.NoOpTracer(), deferred_spans=True)
+    assert not rec.deferred
+    monkeypatch.setattr(recorder, "current", rec)
+
+    @agent_otel.tool
+    def lookup():
+        return 1
+
+    assert lookup() == 1
+    assert not rec.spans
+
+
+def test_the_setting_reaches_the_recorder_and_force_flush_builds(spans):
+    handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(), deferred_spans=True)
+    try:
+        assert handle.recorder.deferred
+
+        @agent_otel.tool
+        def lookup():
+            return 1
+
+        lookup()
+        handle.force_flush()
+        (span,) = spans.tools("lookup")
+        assert span.attributes["agent.tool.outcome"] == "ok"
+    finally:
+        agent_otel.uninstrument()
+
+
+def test_a_span_that_fails_to_build_is_reported_and_the_rest_built(monkeypatch, caplog):
+    def scenario(child_tracer):
+        @agent_otel.tool
+        def lookup(x):
+            if x == 1:
+                trace.get_current_span().set_attribute("user.bad", "x")
+            return x
+
+        for i in range(3):
+            lookup(i)
+
+    build = recorder.Recorder.build_span
+
+    def fails_on_the_bad_one(self, replay, deferred):
+        if deferred.ops:
+            raise RuntimeError("cannot build")
+        build(self, replay, deferred)
+
+    monkeypatch.setattr(recorder.Recorder, "build_span", fails_on_the_bad_one)
+    with caplog.at_level("WARNING", logger="agent_otel"):
+        deferred, _, _, rec = _exported(monkeypatch, True, scenario)
+    assert [tool["attributes"]["agent.tool.outcome"] for tool, _ in deferred] == ["ok", "ok"]
+    assert not rec.spans
+    assert "deferred spans failed (RuntimeError: cannot build)" in caplog.text
