@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Optional
 
 VARIANTS = ("span", "tool", "submit_bare", "submit", "submit_tool", "background_bare", "background", "encode")
+DEFERRED_VARIANTS = ("tool", "submit_tool")  # counted again with --deferred
 
 
 def run_background(calls: int, bare: bool) -> None:
@@ -141,8 +142,22 @@ def run_encode(calls: int) -> None:
         encode_spans_json(batches[number % len(batches)])
 
 
+def _deferred_mode(mode: str) -> None:
+    """Set the ``deferred_spans`` setting for ``mode`` (see ``DEFERRED_MODES``) before ``instrument()``."""
+    if mode in ("deferred", "hot"):
+        os.environ["AGENT_OTEL_DEFERRED_SPANS"] = "true"
+
+
+def _discard_deferred(mode: str, handle) -> None:
+    """In mode "hot": drop the deferred calls' spans before the flush would build them."""
+    if mode == "hot" and handle is not None:
+        handle.recorder.spans.clear()
+
+
 def run(variant: str, calls: int) -> None:
     """The workload, run under valgrind by ``count``."""
+    variant, _, mode = variant.partition(":")
+    _deferred_mode(mode)
     if variant.startswith("background"):
         run_background(calls, bare=variant == "background_bare")
         return
@@ -197,6 +212,7 @@ def run(variant: str, calls: int) -> None:
         call()
     for _ in range(calls):
         call()
+    _discard_deferred(mode, handle)
     provider.force_flush()
     if handle is not None:
         handle.force_flush()
@@ -205,10 +221,17 @@ def run(variant: str, calls: int) -> None:
 ENCODE_SPANS = 5120  # the tool spans made for encode, whatever the number encoded
 
 FRAMEWORK_MODES = ("plain", "span", "tool", "hook")
+# --deferred: the instrumented variants and modes again with deferred_spans on,
+# counted whole ("deferred": the hot path and the pipeline's building of the
+# spans at the flush) and without the building ("hot": the spans dropped
+# before the flush, so the count is the hot path's alone).
+DEFERRED_MODES = ("deferred", "hot")
 
 
 def run_framework(label: str, mode: str, calls: int) -> None:
     """One call of ``bench/frameworks.py`` (by label) in ``mode``, under valgrind by ``count``."""
+    mode, _, deferred = mode.partition(":")
+    _deferred_mode(deferred)
     sys.path.insert(0, str(Path(__file__).parent))
     import frameworks as bench  # bench/frameworks.py: the same calls, made the same way
 
@@ -260,6 +283,7 @@ def run_framework(label: str, mode: str, calls: int) -> None:
     sys.setswitchinterval(1000.0)
     for _ in range(calls):
         call()
+    _discard_deferred(deferred, handle)
     provider.force_flush()
     handle.force_flush()
 
@@ -302,6 +326,11 @@ def main() -> int:
     parser.add_argument("--frameworks", action="store_true", help="the framework hooks against a bare span")
     parser.add_argument("--only", metavar="TEXT", help="with --frameworks: only the calls whose label contains TEXT")
     parser.add_argument("--jobs", type=int, default=4, help="with --frameworks: valgrind runs at once")
+    parser.add_argument(
+        "--deferred",
+        action="store_true",
+        help="also count the instrumented variants (and hooks) with deferred_spans on: whole, and the hot path alone",
+    )
     args = parser.parse_args()
     if args.run:
         if "|" in args.run:
@@ -311,8 +340,12 @@ def main() -> int:
             run(args.run, args.calls)
         return 0
     if args.frameworks:
-        return frameworks(args.calls, args.only, args.jobs)
-    unknown = set(args.variants) - set(VARIANTS)
+        return frameworks(args.calls, args.only, args.jobs, args.deferred)
+    variants = list(args.variants or VARIANTS)
+    if args.deferred:
+        variants += [f"{v}:{mode}" for v in variants if v in DEFERRED_VARIANTS for mode in DEFERRED_MODES]
+    unknown = {v.partition(":")[0] for v in variants} - set(VARIANTS)
+    unknown |= {v for v in variants if v.partition(":")[2] not in ("", *DEFERRED_MODES)}
     if unknown:
         parser.error(f"no variant {', '.join(sorted(unknown))}; the variants: {', '.join(VARIANTS)}")
     if shutil.which("valgrind") is None:
@@ -320,12 +353,17 @@ def main() -> int:
         return 2
     print(f"instructions per call, all threads, {args.calls} calls (valgrind cachegrind)")
     per_call = {}
-    for variant in args.variants or VARIANTS:
+    for variant in variants:
         calls = args.calls // 512 * 512 if variant == "encode" else args.calls  # whole batches
         per_call[variant] = (instructions(variant, calls) - instructions(variant, 0)) / calls
-        print(f"  {variant:12} {per_call[variant]:10,.0f}", flush=True)
-    if "span" in per_call and "tool" in per_call:
-        print(f"tool / span: {per_call['tool'] / per_call['span']:.3f}")
+        print(f"  {variant:20} {per_call[variant]:10,.0f}", flush=True)
+    for tool in ("tool", "tool:deferred", "tool:hot"):
+        if "span" in per_call and tool in per_call:
+            print(f"{tool} / span: {per_call[tool] / per_call['span']:.3f}")
+    for variant in DEFERRED_VARIANTS:
+        if f"{variant}:deferred" in per_call and f"{variant}:hot" in per_call:
+            moved = per_call[f"{variant}:deferred"] - per_call[f"{variant}:hot"]
+            print(f"{variant}: the pipeline's building of a deferred span: {moved:,.0f}")
     if "submit_bare" in per_call and "submit" in per_call:
         print(f"submit / submit_bare: {per_call['submit'] / per_call['submit_bare']:.3f}")
     if "background_bare" in per_call and "background" in per_call:
@@ -333,8 +371,9 @@ def main() -> int:
     return 0
 
 
-def frameworks(calls: int, only: Optional[str], jobs: int) -> int:
-    """Per framework call: instructions per call in each mode, and the hook in bare spans."""
+def frameworks(calls: int, only: Optional[str], jobs: int, deferred: bool = False) -> int:
+    """Per framework call: instructions per call in each mode, and the hook in bare spans
+    (with ``deferred``, a second line: @tool and the hook with deferred_spans on)."""
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (on Debian: apt-get install valgrind)")
         return 2
@@ -352,16 +391,11 @@ def frameworks(calls: int, only: Optional[str], jobs: int) -> int:
         if not bench._installed(module):
             print(f"{label:30} (not installed)")
             continue
-        # Counts do not depend on the machine's load: the eight runs go side by side.
+        modes = FRAMEWORK_MODES + (("tool:hot", "hook:hot", "hook:deferred") if deferred else ())
+        # Counts do not depend on the machine's load: the runs go side by side.
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            counts = {
-                (mode, n): pool.submit(instructions, f"{label}|{mode}", n)
-                for mode in FRAMEWORK_MODES
-                for n in (0, calls)
-            }
-            per_call = {
-                mode: (counts[mode, calls].result() - counts[mode, 0].result()) / calls for mode in FRAMEWORK_MODES
-            }
+            counts = {(mode, n): pool.submit(instructions, f"{label}|{mode}", n) for mode in modes for n in (0, calls)}
+            per_call = {mode: (counts[mode, calls].result() - counts[mode, 0].result()) / calls for mode in modes}
         span, tool, hook = (per_call[mode] - per_call["plain"] for mode in ("span", "tool", "hook"))
         ratio = hook / span
         print(
@@ -369,6 +403,17 @@ def frameworks(calls: int, only: Optional[str], jobs: int) -> int:
             f"{'met' if ratio <= bench.GOAL_RATIO else 'NOT MET':>7}  {tool / span:12.3f} {(hook - tool) / span:20.3f}",
             flush=True,
         )
+        if deferred:
+            # The same columns, deferred_spans on, the hot path alone; then the
+            # hook counted whole (the pipeline's building of the span included).
+            tool, hook = (per_call[mode] - per_call["plain"] for mode in ("tool:hot", "hook:hot"))
+            whole = (per_call["hook:deferred"] - per_call["plain"]) / span
+            print(
+                f"{'  deferred, hot path':30} {'':10} {'':9} {tool:+9,.0f} {hook:+9,.0f} {hook / span:12.3f} "
+                f"{'met' if hook / span <= bench.GOAL_RATIO else 'NOT MET':>7}  {tool / span:12.3f} "
+                f"{(hook - tool) / span:20.3f}   whole (with the build): {whole:.3f}",
+                flush=True,
+            )
     print(f"goal: the hook adds no more than one bare span's cost (hook / span <= {bench.GOAL_RATIO:g})")
     return 0
 

@@ -23,11 +23,20 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, TraceIdRatioBased
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    Decision,
+    ParentBased,
+    ParentBasedTraceIdRatio,
+    TraceIdRatioBased,
+)
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 import agent_otel
-from agent_otel.capture import executors, meta, recorder, wrappers
+from agent_otel.capture import deferred, executors, meta, recorder, wrappers
 from agent_otel.capture.deferred import DeferredSpan
 
 
@@ -220,9 +229,17 @@ def test_a_generator_and_a_tool_span_block_export_the_same_spans(monkeypatch):
     assert sorted(s["name"] for s, _ in spans) == ["execute_tool numbers", "execute_tool renamed"]
 
 
-@pytest.mark.parametrize(
-    "sampler", [ALWAYS_OFF, TraceIdRatioBased(0.5), ParentBased(ALWAYS_OFF)], ids=["off", "ratio", "parent-off"]
-)
+SAMPLERS = {
+    "off": ALWAYS_OFF,
+    "ratio": TraceIdRatioBased(0.5),
+    "parent-off": ParentBased(ALWAYS_OFF),
+    "parent-ratio": ParentBasedTraceIdRatio(0.3),
+    # Not made of bounds: new_span asks should_sample.
+    "nested": ParentBased(ParentBased(TraceIdRatioBased(0.5)), local_parent_sampled=ALWAYS_OFF),
+}
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS.values(), ids=SAMPLERS.keys())
 def test_the_samplers_decide_as_on_the_default_path(monkeypatch, sampler):
     def scenario(child_tracer):
         @agent_otel.tool
@@ -236,8 +253,56 @@ def test_the_samplers_decide_as_on_the_default_path(monkeypatch, sampler):
 
     spans, _, _, rec = _both(monkeypatch, scenario, sampler)
     assert rec.deferred
+    assert (rec._decide is None) == (sampler is SAMPLERS["nested"])
     if sampler is ALWAYS_OFF:
         assert spans == []
+
+
+def test_the_bounds_decide_as_the_sdks_samplers():
+    samplers = [
+        ALWAYS_ON,
+        ALWAYS_OFF,
+        TraceIdRatioBased(0.25),
+        TraceIdRatioBased(0.0),
+        TraceIdRatioBased(1.0),
+        ParentBased(ALWAYS_ON),
+        ParentBased(TraceIdRatioBased(0.5), remote_parent_sampled=ALWAYS_OFF, local_parent_not_sampled=ALWAYS_ON),
+        ParentBasedTraceIdRatio(0.7),
+    ]
+    state = TraceState([("vendor", "x")])
+    random = RandomIdGenerator()
+
+    def parents(trace_id):
+        yield None
+        yield trace.INVALID_SPAN
+        for remote in (False, True):
+            for flags in (0, 1, 3):
+                context = SpanContext(trace_id, 9, is_remote=remote, trace_flags=TraceFlags(flags), trace_state=state)
+                yield trace.NonRecordingSpan(context)
+
+    class Ids(RandomIdGenerator):
+        trace_id = 0
+
+        def generate_trace_id(self) -> int:
+            return self.trace_id
+
+    ids = Ids()
+    for sampler in samplers:
+        decide = deferred.bounds(sampler)
+        assert decide is not None
+        for _ in range(300):
+            ids.trace_id = random.generate_trace_id()
+            for parent in parents(random.generate_trace_id()):
+                context = trace.set_span_in_context(parent) if parent is not None else Context()
+                span = deferred.new_span(sampler, decide, ids, meta.ToolMeta("t"), None, context, parent)
+                got = span.get_span_context()
+                expected = sampler.should_sample(context, got.trace_id, "execute_tool t", SpanKind.INTERNAL, None, ())
+                assert got.trace_flags.sampled == (expected.decision is Decision.RECORD_AND_SAMPLE)
+                assert isinstance(span, DeferredSpan) == expected.decision.is_recording()
+                assert got.trace_state == (expected.trace_state if expected.trace_state is not None else TraceState())
+                if parent is not None and parent.get_span_context().is_valid:
+                    assert got.trace_id == parent.get_span_context().trace_id
+                    assert got.trace_flags.random_trace_id == parent.get_span_context().trace_flags.random_trace_id
 
 
 def test_the_span_inside_the_call_is_the_tool_spans_context_and_keeps_what_is_set(monkeypatch):

@@ -44,7 +44,15 @@ from typing import Any, Optional
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.sdk.trace.sampling import (
+    Decision,
+    ParentBased,
+    ParentBasedTraceIdRatio,
+    Sampler,
+    SamplingResult,
+    StaticSampler,
+    TraceIdRatioBased,
+)
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind, TraceFlags
 
@@ -143,28 +151,89 @@ class DeferredSpan(trace_api.Span):
         return f'DeferredSpan(name="{self.name}", context={self.context})'
 
 
-def new_span(sampler, ids, meta, call, context, parent_span) -> trace_api.Span:
+# ------------------------------------------------------------------ the sampling decision
+
+_ALWAYS = (1 << 64) + 1  # a bound above every trace id's low 64 bits: sampled
+_LOW_64 = TraceIdRatioBased.TRACE_ID_LIMIT
+
+
+def _bound(sampler) -> Optional[int]:
+    """The bound of a sampler of the SDK that samples a trace id exactly when
+    its low 64 bits are below it (``TraceIdRatioBased``'s rule; ``ALWAYS_ON``
+    and ``ALWAYS_OFF`` as bounds above and at zero); None for any other."""
+    kind = type(sampler)
+    if kind is StaticSampler:
+        decision = sampler._decision
+        if decision is Decision.RECORD_AND_SAMPLE:
+            return _ALWAYS
+        return 0 if decision is Decision.DROP else None
+    if kind is TraceIdRatioBased:
+        return sampler.bound
+    return None
+
+
+def bounds(sampler) -> Optional[tuple[int, int, int, int, int]]:
+    """The SDK sampler ``sampler`` as bounds (see ``_bound``) by parent: (no valid
+    parent, remote sampled, remote not sampled, local sampled, local not
+    sampled); None where it is not one of those made of them (then
+    ``new_span`` asks ``should_sample``).
+
+    Every such sampler decides DROP or RECORD_AND_SAMPLE, keeps the parent's
+    trace state (none without a valid parent) and reads nothing else of the
+    call (``ParentBased.should_sample``, ``StaticSampler``,
+    ``TraceIdRatioBased``, ``_get_parent_trace_state`` in the SDK);
+    ``tests/test_deferred_spans.py`` checks the decisions against
+    ``should_sample`` for the installed SDK.
+    """
+    kind = type(sampler)
+    if kind is ParentBased or kind is ParentBasedTraceIdRatio:
+        found = tuple(_bound(getattr(sampler, name, None)) for name in sdk_span._PARENT_BASED_DELEGATES)
+    else:
+        found = (_bound(sampler),) * 5
+    if any(bound is None for bound in found):
+        return None
+    return found  # type: ignore[return-value]
+
+
+def new_span(sampler, decide, ids, meta, call, context, parent_span) -> trace_api.Span:
     """The span of a call beginning now in ``context`` (whose current span is
     ``parent_span``, or None): a ``DeferredSpan``, or where the sampler drops
-    it a ``NonRecordingSpan``, as ``tracer.start_span`` would make it."""
+    it a ``NonRecordingSpan``, as ``tracer.start_span`` would make it.
+    ``decide`` is ``bounds(sampler)``, or None."""
     parent = parent_span.get_span_context() if parent_span is not None else None
     if parent is None or not parent.is_valid:
+        parent = None
         trace_id = ids.generate_trace_id()
         random = ids.is_trace_id_random()
     else:
         trace_id = parent.trace_id
-        random = parent.trace_flags.random_trace_id
+        flags = parent.trace_flags
+        random = flags.random_trace_id
     name = meta.span_name
-    result = sampler.should_sample(context, trace_id, name, INTERNAL, None, ())
-    decision = result.decision
+    if decide is not None:
+        if parent is None:
+            bound = decide[0]
+            trace_state = None
+        else:
+            # (remote sampled, remote not, local sampled, local not), as ParentBased picks its delegate
+            bound = decide[(1 if parent.is_remote else 3) + (0 if flags.sampled else 1)]
+            trace_state = parent.trace_state
+        sampled = trace_id & _LOW_64 < bound
+        recording = sampled
+    else:
+        result = sampler.should_sample(context, trace_id, name, INTERNAL, None, ())
+        decision = result.decision
+        trace_state = result.trace_state
+        sampled = decision is Decision.RECORD_AND_SAMPLE
+        recording = decision in RECORDING
     span_context = trace_api.SpanContext(
         trace_id,
         ids.generate_span_id(),
         is_remote=False,
-        trace_flags=FLAGS[decision is Decision.RECORD_AND_SAMPLE, random],
-        trace_state=result.trace_state,
+        trace_flags=FLAGS[sampled, random],
+        trace_state=trace_state,
     )
-    if decision in RECORDING:
+    if recording:
         return DeferredSpan(name, span_context, context, meta, call)
     return trace_api.NonRecordingSpan(span_context)
 

@@ -28,7 +28,7 @@ from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.clock import OFFSET_NS, perf_counter_ns
 from agent_otel.config import DEFAULTS
 from agent_otel.capture import sdk_span
-from agent_otel.capture.deferred import Builder, DeferredSpan, new_span
+from agent_otel.capture.deferred import Builder, DeferredSpan, bounds, new_span
 from agent_otel.capture.otel_context import SPAN_KEY, get_current, reset, with_span
 from agent_otel.capture.otel_context import attach as attach_context
 from agent_otel.capture.otel_context import detach
@@ -147,6 +147,7 @@ class Recorder:
         # on_start does nothing) and the tracer is enabled.
         self._sampler = getattr(tracer, "sampler", None)
         self._ids = getattr(tracer, "id_generator", None)
+        self._decide = bounds(self._sampler)
         self.deferred = deferred_spans and self._sampler is not None and self._ids is not None
         self._enabled: Callable[[], bool] = getattr(tracer, "_is_enabled", None) or _always
         # The deferred calls ended and not yet built (by the pipeline thread).
@@ -213,7 +214,7 @@ class Recorder:
             )
         start = self.start_attributes.get()
         if self.deferred and start is None and self._enabled():
-            span = new_span(self._sampler, self._ids, meta, call, context, current)
+            span = new_span(self._sampler, self._decide, self._ids, meta, call, context, current)
         else:
             span = self.tracer.start_span(meta.span_name, context, attributes=start, start_time=call.submit_ns)
         # SpanContext is a tuple (trace_id, span_id, ...): read by index, not
@@ -259,7 +260,7 @@ class Recorder:
             call.call_id = valid_text(call_id, NAME_LIMIT)
         start = self.start_attributes.get()
         if self.deferred and start is None and self._enabled():
-            span = new_span(self._sampler, self._ids, meta, call, context, current)
+            span = new_span(self._sampler, self._decide, self._ids, meta, call, context, current)
         else:
             span = self.tracer.start_span(meta.span_name, context, attributes=start, start_time=now)
         # SpanContext is a tuple (trace_id, span_id, ...): read by index, not
