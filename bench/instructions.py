@@ -148,6 +148,14 @@ def _deferred_mode(mode: str) -> None:
         os.environ["AGENT_OTEL_DEFERRED_SPANS"] = "true"
 
 
+def _pipeline_still(mode: str, handle) -> None:
+    """With deferred_spans on: stop the pipeline's thread after the warm-up, so
+    the counted calls' spans are built at the flush (mode "deferred") or
+    never ("hot"), not by that thread whenever it got the GIL meanwhile."""
+    if mode in DEFERRED_MODES and handle is not None:
+        handle.pipeline.shutdown(10.0)  # drains what the warm-up left; drain() still works after
+
+
 def _discard_deferred(mode: str, handle) -> None:
     """In mode "hot": drop the deferred calls' spans before the flush would build them."""
     if mode == "hot" and handle is not None:
@@ -210,6 +218,7 @@ def run(variant: str, calls: int) -> None:
 
     for _ in range(200):  # warm up: caches, the tool's first calls
         call()
+    _pipeline_still(mode, handle)
     for _ in range(calls):
         call()
     _discard_deferred(mode, handle)
@@ -281,6 +290,7 @@ def run_framework(label: str, mode: str, calls: int) -> None:
     # run only when this thread blocks (a loop waiting on a worker) and at
     # the flush below, which does their per-call work (export, metrics) once.
     sys.setswitchinterval(1000.0)
+    _pipeline_still(deferred, handle)
     for _ in range(calls):
         call()
     _discard_deferred(deferred, handle)
