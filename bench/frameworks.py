@@ -216,9 +216,22 @@ def _mean_us(call: Callable[[], None], count: int) -> float:
 
 
 def measure(
-    framework: Optional[str], make: Optional[Callable], count: int, rounds: int, alternations: int, tracer
+    framework: Optional[str],
+    make: Optional[Callable],
+    count: int,
+    rounds: int,
+    alternations: int,
+    tracer,
+    deferred: bool = False,
 ) -> dict[str, list[float]]:
-    """Per round: plain, and the costs of a bare span, an @agent_otel.tool and the hook, microseconds per call."""
+    """Per round: plain, and the costs of a bare span, an @agent_otel.tool and the hook, microseconds per call.
+
+    With ``deferred`` (``deferred_spans`` on), the costs are the hot path's:
+    the pipeline's thread is stopped and the spans it builds are built
+    between blocks, outside the timing (``bench/instructions.py --deferred``
+    counts that work).
+    """
+    pipeline: list = []
     plain_call = bare_function() if make is None else make()
     hooked_call = bare_tool() if make is None else plain_call
 
@@ -238,6 +251,8 @@ def measure(
             call()  # a first call outside the timing: the hook's lazy imports and caches
             return _mean_us(call, count)
         finally:
+            for still in pipeline:
+                still.drain()  # the deferred spans built, outside the timing
             if hook:
                 uninstrument_frameworks((framework,))
 
@@ -246,7 +261,10 @@ def measure(
     plain_call()
     for _ in range(rounds):
         results["plain_us"].append(_mean_us(plain_call, count))
-        handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=[])
+        handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=[], deferred_spans=deferred)
+        if deferred and handle.pipeline is not None:
+            handle.pipeline.shutdown(5.0)  # its thread stopped; drain() still builds
+            pipeline[:] = [handle.pipeline]
         costs: dict[str, list[float]] = {"span": [], "tool": [], "hook": []}
         try:
             for alternation in range(alternations):
@@ -276,6 +294,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="few calls and rounds: a smoke run")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--only", metavar="TEXT", help="only the calls whose label contains TEXT")
+    parser.add_argument(
+        "--deferred", action="store_true", help="with deferred_spans on (the hot path's costs; see measure())"
+    )
     args = parser.parse_args(argv)
     rounds, alternations = (3, 4) if args.quick else (7, 24)
 
@@ -291,6 +312,7 @@ def main(argv=None) -> int:
     print(
         f"CPU microseconds per tool call; median [min-max] over {rounds} rounds "
         f"of {alternations} interleaved alternations"
+        + ("; deferred_spans on: the hot path (the spans built between blocks)" if args.deferred else "")
     )
     print(
         f"{'call':30} {'plain':>22} {'hook':>18} {'bare span':>18} {'@tool':>18} "
@@ -305,7 +327,7 @@ def main(argv=None) -> int:
         if args.quick:
             count = max(2, count // 4)
         try:
-            results = measure(framework, make, count, rounds, alternations, tracer)
+            results = measure(framework, make, count, rounds, alternations, tracer, args.deferred)
         except Exception as exc:  # an installed version whose API this bench does not know
             print(f"{label:30} (cannot run: {type(exc).__name__}: {exc})")
             continue
@@ -318,6 +340,7 @@ def main(argv=None) -> int:
         rows.append(
             {
                 "call": label,
+                "deferred_spans": args.deferred,
                 **{key: [round(v, 3) for v in values] for key, values in results.items()},
                 "ratio_median": round(ratio, 3),
                 "goal": verdict,
