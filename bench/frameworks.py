@@ -5,6 +5,7 @@ Usage::
     .venv/bin/python bench/frameworks.py            # 3-7 minutes on a busy 2-core machine
     .venv/bin/python bench/frameworks.py --quick    # a smoke run
     .venv-crewai/bin/python bench/frameworks.py     # CrewAI (its own venv: docs/frameworks.md)
+    .venv/bin/python bench/frameworks.py --deferred # with deferred_spans on: the hot path's costs
 
 For every installed framework, one trivial tool (it returns its argument) is
 called the way the framework's agents call it, with agent-otel instrumented

@@ -49,6 +49,16 @@ switch interval longer than the run, so the background threads' timer
 wake-ups do not fall between them (their work is done at the flush).
 
     python bench/instructions.py --frameworks [--calls N] [--only TEXT] [--jobs J]
+
+``--deferred`` counts the instrumented variants (``tool``, ``submit_tool``)
+and, with ``--frameworks``, ``@agent_otel.tool`` and the hook again with
+``deferred_spans`` on, the pipeline's thread stopped after the warm-up:
+``:deferred`` whole (the spans built at the flush), ``:hot`` the hot path
+alone (the spans dropped before the flush); their difference is the
+pipeline's work of building one span.
+
+    python bench/instructions.py --deferred span tool submit_tool
+    python bench/instructions.py --frameworks --deferred [--only TEXT]
 """
 
 from __future__ import annotations

@@ -41,7 +41,13 @@ Four parts, each printed as a table whose every figure is the median and
     ``instrument()`` in the same rounds). Goal: a default ``instrument()``
     under 30 ms.
 
-    python bench/overhead.py [--rounds R] [--calls N] [--quick] [--parts 1234] [--baseline PATH]
+``--deferred`` adds, to (1), ``@agent_otel.tool`` with ``deferred_spans`` on,
+whole (its spans built by the flush, in the timing) and its hot path alone
+(the spans built after the clocks are read), with the pipeline's thread
+stopped so that its work falls in each variant's flush; and to (3), the
+defaults with ``deferred_spans`` on (the pipeline thread builds the spans).
+
+    python bench/overhead.py [--rounds R] [--calls N] [--quick] [--parts 1234] [--baseline PATH] [--deferred]
 """
 
 from __future__ import annotations
