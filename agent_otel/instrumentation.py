@@ -149,6 +149,15 @@ class Instrumentation:
         if self.pipeline is not None:
             unfinished += _finish([("the metrics pipeline", self.pipeline.shutdown)], deadline)
         _recorder.current = None
+        if (
+            self.pipeline is not None
+            and self.recorder is not None
+            and self.recorder.spans
+            and "the metrics pipeline" not in unfinished
+        ):
+            # Deferred spans of calls that ended during the pipeline's last
+            # drain: built now, before the span processors stop.
+            self.pipeline.drain()
         unfinished += _finish(
             [(f"span export to {processor.sink}", processor.shutdown) for processor in self.span_processors], deadline
         )

@@ -404,3 +404,21 @@ def test_a_span_that_fails_to_build_is_reported_and_the_rest_built(monkeypatch, 
     assert [tool["attributes"]["agent.tool.outcome"] for tool, _ in deferred] == ["ok", "ok"]
     assert not rec.spans
     assert "deferred spans failed (RuntimeError: cannot build)" in caplog.text
+
+
+def test_shutdown_builds_the_spans_of_calls_that_ended_after_the_pipelines_last_drain(spans, monkeypatch):
+    handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(), deferred_spans=True)
+    rec = handle.recorder
+    active = rec.begin(meta.ToolMeta("late"))
+    last_drain = handle.pipeline.shutdown
+
+    def then_the_call_ends(timeout_s):
+        done = last_drain(timeout_s)
+        rec.end(active)
+        return done
+
+    monkeypatch.setattr(handle.pipeline, "shutdown", then_the_call_ends)
+    agent_otel.uninstrument()
+    (span,) = spans.tools("late")
+    assert span.attributes["agent.tool.outcome"] == "ok"
+    assert not rec.spans
