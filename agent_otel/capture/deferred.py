@@ -226,13 +226,7 @@ def new_span(sampler, decide, ids, meta, call, context, parent_span) -> trace_ap
         trace_state = result.trace_state
         sampled = decision is Decision.RECORD_AND_SAMPLE
         recording = decision in RECORDING
-    span_context = trace_api.SpanContext(
-        trace_id,
-        ids.generate_span_id(),
-        is_remote=False,
-        trace_flags=FLAGS[sampled, random],
-        trace_state=trace_state,
-    )
+    span_context = trace_api.SpanContext(trace_id, ids.generate_span_id(), False, FLAGS[sampled, random], trace_state)
     if recording:
         return DeferredSpan(name, span_context, context, meta, call)
     return trace_api.NonRecordingSpan(span_context)
