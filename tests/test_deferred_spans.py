@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import (
+    Sampler,
     ALWAYS_OFF,
     ALWAYS_ON,
     Decision,
@@ -422,3 +423,31 @@ def test_shutdown_builds_the_spans_of_calls_that_ended_after_the_pipelines_last_
     (span,) = spans.tools("late")
     assert span.attributes["agent.tool.outcome"] == "ok"
     assert not rec.spans
+
+
+class _ReadsAttributes(Sampler):
+    """A sampler of the user's: it may read the attributes, so the span must start with them."""
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):
+        return ALWAYS_ON.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+
+    def get_description(self):
+        return "reads"
+
+
+def test_a_sampler_of_the_users_and_a_disabled_tracer_take_the_default_path(monkeypatch):
+    provider = TracerProvider(sampler=_ReadsAttributes())
+    rec = recorder.Recorder(provider.get_tracer(recorder.SCOPE_NAME), deferred_spans=True)
+    monkeypatch.setattr(recorder, "current", rec)
+
+    @agent_otel.tool
+    def lookup():
+        return type(trace.get_current_span()).__name__
+
+    assert lookup() == "_Span"
+    rec = recorder.Recorder(TracerProvider().get_tracer(recorder.SCOPE_NAME), deferred_spans=True)
+    monkeypatch.setattr(recorder, "current", rec)
+    assert lookup() == "DeferredSpan"
+    monkeypatch.setattr(rec, "_enabled", lambda: False)  # as Tracer._is_enabled() of a disabled tracer
+    assert lookup() == "_Span"
+    assert len(rec.spans) == 1

@@ -3,6 +3,8 @@
 ``instrument()`` installs one ``Recorder``; the tool wrappers, ``tool_span``
 and the executor hook call into it. Per call it reads the clock twice,
 starts and ends one span, and appends the finished ``ToolCall`` to a deque.
+With ``deferred_spans`` the span is a ``DeferredSpan`` (``deferred.py``),
+appended at the end to ``spans`` for the pipeline thread to build.
 Metrics, attribution and serialization happen later, on a background thread
 that drains that deque (see ``pipeline.py``).
 """
