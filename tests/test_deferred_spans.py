@@ -410,7 +410,7 @@ def test_a_span_that_fails_to_build_is_reported_and_the_rest_built(monkeypatch, 
 def test_shutdown_builds_the_spans_of_calls_that_ended_after_the_pipelines_last_drain(spans, monkeypatch):
     handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(), deferred_spans=True)
     rec = handle.recorder
-    active = rec.begin(meta.ToolMeta("late"))
+    active = rec.begin(meta.ToolMeta("late"), attach=False)  # ended on the shutdown thread
     last_drain = handle.pipeline.shutdown
 
     def then_the_call_ends(timeout_s):

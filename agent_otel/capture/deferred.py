@@ -187,7 +187,7 @@ def bounds(sampler) -> Optional[tuple[int, int, int, int, int]]:
     """
     kind = type(sampler)
     if kind is ParentBased or kind is ParentBasedTraceIdRatio:
-        found = tuple(_bound(getattr(sampler, name, None)) for name in sdk_span._PARENT_BASED_DELEGATES)
+        found = tuple(_bound(getattr(sampler, name, None)) for name in sdk_span.PARENT_BASED_DELEGATES)
     else:
         found = (_bound(sampler),) * 5
     if any(bound is None for bound in found):

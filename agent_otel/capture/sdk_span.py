@@ -124,7 +124,7 @@ def _does_nothing(method) -> bool:
 
 # The SDK's samplers, which decide without reading a span's attributes (the
 # ones given to start_span come back in their SamplingResult unread).
-_PARENT_BASED_DELEGATES = (
+PARENT_BASED_DELEGATES = (
     "_root",
     "_remote_parent_sampled",
     "_remote_parent_not_sampled",
@@ -138,7 +138,7 @@ def _sampler_ignores_attributes(sampler) -> bool:
     if kind is StaticSampler or kind is TraceIdRatioBased:
         return True
     if kind is ParentBased or kind is ParentBasedTraceIdRatio:
-        return all(_sampler_ignores_attributes(getattr(sampler, name, None)) for name in _PARENT_BASED_DELEGATES)
+        return all(_sampler_ignores_attributes(getattr(sampler, name, None)) for name in PARENT_BASED_DELEGATES)
     return False
 
 
