@@ -113,7 +113,7 @@ class Instrumentation:
         """Bring metrics up to date and export every finished span now."""
         timeout_s = self.settings.shutdown_timeout if timeout_s is None else timeout_s
         if self.pipeline is not None:
-            self.pipeline.drain()
+            self.pipeline.drain(spans=True)
         deadline = time.monotonic() + timeout_s
         return not _finish([(processor.sink, _flush_within(processor)) for processor in self.span_processors], deadline)
 
@@ -157,7 +157,7 @@ class Instrumentation:
         ):
             # Deferred spans of calls that ended during the pipeline's last
             # drain: built now, before the span processors stop.
-            self.pipeline.drain()
+            self.pipeline.drain(spans=True)
         unfinished += _finish(
             [(f"span export to {processor.sink}", processor.shutdown) for processor in self.span_processors], deadline
         )

@@ -1,10 +1,12 @@
 """The background thread between capture and outputs.
 
 It drains the finished ``ToolCall`` records and executor waits that the hot
-path appended (and the loop monitor's finished ``LoopBlock`` records), builds
-the SDK spans of deferred tool calls (``capture/deferred.py``), observes them in the Prometheus metrics, and hands each batch
-to the other consumers (the live GPU attribution). A scrape drains first, so
-/metrics is exact at the moment it is read.
+path appended (and the loop monitor's finished ``LoopBlock`` records),
+observes them in the Prometheus metrics, and hands each batch to the other
+consumers (the live GPU attribution). A scrape drains first, so /metrics is
+exact at the moment it is read. Its own drains (and ``force_flush`` and
+``shutdown``'s) also build the SDK spans of deferred tool calls
+(``capture/deferred.py``); the drains before a scrape or a GPU poll do not.
 """
 
 from __future__ import annotations
@@ -63,18 +65,22 @@ class Pipeline:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            self.drain()
+            self.drain(spans=True)
 
-    def drain(self) -> None:
-        """Process everything the hot path has queued so far. Never raises."""
+    def drain(self, spans: bool = False) -> None:
+        """Process everything the hot path has queued so far; with ``spans``,
+        build the deferred tool spans too (this thread's own drains,
+        ``force_flush`` and ``shutdown``: not the drains before a scrape or a
+        GPU poll, so span processors see them here). Never raises."""
         with self._lock:
+            if spans:
+                self._build_spans()
             finished = self._recorder.finished
             # Only this thread takes from the left (under the lock); the hot
             # path appends on the right meanwhile and waits for the next drain.
             take = finished.popleft
             batch = [take() for _ in range(len(finished))]
             blocks = self._loop_monitor.finished if self._loop_monitor is not None else ()
-            self._build_spans()
             try:
                 with self._metrics.lock:
                     self._metrics.observe_calls(batch)
@@ -129,7 +135,7 @@ class Pipeline:
         if not self._lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
             return False
         self._lock.release()
-        self.drain()
+        self.drain(spans=True)
         return True
 
     @property

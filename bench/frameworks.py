@@ -253,7 +253,7 @@ def measure(
             return _mean_us(call, count)
         finally:
             for still in pipeline:
-                still.drain()  # the deferred spans built, outside the timing
+                still.drain(spans=True)  # the deferred spans built, outside the timing
             if hook:
                 uninstrument_frameworks((framework,))
 

@@ -253,14 +253,11 @@ def run_tool_calls(rounds: int, calls: int, deferred: bool = False) -> bool:
 
     def flush():
         provider.force_flush()
-        handle.pipeline.drain()
+        handle.pipeline.drain(spans=True)
 
-    def flush_hot():  # the metrics counted, the spans left for after()
-        spans = list(handle.recorder.spans)
-        handle.recorder.spans.clear()
+    def flush_hot():  # the metrics counted, the deferred spans left for after()
         handle.pipeline.drain()
         provider.force_flush()
-        handle.recorder.spans.extend(spans)
 
     if deferred:
         peer_flushes[DEFERRED_HOT] = flush_hot

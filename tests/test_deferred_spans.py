@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -105,7 +106,7 @@ def _exported(monkeypatch, deferred: bool, scenario, sampler=None):
     from agent_otel.exporters.prometheus import Metrics
     from agent_otel.pipeline import Pipeline
 
-    Pipeline(rec, monitor, Metrics()).drain()
+    Pipeline(rec, monitor, Metrics()).drain(spans=True)
     spans = sorted(exporter.get_finished_spans(), key=lambda span: span.context.span_id)
     return (
         [(json.loads(span.to_json()), span.instrumentation_scope) for span in spans],
@@ -451,3 +452,31 @@ def test_a_sampler_of_the_users_and_a_disabled_tracer_take_the_default_path(monk
     monkeypatch.setattr(rec, "_enabled", lambda: False)  # as Tracer._is_enabled() of a disabled tracer
     assert lookup() == "_Span"
     assert len(rec.spans) == 1
+
+
+def test_the_pipeline_thread_builds_them_and_a_drain_before_a_scrape_does_not(monkeypatch):
+    from agent_otel.exporters.prometheus import Metrics
+    from agent_otel.pipeline import Pipeline
+
+    provider = TracerProvider()
+    seen = Seen()
+    provider.add_span_processor(seen)
+    rec = recorder.Recorder(provider.get_tracer(recorder.SCOPE_NAME), deferred_spans=True)
+    monkeypatch.setattr(recorder, "current", rec)
+
+    @agent_otel.tool
+    def lookup():
+        return 1
+
+    lookup()
+    pipeline = Pipeline(rec, None, Metrics(), interval_s=0.02)
+    pipeline.drain()  # as before a scrape or a GPU poll: the metrics only
+    assert len(rec.spans) == 1 and seen.calls == []
+    pipeline.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not seen.calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        pipeline.shutdown(5.0)
+    assert seen.calls == [("end", "execute_tool lookup", "agent-otel-pipeline")]
