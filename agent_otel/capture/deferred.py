@@ -3,8 +3,10 @@
 In this mode a tool call's hot path builds no SDK span. ``Recorder.begin``
 takes the span's ids the way the SDK's ``Tracer.start_span`` does (the
 trace id from the parent context or the provider's id generator, a new span
-id from it), asks the tracer's sampler for its decision (the same call, with
-the same arguments, that ``start_span`` makes), and makes a ``DeferredSpan``
+id from it), takes the sampler's decision (for the SDK's samplers, from the
+trace id and the parent's flags as they decide: ``bounds``; for any other
+sampler that ignores attributes, its ``should_sample`` with the arguments
+``start_span`` gives it), and makes a ``DeferredSpan``
 current for the call: a span object that carries the span context the SDK
 span will have (so child spans, of HTTP clients or models, parent on it and
 inherit its sampled flag) and keeps every call made on it (attributes,
@@ -17,7 +19,8 @@ call's start time and parent context, replays the calls made on it, adds
 the attributes of its end and ends it at the call's end. So the span
 processors see ``on_start`` and then ``on_end`` (and ``_on_ending``) on the
 pipeline thread, after the call ended, up to ``interval_s`` (0.25 s) later;
-``Instrumentation.force_flush`` and ``shutdown`` drain the pipeline first.
+``Instrumentation.force_flush`` and ``shutdown`` build them first, on their
+caller's thread (``Pipeline.drain(spans=True)``).
 
 Only where nothing can tell the difference: the tracer is the SDK's, its
 sampler one of the SDK's samplers that decide without the span's
@@ -30,10 +33,12 @@ the call is in docs/telemetry.md ("Deferred spans").
 What it relies on beyond the public API: ``Tracer.sampler`` and
 ``Tracer.id_generator``, the attributes the SDK's ``Tracer`` sets in its
 constructor and reads in ``start_span``, are replaced on a shallow copy of
-the tracer (never on the tracer itself); and ``Tracer._is_enabled`` (the
-SDK's tracer configurator) is read where it exists.
-``tests/test_deferred_spans.py`` checks that both modes export the same
-spans.
+the tracer (never on the tracer itself); ``Tracer._is_enabled`` (the SDK's
+tracer configurator) is read where it exists; and ``bounds`` reads the
+SDK samplers' settings (``StaticSampler._decision``, ``ParentBased``'s
+delegates, ``TraceIdRatioBased.bound``). ``tests/test_deferred_spans.py``
+checks that both modes export the same spans, and the bounds' decisions
+against ``should_sample``.
 """
 
 from __future__ import annotations
