@@ -480,3 +480,15 @@ def test_the_pipeline_thread_builds_them_and_a_drain_before_a_scrape_does_not(mo
     finally:
         pipeline.shutdown(5.0)
     assert seen.calls == [("end", "execute_tool lookup", "agent-otel-pipeline")]
+
+
+def test_a_tool_that_calls_itself_has_one_span_in_both_modes(monkeypatch):
+    def scenario(child_tracer):
+        @agent_otel.tool
+        def countdown(n):
+            return 0 if n == 0 else countdown(n - 1) + 1
+
+        assert countdown(3) == 3
+
+    spans, *_ = _both(monkeypatch, scenario)
+    assert [tool["name"] for tool, _ in spans] == ["execute_tool countdown"]
