@@ -492,3 +492,29 @@ def test_a_tool_that_calls_itself_has_one_span_in_both_modes(monkeypatch):
 
     spans, *_ = _both(monkeypatch, scenario)
     assert [tool["name"] for tool, _ in spans] == ["execute_tool countdown"]
+
+
+def test_an_exception_recorded_in_the_tool_keeps_the_stack_it_had_then(monkeypatch):
+    # The exception goes on up the stack after it was recorded (its
+    # traceback grows): the event says where it was when recorded, as the
+    # SDK span's record_exception does.
+    def scenario(child_tracer):
+        @agent_otel.tool
+        def fails():
+            try:
+                raise ValueError("bad input")
+            except ValueError as exc:
+                trace.get_current_span().record_exception(exc, {"user.note": "x"}, timestamp=7)
+                raise
+
+        def caller():
+            fails()
+
+        with pytest.raises(ValueError):
+            caller()
+
+    spans, *_ = _both(monkeypatch, scenario)
+    ((tool, _),) = spans
+    recorded = [e for e in tool["events"] if e["attributes"].get("user.note") == "x"]
+    assert len(recorded) == 1
+    assert "caller" not in recorded[0]["attributes"]["exception.stacktrace"]

@@ -48,6 +48,7 @@ from time import time_ns
 from typing import Any, Optional
 
 from opentelemetry import trace as trace_api
+from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import (
     Decision,
@@ -145,9 +146,10 @@ class DeferredSpan(trace_api.Span):
         self._keep("set_status", status, description)
 
     def record_exception(self, exception, attributes=None, timestamp=None, escaped=False) -> None:
-        self._keep(
-            "record_exception", exception, _kept_all(attributes), time_ns() if timestamp is None else timestamp, escaped
-        )
+        # The SDK span's own record_exception, run now on this span: it
+        # formats the exception (its stack as it is now: it may grow as the
+        # exception goes on up) and calls add_event, which keeps the event.
+        SdkSpan.record_exception(self, exception, attributes, timestamp, escaped)  # type: ignore[arg-type]
 
     def end(self, end_time=None) -> None:
         pass
