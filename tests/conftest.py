@@ -143,7 +143,7 @@ FRAMEWORK_MODULES = ("tests/frameworks/", "tests/test_redaction.py")
 
 
 # The work units that take longest (seconds of set-up, subprocesses, real
-# waits), longest first, as measured with `pytest -n 4 --durations=0`. They
+# waits), longest first, as measured with `pytest -n 6 --durations=0`. They
 # are handed out before the rest, so that no worker starts one of them last
 # while the others have run dry (pytest-xdist otherwise orders the units by
 # their number of tests). A unit not named here keeps its place,
