@@ -488,8 +488,11 @@ def test_attribution_in_groups_gives_the_same_blame(monkeypatch):
     import random
 
     from agent_otel.attribution import attribute
+    import numpy as np
+
     from agent_otel.records import IdleWindow, ToolCall
     from agent_otel.report import analysis as analysis_module
+    from agent_otel.report.calls import CallTable
 
     rng = random.Random(3)
     calls, windows = [], []
@@ -502,7 +505,9 @@ def test_attribution_in_groups_gives_the_same_blame(monkeypatch):
         if rng.random() < 0.4:
             windows.append(IdleWindow(str(i % 2), t + 5, end, 0.01))
     monkeypatch.setattr(analysis_module, "ATTRIBUTION_GROUP", 200)
-    grouped, whole = analysis_module._attribute(windows, calls), attribute(windows, calls)
+    table = CallTable.of(calls)
+    rows = np.arange(len(calls))
+    grouped, whole = list(analysis_module._attribute(windows, table, rows)), attribute(windows, calls)
     assert len(grouped) == len(whole) == len(windows)
     for a, b in zip(grouped, whole):
         assert a.window == b.window
@@ -557,3 +562,16 @@ def test_without_call_ids_peer_spans_are_told_apart_by_them_all_the_same(tmp_pat
         assert sorted(str(call.call_id) for call in data.calls) == (
             ["call_a", "call_b", "call_c"] if keep else ["None", "None", "None"]
         )
+
+
+def test_a_report_is_the_same_with_or_without_the_records(stalled_run):
+    """analyse(records=False), the JSON's and the table's way (no ToolCall
+    kept, the blame folded into its totals), gives the report the records
+    give."""
+    paths = [str(stalled_run / "traces.jsonl")]
+    logs = [str(stalled_run / "gpu.csv")]
+    with_records = analyse(paths, logs, tz="UTC", idle_threshold=0.1, min_idle_s=0.5)
+    columns_only = analyse(paths, logs, tz="UTC", idle_threshold=0.1, min_idle_s=0.5, records=False)
+    assert with_records.attributions and not columns_only.attributions
+    assert report_json(columns_only) == report_json(with_records)
+    assert report_json(with_records)["tools"][0]["gpu_idle_blocked_s"] > 0

@@ -16,6 +16,7 @@ import numpy as np
 
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, ToolCall
 from agent_otel.report import analysis as analysis_module
+from agent_otel.report.calls import CallTable
 from agent_otel.report.columns import CallColumns, Names, seconds_sorted, total
 from agent_otel.report.reader import _ids, _rows_in
 from agent_otel.report.stats import max_overlap, peak_depth
@@ -95,14 +96,14 @@ def test_the_calls_in_idle_windows_are_the_ones_a_bisect_finds():
         for _ in range(rng.randrange(0, 40)):
             a = calls[0].submit_ns + rng.randrange(-(10**9), 300 * 10**9)
             windows.append(IdleWindow("0", a, a + rng.randrange(1, 5 * 10**9), 0.0))
-        got = analysis_module._in_windows(CallColumns(calls), windows)
-        assert [id(c) for c in got] == [id(c) for c in _in_windows_by_bisect(calls, windows)]
+        rows = analysis_module._in_windows(CallColumns(CallTable.of(calls)), windows)
+        assert [id(calls[i]) for i in rows.tolist()] == [id(c) for c in _in_windows_by_bisect(calls, windows)]
 
 
 def test_the_statistics_from_columns_match_the_calls():
     rng = random.Random(4)
     calls = [call for call in _calls(rng, 2000) if call.end_ns]
-    columns = CallColumns(calls)
+    columns = CallColumns(CallTable.of(calls))
     for tool, rows in columns.tool.groups():
         mine = [calls[i] for i in rows.tolist()]
         assert all(call.tool == tool for call in mine) and len(mine) == sum(c.tool == tool for c in calls)
@@ -164,3 +165,34 @@ def sum_in_order(values) -> float:
     for value in values:
         result += value
     return result
+
+
+def test_the_call_table_gives_back_the_records_it_was_given():
+    """report/calls.py: the reader's columns make the same ToolCall records,
+    however they are reached (index, slice, iteration, rows), before and
+    after a selection, with sparse columns filled in when a value comes."""
+    rng = random.Random(7)
+    calls = _calls(rng, 10_000)
+    for i, call in enumerate(calls):
+        call.trace_id, call.span_id = rng.randrange(1 << 128), rng.randrange(1 << 64)
+        call.pool = rng.choice(("", "a"))
+        if i > 9000:  # the sparse columns fill in late
+            call.call_id, call.thread = f"call_{i}", "worker-1"
+            call.executor_workers, call.cpu_ns = rng.choice((None, 8)), rng.choice((None, 1 << 70))
+    table = CallTable()
+    for call in calls:
+        table.append(call)
+    assert table.call_id is not None and table.error_type is None  # never a value: no column
+    assert len(table) == len(calls) and list(table) == calls
+    assert [table[i] for i in (0, 4097, -1)] == [calls[0], calls[4097], calls[-1]]
+    assert table[5:9000:7] == calls[5:9000:7]
+    rows = rng.sample(range(len(calls)), 500)
+    assert table.records(rows) == [calls[i] for i in rows] and table.records(rows[:1]) == [calls[rows[0]]]
+    assert table[3] is not table[3]  # made on demand
+    table.select(rows)
+    assert list(table) == [calls[i] for i in rows]
+    assert table.keep() == [calls[i] for i in rows] and table[3] is table[3]  # kept: the same record
+    table.select([2])
+    assert list(table) == [calls[rows[2]]]
+    kept = CallTable.of(calls)
+    assert kept[10] is calls[10] and kept.records([4, 2])[1] is calls[2]

@@ -53,6 +53,7 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
     decoded = Decoded()
     reader = TraceReader()
     data = reader.data
+    data.calls.keep()  # the records themselves, to hand to the attribution service
     for resource_spans in request.resource_spans:
         pool = _pool(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
@@ -80,7 +81,7 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
     before = data.duplicate_count
     reader.finish()  # a call seen from two sides counts once
     decoded.duplicates += data.duplicate_count - before
-    decoded.calls = data.calls
+    decoded.calls = data.calls.keep()
     return decoded
 
 

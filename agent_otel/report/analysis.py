@@ -31,7 +31,7 @@ from operator import attrgetter
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -39,7 +39,8 @@ from agent_otel.attribution import BlameTotals, WindowAttribution, attribute, gp
 from agent_otel.exporters.otlp_json import input_name
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
 from agent_otel.inputs import STDIN
-from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ToolCall
+from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
+from agent_otel.report.calls import CallTable
 from agent_otel.report.columns import CallColumns, seconds_sorted, total
 from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
@@ -152,9 +153,9 @@ class Analysis:
     trace_paths: list[str]
     start_ns: int
     end_ns: int
-    calls: list[ToolCall]
+    calls: CallTable  # by (submit, start) time
     windows: list[IdleWindow]
-    attributions: list[WindowAttribution]
+    attributions: list[WindowAttribution]  # empty with analyse(records=False)
     samples: dict[str, GpuSeries]  # gpu -> samples in the window (GpuSample when iterated), by time
     gpu_source: str
     idle_threshold: float
@@ -212,13 +213,17 @@ def analyse(
     slos: Optional[Slos] = None,
     call_ids: bool = True,
     turns: bool = True,
+    records: bool = True,
 ) -> Analysis:
     """Read the inputs, attribute GPU idle time, compute every statistic.
 
     ``call_ids``: keep each call's ``gen_ai.tool.call.id``, which only the
     HTML and Perfetto outputs show (``read_traces``). ``turns``: keep
     every turn in ``turns``, which only they draw (``find_turns``); the
-    JSON and the table read the totals.
+    JSON and the table read the totals. ``records``: keep every call's
+    ``ToolCall`` record (``CallTable.keep``) and every window's attribution
+    (``attributions``), which only they map onto each other; without it the
+    calls stay columns, and the blame only its totals.
 
     ``slos``: the latency SLO of each tool (``Slos()``, 95% within 0.8 s for
     every tool, the alert rules' default, when None).
@@ -229,7 +234,7 @@ def analyse(
     """
     with paused_gc():
         analysis = _analyse(
-            trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress, gpu_pool, call_ids, turns
+            trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress, gpu_pool, call_ids, turns, records
         )
         analysis.slos = compliance({tool.tool: tool.duration_s for tool in analysis.tools}, slos or Slos())
         return analysis
@@ -245,13 +250,18 @@ def _analyse(
     gpu_pool: str,
     call_ids: bool,
     turns: bool,
+    records: bool,
 ) -> Analysis:
     traces = read_traces(trace_paths, progress, call_ids)
+    calls = traces.calls
+    _by_submit(calls)
+    if records:
+        calls.keep()
     analysis = Analysis(
         trace_paths=list(trace_paths),
         start_ns=traces.start_ns,
         end_ns=traces.end_ns,
-        calls=_by_submit(traces.calls),
+        calls=calls,
         windows=[],
         attributions=[],
         samples={},
@@ -268,17 +278,18 @@ def _analyse(
         inner_failures=traces.inner_failures,
         nested_tools=traces.nested_tools,
     )
-    if traces.span_count and not traces.calls:
+    if traces.span_count and not calls:
         analysis.warnings.append("no tool spans (gen_ai.operation.name = execute_tool) in the traces")
     analysis.loop_blocks = traces.loop_blocks
     observed = _gpu_inputs(analysis, traces, gpu_log_paths, tz, gpu_pool)
     analysis.warnings.extend(_pool_warnings(analysis.calls, analysis.windows))
     columns = CallColumns(analysis.calls)
     in_windows = _in_windows(columns, analysis.windows)
-    analysis.attributions = _attribute(analysis.windows, in_windows, analysis.loop_blocks)
     totals = BlameTotals()
-    for window_attribution in analysis.attributions:
+    for window_attribution in _attribute(analysis.windows, calls, in_windows, analysis.loop_blocks):
         totals.add(window_attribution)
+        if records:
+            analysis.attributions.append(window_attribution)
     analysis.tools = _tool_stats(columns, totals, traces, analysis.underuse)
     analysis.executors = _executor_stats(columns)
     del columns  # before the turns, where the memory peaks
@@ -289,12 +300,10 @@ def _analyse(
     return analysis
 
 
-def _by_submit(calls: list[ToolCall]) -> list[ToolCall]:
-    """The calls by (submit, start) time: two stable sorts on one int each,
-    the same order as one sort on the pair, with no tuple made per call."""
-    ordered = sorted(calls, key=_START)
-    ordered.sort(key=_SUBMIT)
-    return ordered
+def _by_submit(calls: CallTable) -> None:
+    """Order the calls by (submit, start) time, ties in the order read (a stable sort)."""
+    order = np.lexsort((np.frombuffer(calls.start_ns, np.uint64), np.frombuffer(calls.submit_ns, np.uint64)))
+    calls.select(order.tolist())
 
 
 def _turn_inputs(analysis: Analysis, traces: TraceData, keep: bool) -> None:
@@ -368,31 +377,34 @@ ATTRIBUTION_GROUP = 20_000
 
 
 def _attribute(
-    windows: Sequence[IdleWindow], calls: Sequence[ToolCall], blocks: Sequence[LoopBlock] = ()
-) -> list[WindowAttribution]:
-    """``attribute`` over groups of windows and calls that do not meet in
-    time, one group at a time: the same blame (a window's depends only on
-    the calls in flight during it), with bounded working memory. With
+    windows: Sequence[IdleWindow], calls: CallTable, rows: np.ndarray, blocks: Sequence[LoopBlock] = ()
+) -> Iterator[WindowAttribution]:
+    """``attribute`` over the calls of these rows, in groups of windows and
+    calls that do not meet in time, one group at a time: the same blame (a
+    window's depends only on the calls in flight during it), with bounded
+    working memory; each group's records are made for it alone. With
     event-loop blocks (which tie calls together) it runs once over all.
+    Yields each window's attribution, in the windows' order (by start).
 
     The groups: the windows (by start) and the calls (by submit) merged
     in time order, a window first at a tie; a group closes before an
     event that starts at or after the latest end so far, once it holds
     ``ATTRIBUTION_GROUP`` calls. Found in numpy, over the times alone."""
-    if blocks or len(calls) <= ATTRIBUTION_GROUP:
-        return attribute(windows, calls, blocks)
-    results: list[Optional[WindowAttribution]] = [None] * len(windows)
+    if blocks or len(rows) <= ATTRIBUTION_GROUP:
+        yield from attribute(windows, calls.records(rows.tolist()), blocks)
+        return
     window_starts = np.fromiter(map(_START, windows), np.uint64, len(windows))
-    submits = np.fromiter(map(_SUBMIT, calls), np.uint64, len(calls))
+    submits = np.frombuffer(calls.submit_ns, np.uint64)[rows]
     window_order, call_order = np.argsort(window_starts, kind="stable"), np.argsort(submits, kind="stable")
     # every event: (its start, window 0 / call 1, its index), in time order
     starts = np.concatenate((window_starts[window_order], submits[call_order]))
-    is_call = np.concatenate((np.zeros(len(windows), np.int8), np.ones(len(calls), np.int8)))
+    is_call = np.concatenate((np.zeros(len(windows), np.int8), np.ones(len(rows), np.int8)))
     index = np.concatenate((window_order, call_order))
+    call_ends = np.frombuffer(calls.end_ns, np.uint64)[rows]
     ends = np.concatenate(
         (
             np.fromiter(map(_END, windows), np.uint64, len(windows))[window_order],
-            np.fromiter((end or _NEVER for end in map(_END, calls)), np.uint64, len(calls))[call_order],
+            np.where(call_ends == 0, np.uint64(_NEVER), call_ends)[call_order],
         )
     )
     merged = np.lexsort((np.arange(len(starts)), is_call, starts))
@@ -408,21 +420,20 @@ def _attribute(
             break
         cuts.append(int(open_at[found]))
     cuts.append(len(starts))
+    # (the windows come in their own order: by start, ties in order, in
+    # the groups one after another)
     for low, high in zip(cuts, cuts[1:]):
         kinds, members = is_call[low:high], index[low:high]
-        group_windows = members[kinds == 0].tolist()
-        group_calls = [calls[i] for i in members[kinds == 1].tolist()]
-        for where, result in zip(group_windows, attribute([windows[i] for i in group_windows], group_calls)):
-            results[where] = result
-    return results  # type: ignore[return-value]  # every window is in a group
+        group_calls = calls.records(rows[members[kinds == 1]].tolist())
+        yield from attribute([windows[i] for i in members[kinds == 0].tolist()], group_calls)
 
 
 _NEVER = 1 << 63  # the end of a call still in flight
 
 
-def _in_windows(columns: CallColumns, windows: Sequence[IdleWindow]) -> list[ToolCall]:
-    """The calls in flight during some idle window: the only ones the
-    blame depends on (a call outside every window changes no share)."""
+def _in_windows(columns: CallColumns, windows: Sequence[IdleWindow]) -> np.ndarray:
+    """The rows of the calls in flight during some idle window: the only
+    ones the blame depends on (a call outside every window changes no share)."""
     edges: list[int] = []  # the windows' union, as sorted [start, end) pairs
     for window in sorted(windows, key=lambda w: w.start_ns):
         if edges and window.start_ns <= edges[-1]:
@@ -430,7 +441,7 @@ def _in_windows(columns: CallColumns, windows: Sequence[IdleWindow]) -> list[Too
         else:
             edges += (window.start_ns, window.end_ns)
     if not edges or not len(columns.submit):
-        return []
+        return np.zeros(0, np.int64)
     # inside the union if the call's life [submit, end) meets one of its
     # intervals: it was submitted inside one, or before one that starts
     # before it ends (an end of 0: still in flight)
@@ -438,15 +449,14 @@ def _in_windows(columns: CallColumns, windows: Sequence[IdleWindow]) -> list[Too
     i = np.searchsorted(bounds, columns.submit, side="right")
     next_start = bounds[np.minimum(i, len(bounds) - 1)]
     inside = (i % 2 == 1) | ((i < len(bounds)) & ((columns.end == 0) | (columns.end > next_start)))
-    calls = columns.calls
-    return [calls[row] for row in np.flatnonzero(inside).tolist()]
+    return np.flatnonzero(inside)
 
 
-def _pool_warnings(calls: Sequence[ToolCall], windows: Sequence[IdleWindow]) -> list[str]:
+def _pool_warnings(calls: CallTable, windows: Sequence[IdleWindow]) -> list[str]:
     """One line per GPU pool whose idle time no tool call can be blamed for."""
     if not calls:
         return []
-    call_pools = {call.pool for call in calls}
+    call_pools = set(calls.pool)
     warnings = []
     for pool in sorted({window.pool for window in windows} - call_pools):
         name = f"GPU pool {pool!r}" if pool else "the GPUs of processes that declared no GPU pool"
@@ -519,7 +529,7 @@ def _tool_stats(
 _SUBMIT, _START, _END = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns")
 
 
-def _add_waits(analysis: Analysis, in_windows: list[ToolCall]) -> None:
+def _add_waits(analysis: Analysis, in_windows: np.ndarray) -> None:
     """Each tool's CPU share and event-loop blocks (``waits.py``), and the
     GPU idle time blamed on a tool while it blocked a loop: the blame of the
     idle windows cut to its blocks."""
@@ -537,7 +547,8 @@ def _add_waits(analysis: Analysis, in_windows: list[ToolCall]) -> None:
                 pieces.append(dataclasses.replace(window, start_ns=a, end_ns=b))
                 blockers.append(block.blocker)
     during: dict[str, float] = defaultdict(float)
-    for blocker, result in zip(blockers, attribute(pieces, in_windows, analysis.loop_blocks) if pieces else ()):
+    results = attribute(pieces, analysis.calls.records(in_windows.tolist()), analysis.loop_blocks) if pieces else ()
+    for blocker, result in zip(blockers, results):
         for share in result.shares:
             if (share.call.trace_id, share.call.span_id) == blocker:
                 during[share.call.tool] += share.blocked_s

@@ -1,12 +1,9 @@
-"""The tool calls' times and names as numpy columns, read from the records once.
+"""The tool calls' times and names as numpy columns, from the reader's table (``report.calls``).
 
-At a million spans the 500k ``ToolCall`` records and their ints lie
-spread over a few hundred MB, and every Python pass over them costs a cache
-miss a record; sorting their times as Python ints costs more misses per
-comparison. The per-tool and per-executor statistics and the idle
-windows' filter (``report.analysis``) read the columns instead: three
-passes over the records for the times, one each for the names, then
-sorts, groupings and searches inside numpy.
+The per-tool and per-executor statistics and the idle windows' filter
+(``report.analysis``) read these: the times are views of the table's
+columns, the names codes in order of first appearance; then sorts,
+groupings and searches inside numpy.
 
 Times are ``uint64`` (the reader keeps every time in [0, 2**64)); a
 call's phases never go backwards (submit <= start <= end), so the
@@ -17,16 +14,13 @@ from __future__ import annotations
 
 from array import array
 from itertools import count, repeat
-from operator import attrgetter, truediv
-from typing import Iterable, Iterator, Sequence
+from operator import truediv
+from typing import Iterable, Iterator
 
 import numpy as np
 
-from agent_otel.records import NS_PER_S, ToolCall
-
-_SUBMIT, _START, _END = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns")
-_TOOL, _EXECUTOR, _OUTCOME = attrgetter("tool"), attrgetter("executor"), attrgetter("outcome")
-_WORKERS = attrgetter("executor_workers")
+from agent_otel.records import NS_PER_S
+from agent_otel.report.calls import CallTable
 
 # Below this many nanoseconds a double holds every int exactly (see seconds_sorted).
 _EXACT_NS = 1 << 53
@@ -66,16 +60,17 @@ class CallColumns:
 
     __slots__ = ("calls", "submit", "start", "end", "tool", "executor", "outcome", "workers")
 
-    def __init__(self, calls: Sequence[ToolCall]) -> None:
+    def __init__(self, calls: CallTable) -> None:
         rows = len(calls)
         self.calls = calls
-        self.submit = np.fromiter(map(_SUBMIT, calls), np.uint64, rows)
-        self.start = np.fromiter(map(_START, calls), np.uint64, rows)
-        self.end = np.fromiter(map(_END, calls), np.uint64, rows)
-        self.tool = Names(map(_TOOL, calls), rows)
-        self.executor = Names(map(_EXECUTOR, calls), rows)
-        self.outcome = Names(map(_OUTCOME, calls), rows)
-        self.workers = np.fromiter(map(_WORKERS, calls), object, rows)
+        # (views of the table's own columns, not copies)
+        self.submit = np.frombuffer(calls.submit_ns, np.uint64)
+        self.start = np.frombuffer(calls.start_ns, np.uint64)
+        self.end = np.frombuffer(calls.end_ns, np.uint64)
+        self.tool = Names(calls.tool, rows)
+        self.executor = Names(calls.executor, rows)
+        self.outcome = Names(calls.outcome, rows)
+        self.workers = np.array(calls.executor_workers or [None] * rows, object)
 
     def count_of(self, names: Names, wanted: Iterable[str], rows: np.ndarray) -> int:
         """How many of these rows have one of the wanted names."""

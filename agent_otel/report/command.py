@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
             slos=slos,
             call_ids=bool(args.html or args.perfetto),  # only they show a call's id
             turns=bool(args.html or args.perfetto),  # and draw every turn
+            records=bool(args.html or args.perfetto),  # and every call, with its share of the blame
         )
     finally:
         progress.finish()

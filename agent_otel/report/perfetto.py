@@ -28,7 +28,7 @@ Timestamps are microseconds from the report window's start;
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Optional
+from typing import Optional, Sequence
 
 from agent_otel.attribution import gpu_key
 from agent_otel.records import ToolCall
@@ -131,7 +131,7 @@ def trace_events(analysis: Analysis) -> dict:
     }
 
 
-def _call_tracks(calls: list[ToolCall], events: list[dict]) -> dict[int, tuple[int, Optional[int], int]]:
+def _call_tracks(calls: Sequence[ToolCall], events: list[dict]) -> dict[int, tuple[int, Optional[int], int]]:
     """Give every call its (pid, queue tid or None, exec tid), naming the
     processes and threads as they are made."""
     tracks: dict[int, tuple[int, Optional[int], int]] = {}

@@ -100,6 +100,7 @@ from agent_otel.exporters.otlp_json import (
 )
 from agent_otel.attribution import gpu_key
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ToolCall
+from agent_otel.report.calls import CallTable
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
     AGENT_PROCESS_CPU_COUNT,
@@ -252,7 +253,7 @@ class InnerFailures:
 class TraceData:
     """Everything the report takes from trace files."""
 
-    calls: list[ToolCall] = field(default_factory=list)
+    calls: CallTable = field(default_factory=CallTable)  # report.calls: columns, records made on demand
     idle_windows: list[IdleWindow] = field(default_factory=list)
     loop_blocks: list[LoopBlock] = field(default_factory=list)
     # tool -> seconds the live path blamed on it (the windows' totals, or
@@ -864,11 +865,11 @@ class TraceReader:
         # (the candidates found in the id arrays, in numpy: a pass over the
         # records themselves costs a cache miss a call at a million spans,
         # and a set of the ids 40 MB there)
+        trace_ids, span_ids, tools = calls.trace_id, calls.span_id, calls.tool
         for i in _rows_in(self._span_ids, _ids(parents, parent_ids)):
-            call = calls[i]
-            key = call.trace_id << 64 | call.span_id
+            key = trace_ids[i] << 64 | span_ids[i]
             index_of[key] = i
-            tool_of[key] = call.tool
+            tool_of[key] = tools[i]
         keep = bytearray(b"\x01") * len(calls)
         if index_of:
             # up: call -> its parent record, where that is a span of the same
@@ -877,9 +878,9 @@ class TraceReader:
             reachable = [key & _SPAN_ID_MASK for key in index_of]  # parents that can lead to a call
             reachable.extend(key & _SPAN_ID_MASK for key in hops)
             for i in _rows_in(parents, _ids(reachable)):
-                key = calls[i].trace_id << 64 | parents[i]
+                key = trace_ids[i] << 64 | parents[i]
                 j = index_of.get(hops.get(key, key) if hops else key)
-                if j is not None and calls[j].tool == calls[i].tool:
+                if j is not None and tools[j] == tools[i]:
                     up[i] = j
             # Each chain of same-call spans keeps its outermost agent-otel span
             # (it has the queue and exec timing), else its outermost span.
@@ -904,35 +905,35 @@ class TraceReader:
             self._merge_peer_tool_spans(keep)
         self._join_inner(tool_of)  # before the calls are deduplicated: self._parents lines up with them
         if not all(keep):
-            kept_calls = [call for call, kept in zip(calls, keep) if kept]
-            data.duplicate_count += len(calls) - len(kept_calls)
-            data.calls = kept_calls
+            before = len(calls)
+            calls.select([i for i, kept in enumerate(keep) if kept])
+            data.duplicate_count += before - len(calls)
         return tool_of
 
     def _merge_peer_tool_spans(self, keep: bytearray) -> None:
         """Another instrumentation's tool span within one of agent-otel's calls of the same tool, in
         the same trace, is that call: drop it (each of ours absorbs one)."""
         calls, ours, ids = self.data.calls, self._ours, self._call_id_hashes  # ids: hashes, 0 for none
+        traces, tools, submits, ends = calls.trace_id, calls.tool, calls.submit_ns, calls.end_ns
         peers = [i for i in range(len(calls)) if keep[i] and not ours[i]]
         by_tool: dict[tuple[int, str], list[int]] = {}
-        for i, call in enumerate(calls):
+        for i, (trace, tool) in enumerate(zip(traces, tools)):
             if keep[i] and ours[i]:
-                by_tool.setdefault((call.trace_id, call.tool), []).append(i)
+                by_tool.setdefault((trace, tool), []).append(i)
         taken: set[int] = set()
-        for i in sorted(peers, key=lambda i: calls[i].submit_ns):
-            peer = calls[i]
+        for i in sorted(peers, key=submits.__getitem__):
+            peer_submit, peer_end = submits[i], ends[i]
             best: Optional[int] = None
-            for j in by_tool.get((peer.trace_id, peer.tool), ()):
+            for j in by_tool.get((traces[i], tools[i]), ()):
                 if j in taken:
                     continue
-                candidate = calls[j]
                 if ids[i] and ids[j] and ids[i] != ids[j]:
                     continue
-                low, high = candidate.submit_ns - PEER_SLACK_NS, candidate.end_ns + PEER_SLACK_NS
-                overlap = min(high, peer.end_ns) - max(low, peer.submit_ns)
-                if overlap < 0 or overlap * 2 < peer.end_ns - peer.submit_ns:
+                low, high = submits[j] - PEER_SLACK_NS, ends[j] + PEER_SLACK_NS
+                overlap = min(high, peer_end) - max(low, peer_submit)
+                if overlap < 0 or overlap * 2 < peer_end - peer_submit:
                     continue
-                if best is None or candidate.end_ns < calls[best].end_ns:
+                if best is None or ends[j] < ends[best]:
                     best = j
             if best is not None:
                 taken.add(best)
@@ -962,11 +963,11 @@ class TraceReader:
             return
         calls, parents = data.calls, self._parents
         tool_spans = _ids([key & _SPAN_ID_MASK for key in tool_of])
+        traces, tools = calls.trace_id, calls.tool
         for i in _rows_in(parents, tool_spans):  # as in _dedupe_tool_calls
-            call = calls[i]
-            outer = tool_of.get(call.trace_id << 64 | parents[i])
-            if outer is not None and outer != call.tool:
-                data.nested_tools.add(call.tool)
+            outer = tool_of.get(traces[i] << 64 | parents[i])
+            if outer is not None and outer != tools[i]:
+                data.nested_tools.add(tools[i])
         for parent, children in self._failed_children.items():
             tool = tool_of.get(parent)
             if tool is not None and tool not in self._policy_tools:

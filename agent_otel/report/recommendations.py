@@ -71,6 +71,7 @@ rules that suggest a timeout for a tool suggest the same one.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
@@ -430,29 +431,32 @@ def _set_timeout(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
 
 
 def _isolate_tool(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
-    by_pool: dict[str, dict[str, list]] = {}
-    for call in analysis.calls:
-        if call.executor not in NOT_POOLS:
-            by_pool.setdefault(call.executor, {}).setdefault(call.tool, []).append(call)
+    calls = analysis.calls
+    submits, starts, ends = calls.submit_ns, calls.start_ns, calls.end_ns
+    by_pool: dict[str, dict[str, array]] = {}  # pool -> tool -> its calls' rows
+    for row, (executor, tool) in enumerate(zip(calls.executor, calls.tool)):
+        if executor not in NOT_POOLS:
+            by_pool.setdefault(executor, {}).setdefault(tool, array("l")).append(row)
     found = []
     for pool, by_tool in sorted(by_pool.items()):
-        pool_exec = sum(call.exec_seconds for calls in by_tool.values() for call in calls)
+        exec_of = {tool: [(ends[i] - starts[i]) / NS_PER_S for i in rows] for tool, rows in by_tool.items()}
+        pool_exec = sum(seconds for tool_exec in exec_of.values() for seconds in tool_exec)
         if len(by_tool) < 2 or not pool_exec:
             continue
         for tool, mine in sorted(by_tool.items()):
-            share = sum(call.exec_seconds for call in mine) / pool_exec
+            share = sum(exec_of[tool]) / pool_exec
             if len(mine) < MIN_SLOW_CALLS or share < SLOW_WORKER_SHARE:
                 continue
-            others = [call for name, calls in by_tool.items() if name != tool for call in calls]
-            slow_p50 = percentile(sorted(call.exec_seconds for call in mine), 50)
-            other_exec = sorted(call.exec_seconds for call in others)
+            others = [i for name, rows in by_tool.items() if name != tool for i in rows]
+            slow_p50 = percentile(sorted(exec_of[tool]), 50)
+            other_exec = sorted((ends[i] - starts[i]) / NS_PER_S for i in others)
             fast_p50, fast_exec_p95 = percentile(other_exec, 50), percentile(other_exec, 95)
-            fast_wait_p95 = percentile(sorted(call.queue_seconds for call in others), 95)
+            fast_wait_p95 = percentile(sorted((starts[i] - submits[i]) / NS_PER_S for i in others), 95)
             if not (
                 slow_p50 >= SLOW_FACTOR * fast_p50 and fast_wait_p95 >= MIN_WAIT_P95_S and fast_wait_p95 > fast_exec_p95
             ):
                 continue
-            concurrent = max_overlap([(call.start_ns, call.end_ns) for call in mine])
+            concurrent = max_overlap([(starts[i], ends[i]) for i in mine])
             cap, cpu_bound, why = facts.worker_cap([tool])
             workers = min(concurrent, cap)
             ratio = f"{slow_p50 / fast_p50:.0f}x" if fast_p50 else "far above"
@@ -488,13 +492,13 @@ def _isolate_tool(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
 
 
 def _batch_calls(analysis: Analysis) -> list[Recommendation]:
-    by_tool: dict[str, list[ToolCall]] = {}
-    for call in analysis.calls:  # by submit time
-        by_tool.setdefault(call.tool, []).append(call)
+    by_tool: dict[str, array] = {}  # tool -> its calls' rows, by submit time
+    for row, tool in enumerate(analysis.calls.tool):
+        by_tool.setdefault(tool, array("l")).append(row)
     gap_ns = round(BURST_GAP_S * NS_PER_S)
     found = []
     for tool in sorted(by_tool):
-        calls = by_tool[tool]
+        calls = analysis.calls.records(by_tool[tool])  # one tool's records at a time
         bursts = [size for size in _bursts(calls, gap_ns) if size >= MIN_BURST]
         in_bursts = sum(bursts)
         if len(bursts) < MIN_BURSTS or in_bursts < BURST_SHARE * len(calls):

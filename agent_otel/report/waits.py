@@ -35,6 +35,7 @@ from itertools import accumulate
 from typing import Optional, Sequence
 
 from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
+from agent_otel.report.calls import CallTable
 from agent_otel.semconv import BLOCKED_BY_UNKNOWN as UNKNOWN
 
 CPU_BOUND_SHARE = 0.6
@@ -101,9 +102,10 @@ class CpuStats:
         return KIND_MIXED
 
 
-def cpu_stats(calls: Sequence[ToolCall]) -> dict[str, CpuStats]:
+def cpu_stats(calls: CallTable) -> dict[str, CpuStats]:
     """Per tool, the CPU time of its calls that carry one, split by contention."""
-    measured = [call for call in calls if call.cpu_ns is not None and call.end_ns > call.start_ns]
+    starts, ends, cpu_ns = calls.start_ns, calls.end_ns, calls.cpu_ns  # cpu_ns: None while no call has one
+    measured = [calls[i] for i, cpu in enumerate(cpu_ns or ()) if cpu is not None and ends[i] > starts[i]]
     stats: dict[str, CpuStats] = {}
     if not measured:
         return stats

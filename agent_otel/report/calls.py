@@ -1,0 +1,202 @@
+"""The tool calls the reader keeps: columns, with ``ToolCall`` records made on demand.
+
+At a million spans 500k ``ToolCall`` records take about 145 MB (144 bytes
+each and about 140 bytes of ints: a Python int is 32-40 bytes); as
+columns the same calls take about 60 MB: the times and span ids as
+unsigned 64-bit ints in ``array("Q")`` (8 bytes each; the reader keeps
+every time and id in [0, 2**64)), and the other fields as lists of the
+reader's shared objects (8 bytes a reference). The statistics read the
+columns (``report.columns``); whatever else iterates or indexes the table
+gets a ``ToolCall`` made for it, which lives only while it is used.
+The HTML and Perfetto outputs, which map the attribution's shares back to
+their calls by identity, ``keep`` the records instead: then the table
+hands out the same record for a call every time.
+
+No numpy at import: the blame service's reader builds a table too
+(``agent-otel gpu-exporter`` starts without numpy).
+"""
+
+from __future__ import annotations
+
+from array import array
+from itertools import islice, repeat
+from operator import itemgetter
+from typing import Iterable, Iterator, Optional, Sequence, overload
+
+from agent_otel.records import ToolCall
+
+# ToolCall's fields, in its constructor's order; which are 64-bit columns,
+# and which are mostly None (such a column is None itself until a value
+# comes: 8 bytes a call saved for each).
+_FIELDS = (
+    "tool",
+    "executor",
+    "submit_ns",
+    "start_ns",
+    "end_ns",
+    "outcome",
+    "call_id",
+    "trace_id",
+    "span_id",
+    "error_type",
+    "thread",
+    "executor_workers",
+    "pool",
+    "cpu_ns",
+)
+_WORDS = frozenset({"submit_ns", "start_ns", "end_ns", "span_id"})
+_SPARSE = ("call_id", "error_type", "thread", "executor_workers", "cpu_ns")
+_DENSE = tuple(name for name in _FIELDS if name not in _SPARSE)
+
+_NONE = repeat(None)  # (map stops at its shortest argument)
+
+# Records made per step while iterating (each step's columns sliced once).
+_CHUNK = 4096
+
+
+class CallTable(Sequence[ToolCall]):
+    """The tool calls, row i being call i: a column per ``ToolCall`` field
+    (named as the field), appended to by ``append``. A column of
+    ``call_id``, ``error_type``, ``thread``, ``executor_workers`` or
+    ``cpu_ns`` is None while every call's value is None."""
+
+    __slots__ = (*_FIELDS, "_records")
+
+    tool: list[str]
+    executor: list[str]
+    submit_ns: array
+    start_ns: array
+    end_ns: array
+    outcome: list[str]
+    call_id: Optional[list[Optional[str]]]
+    trace_id: list[int]
+    span_id: array
+    error_type: Optional[list[Optional[str]]]
+    thread: Optional[list[Optional[str]]]
+    executor_workers: Optional[list[Optional[int]]]
+    pool: list[str]
+    cpu_ns: Optional[list[Optional[int]]]
+
+    def __init__(self) -> None:
+        for name in _DENSE:
+            setattr(self, name, array("Q") if name in _WORDS else [])
+        for name in _SPARSE:
+            setattr(self, name, None)
+        self._records: Optional[list[ToolCall]] = None
+
+    @classmethod
+    def of(cls, calls: Iterable[ToolCall]) -> CallTable:
+        """A table of these records, kept (``keep``)."""
+        table = cls()
+        table.keep()
+        for call in calls:
+            table.append(call)
+        return table
+
+    def append(self, call: ToolCall) -> None:
+        """Add a call at the end (its fields; the record itself is not kept)."""
+        if self._records is not None:
+            self._records.append(call)
+        rows = len(self.tool)
+        self.tool.append(call.tool)
+        self.executor.append(call.executor)
+        self.submit_ns.append(call.submit_ns)
+        self.start_ns.append(call.start_ns)
+        self.end_ns.append(call.end_ns)
+        self.outcome.append(call.outcome)
+        self.trace_id.append(call.trace_id)
+        self.span_id.append(call.span_id)
+        self.pool.append(call.pool)
+        for name in _SPARSE:
+            value = getattr(call, name)
+            column = getattr(self, name)
+            if column is not None:
+                column.append(value)
+            elif value is not None:
+                setattr(self, name, [None] * rows + [value])
+
+    def column(self, name: str) -> Sequence:
+        """A field's column (a sparse column still None: a sequence of None)."""
+        column = getattr(self, name)
+        return _Nones(len(self)) if column is None else column
+
+    def __len__(self) -> int:
+        return len(self.tool)
+
+    @overload
+    def __getitem__(self, row: int) -> ToolCall: ...
+
+    @overload
+    def __getitem__(self, row: slice) -> list[ToolCall]: ...
+
+    def __getitem__(self, row):
+        if self._records is not None:
+            return self._records[row]
+        if isinstance(row, slice):
+            return list(islice(self, *row.indices(len(self))))
+        return ToolCall(*(self.column(name)[row] for name in _FIELDS))
+
+    def __iter__(self) -> Iterator[ToolCall]:
+        if self._records is not None:
+            yield from self._records
+            return
+        columns = [getattr(self, name) for name in _FIELDS]
+        for first in range(0, len(self), _CHUNK):
+            yield from map(
+                ToolCall, *(_NONE if column is None else column[first : first + _CHUNK] for column in columns)
+            )
+
+    def records(self, rows: Sequence[int]) -> list[ToolCall]:
+        """The records of these rows, in this order."""
+        if self._records is not None:
+            return [self._records[row] for row in rows]
+        if len(rows) < 2:
+            return [self[row] for row in rows]
+        pick = itemgetter(*rows)
+        columns = [getattr(self, name) for name in _FIELDS]
+        return list(map(ToolCall, *(_NONE if column is None else pick(column) for column in columns)))
+
+    def keep(self) -> list[ToolCall]:
+        """Make every call's record once and keep it: from now on the table
+        hands out these records (the same object for a call every time)."""
+        if self._records is None:
+            self._records = list(self)
+        return self._records
+
+    def select(self, rows: Sequence[int]) -> None:
+        """Keep only these rows, in this order (one column at a time: the
+        table's memory grows by one column's meanwhile, not by its copy)."""
+        pick = itemgetter(*rows) if len(rows) > 1 else lambda column: tuple(column[row] for row in rows)
+        for name in _FIELDS:
+            column = getattr(self, name)
+            if column is not None:
+                picked = pick(column)
+                setattr(self, name, array("Q", picked) if name in _WORDS else list(picked))
+                del picked
+        if self._records is not None:
+            self._records = [self._records[row] for row in rows]
+
+
+class _Nones(Sequence[None]):
+    """``count`` Nones, without a list of them."""
+
+    __slots__ = ("_count",)
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, row: int) -> None: ...
+
+    @overload
+    def __getitem__(self, row: slice) -> list[None]: ...
+
+    def __getitem__(self, row):
+        if isinstance(row, slice):
+            return [None] * len(range(*row.indices(self._count)))
+        if not -self._count <= row < self._count:
+            raise IndexError("row out of range")
+        return None
