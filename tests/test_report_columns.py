@@ -149,8 +149,8 @@ def test_turn_totals_are_the_same_whether_the_turns_are_kept_or_not():
         else:
             roots[trace] = AgentRun("root", begin, t, trace, 2 * 10**6 + trace)
     calls.sort(key=lambda c: c.submit_ns)
-    kept, totals = find_turns(calls, [], runs, roots, keep=True)
-    empty, folded = find_turns(calls, [], runs, roots, keep=False)
+    kept, totals = find_turns(CallTable.of(calls), [], runs, roots, keep=True)
+    empty, folded = find_turns(CallTable.of(calls), [], runs, roots, keep=False)
     assert empty == [] and len(kept) == totals.count == folded.count > 200
     assert folded == totals
     # the totals as the turns in order give them, and the slowest as a stable sort does

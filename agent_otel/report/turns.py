@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, Union
 
 from agent_otel.records import NS_PER_S, AgentRun, ModelCall, ToolCall
+from agent_otel.report.calls import CallTable
 
 FROM_AGENT = "agent"
 FROM_TRACE = "trace"
@@ -62,7 +63,7 @@ class Turn:
 
 
 def find_turns(
-    calls: Sequence[ToolCall],
+    calls: CallTable,
     model_calls: Sequence[ModelCall],
     agent_runs: Sequence[AgentRun],
     roots: dict[int, AgentRun],
@@ -115,17 +116,16 @@ def find_turns(
     return turns.finish(in_flight)
 
 
-def _traces(calls: Sequence[ToolCall], models_of: dict[int, list[ModelCall]]) -> Iterator[tuple[int, list[ToolCall]]]:
+def _traces(calls: CallTable, models_of: dict[int, list[ModelCall]]) -> Iterator[tuple[int, list[ToolCall]]]:
     """(trace, its calls by submit time) for each trace with calls, taken
     at its last call, then the traces with model calls only.
 
     Only the few traces open at once hold a list of their calls, not every
     trace (a list each took 22 MB at a million spans), and a trace's
     records are visited again while they are still in the cache."""
-    last = {call.trace_id: i for i, call in enumerate(calls)}
+    last = {trace_id: i for i, trace_id in enumerate(calls.trace_id)}
     open_traces: dict[int, list[ToolCall]] = {}
-    for i, call in enumerate(calls):
-        trace_id = call.trace_id
+    for i, (trace_id, call) in enumerate(zip(calls.trace_id, calls)):
         trace_calls = open_traces.get(trace_id)
         if trace_calls is None:
             trace_calls = open_traces[trace_id] = [call]
