@@ -177,12 +177,14 @@ def test_the_call_table_gives_back_the_records_it_was_given():
         call.trace_id, call.span_id = rng.randrange(1 << 128), rng.randrange(1 << 64)
         call.pool = rng.choice(("", "a"))
         if i > 9000:  # the sparse columns fill in late
-            call.call_id, call.thread = f"call_{i}", "worker-1"
+            call.call_id, call.thread, call.outcome = f"call_{i}", "worker-1", rng.choice(("ok", "error"))
             call.executor_workers, call.cpu_ns = rng.choice((None, 8)), rng.choice((None, 1 << 70))
     table = CallTable()
     for call in calls:
         table.append(call)
-    assert table.call_id is not None and table.error_type is None  # never a value: no column
+    assert table.call_id is not None and table.outcome is not None and table.pool is not None
+    assert table.error_type is None and table.cpu_ns is not None  # error_type: always None, so no column
+    assert list(table.column("error_type")) == [None] * len(calls) and table.column("error_type")[-1] is None
     assert len(table) == len(calls) and list(table) == calls
     assert [table[i] for i in (0, 4097, -1)] == [calls[0], calls[4097], calls[-1]]
     assert table[5:9000:7] == calls[5:9000:7]

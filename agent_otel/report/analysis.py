@@ -456,7 +456,7 @@ def _pool_warnings(calls: CallTable, windows: Sequence[IdleWindow]) -> list[str]
     """One line per GPU pool whose idle time no tool call can be blamed for."""
     if not calls:
         return []
-    call_pools = set(calls.pool)
+    call_pools = set(calls.column("pool"))
     warnings = []
     for pool in sorted({window.pool for window in windows} - call_pools):
         name = f"GPU pool {pool!r}" if pool else "the GPUs of processes that declared no GPU pool"

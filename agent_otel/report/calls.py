@@ -24,10 +24,11 @@ from operator import itemgetter
 from typing import Iterable, Iterator, Optional, Sequence, overload
 
 from agent_otel.records import ToolCall
+from agent_otel.semconv import OUTCOME_OK
 
 # ToolCall's fields, in its constructor's order; which are 64-bit columns,
-# and which are mostly None (such a column is None itself until a value
-# comes: 8 bytes a call saved for each).
+# and which mostly hold one value (such a column is None itself until
+# another value comes: 8 bytes a call saved for each), with that value.
 _FIELDS = (
     "tool",
     "executor",
@@ -45,10 +46,16 @@ _FIELDS = (
     "cpu_ns",
 )
 _WORDS = frozenset({"submit_ns", "start_ns", "end_ns", "span_id"})
-_SPARSE = ("call_id", "error_type", "thread", "executor_workers", "cpu_ns")
+_SPARSE = {
+    "outcome": OUTCOME_OK,
+    "call_id": None,
+    "error_type": None,
+    "thread": None,
+    "executor_workers": None,
+    "pool": "",
+    "cpu_ns": None,
+}
 _DENSE = tuple(name for name in _FIELDS if name not in _SPARSE)
-
-_NONE = repeat(None)  # (map stops at its shortest argument)
 
 # Records made per step while iterating (each step's columns sliced once).
 _CHUNK = 4096
@@ -57,8 +64,10 @@ _CHUNK = 4096
 class CallTable(Sequence[ToolCall]):
     """The tool calls, row i being call i: a column per ``ToolCall`` field
     (named as the field), appended to by ``append``. A column of
-    ``call_id``, ``error_type``, ``thread``, ``executor_workers`` or
-    ``cpu_ns`` is None while every call's value is None."""
+    ``outcome``, ``call_id``, ``error_type``, ``thread``,
+    ``executor_workers``, ``pool`` or ``cpu_ns`` is None while every call
+    has its usual value (``ok``, None, or "" for the pool): ``column`` reads
+    any column."""
 
     __slots__ = (*_FIELDS, "_records")
 
@@ -67,14 +76,14 @@ class CallTable(Sequence[ToolCall]):
     submit_ns: array
     start_ns: array
     end_ns: array
-    outcome: list[str]
+    outcome: Optional[list[str]]
     call_id: Optional[list[Optional[str]]]
     trace_id: list[int]
     span_id: array
     error_type: Optional[list[Optional[str]]]
     thread: Optional[list[Optional[str]]]
     executor_workers: Optional[list[Optional[int]]]
-    pool: list[str]
+    pool: Optional[list[str]]
     cpu_ns: Optional[list[Optional[int]]]
 
     def __init__(self) -> None:
@@ -103,22 +112,20 @@ class CallTable(Sequence[ToolCall]):
         self.submit_ns.append(call.submit_ns)
         self.start_ns.append(call.start_ns)
         self.end_ns.append(call.end_ns)
-        self.outcome.append(call.outcome)
         self.trace_id.append(call.trace_id)
         self.span_id.append(call.span_id)
-        self.pool.append(call.pool)
-        for name in _SPARSE:
+        for name, usual in _SPARSE.items():
             value = getattr(call, name)
             column = getattr(self, name)
             if column is not None:
                 column.append(value)
-            elif value is not None:
-                setattr(self, name, [None] * rows + [value])
+            elif value != usual:
+                setattr(self, name, [usual] * rows + [value])
 
     def column(self, name: str) -> Sequence:
-        """A field's column (a sparse column still None: a sequence of None)."""
+        """A field's column (one still None: its usual value in every row)."""
         column = getattr(self, name)
-        return _Nones(len(self)) if column is None else column
+        return _Same(_SPARSE[name], len(self)) if column is None else column
 
     def __len__(self) -> int:
         return len(self.tool)
@@ -142,9 +149,7 @@ class CallTable(Sequence[ToolCall]):
             return
         columns = [getattr(self, name) for name in _FIELDS]
         for first in range(0, len(self), _CHUNK):
-            yield from map(
-                ToolCall, *(_NONE if column is None else column[first : first + _CHUNK] for column in columns)
-            )
+            yield from map(ToolCall, *(_sliced(column, name, first) for column, name in zip(columns, _FIELDS)))
 
     def records(self, rows: Sequence[int]) -> list[ToolCall]:
         """The records of these rows, in this order."""
@@ -154,7 +159,12 @@ class CallTable(Sequence[ToolCall]):
             return [self[row] for row in rows]
         pick = itemgetter(*rows)
         columns = [getattr(self, name) for name in _FIELDS]
-        return list(map(ToolCall, *(_NONE if column is None else pick(column) for column in columns)))
+        return list(
+            map(
+                ToolCall,
+                *(repeat(_SPARSE[name]) if column is None else pick(column) for column, name in zip(columns, _FIELDS)),
+            )
+        )
 
     def keep(self) -> list[ToolCall]:
         """Make every call's record once and keep it: from now on the table
@@ -177,26 +187,34 @@ class CallTable(Sequence[ToolCall]):
             self._records = [self._records[row] for row in rows]
 
 
-class _Nones(Sequence[None]):
-    """``count`` Nones, without a list of them."""
+def _sliced(column: Optional[Sequence], name: str, first: int) -> Iterable:
+    """Rows ``first`` on of a column, at most a chunk of them (map stops at its shortest argument)."""
+    return repeat(_SPARSE[name]) if column is None else column[first : first + _CHUNK]
 
-    __slots__ = ("_count",)
 
-    def __init__(self, count: int) -> None:
-        self._count = count
+class _Same(Sequence[object]):
+    """``count`` times one value, without a list of them."""
+
+    __slots__ = ("_value", "_count")
+
+    def __init__(self, value: object, count: int) -> None:
+        self._value, self._count = value, count
 
     def __len__(self) -> int:
         return self._count
 
-    @overload
-    def __getitem__(self, row: int) -> None: ...
+    def __iter__(self) -> Iterator[object]:
+        return repeat(self._value, self._count)
 
     @overload
-    def __getitem__(self, row: slice) -> list[None]: ...
+    def __getitem__(self, row: int) -> object: ...
+
+    @overload
+    def __getitem__(self, row: slice) -> list[object]: ...
 
     def __getitem__(self, row):
         if isinstance(row, slice):
-            return [None] * len(range(*row.indices(self._count)))
+            return [self._value] * len(range(*row.indices(self._count)))
         if not -self._count <= row < self._count:
             raise IndexError("row out of range")
-        return None
+        return self._value

@@ -69,7 +69,7 @@ class CallColumns:
         self.end = np.frombuffer(calls.end_ns, np.uint64)
         self.tool = Names(calls.tool, rows)
         self.executor = Names(calls.executor, rows)
-        self.outcome = Names(calls.outcome, rows)
+        self.outcome = Names(calls.column("outcome"), rows)
         self.workers = np.array(calls.executor_workers or [None] * rows, object)
 
     def count_of(self, names: Names, wanted: Iterable[str], rows: np.ndarray) -> int:

@@ -376,7 +376,6 @@ class TraceReader:
         self._call_id_hashes = array("q")  # per call: hash(gen_ai.tool.call.id), 0 for none
         self._seen = _SeenSpans()  # every span read, by its ids
         self._parents = array("Q")  # per call: its parent's span id (0: none), 8 bytes each
-        self._span_ids = array("Q")  # per call: its span id (read in order, not from the records)
         self._live: dict[int, float] = {}  # trace_id << 64 | parent span id -> seconds blamed by gpu.idle children
         self._window_live: Optional[dict[str, float]] = None  # tool -> seconds, the windows' totals
         self._strings: dict[str, str] = {}
@@ -661,7 +660,6 @@ class TraceReader:
         exceptions = self._exceptions(events, end_ns) if events and AGENT_TOOL_RETRIES not in found else None
         data.calls.append(call)
         self._parents.append(parent)
-        self._span_ids.append(span_id)
         self._call_id_hashes.append((hash(call_id) or 1) if call_id else 0)
         self._ours.append(ours)
         if not ours:
@@ -845,7 +843,6 @@ class TraceReader:
                 if tool is not None:
                     data.live_blocked_s[tool] = data.live_blocked_s.get(tool, 0.0) + seconds
         self._parents = array("Q")
-        self._span_ids = array("Q")
         self._ours = bytearray()
         self._hops = {}
         self._model_parents = array("Q")
@@ -866,7 +863,7 @@ class TraceReader:
         # records themselves costs a cache miss a call at a million spans,
         # and a set of the ids 40 MB there)
         trace_ids, span_ids, tools = calls.trace_id, calls.span_id, calls.tool
-        for i in _rows_in(self._span_ids, _ids(parents, parent_ids)):
+        for i in _rows_in(span_ids, _ids(parents, parent_ids)):
             key = trace_ids[i] << 64 | span_ids[i]
             index_of[key] = i
             tool_of[key] = tools[i]
