@@ -103,24 +103,146 @@ class CallTable(Sequence[ToolCall]):
         return table
 
     def append(self, call: ToolCall) -> None:
-        """Add a call at the end (its fields; the record itself is not kept)."""
+        """Add a call at the end (its fields; the record itself only when kept)."""
         if self._records is not None:
             self._records.append(call)
+        self._add_row(
+            call.tool,
+            call.executor,
+            call.submit_ns,
+            call.start_ns,
+            call.end_ns,
+            call.outcome,
+            call.call_id,
+            call.trace_id,
+            call.span_id,
+            call.error_type,
+            call.thread,
+            call.executor_workers,
+            call.pool,
+            call.cpu_ns,
+        )
+
+    def add(
+        self,
+        tool: str,
+        executor: str,
+        submit_ns: int,
+        start_ns: int,
+        end_ns: int,
+        outcome: str,
+        call_id: Optional[str],
+        trace_id: int,
+        span_id: int,
+        error_type: Optional[str],
+        thread: Optional[str],
+        executor_workers: Optional[int],
+        pool: str,
+        cpu_ns: Optional[int],
+    ) -> None:
+        """Add a call at the end from its fields (``ToolCall``'s, in its
+        order): no record is made unless the table keeps them."""
+        if self._records is not None:
+            self._records.append(
+                ToolCall(
+                    tool,
+                    executor,
+                    submit_ns,
+                    start_ns,
+                    end_ns,
+                    outcome,
+                    call_id,
+                    trace_id,
+                    span_id,
+                    error_type,
+                    thread,
+                    executor_workers,
+                    pool,
+                    cpu_ns,
+                )
+            )
+        self._add_row(
+            tool,
+            executor,
+            submit_ns,
+            start_ns,
+            end_ns,
+            outcome,
+            call_id,
+            trace_id,
+            span_id,
+            error_type,
+            thread,
+            executor_workers,
+            pool,
+            cpu_ns,
+        )
+
+    def _add_row(
+        self,
+        tool: str,
+        executor: str,
+        submit_ns: int,
+        start_ns: int,
+        end_ns: int,
+        outcome: str,
+        call_id: Optional[str],
+        trace_id: int,
+        span_id: int,
+        error_type: Optional[str],
+        thread: Optional[str],
+        executor_workers: Optional[int],
+        pool: str,
+        cpu_ns: Optional[int],
+    ) -> None:
+        # (the sparse columns one by one, unrolled: this runs once a call)
         rows = len(self.tool)
-        self.tool.append(call.tool)
-        self.executor.append(call.executor)
-        self.submit_ns.append(call.submit_ns)
-        self.start_ns.append(call.start_ns)
-        self.end_ns.append(call.end_ns)
-        self.trace_id.append(call.trace_id)
-        self.span_id.append(call.span_id)
-        for name, usual in _SPARSE.items():
-            value = getattr(call, name)
-            column = getattr(self, name)
-            if column is not None:
-                column.append(value)
-            elif value != usual:
-                setattr(self, name, [usual] * rows + [value])
+        self.tool.append(tool)
+        self.executor.append(executor)
+        self.submit_ns.append(submit_ns)
+        self.start_ns.append(start_ns)
+        self.end_ns.append(end_ns)
+        self.trace_id.append(trace_id)
+        self.span_id.append(span_id)
+        column: Optional[list] = self.outcome
+        if column is not None:
+            column.append(outcome)
+        elif outcome != OUTCOME_OK:
+            self._fill("outcome", outcome, rows)
+        column = self.call_id
+        if column is not None:
+            column.append(call_id)
+        elif call_id is not None:
+            self._fill("call_id", call_id, rows)
+        column = self.error_type
+        if column is not None:
+            column.append(error_type)
+        elif error_type is not None:
+            self._fill("error_type", error_type, rows)
+        column = self.thread
+        if column is not None:
+            column.append(thread)
+        elif thread is not None:
+            self._fill("thread", thread, rows)
+        column = self.executor_workers
+        if column is not None:
+            column.append(executor_workers)
+        elif executor_workers is not None:
+            self._fill("executor_workers", executor_workers, rows)
+        column = self.pool
+        if column is not None:
+            column.append(pool)
+        elif pool != "":
+            self._fill("pool", pool, rows)
+        column = self.cpu_ns
+        if column is not None:
+            column.append(cpu_ns)
+        elif cpu_ns is not None:
+            self._fill("cpu_ns", cpu_ns, rows)
+
+    def _fill(self, name: str, value: object, rows: int) -> None:
+        """The first unusual value of a sparse column: the column made, with its usual value before it."""
+        setattr(self, name, [_SPARSE[name]] * rows + [value])
 
     def column(self, name: str) -> Sequence:
         """A field's column (one still None: its usual value in every row)."""

@@ -99,7 +99,7 @@ from agent_otel.exporters.otlp_json import (
     value_of,
 )
 from agent_otel.attribution import gpu_key
-from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ToolCall
+from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
 from agent_otel.report.calls import CallTable
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
@@ -628,22 +628,8 @@ class TraceReader:
         if shared is trace_id and len(trace_ids) > TRACE_IDS:
             self._trace_ids = {trace_id: trace_id}
         span_id = key & _SPAN_ID_MASK
-        call = ToolCall(
-            tool,
-            executor,
-            start_ns,
-            exec_ns,
-            end_ns,
-            outcome,
-            call_id if self._call_ids else None,
-            shared,
-            span_id,
-            text(found, ERROR_TYPE) if ERROR_TYPE in found else None,
-            text(found, THREAD_NAME) if THREAD_NAME in found else None,
-            workers,
-            pool,
-            None if cpu_s is None else round(cpu_s * NS_PER_S),
-        )
+        error_type = text(found, ERROR_TYPE) if ERROR_TYPE in found else None
+        thread = text(found, THREAD_NAME) if THREAD_NAME in found else None
         # Everything that can raise first: a span that fails adds nothing.
         timeout = self._seconds(span, found, AGENT_TOOL_TIMEOUT) if AGENT_TOOL_TIMEOUT in found else None
         parent = span.parentSpanId
@@ -658,7 +644,22 @@ class TraceReader:
             parent = self._parent(span)
         ours = AGENT_TOOL_EXEC_DURATION in found
         exceptions = self._exceptions(events, end_ns) if events and AGENT_TOOL_RETRIES not in found else None
-        data.calls.append(call)
+        data.calls.add(  # a ToolCall's fields
+            tool,
+            executor,
+            start_ns,
+            exec_ns,
+            end_ns,
+            outcome,
+            call_id if self._call_ids else None,
+            shared,
+            span_id,
+            error_type,
+            thread,
+            workers,
+            pool,
+            None if cpu_s is None else round(cpu_s * NS_PER_S),
+        )
         self._parents.append(parent)
         self._call_id_hashes.append((hash(call_id) or 1) if call_id else 0)
         self._ours.append(ours)
