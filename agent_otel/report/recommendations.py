@@ -84,6 +84,7 @@ from agent_otel.semconv import EXECUTOR_DIRECT
 
 if TYPE_CHECKING:
     from agent_otel.records import ToolCall
+    from agent_otel.report.calls import CallTable
     from agent_otel.report.analysis import Analysis, ToolStats
     from agent_otel.report.reader import InnerFailures
 
@@ -498,8 +499,8 @@ def _batch_calls(analysis: Analysis) -> list[Recommendation]:
     gap_ns = round(BURST_GAP_S * NS_PER_S)
     found = []
     for tool in sorted(by_tool):
-        calls = analysis.calls.records(by_tool[tool])  # one tool's records at a time
-        bursts = [size for size in _bursts(calls, gap_ns) if size >= MIN_BURST]
+        calls = by_tool[tool]
+        bursts = [size for size in _bursts(analysis.calls, calls, gap_ns) if size >= MIN_BURST]
         in_bursts = sum(bursts)
         if len(bursts) < MIN_BURSTS or in_bursts < BURST_SHARE * len(calls):
             continue
@@ -529,23 +530,37 @@ def _batch_calls(analysis: Analysis) -> list[Recommendation]:
     return found
 
 
-def _bursts(calls: Sequence[ToolCall], gap_ns: int) -> list[int]:
-    """Sizes of the runs of calls (by submit time) that a batch window of
-    ``gap_ns`` would join: each requested within ``gap_ns`` of the previous
-    and concurrent with it, in flight while an earlier call of the run was,
-    or from another trace (another turn or session; a direct call on the
-    same thread is the same caller). A sequential loop, each call after the
-    previous answered, waits for each result: a batch window would only
-    delay it."""
+def _bursts(table: CallTable, rows: Sequence[int], gap_ns: int) -> list[int]:
+    """Sizes of the runs of calls (these rows of the table, by submit time)
+    that a batch window of ``gap_ns`` would join: each requested within
+    ``gap_ns`` of the previous and concurrent with it, in flight while an
+    earlier call of the run was, or from another trace (another turn or
+    session; a direct call on the same thread is the same caller). A
+    sequential loop, each call after the previous answered, waits for each
+    result: a batch window would only delay it. (Read from the columns: no
+    record is made.)"""
+    submits, ends, traces, executors = table.submit_ns, table.end_ns, table.trace_id, table.executor
+    threads = table.thread  # None while no call names its thread
     runs = []
     size = 0
-    previous: Optional[ToolCall] = None
+    previous = -1
     reach = 0  # the latest end in the run so far
-    for call in calls:
+    for i in rows:
         if (
-            previous is not None
-            and call.submit_ns - previous.submit_ns <= gap_ns
-            and (call.submit_ns < reach or _other_caller(previous, call))
+            previous >= 0
+            and submits[i] - submits[previous] <= gap_ns
+            and (
+                submits[i] < reach
+                or (
+                    traces[previous] != traces[i]
+                    and not (
+                        executors[previous] == executors[i] == EXECUTOR_DIRECT
+                        and threads is not None
+                        and threads[previous] is not None
+                        and threads[previous] == threads[i]
+                    )
+                )
+            )
         ):
             size += 1
         else:
@@ -553,18 +568,11 @@ def _bursts(calls: Sequence[ToolCall], gap_ns: int) -> list[int]:
                 runs.append(size)
             size = 1
             reach = 0
-        reach = max(reach, call.end_ns)
-        previous = call
+        reach = max(reach, ends[i])
+        previous = i
     if size:
         runs.append(size)
     return runs
-
-
-def _other_caller(a: ToolCall, b: ToolCall) -> bool:
-    if a.trace_id == b.trace_id:
-        return False
-    same_thread = a.executor == b.executor == EXECUTOR_DIRECT and a.thread is not None and a.thread == b.thread
-    return not same_thread
 
 
 def _idle_not_tools(analysis: Analysis) -> list[Recommendation]:
