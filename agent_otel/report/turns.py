@@ -33,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, Union
 
-from agent_otel.records import NS_PER_S, AgentRun, ModelCall, ToolCall
+from agent_otel.records import NS_PER_S, AgentRun, ModelCall
 from agent_otel.report.calls import CallTable
 
 FROM_AGENT = "agent"
@@ -71,7 +71,8 @@ def find_turns(
 ) -> tuple[list[Turn], "TurnTotals"]:
     """Every turn of the traces that holds a tool or model call, in start order, and their totals.
 
-    ``calls`` come by submit time (``analysis.calls``). ``keep``: return
+    ``calls`` come by submit time (``analysis.calls``); their columns are
+    read by row, no record made per call. ``keep``: return
     every turn (the HTML and Perfetto outputs draw them); without it the
     list is empty and only the totals are kept (with the turns' durations
     and the slowest turns): 250k turns take about 50 MB.
@@ -91,49 +92,49 @@ def find_turns(
     turns = _Turns(keep)
     in_flight: dict[str, int] = defaultdict(int)  # tool -> ns of turns with a call of it in flight
     no_models: list[ModelCall] = []
-    for trace_id, trace_calls in _traces(calls, models_of):
+    submit, end = calls.submit_ns, calls.end_ns
+    for trace_id, rows in _traces(calls, models_of):
         trace_models = models_of.get(trace_id, no_models)
         found = runs_of.get(trace_id)
         if found is not None:
             runs = _outermost(found) if isinstance(found, list) else [found]
-            if _all_covered(trace_calls, trace_models, runs):
+            if _all_covered(calls, rows, trace_models, runs):
                 for run in runs:
                     turn = Turn(run.name, trace_id, run.start_ns, run.end_ns, FROM_AGENT)
-                    turns.add(_breakdown(turn, trace_calls, trace_models, in_flight, len(runs) == 1))
+                    turns.add(_breakdown(turn, calls, rows, trace_models, in_flight, len(runs) == 1))
                 continue
         root = roots.get(trace_id)
-        if (
-            root is None
-            or any(c.span_id == root.span_id for c in trace_calls)
-            or any(m.span_id == root.span_id for m in trace_models)
-        ):
+        if root is None:
             continue  # no agent run around the calls
-        start = min([root.start_ns] + [c.submit_ns for c in trace_calls] + [m.start_ns for m in trace_models])
-        end = max([root.end_ns] + [c.end_ns for c in trace_calls] + [m.end_ns for m in trace_models])
+        root_span, span = root.span_id, calls.span_id
+        if any(span[row] == root_span for row in rows) or any(m.span_id == root_span for m in trace_models):
+            continue  # the root is itself a call
+        first = min([root.start_ns] + [submit[row] for row in rows] + [m.start_ns for m in trace_models])
+        last = max([root.end_ns] + [end[row] for row in rows] + [m.end_ns for m in trace_models])
         turns.add(
-            _breakdown(Turn(root.name, trace_id, start, end, FROM_TRACE), trace_calls, trace_models, in_flight, True)
+            _breakdown(Turn(root.name, trace_id, first, last, FROM_TRACE), calls, rows, trace_models, in_flight, True)
         )
     return turns.finish(in_flight)
 
 
-def _traces(calls: CallTable, models_of: dict[int, list[ModelCall]]) -> Iterator[tuple[int, list[ToolCall]]]:
-    """(trace, its calls by submit time) for each trace with calls, taken
-    at its last call, then the traces with model calls only.
+def _traces(calls: CallTable, models_of: dict[int, list[ModelCall]]) -> Iterator[tuple[int, list[int]]]:
+    """(trace, the rows of its calls, by submit time) for each trace with
+    calls, taken at its last call, then the traces with model calls only.
 
-    Only the few traces open at once hold a list of their calls, not every
+    Only the few traces open at once hold a list of their rows, not every
     trace (a list each took 22 MB at a million spans), and a trace's
-    records are visited again while they are still in the cache."""
+    rows are read again while they are still in the cache."""
     last = {trace_id: i for i, trace_id in enumerate(calls.trace_id)}
-    open_traces: dict[int, list[ToolCall]] = {}
-    for i, (trace_id, call) in enumerate(zip(calls.trace_id, calls)):
-        trace_calls = open_traces.get(trace_id)
-        if trace_calls is None:
-            trace_calls = open_traces[trace_id] = [call]
+    open_traces: dict[int, list[int]] = {}
+    for i, trace_id in enumerate(calls.trace_id):
+        rows = open_traces.get(trace_id)
+        if rows is None:
+            rows = open_traces[trace_id] = [i]
         else:
-            trace_calls.append(call)
+            rows.append(i)
         if last[trace_id] == i:
             del open_traces[trace_id]
-            yield trace_id, trace_calls
+            yield trace_id, rows
     for trace_id in models_of:
         if trace_id not in last:
             yield trace_id, []
@@ -196,18 +197,19 @@ class _Turns:
         return ([] if kept is None else [kept[i] for i in order]), result
 
 
-def _all_covered(calls: list[ToolCall], model_calls: list[ModelCall], runs: list[AgentRun]) -> bool:
-    """Whether every call lies within one of the runs."""
+def _all_covered(calls: CallTable, rows: list[int], model_calls: list[ModelCall], runs: list[AgentRun]) -> bool:
+    """Whether every call (of these rows) lies within one of the runs."""
+    submit, end = calls.submit_ns, calls.end_ns
     if len(runs) == 1:
         low, high = runs[0].start_ns - SLACK_NS, runs[0].end_ns + SLACK_NS
-        for call in calls:
-            if call.submit_ns < low or call.end_ns > high:
+        for row in rows:
+            if submit[row] < low or end[row] > high:
                 return False
         for model_call in model_calls:
             if model_call.start_ns < low or model_call.end_ns > high:
                 return False
         return True
-    spans = [(c.submit_ns, c.end_ns) for c in calls] + [(m.start_ns, m.end_ns) for m in model_calls]
+    spans = [(submit[row], end[row]) for row in rows] + [(m.start_ns, m.end_ns) for m in model_calls]
     return all(any(r.start_ns - SLACK_NS <= a and b <= r.end_ns + SLACK_NS for r in runs) for a, b in spans)
 
 
@@ -223,59 +225,68 @@ def _outermost(runs: list[AgentRun]) -> list[AgentRun]:
 
 
 def _breakdown(
-    turn: Turn, calls: list[ToolCall], model_calls: list[ModelCall], in_flight: dict[str, int], whole_trace: bool
+    turn: Turn,
+    calls: CallTable,
+    rows: list[int],
+    model_calls: list[ModelCall],
+    in_flight: dict[str, int],
+    whole_trace: bool,
 ) -> Turn:
-    """Split the turn's time; add each tool's in-flight time to ``in_flight``.
+    """Split the turn's time between the calls of these rows (by submit
+    time) and the model calls; add each tool's in-flight time to ``in_flight``.
 
     ``whole_trace``: every call given lies within the turn (no filtering).
     """
     a, b = turn.start_ns, turn.end_ns
+    submits, starts, ends, tools = calls.submit_ns, calls.start_ns, calls.end_ns, calls.tool
     if not whole_trace:
-        calls = [c for c in calls if c.submit_ns < b and c.end_ns > a]
+        rows = [row for row in rows if submits[row] < b and ends[row] > a]
         model_calls = [m for m in model_calls if m.start_ns < b and m.end_ns > a]
-    turn.tool_calls, turn.model_calls = len(calls), len(model_calls)
-    ordered = calls  # sorted by submit
+    turn.tool_calls, turn.model_calls = len(rows), len(model_calls)
     sequential = not model_calls
     if sequential:
         reach = a
-        for call in ordered:
-            if call.submit_ns < reach:
+        for row in rows:
+            if submits[row] < reach:
                 sequential = False
                 break
-            reach = call.end_ns
+            reach = ends[row]
     if sequential:
         # one call after another, no model call: each instant has at most one call in flight
         queue = execution = 0
-        for call in ordered:  # each within [a, b]: sequential calls start at or after a
-            submit, start, end = call.submit_ns, call.start_ns, call.end_ns
+        for row in rows:  # each within [a, b]: sequential calls start at or after a
+            submit, start, end = submits[row], starts[row], ends[row]
             if end > b:
                 end = b
                 start = start if start < b else b
             queue += start - submit
             execution += end - start
-            in_flight[call.tool] += end - submit
+            in_flight[tools[row]] += end - submit
         turn.tool_queue_s, turn.tool_exec_s = queue / NS_PER_S, execution / NS_PER_S
     else:
-        turn.model_s, turn.tool_queue_s, turn.tool_exec_s = _split(a, b, model_calls, ordered)
+        turn.model_s, turn.tool_queue_s, turn.tool_exec_s = _split(a, b, model_calls, calls, rows)
         by_tool: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for call in ordered:
-            by_tool[call.tool].append((call.submit_ns, call.end_ns))
+        for row in rows:
+            by_tool[tools[row]].append((submits[row], ends[row]))
         for tool, spans in by_tool.items():
             in_flight[tool] += _union_ns(a, b, spans)
     turn.other_s = max(0.0, turn.seconds - turn.model_s - turn.tool_queue_s - turn.tool_exec_s)
     return turn
 
 
-def _split(a: int, b: int, model_calls: list[ModelCall], calls: list[ToolCall]) -> tuple[float, float, float]:
-    """(model, tool queue, tool exec) seconds of [a, b): see the module's docstring."""
+def _split(
+    a: int, b: int, model_calls: list[ModelCall], calls: CallTable, rows: list[int]
+) -> tuple[float, float, float]:
+    """(model, tool queue, tool exec) seconds of [a, b) (the tool calls:
+    these rows, by submit time): see the module's docstring."""
+    submits, starts, ends = calls.submit_ns, calls.start_ns, calls.end_ns
     bounds = {a, b}
     for m in model_calls:
         bounds.update((m.start_ns, m.end_ns))
-    for c in calls:
-        bounds.update((c.submit_ns, c.start_ns, c.end_ns))
+    for row in rows:
+        bounds.update((submits[row], starts[row], ends[row]))
     points = sorted(t for t in bounds if a <= t <= b)
     models = sorted((max(m.start_ns, a), min(m.end_ns, b)) for m in model_calls if m.start_ns < b and m.end_ns > a)
-    by_submit = calls  # sorted by submit
     model_s = queue_s = exec_s = 0
     in_flight: list[tuple[int, int, int]] = []  # heap of (-end, submit order, start) of the calls requested so far
     next_call = next_model = 0
@@ -289,9 +300,9 @@ def _split(a: int, b: int, model_calls: list[ModelCall], calls: list[ToolCall]) 
         if model_ends:
             model_s += t1 - t0
             continue
-        while next_call < len(by_submit) and by_submit[next_call].submit_ns <= t0:
-            call = by_submit[next_call]
-            heapq.heappush(in_flight, (-call.end_ns, next_call, call.start_ns))
+        while next_call < len(rows) and submits[rows[next_call]] <= t0:
+            row = rows[next_call]
+            heapq.heappush(in_flight, (-ends[row], next_call, starts[row]))
             next_call += 1
         while in_flight and -in_flight[0][0] <= t0:
             heapq.heappop(in_flight)
