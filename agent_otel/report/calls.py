@@ -6,7 +6,7 @@ columns the same calls take about 60 MB: the times and span ids as
 unsigned 64-bit ints in ``array("Q")`` (8 bytes each; the reader keeps
 every time and id in [0, 2**64)), and the other fields as lists of the
 reader's shared objects (8 bytes a reference). The statistics read the
-columns (``report.columns``); whatever else iterates or indexes the table
+columns (``report.columns``), the turns read them by row; whatever else iterates or indexes the table
 gets a ``ToolCall`` made for it, which lives only while it is used.
 The HTML and Perfetto outputs, which map the attribution's shares back to
 their calls by identity, ``keep`` the records instead: then the table
