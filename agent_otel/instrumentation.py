@@ -37,7 +37,7 @@ from agent_otel.capture.recorder import Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor, SpanLosses
 from agent_otel.exporters.deferred import DeferredExporter
 from agent_otel.exporters.prometheus import Metrics, MetricsServer
-from agent_otel.semconv import AGENT_GPU_POOL, AGENT_PROCESS_CPU_COUNT, SCOPE_NAME, SERVICE_NAME
+from agent_otel.semconv import AGENT_GPU_POOL, AGENT_PROCESS_CPU_COUNT, SCOPE_NAME, SERVICE_NAME, SPAN_KIND_TOOL
 from agent_otel.version import __version__
 
 if TYPE_CHECKING:
@@ -149,15 +149,16 @@ class Instrumentation:
         if self.pipeline is not None:
             unfinished += _finish([("the metrics pipeline", self.pipeline.shutdown)], deadline)
         _recorder.current = None
-        if (
-            self.pipeline is not None
-            and self.recorder is not None
-            and self.recorder.spans
-            and "the metrics pipeline" not in unfinished
-        ):
-            # Deferred spans of calls that ended during the pipeline's last
-            # drain: built now, before the span processors stop.
-            self.pipeline.drain(spans=True)
+        if self.pipeline is not None and self.recorder is not None and self.recorder.spans:
+            if "the metrics pipeline" not in unfinished:
+                # Deferred spans of calls that ended during the pipeline's last
+                # drain: built now, before the span processors stop.
+                self.pipeline.drain(spans=True)
+            else:
+                # The pipeline is stuck: the calls it has not built never
+                # reach an exporter. Counted as lost tool spans, as the
+                # warning below says.
+                self.metrics.dropped(SPAN_KIND_TOOL, len(self.recorder.spans))
         unfinished += _finish(
             [(f"span export to {processor.sink}", processor.shutdown) for processor in self.span_processors], deadline
         )

@@ -426,6 +426,25 @@ def test_shutdown_builds_the_spans_of_calls_that_ended_after_the_pipelines_last_
     assert not rec.spans
 
 
+def test_calls_a_stuck_pipeline_never_built_are_counted_as_dropped_at_shutdown(spans, monkeypatch):
+    handle = agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(), deferred_spans=True)
+    rec = handle.recorder
+    stuck = [rec.begin(meta.ToolMeta("stuck"), attach=False) for _ in range(3)]
+    last_drain = handle.pipeline.shutdown
+
+    def times_out(timeout_s):  # the calls end while the pipeline's last drain hangs
+        last_drain(timeout_s)
+        for active in stuck:
+            rec.end(active)
+        return False
+
+    monkeypatch.setattr(handle.pipeline, "shutdown", times_out)
+    assert agent_otel.uninstrument(timeout_s=1.0) is False
+    assert spans.tools("stuck") == []
+    dropped = handle.metrics.registry.get_sample_value("agent_otel_spans_dropped_total", {"kind": "tool"})
+    assert dropped == 3
+
+
 class _ReadsAttributes(Sampler):
     """A sampler of the user's: it may read the attributes, so the span must start with them."""
 
