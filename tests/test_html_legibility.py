@@ -7,47 +7,20 @@ from __future__ import annotations
 
 import re
 import struct
-import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
-from test_html_report import Elements, console_messages
 
 from agent_otel.cli import main
 from agent_otel.gpu.logs import GpuLogWriter, read_gpu_log
 from agent_otel.gpu.simulated import SimulatedGpu
 from agent_otel.records import GpuSample
 from agent_otel.report import html as report_html
+from helpers.browser import Elements, chromium, console_messages
 from helpers.traces import T0, T0_NS, RecordedRun, write_gpu_csv
 
 REPORT_DIR = Path(report_html.__file__).parent
-
-
-def chromium(tmp_path: Path, url: str, width: int, height: int, *extra: str) -> subprocess.CompletedProcess:
-    """Headless Chromium on ``url`` at ``width`` x ``height``, a fresh profile each time."""
-    binary = require_tool("chromium")
-    profile = tmp_path / f"profile-{width}"
-    command = [
-        binary,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--disable-quic",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        f"--window-size={width},{height}",
-        "--enable-logging=stderr",
-        "--v=0",
-        *extra,
-        url,
-    ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
 def record_run(tmp_path: Path, *, simulated: bool) -> Path:
@@ -233,7 +206,7 @@ def played(page: Path, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("width", [800, 1400])
 def test_in_chromium_every_colour_drawn_is_in_the_legend_and_the_timeline_keeps_the_width(tmp_path, width):
     page = played(record_run(tmp_path, simulated=True), tmp_path)
-    result = chromium(tmp_path, page.as_uri(), width, 1000, "--dump-dom")
+    result = chromium(tmp_path, page.as_uri(), "--dump-dom", "--hide-scrollbars", width=width, height=1000)
     assert result.returncode == 0, result.stderr[-2000:]
     assert console_messages(result) == []
     (root,) = Elements(result.stdout).where(tag="html")
@@ -260,7 +233,7 @@ def test_in_chromium_every_colour_drawn_is_in_the_legend_and_the_timeline_keeps_
 def test_screenshots_at_800_and_1400_px(tmp_path, width, height):
     page = record_run(tmp_path, simulated=True)
     shot = tmp_path / f"report-{width}.png"
-    result = chromium(tmp_path, page.as_uri(), width, height, f"--screenshot={shot}")
+    result = chromium(tmp_path, page.as_uri(), f"--screenshot={shot}", "--hide-scrollbars", width=width, height=height)
     assert result.returncode == 0, result.stderr[-2000:]
     assert console_messages(result) == []
     data = shot.read_bytes()

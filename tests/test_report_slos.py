@@ -116,7 +116,7 @@ def test_a_tool_given_twice_is_refused():
 
 
 def test_the_html_shows_the_slos_breaking_first_in_chromium(tmp_path, traces):
-    from test_html_report import Elements, chromium, console_messages
+    from helpers.browser import Elements, chromium, console_messages
 
     page = tmp_path / "report.html"
     assert main(["report", str(traces), "--slo", "*=0.8:0.95", "--slo", "search=1.5:0.75", "--html", str(page)]) == 0

@@ -182,7 +182,7 @@ def test_a_gap_in_a_gpu_log_is_missing_data_said_so(tmp_path, capsys):
 
 
 def test_the_html_timeline_draws_the_unused_capacity_tools_are_blamed_for(dipping_run, tmp_path):
-    from test_html_report import Elements, chromium, console_messages
+    from helpers.browser import Elements, chromium, console_messages
 
     page = tmp_path / "report.html"
     assert (
