@@ -335,12 +335,18 @@ class _Starts(SpanProcessor):
         self.started = True
 
 
+def deferred_recorder(monkeypatch, tracer) -> recorder.Recorder:
+    """A Recorder with deferred_spans on, over ``tracer``, installed as the current one for the test."""
+    rec = recorder.Recorder(tracer, deferred_spans=True)
+    monkeypatch.setattr(recorder, "current", rec)
+    return rec
+
+
 def test_a_processor_whose_on_start_does_work_takes_the_default_path(monkeypatch):
     provider = TracerProvider()
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    rec = recorder.Recorder(provider.get_tracer(recorder.SCOPE_NAME), deferred_spans=True)
-    monkeypatch.setattr(recorder, "current", rec)
+    rec = deferred_recorder(monkeypatch, provider.get_tracer(recorder.SCOPE_NAME))
 
     @agent_otel.tool
     def lookup():
@@ -353,9 +359,8 @@ def test_a_processor_whose_on_start_does_work_takes_the_default_path(monkeypatch
 
 
 def test_a_tracer_that_is_not_the_sdks_takes_the_default_path(monkeypatch):
-    rec = recorder.Recorder(trace.NoOpTracer(), deferred_spans=True)
+    rec = deferred_recorder(monkeypatch, trace.NoOpTracer())
     assert not rec.deferred
-    monkeypatch.setattr(recorder, "current", rec)
 
     @agent_otel.tool
     def lookup():
@@ -457,16 +462,14 @@ class _ReadsAttributes(Sampler):
 
 def test_a_sampler_of_the_users_and_a_disabled_tracer_take_the_default_path(monkeypatch):
     provider = TracerProvider(sampler=_ReadsAttributes())
-    rec = recorder.Recorder(provider.get_tracer(recorder.SCOPE_NAME), deferred_spans=True)
-    monkeypatch.setattr(recorder, "current", rec)
+    rec = deferred_recorder(monkeypatch, provider.get_tracer(recorder.SCOPE_NAME))
 
     @agent_otel.tool
     def lookup():
         return type(trace.get_current_span()).__name__
 
     assert lookup() == "_Span"
-    rec = recorder.Recorder(TracerProvider().get_tracer(recorder.SCOPE_NAME), deferred_spans=True)
-    monkeypatch.setattr(recorder, "current", rec)
+    rec = deferred_recorder(monkeypatch, TracerProvider().get_tracer(recorder.SCOPE_NAME))
     assert lookup() == "DeferredSpan"
     monkeypatch.setattr(rec, "_enabled", lambda: False)  # as Tracer._is_enabled() of a disabled tracer
     assert lookup() == "_Span"
@@ -480,8 +483,7 @@ def test_the_pipeline_thread_builds_them_and_a_drain_before_a_scrape_does_not(mo
     provider = TracerProvider()
     seen = Seen()
     provider.add_span_processor(seen)
-    rec = recorder.Recorder(provider.get_tracer(recorder.SCOPE_NAME), deferred_spans=True)
-    monkeypatch.setattr(recorder, "current", rec)
+    rec = deferred_recorder(monkeypatch, provider.get_tracer(recorder.SCOPE_NAME))
 
     @agent_otel.tool
     def lookup():

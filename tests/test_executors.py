@@ -211,16 +211,21 @@ def test_uninstrument_restores_submit_exactly(spans):
     assert spans.tools() == []
 
 
+def wait_for_a_busy_worker(metric, executor: str) -> None:
+    """Until the pool's one worker has taken its first call off the queue (when it
+    gets a core: on a busy machine, later than the submission), at most 5 s."""
+    deadline = time.monotonic() + 5
+    while metric("agent_executor_active_workers", {"executor": executor}) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
 def test_cancelled_plain_submissions_leave_the_queue(agent, metric):
     release = threading.Event()
     pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="plain")
     running = pool.submit(release.wait)
     waiting = [pool.submit(time.sleep, 0) for _ in range(3)]
-    # The worker takes the first call off the queue when it gets a core: on a busy machine, later than this.
-    deadline = time.monotonic() + 5
-    while metric("agent_executor_active_workers", {"executor": "plain"}) < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for_a_busy_worker(metric, "plain")
     assert metric("agent_executor_queue_depth", {"executor": "plain"}) == 3
     assert all(f.cancel() for f in waiting)
     assert metric("agent_executor_queue_depth", {"executor": "plain"}) == 0
@@ -259,10 +264,7 @@ def test_a_future_cancelled_twice_or_by_shutdown_leaves_the_queue_once(agent, me
     pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="twice")
     running = pool.submit(release.wait)
     waiting = [pool.submit(time.sleep, 0) for _ in range(4)]
-    deadline = time.monotonic() + 5
-    while metric("agent_executor_active_workers", {"executor": "twice"}) < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for_a_busy_worker(metric, "twice")
     assert waiting[0].cancel() and waiting[0].cancel()
     assert metric("agent_executor_queue_depth", {"executor": "twice"}) == 3
     pool.shutdown(wait=False, cancel_futures=True)  # cancels the other three
