@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from array import array
 from itertools import islice, repeat
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Iterable, Iterator, Optional, Sequence, overload
 
 from agent_otel.records import ToolCall
@@ -56,6 +56,7 @@ _SPARSE = {
     "cpu_ns": None,
 }
 _DENSE = tuple(name for name in _FIELDS if name not in _SPARSE)
+_fields_of = attrgetter(*_FIELDS)  # a ToolCall's fields, in its order
 
 # Records made per step while iterating (each step's columns sliced once).
 _CHUNK = 4096
@@ -104,24 +105,7 @@ class CallTable(Sequence[ToolCall]):
 
     def append(self, call: ToolCall) -> None:
         """Add a call at the end (its fields; the record itself only when kept)."""
-        if self._records is not None:
-            self._records.append(call)
-        self._add_row(
-            call.tool,
-            call.executor,
-            call.submit_ns,
-            call.start_ns,
-            call.end_ns,
-            call.outcome,
-            call.call_id,
-            call.trace_id,
-            call.span_id,
-            call.error_type,
-            call.thread,
-            call.executor_workers,
-            call.pool,
-            call.cpu_ns,
-        )
+        self.add(*_fields_of(call), record=call)
 
     def add(
         self,
@@ -139,12 +123,15 @@ class CallTable(Sequence[ToolCall]):
         executor_workers: Optional[int],
         pool: str,
         cpu_ns: Optional[int],
+        *,
+        record: Optional[ToolCall] = None,
     ) -> None:
         """Add a call at the end from its fields (``ToolCall``'s, in its
-        order): no record is made unless the table keeps them."""
+        order): no record is made unless the table keeps them (then
+        ``record``, where the caller has it)."""
         if self._records is not None:
-            self._records.append(
-                ToolCall(
+            if record is None:
+                record = ToolCall(
                     tool,
                     executor,
                     submit_ns,
@@ -160,41 +147,7 @@ class CallTable(Sequence[ToolCall]):
                     pool,
                     cpu_ns,
                 )
-            )
-        self._add_row(
-            tool,
-            executor,
-            submit_ns,
-            start_ns,
-            end_ns,
-            outcome,
-            call_id,
-            trace_id,
-            span_id,
-            error_type,
-            thread,
-            executor_workers,
-            pool,
-            cpu_ns,
-        )
-
-    def _add_row(
-        self,
-        tool: str,
-        executor: str,
-        submit_ns: int,
-        start_ns: int,
-        end_ns: int,
-        outcome: str,
-        call_id: Optional[str],
-        trace_id: int,
-        span_id: int,
-        error_type: Optional[str],
-        thread: Optional[str],
-        executor_workers: Optional[int],
-        pool: str,
-        cpu_ns: Optional[int],
-    ) -> None:
+            self._records.append(record)
         # (the sparse columns one by one, unrolled: this runs once a call)
         rows = len(self.tool)
         self.tool.append(tool)
