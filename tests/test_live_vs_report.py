@@ -52,8 +52,12 @@ def test_live_metrics_equal_the_report_over_the_same_traces(tmp_path, spans, spa
             for sample in metric.samples:
                 if sample.name.endswith("_total"):
                     live[(sample.labels["tool"], sample.labels["phase"])] = sample.value
-    assert live[("sql", "queue")] > 0.2  # sql waits behind search: both phases are exercised
-    assert live[("search", "exec")] > 0.3
+    # sql waits behind search: both phases are exercised, which is all these
+    # two check (the test is that live equals the report, below). sql's queue
+    # is about 0.33 s on a quiet machine; at load 9 on 2 cores search's exec
+    # once came to 0.29 s: the sampler polls late and the windows it finds shrink.
+    assert live[("sql", "queue")] > 0.05
+    assert live[("search", "exec")] > 0.05
 
     analysis = analyse([str(traces)], idle_threshold=0.10, min_idle_s=0.2)
     pools = {e.executor: e for e in analysis.executors}

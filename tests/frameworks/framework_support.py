@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import importlib
+import importlib.util
 import os
+from typing import NoReturn
 
 import pytest
 
@@ -35,15 +37,26 @@ def require_framework(name: str, module: str):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        how = (
-            "pip install -e '.[frameworks]'"
-            if INSTALLED_BY_EXTRA[name]
-            else f"not in the frameworks extra: pip install {name}"
-        )
-        message = f"{module} is not installed ({exc}); {how}"
-        if (IN_CI and INSTALLED_BY_EXTRA[name]) or name in REQUIRED:
-            pytest.fail(message)
-        pytest.skip(message, allow_module_level=True)
+        not_installed(name, f"{module} is not installed ({exc})")
+
+
+def require_installed(name: str, package: str) -> None:
+    """Skip (fail under CI for frameworks in the extra) unless the top-level
+    ``package`` is installed, without importing it: for tests that use the
+    framework only in a process they start."""
+    if importlib.util.find_spec(package) is None:
+        not_installed(name, f"{package} is not installed")
+
+
+def not_installed(name: str, message: str) -> NoReturn:
+    how = (
+        "pip install -e '.[frameworks]'"
+        if INSTALLED_BY_EXTRA[name]
+        else f"not in the frameworks extra: pip install {name}"
+    )
+    if (IN_CI and INSTALLED_BY_EXTRA[name]) or name in REQUIRED:
+        pytest.fail(f"{message}; {how}")
+    pytest.skip(f"{message}; {how}", allow_module_level=True)
 
 
 def framework_fixture(name: str, module: str):

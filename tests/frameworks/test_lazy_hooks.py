@@ -1,11 +1,15 @@
-"""instrument() hooks a framework the agent imports later, and never imports one itself."""
+"""instrument() hooks a framework the agent imports later, and never imports one itself.
+
+The framework is imported only in the agent's process, not in this one (see
+``require_installed``): under xdist this module runs on a worker of its own,
+beside the modules that import the frameworks here."""
 
 import os
 import subprocess
 import sys
 import textwrap
 
-from frameworks.framework_support import require_framework
+from frameworks.framework_support import require_installed
 
 
 def run(code: str) -> subprocess.CompletedProcess:
@@ -16,7 +20,7 @@ def run(code: str) -> subprocess.CompletedProcess:
 
 
 def test_a_framework_imported_after_instrument_is_hooked_then():
-    require_framework("langchain", "langchain_core")
+    require_installed("langchain", "langchain_core")
     result = run("""
         import sys
         import agent_otel
@@ -40,7 +44,7 @@ def test_a_framework_imported_after_instrument_is_hooked_then():
 
 
 def test_a_pending_hook_does_nothing_after_uninstrument():
-    require_framework("langchain", "langchain_core")
+    require_installed("langchain", "langchain_core")
     result = run("""
         import agent_otel
         from agent_otel.capture import frameworks
