@@ -383,3 +383,19 @@ def test_a_default_instrument_imports_only_what_its_defaults_need(tmp_path):
     # The watch sees imports: what instrument() does need was imported by the caller.
     assert result["first_import_by"]["opentelemetry.sdk.trace"] == "MainThread"
     assert result["first_import_by"]["agent_otel.exporters.otlp_json_file"] == "MainThread"
+
+
+def test_the_report_loads_none_of_the_runtime():
+    """`agent-otel report` reads files: it loads neither OpenTelemetry, the
+    Prometheus client, the capture nor the remedies' blocks (only the snippets
+    it prints, agent_otel.remedies.suggest)."""
+    code = "import json, sys\nfrom agent_otel.report import command, html\nprint(json.dumps(sorted(sys.modules)))\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout)
+    runtime = ("opentelemetry", "prometheus_client", "grpc", "agent_otel.capture", "agent_otel.instrumentation")
+    assert [m for m in loaded if any(_is(m, prefix) for prefix in runtime)] == []
+    assert [m for m in loaded if _is(m, "agent_otel.remedies")] == [
+        "agent_otel.remedies",
+        "agent_otel.remedies.suggest",
+    ]

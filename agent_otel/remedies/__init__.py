@@ -19,10 +19,35 @@ did (retries, timeout, fallback, cache hit, batch size) and its own metrics.
 docs/remedies.md has when to use which, and what the dashboards show.
 """
 
-from agent_otel.remedies import pools
-from agent_otel.remedies.batching import BatchedTool, batch
-from agent_otel.remedies.cache import MISS, CacheStore, MemoryStore, ResultCache
-from agent_otel.remedies.pools import PoolFullError, ToolPool, pool
+from __future__ import annotations
+
+import importlib
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from agent_otel.remedies import pools
+    from agent_otel.remedies.batching import BatchedTool, batch
+    from agent_otel.remedies.cache import MISS, CacheStore, MemoryStore, ResultCache
+    from agent_otel.remedies.pools import PoolFullError, ToolPool, pool
+
+# Loaded on first use, as agent_otel's own names are: the report imports
+# agent_otel.remedies.suggest (the snippets it prints), and importing this
+# package's blocks (thread pools, executors, the cache) would add about
+# 80 ms to every `agent-otel report`.
+# public name -> the module that defines it
+_PUBLIC: dict[str, str] = {
+    "BatchedTool": "agent_otel.remedies.batching",
+    "batch": "agent_otel.remedies.batching",
+    "MISS": "agent_otel.remedies.cache",
+    "CacheStore": "agent_otel.remedies.cache",
+    "MemoryStore": "agent_otel.remedies.cache",
+    "ResultCache": "agent_otel.remedies.cache",
+    "PoolFullError": "agent_otel.remedies.pools",
+    "ToolPool": "agent_otel.remedies.pools",
+    "pool": "agent_otel.remedies.pools",
+}
 
 __all__ = [
     "BatchedTool",
@@ -35,4 +60,19 @@ __all__ = [
     "batch",
     "pool",
     "pools",
-]
+]  # _PUBLIC's names and the pools module
+
+
+def __getattr__(name: str) -> Any:
+    if name == "pools":  # the module (importing it makes it this package's attribute)
+        return importlib.import_module("agent_otel.remedies.pools")
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agent_otel.remedies' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
