@@ -388,18 +388,32 @@ def test_unreachable_or_silent_endpoint_slows_nothing(kind, protocol):
 
 
 def test_instrument_again_after_uninstrument_exports_again(tmp_path):
-    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    # In a fresh process: the first instrument() makes the global tracer
+    # provider. A failed one first (its set-up breaks after it set the global
+    # provider, which OpenTelemetry allows once) must not leave it unusable.
+    first, second, failed = tmp_path / "first.jsonl", tmp_path / "second.jsonl", tmp_path / "failed.jsonl"
     result = run_agent(f"""
         import agent_otel
+        from agent_otel.pipeline import Pipeline
+        start = Pipeline.start
+        def cannot_start(self):
+            raise RuntimeError("can't start new thread")
+        Pipeline.start = cannot_start
+        handle = agent_otel.instrument(traces_exporters="none", traces_file={str(failed)!r}, gpu="off")
+        assert isinstance(handle.failure, RuntimeError), handle.failure
+        Pipeline.start = start
         @agent_otel.tool
         def search(q):
             return q
+        search("uninstrumented")
         for path in ({str(first)!r}, {str(second)!r}):
             handle = agent_otel.instrument(traces_exporters="console", traces_file=path, gpu="off")
             search(path)
             handle.shutdown()
     """)
     assert result.returncode == 0, result.stderr
+    assert "instrument() failed (RuntimeError" in result.stderr
+    assert not failed.exists() or "execute_tool" not in failed.read_text()
     assert first.read_text().count("execute_tool search") == 1
     assert second.read_text().count("execute_tool search") == 1
     assert result.stdout.count('"name": "execute_tool search"') == 2  # the console exporter came back too
