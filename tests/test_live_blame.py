@@ -25,6 +25,9 @@ from agent_otel.pipeline import Pipeline  # noqa: E402
 from agent_otel.records import NS_PER_S, IdleWindow, ToolCall  # noqa: E402
 from tests.helpers.nvml_driver import DriverGpu, StandInNvml, VirtualClock  # noqa: E402
 
+# The stand-in driver stamps its samples with the wall clock, as NVML does (see the fixture).
+pytestmark = pytest.mark.usefixtures("wall_clock_on_the_timeline")
+
 PERIOD_S = 1 / 6
 POLL_NS = NS_PER_S // 2  # the default poll interval
 

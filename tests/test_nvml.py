@@ -19,6 +19,9 @@ from agent_otel.gpu.nvml import NvmlSource, clock_offset_ns, detect_clock  # noq
 from agent_otel.records import NS_PER_S  # noqa: E402
 from agent_otel.gpu.sampler import GpuSampler  # noqa: E402
 
+# The stand-in driver stamps its samples with the wall clock, as NVML does (see the fixture).
+pytestmark = pytest.mark.usefixtures("wall_clock_on_the_timeline")
+
 BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
 needs_boottime = pytest.mark.skipif(BOOTTIME is None, reason="CLOCK_BOOTTIME exists on Linux only")
 

@@ -23,6 +23,9 @@ from agent_otel.gpu.timeline import find_idle_windows, read_timeline  # noqa: E4
 from agent_otel.records import NS_PER_S, ToolCall  # noqa: E402
 from tests.helpers.nvml_driver import DriverGpu, StandInNvml, VirtualClock  # noqa: E402
 
+# The stand-in driver stamps its samples with the wall clock, as NVML does (see the fixture).
+pytestmark = pytest.mark.usefixtures("wall_clock_on_the_timeline")
+
 PERIOD_S = 1 / 6
 PERIOD_NS = round(PERIOD_S * NS_PER_S)
 POLL_S = 0.5  # the default poll interval
