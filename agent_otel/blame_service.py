@@ -148,8 +148,7 @@ def _pool_service(
     http_endpoint: Optional[str],
     max_request_bytes: int,
 ) -> Optional[BlameService]:
-    options = {"clock": now_ns} if settings.gpu == "simulated" else {}
-    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None, **options)
+    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None)
     if source is None or not source.devices():
         for reason, count in getattr(source, "errors", {}).items():
             handle.metrics.gpu_errors.labels(reason).inc(count)

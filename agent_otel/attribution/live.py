@@ -363,8 +363,7 @@ def start_live_timeline(
 
     ``loop_blocks(start_ns, end_ns)``: the event-loop blocks of a stretch (the loop monitor's).
     """
-    options = {"clock": now_ns} if settings.gpu == "simulated" else {}
-    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None, **options)
+    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None)
     if source is None:
         return None
     if not source.devices():

@@ -14,8 +14,10 @@ It is named simulated wherever it shows (device name "Simulated GPU", UUID
 "GPU-simulated-0", source kind "simulated"), so its numbers are never
 mistaken for a real GPU's. It samples like NVML: one sample per sample
 period, each the average utilization over the period ending at its
-timestamp, from the history of its state. Unlike NVML it keeps sampling
-while idle (0% samples). Scripted phases start when the source is created;
+timestamp, from the history of its state, on the process's timeline
+(``agent_otel.clock``), the tool calls' (NVML stamps with the wall clock,
+which the NVML source maps onto it). Unlike NVML it keeps sampling while
+idle (0% samples). Scripted phases start when the source is created;
 after the last one the GPU is idle. Driven busy time adds on top: the
 utilization at any instant is the larger of the two.
 """
@@ -30,6 +32,7 @@ import time
 from typing import Callable, Iterator, Optional, Sequence
 
 from agent_otel import forks
+from agent_otel.clock import now_ns
 from agent_otel.records import NS_PER_S, GpuSample
 from agent_otel.semconv import GPU_SOURCE_SIMULATED, SIMULATED_GPU_NAME, SIMULATED_GPU_UUID_PREFIX
 
@@ -75,7 +78,7 @@ class SimulatedGpu:
         *,
         devices: Optional[list[str]] = None,
         sample_period_s: float = DEFAULT_SAMPLE_PERIOD_S,
-        clock: Callable[[], int] = time.time_ns,
+        clock: Callable[[], int] = now_ns,
     ):
         if sample_period_s <= 0:
             raise ValueError(f"sample_period_s must be > 0, got {sample_period_s!r}")
