@@ -203,10 +203,22 @@ def played(page: Path, tmp_path: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("width", [800, 1400])
-def test_in_chromium_every_colour_drawn_is_in_the_legend_and_the_timeline_keeps_the_width(tmp_path, width):
+@pytest.fixture(scope="module", params=[(800, 1000), (1400, 900)], ids=["800", "1400"])
+def opened(request, tmp_path_factory):
+    """The report page, with the checks above played in it, opened once per
+    window size in Chromium: (width, height, the run, its screenshot)."""
+    width, height = request.param
+    tmp_path = tmp_path_factory.mktemp(f"chromium-{width}")
     page = played(record_run(tmp_path, simulated=True), tmp_path)
-    result = chromium(tmp_path, page.as_uri(), "--dump-dom", "--hide-scrollbars", width=width, height=1000)
+    shot = tmp_path / f"report-{width}.png"
+    result = chromium(
+        tmp_path, page.as_uri(), "--dump-dom", f"--screenshot={shot}", "--hide-scrollbars", width=width, height=height
+    )
+    return width, height, result, shot
+
+
+def test_in_chromium_every_colour_drawn_is_in_the_legend_and_the_timeline_keeps_the_width(opened):
+    width, _, result, _ = opened
     assert result.returncode == 0, result.stderr[-2000:]
     assert console_messages(result) == []
     (root,) = Elements(result.stdout).where(tag="html")
@@ -229,11 +241,8 @@ def test_in_chromium_every_colour_drawn_is_in_the_legend_and_the_timeline_keeps_
         assert canvas >= 0.5 * width
 
 
-@pytest.mark.parametrize("width,height", [(800, 1000), (1400, 900)])
-def test_screenshots_at_800_and_1400_px(tmp_path, width, height):
-    page = record_run(tmp_path, simulated=True)
-    shot = tmp_path / f"report-{width}.png"
-    result = chromium(tmp_path, page.as_uri(), f"--screenshot={shot}", "--hide-scrollbars", width=width, height=height)
+def test_screenshots_at_800_and_1400_px(opened):
+    width, height, result, shot = opened
     assert result.returncode == 0, result.stderr[-2000:]
     assert console_messages(result) == []
     data = shot.read_bytes()

@@ -15,10 +15,11 @@ from helpers.browser import HEIGHT, WIDTH, Elements, chromium, console_messages
 from helpers.traces import T0_NS, RecordedRun, write_gpu_csv
 
 
-@pytest.fixture
-def page(tmp_path):
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
     """The HTML report of a run where embed, then search, blocked GPU 0,
     and a tool with markup in its name was called too."""
+    tmp_path = tmp_path_factory.mktemp("page")
     run = RecordedRun(tmp_path / "traces.jsonl")
     run.agent_run(0.0, 9.0)
     run.tool_call("embed", 1.0, 1.0, 4.0, executor="direct", call_id="call_embed")
@@ -51,8 +52,16 @@ def test_the_page_is_self_contained(page):
     assert "default-src 'none'" in text  # the page's own policy forbids any fetch
 
 
-def test_chromium_draws_lanes_and_the_ranked_table_without_console_errors(page, tmp_path):
-    result = chromium(tmp_path, page.as_uri(), "--dump-dom")
+@pytest.fixture(scope="module")
+def opened(page, tmp_path_factory):
+    """The page opened once in Chromium: its DOM after the scripts ran, and a screenshot."""
+    tmp_path = tmp_path_factory.mktemp("chromium")
+    shot = tmp_path / "report.png"
+    return chromium(tmp_path, page.as_uri(), "--dump-dom", f"--screenshot={shot}"), shot
+
+
+def test_chromium_draws_lanes_and_the_ranked_table_without_console_errors(opened):
+    result, _ = opened
     assert result.returncode == 0, result.stderr[-2000:]
     assert console_messages(result) == []
     dom = Elements(result.stdout)
@@ -114,9 +123,8 @@ def test_hover_shows_the_call_and_the_wheel_zooms(page, tmp_path):
     assert root["attrs"]["data-hover-after"] == ""  # zoomed to 7-8 s: the embed call is out of view
 
 
-def test_chromium_screenshot_of_the_page(page, tmp_path):
-    shot = tmp_path / "report.png"
-    result = chromium(tmp_path, page.as_uri(), f"--screenshot={shot}")
+def test_chromium_screenshot_of_the_page(opened):
+    result, shot = opened
     assert result.returncode == 0, result.stderr[-2000:]
     assert console_messages(result) == []
     data = shot.read_bytes()
