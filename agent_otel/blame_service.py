@@ -29,13 +29,11 @@ from agent_otel.exporters.prometheus import BlameServiceMetrics
 from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.instrumentation import Instrumentation, declared_gpu_pool, start
 from agent_otel.receiver.decode import tool_calls
-from agent_otel.receiver.server import DEFAULT_MAX_REQUEST_BYTES, OtlpReceiver, Outcome
+from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
+from agent_otel.receiver.server import OtlpReceiver, Outcome
 from agent_otel.records import NS_PER_S
 
 logger = logging.getLogger("agent_otel.blame_service")
-
-DEFAULT_GRPC_ENDPOINT = "127.0.0.1:4317"
-DEFAULT_HTTP_ENDPOINT = "127.0.0.1:4318"
 
 
 class BlameService:
@@ -186,4 +184,4 @@ def _pool_service(
     return service
 
 
-__all__ = ["BlameService", "DEFAULT_GRPC_ENDPOINT", "DEFAULT_HTTP_ENDPOINT", "start_blame_service"]
+__all__ = ["BlameService", "start_blame_service"]

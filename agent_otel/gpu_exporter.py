@@ -28,10 +28,9 @@ from typing import Optional
 
 from agent_otel import config
 from agent_otel.attribution.service import DEFAULT_WATERMARK_S
-from agent_otel.blame_service import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, start_blame_service
 from agent_otel.errors import ConfigError
 from agent_otel.instrumentation import declared_gpu_pool, start
-from agent_otel.receiver.server import DEFAULT_MAX_REQUEST_BYTES
+from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
 
 # Where the exporter differs from instrument(): it samples NVML (a GPU host
 # without one is a mistake worth a non-zero exit), serves /metrics on the
@@ -111,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(
                 "--max-request-bytes", args.max_request_bytes, "a number of bytes from 1024 to 1073741824"
             )
+        from agent_otel.blame_service import start_blame_service  # gRPC and protobuf: only for a pool
+
         try:
             handle, service = start_blame_service(
                 settings,

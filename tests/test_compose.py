@@ -20,8 +20,17 @@ from agent_otel.cli import build_parser
 from conftest import require_tool
 
 REPO = Path(__file__).resolve().parents[1]
-COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
-GPU_OVERRIDE = yaml.safe_load((REPO / "docker-compose.gpu.yml").read_text())
+# libyaml's safe loader where PyYAML has it (its wheels do): the files below are
+# read when the module is imported, which every xdist worker does.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(path: Path):
+    return yaml.load(path.read_text(), Loader=SAFE_LOADER)
+
+
+COMPOSE = load_yaml(REPO / "docker-compose.yml")
+GPU_OVERRIDE = load_yaml(REPO / "docker-compose.gpu.yml")
 SERVICES = COMPOSE["services"]
 
 
@@ -36,13 +45,19 @@ def mounts(service: dict) -> dict[str, Path]:
 
 
 def mounted_yaml(service: str, container_path: str, compose: dict = COMPOSE) -> dict:
-    return yaml.safe_load(mounts(compose["services"][service])[container_path].read_text())
+    return load_yaml(mounts(compose["services"][service])[container_path])
 
 
 def host_port(address: str) -> tuple[str, int]:
     """("collector", 4317) from "collector:4317" or "http://collector:4317"."""
     parts = urlsplit(address if "//" in address else f"//{address}")
     return parts.hostname, parts.port
+
+
+def parse_command(command: list[str]):
+    """An agent-otel service's command, parsed as the image's entrypoint would
+    (agent_otel.cli.main: only the chosen command's module is imported)."""
+    return build_parser(command[0]).parse_args(command)
 
 
 def listen_port(endpoint: str) -> int:
@@ -52,9 +67,7 @@ def listen_port(endpoint: str) -> int:
 COLLECTOR = mounted_yaml("collector", "/etc/otelcol-contrib/config.yaml")
 JAEGER = mounted_yaml("jaeger", "/etc/jaeger/config.yaml")
 PROMETHEUS = mounted_yaml("prometheus", "/etc/prometheus/prometheus.yml")
-DATASOURCES = yaml.safe_load((REPO / "deploy/grafana/provisioning/datasources/datasources.yml").read_text())[
-    "datasources"
-]
+DATASOURCES = load_yaml(REPO / "deploy/grafana/provisioning/datasources/datasources.yml")["datasources"]
 
 # What each service listens on inside the compose network, from its own config.
 LISTENS = {
@@ -75,8 +88,8 @@ LISTENS = {
     "blame": {
         int(SERVICES["blame"]["environment"]["AGENT_OTEL_PROMETHEUS_PORT"]),
         *(
-            listen_port(build_parser().parse_args(SERVICES["blame"]["command"]).otlp_grpc),
-            listen_port(build_parser().parse_args(SERVICES["blame"]["command"]).otlp_http),
+            listen_port(parse_command(SERVICES["blame"]["command"]).otlp_grpc),
+            listen_port(parse_command(SERVICES["blame"]["command"]).otlp_http),
         ),
     },
 }
@@ -118,7 +131,7 @@ def test_the_dockerfile_starts_from_a_pinned_python_and_runs_as_a_user():
 @pytest.mark.parametrize("service", [SERVICES["demo"], SERVICES["blame"]], ids=["demo", "blame"])
 def test_agent_otel_services_send_otlp_to_the_collector_and_serve_metrics(service):
     # The image's entrypoint is agent-otel: the command must parse as its arguments.
-    args = build_parser().parse_args(service["command"])
+    args = parse_command(service["command"])
     assert args.command in {"demo", "gpu-exporter"}
     assert_reaches(
         service["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"],
@@ -129,9 +142,9 @@ def test_agent_otel_services_send_otlp_to_the_collector_and_serve_metrics(servic
 
 
 def test_the_blame_service_samples_a_simulated_gpu_or_with_the_gpu_override_the_hosts_gpus():
-    base = build_parser().parse_args(SERVICES["blame"]["command"])
+    base = parse_command(SERVICES["blame"]["command"])
     gpu = GPU_OVERRIDE["services"]["blame"]
-    on_gpu = build_parser().parse_args(gpu["command"])
+    on_gpu = parse_command(gpu["command"])
     assert (base.gpu, on_gpu.gpu) == ("simulated", "nvml")
     # The same service otherwise: pool, receivers and watermark.
     assert {k: v for k, v in vars(base).items() if k not in ("gpu", "_module")} == {
@@ -172,7 +185,7 @@ def test_span_metrics_have_the_slo_bucket_and_match_jaegers_monitor_tab():
 
 
 def test_the_gateway_config_matches_the_single_host_one():
-    gateway = yaml.safe_load((REPO / "collector" / "gateway.yaml").read_text())
+    gateway = load_yaml(REPO / "collector" / "gateway.yaml")
 
     def shared(config: dict) -> set[str]:
         return {name for name in config["service"]["pipelines"] if not name.startswith("traces/blame_")}
@@ -234,7 +247,7 @@ def test_grafana_provisions_the_dashboards_without_anonymous_admin():
     assert environment["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
     assert environment["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
     provisioning = mounts(grafana)["/etc/grafana/provisioning"]
-    provider = yaml.safe_load((provisioning / "dashboards" / "dashboards.yml").read_text())["providers"][0]
+    provider = load_yaml(provisioning / "dashboards" / "dashboards.yml")["providers"][0]
     dashboards_dir = mounts(grafana)[provider["options"]["path"]]
     assert sorted(p.name for p in dashboards_dir.glob("*.json")) == [
         "agent-tools-vs-gpu.json",
@@ -255,7 +268,7 @@ def test_published_ports_bind_to_loopback_only():
 
 # ---------------------------------------------------------------- routing tool spans to blame services
 
-GATEWAY = yaml.safe_load((REPO / "collector" / "gateway.yaml").read_text())
+GATEWAY = load_yaml(REPO / "collector" / "gateway.yaml")
 POOL_CONDITION = re.compile(r'attributes\["agent\.gpu\.pool"\] == "([^"]+)"')
 
 # The settings of the components the blame routes use, as the Collector
@@ -382,7 +395,7 @@ def test_tool_spans_go_to_the_blame_service_of_their_pool_and_every_span_to_jaeg
         assert exporter.startswith("otlp_grpc/blame_")
         endpoint = config["exporters"][exporter]["endpoint"]
         if config is COLLECTOR:  # the compose stack: the blame service of that pool, on its OTLP/gRPC port
-            blame = build_parser().parse_args(SERVICES["blame"]["command"])
+            blame = parse_command(SERVICES["blame"]["command"])
             assert pools[-1] == blame.gpu_pool
             assert_reaches(endpoint, "blame", listen_port(blame.otlp_grpc))
         else:

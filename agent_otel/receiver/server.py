@@ -58,13 +58,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
+
 logger = logging.getLogger("agent_otel.receiver")
 
 GRPC_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 HTTP_PATH = "/v1/traces"
 PROTOBUF = "application/x-protobuf"
-# The OpenTelemetry Collector's default gRPC limit (max_recv_msg_size_mib: 4).
-DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # HTTP requests read at once; more wait briefly, then get 503 (retryable).
 MAX_CONCURRENT_HTTP = 8
 GRPC_WORKERS = 4
@@ -121,8 +121,8 @@ class OtlpReceiver:
         self,
         consume: Consumer,
         *,
-        grpc_endpoint: Optional[str] = "127.0.0.1:4317",
-        http_endpoint: Optional[str] = "127.0.0.1:4318",
+        grpc_endpoint: Optional[str] = DEFAULT_GRPC_ENDPOINT,
+        http_endpoint: Optional[str] = DEFAULT_HTTP_ENDPOINT,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         on_refused: Callable[[str, str], None] = lambda transport, reason: None,
     ):
