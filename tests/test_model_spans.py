@@ -6,7 +6,6 @@ import asyncio
 import time
 
 import pytest
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.trace import SpanKind, StatusCode
 
 import agent_otel
@@ -86,19 +85,25 @@ def test_without_instrument_nothing_is_recorded(spans):
     assert spans.all() == []
 
 
-class _PeerInstrumentor(BaseInstrumentor):
-    """Stands for an OpenInference instrumentation (module name is what is detected)."""
+def peer_instrumentor():
+    """Stands for an OpenInference instrumentation (module name is what is detected).
+    Made when a test asks: opentelemetry-instrumentation takes a tenth of a second
+    to import, in every xdist worker that collects this module."""
+    from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-    __module__ = "openinference.instrumentation.testpeer"
+    class PeerInstrumentor(BaseInstrumentor):
+        __module__ = "openinference.instrumentation.testpeer"
 
-    def instrumentation_dependencies(self):
-        return ()
+        def instrumentation_dependencies(self):
+            return ()
 
-    def _instrument(self, **kwargs):
-        pass
+        def _instrument(self, **kwargs):
+            pass
 
-    def _uninstrument(self, **kwargs):
-        pass
+        def _uninstrument(self, **kwargs):
+            pass
+
+    return PeerInstrumentor()
 
 
 @pytest.mark.parametrize(
@@ -106,7 +111,7 @@ class _PeerInstrumentor(BaseInstrumentor):
     [("auto", False, True), ("auto", True, False), ("on", True, True), ("off", False, False)],
 )
 def test_the_model_spans_setting_decides_for_the_framework_hooks(spans, mode, with_peer, recorded):
-    peer = _PeerInstrumentor()
+    peer = peer_instrumentor()
     agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=(), model_spans=mode)
     try:
         if with_peer:
