@@ -26,7 +26,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from agent_otel import forks, host, sinks
+from agent_otel import clock, forks, host, sinks
 from agent_otel.background import Background
 from agent_otel.capture import executors, frameworks, models, recorder as _recorder
 from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
@@ -510,6 +510,7 @@ def _at_exit() -> None:
 
 def _setup(handle: Instrumentation) -> None:
     settings = handle.settings
+    clock.follow_wall_clock()  # imported long before, maybe; the pipeline thread keeps it up (clock.py)
     tracer = handle.tracer = _setup_tracing(handle)
     recorder = handle.recorder = Recorder(
         tracer,

@@ -2,6 +2,7 @@
 
 It drains the finished ``ToolCall`` records and executor waits that the hot
 path appended (and the loop monitor's finished ``LoopBlock`` records),
+keeps the timeline on the wall clock (``clock.follow_wall_clock``),
 observes them in the Prometheus metrics, and hands each batch to the other
 consumers (the live GPU attribution). A scrape drains first, so /metrics is
 exact at the moment it is read. Its own drains (and ``force_flush`` and
@@ -16,7 +17,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from agent_otel import forks
+from agent_otel import clock, forks
 from agent_otel.capture.executors import ExecutorMonitor
 from agent_otel.capture.loop_monitor import LoopMonitor
 from agent_otel.capture.recorder import Recorder
@@ -65,7 +66,18 @@ class Pipeline:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
+            self._follow_wall_clock()
             self.drain(spans=True)
+
+    def _follow_wall_clock(self) -> None:
+        # The timeline stays within a millisecond of the wall clock, which other
+        # instrumentations' spans and other processes read (clock.py).
+        moved = clock.follow_wall_clock()
+        if abs(moved) >= 100_000_000:
+            logger.info(
+                "agent-otel: the wall clock moved %+.3f s against the monotonic clock; the timeline follows it",
+                moved / 1e9,
+            )
 
     def drain(self, spans: bool = False) -> None:
         """Process everything the hot path has queued so far; with ``spans``,

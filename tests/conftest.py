@@ -130,27 +130,22 @@ def metric(agent):
 
 @pytest.fixture
 def wall_clock_on_the_timeline(monkeypatch):
-    """For one test, the wall clock (``time.time_ns``) is the process's
-    timeline: ``agent_otel.clock`` anchored to the wall clock now, as in a
-    process that just started, and the wall clock read from it.
+    """For one test, the wall clock (``time.time_ns``) is read from the
+    process's timeline (``agent_otel.clock``), moved onto the wall clock now.
 
-    agent_otel anchors its timeline (monotonic) to the wall clock once, at
-    import, and maps GPU samples stamped with the wall clock, as NVML's are,
-    onto it, reading the distance between the two afresh at each poll. Tests
-    that stamp a stand-in driver's samples with the wall clock and compare the
-    results with the timeline to the millisecond need the two to agree. On
-    this virtual machine they do not: its wall clock has been seen running
-    0.5 % fast against the monotonic clock for minutes, and jumping 3.5 s
-    while a worker ran (which failed 21 such tests at once)."""
+    agent_otel's timeline follows the wall clock to within a millisecond, a few
+    times a second (``clock.follow_wall_clock``, the pipeline thread), and the
+    GPU samples stamped with the wall clock, as NVML's are, are mapped onto it
+    at each poll. Tests that stamp a stand-in driver's samples with the wall
+    clock and compare the results with the timeline to the millisecond need
+    the two to agree exactly. On this virtual machine they do not: its wall
+    clock has been seen running 0.5 % fast against the monotonic clock for
+    minutes, and jumping 3.5 s while a worker ran (which failed 21 such tests
+    at once, before the timeline followed the wall clock)."""
     from agent_otel import clock
 
     offset = time.time_ns() - clock.perf_counter_ns()
-    # agent_otel.clock and the modules that copied its offset (from agent_otel.clock import
-    # OFFSET_NS: the hot path's read). A module first imported during a test keeps that
-    # test's offset after it: every copy is set, whatever its value.
-    for module in [m for name, m in list(sys.modules.items()) if name.startswith("agent_otel")]:
-        if hasattr(module, "OFFSET_NS"):
-            monkeypatch.setattr(module, "OFFSET_NS", offset)
+    monkeypatch.setattr(clock, "OFFSET_NS", offset)
     perf_counter_ns = clock.perf_counter_ns
     monkeypatch.setattr(time, "time_ns", lambda: perf_counter_ns() + offset)
 

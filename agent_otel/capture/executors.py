@@ -37,7 +37,8 @@ from agent_otel import forks
 from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.capture import patching
 from agent_otel.capture import recorder as _recorder
-from agent_otel.clock import OFFSET_NS, perf_counter_ns
+from agent_otel import clock
+from agent_otel.clock import perf_counter_ns
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta
 from agent_otel.capture.otel_context import attach, detach, get_current, reset
 from agent_otel.capture.patching import Patch
@@ -240,7 +241,7 @@ class _QueuedTool:
         self.stats.withdraw(now_ns)
         rec = _recorder.current
         if rec is not None:
-            rec.abandon(self.call, now_ns + OFFSET_NS, self.parent_context)
+            rec.abandon(self.call, max(now_ns + clock.OFFSET_NS, self.call.submit_ns), self.parent_context)
 
 
 def _run(stats, submit_perf_ns, parent_context, call, fn, args, kwargs):
@@ -313,7 +314,7 @@ def _submit_hook(original: Callable) -> Callable:
         ):
             tool = submitted_tool(fn)
             if tool is not None:
-                call = rec.queued(tool, stats.name, submit_perf_ns + OFFSET_NS, stats.max_workers)
+                call = rec.queued(tool, stats.name, submit_perf_ns + clock.OFFSET_NS, stats.max_workers)
         next(stats.submitted)
         try:
             future = original(self, _run, stats, submit_perf_ns, parent_context, call, fn, args, kwargs)

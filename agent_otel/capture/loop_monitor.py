@@ -55,7 +55,8 @@ from agent_otel import forks
 from agent_otel.capture import stacks
 from agent_otel.capture.on_import import when_imported
 from agent_otel.capture.patching import Patches
-from agent_otel.clock import OFFSET_NS, perf_counter_ns
+from agent_otel import clock
+from agent_otel.clock import perf_counter_ns
 from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
 from agent_otel.semconv import (
     ASYNCIO_LOOP_BLOCKED_BY,
@@ -366,13 +367,14 @@ class LoopMonitor:
         for call in self._suspended_calls(watch.loop):
             episode.waiting.setdefault(id(call), call)
         blocker, sync = on_stack[0] if on_stack else (None, False)
-        start = due + OFFSET_NS
+        offset = clock.OFFSET_NS
+        start = due + offset
         if blocker is not None and sync and blocker.start_ns:
             # A sync call holds the thread from its first instant, and not
             # before: when the heartbeat was due before the call began (the
             # loop was late, say for want of CPU), the loop still ran until
             # it made the call.
-            start = max(watch.last_ns + OFFSET_NS, blocker.start_ns)
+            start = max(watch.last_ns + offset, blocker.start_ns)
         episode.segments.append(_Segment(start, blocker, None if blocker else self._stack(frame)))
         with self._lock:
             watch.episode = episode
@@ -385,7 +387,8 @@ class LoopMonitor:
         last = episode.segments[-1]
         if blocker is last.blocker:
             return
-        now = perf_counter_ns() + OFFSET_NS
+        # Not before the last segment began: the timeline may have followed the wall clock back (clock.py).
+        now = max(perf_counter_ns() + clock.OFFSET_NS, last.start_ns)
         if blocker is not None and sync and last.start_ns < blocker.start_ns <= now:
             boundary = blocker.start_ns
         elif last.blocker is not None and last.start_ns < last.blocker.end_ns <= now:
@@ -424,14 +427,16 @@ class LoopMonitor:
 
     def _close(self, watch: _Watch, due: int, ran: int) -> None:
         """A heartbeat ran overdue: the block that delayed it is over."""
-        end = ran + OFFSET_NS
+        offset = clock.OFFSET_NS
+        end = ran + offset
         episode = watch.episode
         if episode is not None and episode.due_ns == due:
             segments, waiting = episode.segments, episode.waiting
         else:
             # Not seen while it lasted (the watchdog could not run: the
             # loop's thread held the GIL throughout).
-            segments, waiting = [_Segment(due + OFFSET_NS, None, NOT_SAMPLED)], {}
+            segments, waiting = [_Segment(due + offset, None, NOT_SAMPLED)], {}
+        end = max(end, segments[-1].start_ns)  # the timeline may have followed the wall clock back (clock.py)
         blocks = _blocks(watch.thread_name, segments, waiting, end)
         if end - segments[0].start_ns < self.threshold_ns:
             blocks = []
@@ -476,14 +481,15 @@ class LoopMonitor:
         with self._lock:
             found = [block for block in self.recent if block.start_ns < end_ns and block.end_ns > start_ns]
             now = perf_counter_ns()
+            offset = clock.OFFSET_NS
             for watch in [*self._watches.values(), *self._retired]:
                 episode = watch.episode
                 if episode is None or not episode.segments:
                     continue
                 # Over, if its overdue heartbeat ran and the watchdog has not read it yet.
                 ended = dict(list(watch.late)).get(episode.due_ns)
-                end = ended + OFFSET_NS if ended is not None else 0
-                if (end or now + OFFSET_NS) - episode.segments[0].start_ns < self.threshold_ns:
+                end = ended + offset if ended is not None else 0
+                if (end or now + offset) - episode.segments[0].start_ns < self.threshold_ns:
                     continue
                 for block in _blocks(watch.thread_name, episode.segments, episode.waiting, end):
                     if block.start_ns < end_ns and (block.end_ns == 0 or block.end_ns > start_ns):

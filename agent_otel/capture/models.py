@@ -42,7 +42,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.recorder import error_type_of
-from agent_otel.clock import OFFSET_NS, perf_counter_ns
+from agent_otel import clock
+from agent_otel.clock import perf_counter_ns
 from agent_otel.semconv import (
     ERROR_TYPE,
     GEN_AI_AGENT_NAME,
@@ -142,7 +143,7 @@ def hooks_record() -> bool:
 
 
 def _now_ns() -> int:
-    return perf_counter_ns() + OFFSET_NS
+    return perf_counter_ns() + clock.OFFSET_NS
 
 
 class ModelSpan:
@@ -195,7 +196,7 @@ class ModelSpan:
     def first_chunk(self) -> None:
         """The first chunk of a streamed answer arrived (later calls change nothing)."""
         if not self.first_chunk_ns:
-            self.first_chunk_ns = _now_ns()
+            self.first_chunk_ns = max(_now_ns(), self.start_ns)  # the timeline may have followed the wall clock back
 
     def usage(self, input_tokens: Optional[int] = None, output_tokens: Optional[int] = None) -> None:
         """The tokens the model reported using."""
@@ -207,7 +208,7 @@ class ModelSpan:
     def end(self, exc: Optional[BaseException] = None, error: Optional[tuple[str, str]] = None) -> None:
         """End the call; ``exc`` is the exception it raised, ``error`` an (error.type, message)
         where the framework reports a failure without the exception object."""
-        now = _now_ns()
+        now = max(_now_ns(), self.start_ns)  # the timeline may have followed the wall clock back
         span = self.span
         attributes: dict[str, Any] = {}
         if self.input_tokens is not None:
@@ -339,7 +340,7 @@ class agent_span:
         if span is not None:
             if self._token is not None:
                 context_api.detach(self._token)
-            now = _now_ns()
+            now = max(_now_ns(), getattr(span, "start_time", None) or 0)  # as in ModelSpan.end
             if exc is not None:
                 span.set_attribute(ERROR_TYPE, error_type_of(exc))
                 span.record_exception(exc, timestamp=now, escaped=True)

@@ -27,7 +27,8 @@ from opentelemetry.util.types import AttributeValue
 from agent_otel import forks
 from agent_otel.capture import payloads
 from agent_otel.text import NAME_LIMIT, valid_text
-from agent_otel.clock import OFFSET_NS, perf_counter_ns
+from agent_otel import clock
+from agent_otel.clock import perf_counter_ns
 from agent_otel.config import DEFAULTS
 from agent_otel.capture import sdk_span
 from agent_otel.capture.deferred import Builder, DeferredSpan, bounds, new_span
@@ -188,7 +189,7 @@ class Recorder:
         return None
 
     def begin(self, meta: ToolMeta, call_id: Optional[str] = None, attach: bool = True) -> ActiveCall:
-        now = perf_counter_ns() + OFFSET_NS
+        now = perf_counter_ns() + clock.OFFSET_NS
         context = get_current()
         # self.running(meta), inlined: the hot path
         current = context.get(SPAN_KEY) if SPAN_KEY is not None else get_current_span(context)
@@ -203,6 +204,8 @@ class Recorder:
             # This call was submitted to an executor: its span starts at
             # submission, and it is already in the in-flight table.
             worker_local.pending = None
+            if now < call.submit_ns:  # the timeline followed the wall clock back since (clock.py)
+                now = call.submit_ns
             call.start_ns = now
         else:
             call = ToolCall(meta.name, EXECUTOR_DIRECT, now, now)
@@ -255,7 +258,7 @@ class Recorder:
             and _scope_name(current) == SCOPE_NAME
         ):
             return ActiveCall((None, current, None, meta, None))
-        now = perf_counter_ns() + OFFSET_NS
+        now = perf_counter_ns() + clock.OFFSET_NS
         call = ToolCall(meta.name, EXECUTOR_DIRECT, now, 0)
         self.inflight[id(call)] = call
         if call_id is not None:
@@ -282,7 +285,8 @@ class Recorder:
             return
         call.executor = executor
         call.executor_workers = max_workers
-        call.start_ns = at_ns if at_ns is not None else perf_counter_ns() + OFFSET_NS
+        now = at_ns if at_ns is not None else perf_counter_ns() + clock.OFFSET_NS
+        call.start_ns = now if now > call.submit_ns else call.submit_ns  # (clock.py: never before the request)
         if call.start_ns != call.submit_ns:  # as in begin(): only when execution began later
             active.span.add_event(EVENT_EXEC_START, timestamp=call.start_ns)
 
@@ -298,10 +302,13 @@ class Recorder:
         with them where nothing could read it at the start
         (``sdk_span.StartAttributes``).
         """
-        now = perf_counter_ns() + OFFSET_NS
+        now = perf_counter_ns() + clock.OFFSET_NS
         call, span, token, meta, fixed = active
         if call is None:
             return
+        floor = call.start_ns or call.submit_ns
+        if now < floor:  # the timeline followed the wall clock back during the call (clock.py)
+            now = floor
         call.end_ns = now
         if exc is not None:
             call.outcome = outcome_of(exc)

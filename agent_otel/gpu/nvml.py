@@ -115,13 +115,14 @@ def detect_clock(raw_us: int) -> str:
 
 def clock_offset_ns(clock: str) -> int:
     """What to add to ``raw_us * 1000`` to put a sample on the process's
-    timeline (``agent_otel.clock.now_ns``: epoch ns, monotonic, anchored to
-    the wall clock once), the timeline every tool span is on.
+    timeline (``agent_otel.clock.now_ns``: epoch ns from the monotonic clock,
+    kept within a millisecond of the wall clock), the timeline every tool
+    span is on.
 
-    Read afresh on each poll: NTP slews the wall clock (or steps it), and
-    CLOCK_BOOTTIME keeps its own rate, while the process's timeline follows
-    the monotonic clock from its anchor; a fixed offset would let GPU
-    samples drift away from the tool calls over hours.
+    Read afresh on each poll: the timeline follows the wall clock only in
+    steps of over a millisecond (``clock.follow_wall_clock``), and
+    CLOCK_BOOTTIME keeps its own rate; a fixed offset would let GPU samples
+    drift away from the tool calls over hours.
     """
     wall = time.time_ns()
     # Whole milliseconds: the few microseconds between two clock reads are
