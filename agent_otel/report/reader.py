@@ -337,9 +337,9 @@ def read_traces(
             for number, request in iter_requests(path, progress, data.warnings.append, decode_traces):
                 documents += 1
                 try:
-                    for resource, spans in typed_resource_spans(request):
-                        pool = reader.resource(resource, len(spans))
-                        for span in spans:
+                    for resource, count, spans in typed_resource_spans(request):
+                        pool = reader.resource(resource, count)
+                        for span in spans:  # decoded one at a time
                             add(span, number, pool)
                 except SpanFormatError as exc:
                     raise InputError(name, number, str(exc)) from None
