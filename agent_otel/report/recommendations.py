@@ -531,7 +531,7 @@ def _batch_calls(analysis: Analysis) -> list[Recommendation]:
     return found
 
 
-def _bursts(table: CallTable, rows: Sequence[int], gap_ns: int) -> list[int]:
+def _bursts(table: CallTable, rows: np.ndarray, gap_ns: int) -> list[int]:
     """Sizes of the runs of two calls or more (of these rows of the table,
     by submit time) that a batch window of ``gap_ns`` would join: each
     requested within ``gap_ns`` of the previous and concurrent with it, in
@@ -544,7 +544,6 @@ def _bursts(table: CallTable, rows: Sequence[int], gap_ns: int) -> list[int]:
     A call requested more than ``gap_ns`` after the previous one starts a
     run whatever else holds: those are found in numpy, and only the
     stretches of calls between them are walked in Python."""
-    rows = np.asarray(rows, dtype=np.intp)
     if not len(rows):
         return []
     submitted = np.frombuffer(table.submit_ns, np.uint64)[rows]
