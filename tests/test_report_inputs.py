@@ -14,7 +14,7 @@ import zlib
 import msgspec
 import pytest
 
-from agent_otel.exporters.otlp_json import decode_traces
+from agent_otel.exporters.otlp_json import JsonSpan, decode_traces
 from agent_otel.version import __version__
 from agent_otel.cli import main
 from agent_otel.inputs import _zstd
@@ -123,15 +123,17 @@ def test_a_pretty_printed_document(traces, capsys):
     assert calls_by_tool(report_of(capsys, traces.parent / "jq.json")) == EXPECTED_CALLS
 
 
-def test_lines_the_typed_decoder_refuses_read_the_same_through_json(traces, capsys):
-    """Each line goes to msgspec's typed decoder first; a line it refuses (here
-    an attribute the report does not read, with a value of another shape, and
-    a NaN) is parsed as JSON and read the same way."""
+@pytest.mark.parametrize("odd_line", [False, True], ids=["odd span", "odd line"])
+def test_what_the_typed_decoder_refuses_reads_the_same_through_json(traces, capsys, odd_line):
+    """Each line goes to msgspec's typed decoder first, down to its spans'
+    JSON text, and each span to it as it is read; a span it refuses (here an
+    attribute the report does not read, with a value of another shape) is
+    parsed as JSON and read the same way, and so is a line it refuses (here
+    with a NaN, which is not JSON: the standard library reads it)."""
     expected = report_of(capsys, traces)
-    odd = [
-        {"key": "user.note", "value": "a bare string, not an AnyValue"},
-        {"key": "user.ratio", "value": {"doubleValue": float("nan")}},
-    ]
+    odd = [{"key": "user.note", "value": "a bare string, not an AnyValue"}]
+    if odd_line:
+        odd.append({"key": "user.ratio", "value": {"doubleValue": float("nan")}})
     lines = []
     for line in traces.read_text().splitlines():
         document = json.loads(line)
@@ -142,8 +144,16 @@ def test_lines_the_typed_decoder_refuses_read_the_same_through_json(traces, caps
         lines.append(json.dumps(document) + "\n")
     (traces.parent / "odd.jsonl").write_text("".join(lines))
     for line in lines:
-        with pytest.raises(msgspec.ValidationError):
-            decode_traces(line.encode())
+        if odd_line:
+            with pytest.raises(msgspec.DecodeError):
+                decode_traces(line.encode())
+            continue
+        assert decode_traces(line.encode()) is not None
+        for resource_spans in json.loads(line)["resourceSpans"]:
+            for scope_spans in resource_spans["scopeSpans"]:
+                for span in scope_spans["spans"]:
+                    with pytest.raises(msgspec.ValidationError):
+                        msgspec.json.decode(json.dumps(span), type=JsonSpan)
     got = report_of(capsys, traces.parent / "odd.jsonl")
     assert got["inputs"]["traces"] != expected["inputs"]["traces"]
     got["inputs"]["traces"] = expected["inputs"]["traces"]

@@ -337,9 +337,9 @@ def read_traces(
             for number, request in iter_requests(path, progress, data.warnings.append, decode_traces):
                 documents += 1
                 try:
-                    for resource, spans in typed_resource_spans(request):
-                        pool = reader.resource(resource, len(spans))
-                        for span in spans:
+                    for resource, count, spans in typed_resource_spans(request):
+                        pool = reader.resource(resource, count)
+                        for span in spans:  # decoded one at a time
                             add(span, number, pool)
                 except SpanFormatError as exc:
                     raise InputError(name, number, str(exc)) from None
@@ -446,8 +446,10 @@ class TraceReader:
         items = span.attributes
         found: dict[Any, Any]  # key -> JsonValue, or what typed_span kept of another shape
         if items:
+            found = {}
             try:
-                found = {item.key: item.value for item in items}
+                for item in items:  # (a loop, not a comprehension: no function made per span, 0.2 µs less)
+                    found[item.key] = item.value
             except (TypeError, AttributeError):
                 found = _wanted(items)  # validates: raises, or reads what the fast path could not
         else:
@@ -1087,8 +1089,12 @@ def _ids(*columns: Iterable[int]) -> np.ndarray:
     """Span ids (64-bit), distinct and sorted, 0 (no parent) left out."""
     import numpy as np  # here: the blame service's start-up (gpu-exporter) does not load numpy
 
-    found = np.unique(np.concatenate([np.asarray(column, dtype=np.uint64) for column in columns]))
-    return found[1:] if len(found) and found[0] == 0 else found
+    # sorted, then each run of equal ids kept once: np.unique's hash table (numpy 2.3 on) costs
+    # 50x the sort at 600k random ids, a cache miss an id (0.46 s against 0.009)
+    found = np.sort(np.concatenate([np.asarray(column, dtype=np.uint64) for column in columns]))
+    if len(found):
+        found = found[np.concatenate(([found[0] != 0], found[1:] != found[:-1]))]
+    return found
 
 
 def _rows_in(column: array, ids: np.ndarray) -> list[int]:

@@ -75,8 +75,11 @@ from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
+import numpy as np
+
 from agent_otel.records import NS_PER_S
 from agent_otel.remedies.suggest import DOCS, MIDDLE_TIER_P99S, TIMEOUT_P99S, snippet_for, suggested_timeout
+from agent_otel.report.columns import Names
 from agent_otel.report.reader import UNKNOWN_EXECUTOR
 from agent_otel.report.stats import max_overlap, percentile
 from agent_otel.report.waits import KIND_CPU, KIND_GIL, KIND_IO
@@ -493,9 +496,7 @@ def _isolate_tool(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
 
 
 def _batch_calls(analysis: Analysis) -> list[Recommendation]:
-    by_tool: dict[str, array] = {}  # tool -> its calls' rows, by submit time
-    for row, tool in enumerate(analysis.calls.tool):
-        by_tool.setdefault(tool, array("l")).append(row)
+    by_tool = dict(Names(analysis.calls.tool, len(analysis.calls)).groups())  # tool -> its calls' rows, by submit time
     gap_ns = round(BURST_GAP_S * NS_PER_S)
     found = []
     for tool in sorted(by_tool):
@@ -530,15 +531,35 @@ def _batch_calls(analysis: Analysis) -> list[Recommendation]:
     return found
 
 
-def _bursts(table: CallTable, rows: Sequence[int], gap_ns: int) -> list[int]:
-    """Sizes of the runs of calls (these rows of the table, by submit time)
-    that a batch window of ``gap_ns`` would join: each requested within
-    ``gap_ns`` of the previous and concurrent with it, in flight while an
-    earlier call of the run was, or from another trace (another turn or
-    session; a direct call on the same thread is the same caller). A
-    sequential loop, each call after the previous answered, waits for each
-    result: a batch window would only delay it. (Read from the columns: no
-    record is made.)"""
+def _bursts(table: CallTable, rows: np.ndarray, gap_ns: int) -> list[int]:
+    """Sizes of the runs of two calls or more (of these rows of the table,
+    by submit time) that a batch window of ``gap_ns`` would join: each
+    requested within ``gap_ns`` of the previous and concurrent with it, in
+    flight while an earlier call of the run was, or from another trace
+    (another turn or session; a direct call on the same thread is the same
+    caller). A sequential loop, each call after the previous answered, waits
+    for each result: a batch window would only delay it. (Read from the
+    columns: no record is made.)
+
+    A call requested more than ``gap_ns`` after the previous one starts a
+    run whatever else holds: those are found in numpy, and only the
+    stretches of calls between them are walked in Python."""
+    if not len(rows):
+        return []
+    submitted = np.frombuffer(table.submit_ns, np.uint64)[rows]
+    # pair k (calls k and k + 1) may join unless the second came later than the gap
+    apart = (submitted[1:] >= submitted[:-1]) & (submitted[1:] - submitted[:-1] > gap_ns)
+    may_join = np.flatnonzero(~apart)
+    runs: list[int] = []
+    if not len(may_join):
+        return runs
+    for stretch in np.split(may_join, np.flatnonzero(np.diff(may_join) != 1) + 1):
+        runs.extend(_runs(table, rows[int(stretch[0]) : int(stretch[-1]) + 2].tolist(), gap_ns))
+    return runs
+
+
+def _runs(table: CallTable, rows: list[int], gap_ns: int) -> list[int]:
+    """``_bursts`` over these rows, one call at a time."""
     submits, ends, traces, executors = table.submit_ns, table.end_ns, table.trace_id, table.executor
     threads = table.thread  # None while no call names its thread
     runs = []
@@ -564,13 +585,13 @@ def _bursts(table: CallTable, rows: Sequence[int], gap_ns: int) -> list[int]:
         ):
             size += 1
         else:
-            if size:
+            if size > 1:
                 runs.append(size)
             size = 1
             reach = 0
         reach = max(reach, ends[i])
         previous = i
-    if size:
+    if size > 1:
         runs.append(size)
     return runs
 

@@ -33,6 +33,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, Union
 
+import numpy as np
+
 from agent_otel.records import NS_PER_S, AgentRun, ModelCall
 from agent_otel.report.calls import CallTable
 
@@ -142,6 +144,7 @@ def _traces(calls: CallTable, models_of: dict[int, list[ModelCall]]) -> Iterator
 
 # The slowest turns the totals keep (the JSON's ``turns.slowest``).
 SLOWEST = 10
+_LOW_64 = (1 << 64) - 1
 
 
 class _Turns:
@@ -151,7 +154,7 @@ class _Turns:
 
     def __init__(self, keep: bool) -> None:
         self.kept: Optional[list[Turn]] = [] if keep else None
-        self.starts: list[int] = []
+        self.starts = array("Q")
         self.traces: list[int] = []
         self.parts = array("d")  # per turn: seconds, model, tool queue, tool exec, other
         self.from_agent = 0
@@ -177,9 +180,13 @@ class _Turns:
 
     def finish(self, in_flight_ns: dict[str, int]) -> tuple[list[Turn], "TurnTotals"]:
         """The kept turns in order (by start, then trace), and the totals."""
-        # by (start, trace): two stable sorts on one int each, no tuple made per turn
-        order = sorted(range(len(self.starts)), key=self.traces.__getitem__)
-        order.sort(key=self.starts.__getitem__)
+        # by (start, trace), ties in the order found: a stable sort in numpy on
+        # the start and the trace id's two 64-bit halves (in Python, 0.4 s at
+        # 250k turns: the key functions, and the ints scattered in memory)
+        traces = self.traces
+        high = np.fromiter((trace >> 64 for trace in traces), np.uint64, len(traces))
+        low = np.fromiter((trace & _LOW_64 for trace in traces), np.uint64, len(traces))
+        order = np.lexsort((low, high, np.frombuffer(self.starts, np.uint64))).tolist()
         parts = self.parts
         result = TurnTotals(count=len(order), from_agent_spans=self.from_agent)
         # summed in that order, one part at a time
@@ -191,7 +198,7 @@ class _Turns:
             result.tool_exec_s += parts[i + 3]
             result.other_s += parts[i + 4]
         result.tool_in_flight_s = {tool: ns / NS_PER_S for tool, ns in in_flight_ns.items()}
-        result.durations_s = array("d", sorted(parts[::5]))
+        result.durations_s = array("d", np.sort(np.frombuffer(parts, np.float64)[::5]).tobytes())
         result.slowest = [entry[-1] for entry in sorted(self.slowest, reverse=True)]
         kept = self.kept
         return ([] if kept is None else [kept[i] for i in order]), result
