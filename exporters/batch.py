@@ -185,8 +185,6 @@ class BatchSpanProcessor(SpanProcessor):
         # rest is kept for tool spans (see _crowded).
         self._crowded_at = max(1, max_queue_size * 3 // 4)
         self._batch_size = min(batch_size, max_queue_size)
-        # What on_end wakes the export thread at (a batch, or a crowded queue if sooner).
-        self._full_at = min(self._batch_size, self._crowded_at)
         self._interval_s = interval_s
         self._losses = losses if losses is not None else SpanLosses(lambda kind, count: None)
         self._losses.add_sink(max_queue_size + self._batch_size)
@@ -277,21 +275,16 @@ class BatchSpanProcessor(SpanProcessor):
     def _work(self) -> None:
         while True:
             backing_off = self._retry_at - time.monotonic()
-            full_only = False
             if backing_off > 0:
                 # on_end's wake-ups wait for the back-off; a flush or shutdown does not.
                 self._urgent.wait(backing_off)
             else:
-                # Woken by on_end (a batch is full): full batches go, the rest waits
-                # for the next one or the interval, as the SDK's processor does. Fewer,
-                # fuller batches: each costs its own pass through the exporter.
-                full_only = self._wake.wait(self._interval_s)
+                self._wake.wait(self._interval_s)
                 self._wake.clear()
             self._urgent.clear()
             with self._flushed:
                 requested = self._flush_requests
-            must = self._stopping or requested > self._flushes_done
-            exported = self._export_all(must=must, full_only=full_only and not must)
+            exported = self._export_all(must=self._stopping or requested > self._flushes_done)
             with self._flushed:
                 self._last_pass_ok = exported
                 self._flushes_done = requested
@@ -299,8 +292,8 @@ class BatchSpanProcessor(SpanProcessor):
             if self._stopping:
                 return
 
-    def _export_all(self, must: bool, full_only: bool = False) -> bool:
-        """Export the queue (``full_only``: its full batches); True if every batch went.
+    def _export_all(self, must: bool) -> bool:
+        """Export the queue; True if every batch went.
 
         ``must`` (a flush, the shutdown) tries now even while backing off.
         A failed batch ends the pass either way: the sink is failing, and
@@ -312,8 +305,6 @@ class BatchSpanProcessor(SpanProcessor):
             return False
         queue = self._queue
         while queue and not self._abandoned:
-            if full_only and len(queue) < self._full_at:
-                return True
             batch: list[ReadableSpan] = []
             try:
                 # The oldest spans, a batch at most, taken in C (no bytecode per span).

@@ -127,30 +127,6 @@ def test_a_full_queue_keeps_tool_spans_and_drops_derived_ones():
     assert exporter.names == ["gpu.idle"] + ["execute_tool search"] * 8
 
 
-def test_a_full_batch_wakes_the_export_thread_for_full_batches_only():
-    # The interval is far away: the two spans left after the full batches can
-    # only go by a flush (or the interval), not by the wake-up the batch made.
-    exporter = Recording()
-    processor = BatchSpanProcessor(exporter, max_queue_size=100, batch_size=4, interval_s=600)
-    t = tracer()
-    spans = [tool_span(t, f"tool {n}") for n in range(10)]
-    for span in spans:
-        processor.on_end(span)
-    assert eventually(lambda: sum(exporter.sizes) >= 8)
-    time.sleep(0.2)
-    assert exporter.sizes == [4, 4] and processor.pending == 2
-    assert processor.force_flush(5000) is True
-    assert exporter.sizes == [4, 4, 2]
-    assert exporter.names == [span.name for span in spans]
-    # A queue crowded (three quarters full) before a batch is: what is there goes.
-    crowded = Recording()
-    small = BatchSpanProcessor(crowded, max_queue_size=8, batch_size=8, interval_s=600)
-    for span in spans[:7]:
-        small.on_end(span)
-    assert eventually(lambda: crowded.sizes == [7])
-    assert processor.shutdown(5) is True and small.shutdown(5) is True
-
-
 def test_a_span_is_dropped_only_when_every_sink_lost_it():
     drops, losses = counted()
     ok, failing = Recording(), Recording(fail=True)
