@@ -36,6 +36,13 @@ before the count (``bench/encode.py``'s), encoded in batches of 512 (the
 batching processor's default; ``--calls`` is the number of spans). Run
 with ``PYTHONPATH`` at another checkout, it counts that checkout's encoder.
 
+export and export_null: the span export thread's whole work per tool span
+(``run_export``): the same kind of spans through agent-otel's batching
+processor in bursts of 512, taken, encoded, written to a traces file and
+freed (``export``), or taken and freed by an exporter that does nothing
+(``export_null``); with encode, the three split the thread's work (the
+write's system call is not counted). Runs vary by about 5 %.
+
 ``--frameworks`` counts the framework hooks' goal (#12: the hook adds no
 more than one bare span's cost to a tool call) the same way, for every
 call of ``bench/frameworks.py`` whose framework is installed: the call
