@@ -152,6 +152,7 @@ def _request_bytes(
                 and start_time
                 and end_time
                 and name
+                and type(name) is str
                 # No events or links (a BoundedList's deque) and nothing dropped.
                 and not (store.dropped or events._dq or events.dropped or links._dq or links.dropped)  # type: ignore[attr-defined]
                 and not status._description
@@ -169,15 +170,14 @@ def _request_bytes(
                         # The template with the span's name and its text and boolean
                         # values in it, else the shape's own (every value filled in).
                         texts = entry.texts
-                        template = None
+                        filled = None
                         if texts is not None:
-                            template = entry.filled.get((name, texts(attributes))) or entry.fill(
-                                name, attributes, encode
-                            )
-                        if template is not None:
-                            others = entry.others
+                            filled = entry.filled.get((name, texts(attributes))) or entry.fill(name, attributes, encode)
+                        if filled is not None:
+                            template, others = filled  # the getter of the values it leaves to fill in
                             values = (*map(encode, others(attributes)),) if others is not None else ()
                         else:
+                            template = None
                             values = (*map(encode, attributes.values()),)
                         # msgspec writes a double that is not finite as null, and an
                         # integer beyond int64 as one: those spans are written below.
@@ -305,7 +305,7 @@ class _Shape:
         # twice: a tuple even for one
         self.integers = operator.itemgetter(*integers, *integers) if integers else None
         self.varying: set = set()
-        self.filled: dict[tuple, bytes] = {}
+        self.filled: dict[tuple, tuple] = {}  # (name, texts) -> (template, others)
         self._split()
 
     def _split(self) -> None:
@@ -322,9 +322,9 @@ class _Shape:
         _filled_count -= len(self.filled)
         self.filled = {}
 
-    def fill(self, name: str, attributes: Mapping, encode: Callable[[object], bytes]) -> Optional[bytes]:
-        """The template for this shape's spans named ``name`` with these attributes' texts, kept;
-        None when such spans take ``template``."""
+    def fill(self, name: str, attributes: Mapping, encode: Callable[[object], bytes]) -> Optional[tuple]:
+        """The template for this shape's spans named ``name`` with these attributes' texts, and the
+        getter of the values it leaves to fill in, kept; None when such spans take ``template``."""
         global _filled_count
         if len(self.filled) >= _FILLED_PER_SHAPE:
             self._vary()
@@ -334,9 +334,13 @@ class _Shape:
         if long:
             self.varying |= long
             self._split()
+        # One reading of them (another export thread may split the shape meanwhile).
+        baked, texts, others = self.baked, self.texts, self.others
+        if texts is None:
+            return None
         values = [
             keyed + (_VALUE_TEMPLATES[value_type] % encode(attributes[key])).replace(b"%", b"%%")
-            if key in self.baked
+            if key in baked
             else keyed + _VALUE_TEMPLATES[value_type]
             for key, value_type, keyed in zip(self.keys, self.types, self.keyed)
         ]
@@ -353,9 +357,9 @@ class _Shape:
         )
         if len(template) > _TEMPLATE_BYTES_LIMIT:
             return None
-        self.filled[(name, self.texts(attributes))] = template
+        filled = self.filled[(name, texts(attributes))] = (template, others)
         _filled_count += 1
-        return template
+        return filled
 
     def _vary(self) -> None:
         """The shape has its most templates: the keys whose values vary most are filled in per span
