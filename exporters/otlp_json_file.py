@@ -165,7 +165,7 @@ def _request_bytes(
                     shape = (kind, end, parent is None, *attributes, *map(type, attributes.values()))
                     entry = _TEMPLATES.get(shape, _NO_TEMPLATE)
                     if entry is _NO_TEMPLATE:
-                        entry = _template(shape, len(attributes))
+                        entry = _template(shape, len(attributes), encode)
                     if entry is not None:
                         # The template with the span's name and its text and boolean
                         # values in it, else the shape's own (every value filled in).
@@ -294,12 +294,15 @@ class _Shape:
     texts: Optional[Callable[[Mapping], tuple]]
     others: Optional[Callable[[Mapping], tuple]]
 
-    def __init__(self, shape: tuple, count: int, template: bytes, keyed: list):
+    def __init__(self, shape: tuple, count: int, encode: Callable[[object], bytes]):
         self.kind, self.end = shape[:2]
         self.head = b"" if shape[2] else b',"parentSpanId":"%016x"'
         self.keys, self.types = shape[3 : 3 + count], shape[3 + count :]
-        self.keyed = keyed  # each key's JSON up to its value
-        self.template = template
+        # Each key's JSON up to its value (a % in it written %%, for the template's %).
+        self.keyed = [b'{"key":%b,"value":' % encode(key).replace(b"%", b"%%") for key in self.keys]
+        self.template = self._bytes(
+            b',"name":%b', [keyed + _VALUE_TEMPLATES[value_type] for keyed, value_type in zip(self.keyed, self.types)]
+        )
         self.doubles = float in self.types
         integers = [key for key, value_type in zip(self.keys, self.types) if value_type is int]
         # twice: a tuple even for one
@@ -338,28 +341,34 @@ class _Shape:
         baked, texts, others = self.baked, self.texts, self.others
         if texts is None:
             return None
-        values = [
-            keyed + (_VALUE_TEMPLATES[value_type] % encode(attributes[key])).replace(b"%", b"%%")
-            if key in baked
-            else keyed + _VALUE_TEMPLATES[value_type]
-            for key, value_type, keyed in zip(self.keys, self.types, self.keyed)
-        ]
-        template = b"".join(
-            (
-                b'{"traceId":"%032x","spanId":"%016x"',
-                self.head,
-                b',"name":' + encode(name).replace(b"%", b"%%"),
-                self.kind,
-                b',"startTimeUnixNano":"%d","endTimeUnixNano":"%d"',
-                b',"attributes":[%b]' % b",".join(values) if values else b"",
-                self.end,
-            )
+        template = self._bytes(
+            b',"name":' + encode(name).replace(b"%", b"%%"),
+            [
+                keyed + (_VALUE_TEMPLATES[value_type] % encode(attributes[key])).replace(b"%", b"%%")
+                if key in baked
+                else keyed + _VALUE_TEMPLATES[value_type]
+                for key, value_type, keyed in zip(self.keys, self.types, self.keyed)
+            ],
         )
         if len(template) > _TEMPLATE_BYTES_LIMIT:
             return None
         filled = self.filled[(name, texts(attributes))] = (template, others)
         _filled_count += 1
         return filled
+
+    def _bytes(self, name: bytes, attributes: list) -> bytes:
+        """A template of this shape: its ids', name's, times' and attributes' pieces between its kind's and end's."""
+        return b"".join(
+            (
+                b'{"traceId":"%032x","spanId":"%016x"',
+                self.head,
+                name,
+                self.kind,
+                b',"startTimeUnixNano":"%d","endTimeUnixNano":"%d"',
+                b',"attributes":[%b]' % b",".join(attributes) if attributes else b"",
+                self.end,
+            )
+        )
 
     def _vary(self) -> None:
         """The shape has its most templates: the keys whose values vary most are filled in per span
@@ -373,31 +382,15 @@ class _Shape:
             self.texts = None
 
 
-def _template(shape: tuple, count: int) -> Optional[_Shape]:
+def _template(shape: tuple, count: int, encode: Callable[[object], bytes]) -> Optional[_Shape]:
     """The templates for spans of ``shape`` (see _request_bytes), whose ``count``
     attributes' keys and then their values' types end it; None if its values
     are of other types, or its keys too long for a template."""
-    encode = _ENCODE or _import_msgspec()
-    kind, end, no_parent = shape[:3]
-    keys, types = shape[3 : 3 + count], shape[3 + count :]
     entry: Optional[_Shape] = None
-    if all(value_type in _VALUE_TEMPLATES for value_type in types):
-        head = (
-            b'{"traceId":"%032x","spanId":"%016x"'
-            if no_parent
-            else b'{"traceId":"%032x","spanId":"%016x","parentSpanId":"%016x"'
-        )
-        pieces = [head, b',"name":%b', kind, b',"startTimeUnixNano":"%d","endTimeUnixNano":"%d"']
-
-        keyed = [b'{"key":%b,"value":' % encode(key).replace(b"%", b"%%") for key in keys]
-        if keys:
-            attributes = [prefix + _VALUE_TEMPLATES[value_type] for prefix, value_type in zip(keyed, types)]
-            pieces.append(b',"attributes":[%b]' % b",".join(attributes))
-        pieces.append(end)
-        template = b"".join(pieces)
-        if len(template) > _TEMPLATE_BYTES_LIMIT:
+    if all(value_type in _VALUE_TEMPLATES for value_type in shape[3 + count :]):
+        entry = _Shape(shape, count, encode)
+        if len(entry.template) > _TEMPLATE_BYTES_LIMIT:
             return None
-        entry = _Shape(shape, count, template, keyed)
     if len(_TEMPLATES) >= _TEMPLATES_LIMIT:
         _clear_templates()
     _TEMPLATES[shape] = entry
