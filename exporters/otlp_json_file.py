@@ -240,14 +240,14 @@ _VALUE_TEMPLATES = {
     float: b'{"doubleValue":%b}}',
 }
 # A shape keeps up to this many templates with a name and text values in them
-# (all shapes together up to _FILLED_LIMIT); when it has that many, a key
+# (all shapes' together up to _FILLED_BYTES_LIMIT); when it has that many, a key
 # with more than _VARYING distinct values among them (an id, a query) is
 # filled in per span from then on, and if none has, nor the name, no
 # template of the shape holds values.
 _FILLED_PER_SHAPE = 256
 _VARYING = 64
-_FILLED_LIMIT = 4096
-_filled_count = 0
+_FILLED_BYTES_LIMIT = 4 * 1024 * 1024
+_filled_bytes = 0
 
 
 def _getter(keys: Sequence) -> Optional[Callable[[Mapping], tuple]]:
@@ -313,7 +313,7 @@ class _Shape:
 
     def _split(self) -> None:
         """The getters of the values in the templates (``texts``) and of those filled in per span (``others``)."""
-        global _filled_count
+        global _filled_bytes
         baked = [
             key
             for key, value_type in zip(self.keys, self.types)
@@ -322,16 +322,16 @@ class _Shape:
         self.baked = frozenset(baked)
         self.texts = _getter(baked) or _no_texts
         self.others = _getter([key for key in self.keys if key not in self.baked])
-        _filled_count -= len(self.filled)
+        _filled_bytes -= sum(len(template) for template, _ in self.filled.values())
         self.filled = {}
 
     def fill(self, name: str, attributes: Mapping, encode: Callable[[object], bytes]) -> Optional[tuple]:
         """The template for this shape's spans named ``name`` with these attributes' texts, and the
         getter of the values it leaves to fill in, kept; None when such spans take ``template``."""
-        global _filled_count
+        global _filled_bytes
         if len(self.filled) >= _FILLED_PER_SHAPE:
             self._vary()
-        if self.texts is None or _filled_count >= _FILLED_LIMIT or len(name) > _KEPT_TEXT_LIMIT:
+        if self.texts is None or _filled_bytes >= _FILLED_BYTES_LIMIT or len(name) > _KEPT_TEXT_LIMIT:
             return None
         long = {key for key in self.baked if type(attributes[key]) is str and len(attributes[key]) > _KEPT_TEXT_LIMIT}
         if long:
@@ -353,7 +353,7 @@ class _Shape:
         if len(template) > _TEMPLATE_BYTES_LIMIT:
             return None
         filled = self.filled[(name, texts(attributes))] = (template, others)
-        _filled_count += 1
+        _filled_bytes += len(template)
         return filled
 
     def _bytes(self, name: bytes, attributes: list) -> bytes:
@@ -398,9 +398,9 @@ def _template(shape: tuple, count: int, encode: Callable[[object], bytes]) -> Op
 
 
 def _clear_templates() -> None:
-    global _filled_count
+    global _filled_bytes
     _TEMPLATES.clear()
-    _filled_count = 0
+    _filled_bytes = 0
 
 
 def _scope_bytes(scope, encode: Callable[[object], bytes], rejected: list) -> bytes:

@@ -713,7 +713,7 @@ def test_a_shapes_names_and_texts_that_repeat_are_kept_in_its_templates_the_vary
     templates = [template for template, _ in entry.filled.values()]
     assert all(b'"gen_ai.tool.call.id","value":{"stringValue":%b}}' in t for t in templates)
     assert sum(b'{"stringValue":"sql %%s"}}' in t for t in templates) == 2  # its % kept as text
-    assert otlp_json_file._filled_count == 4
+    assert otlp_json_file._filled_bytes == sum(map(len, templates))
 
 
 def test_a_shape_whose_names_vary_fills_in_every_value():
@@ -723,7 +723,7 @@ def test_a_shape_whose_names_vary_fills_in_every_value():
     for start in range(0, len(spans), 100):
         assert_same(spans[start : start + 100])
     (entry,) = the_shapes()
-    assert entry.texts is None and entry.filled == {} and otlp_json_file._filled_count == 0
+    assert entry.texts is None and entry.filled == {} and otlp_json_file._filled_bytes == 0
 
 
 def test_long_texts_are_filled_in_and_the_kept_templates_are_bounded(monkeypatch):
@@ -732,8 +732,9 @@ def test_long_texts_are_filled_in_and_the_kept_templates_are_bounded(monkeypatch
     assert_same(same_shape_spans(3, lambda n: {"query": long + str(n), "tool": "t"}))
     (entry,) = the_shapes()
     assert entry.varying == {"query"} and len(entry.filled) == 1
-    monkeypatch.setattr(otlp_json_file, "_FILLED_LIMIT", 3)
     otlp_json_file._clear_templates()
+    monkeypatch.setattr(otlp_json_file, "_FILLED_BYTES_LIMIT", 1)  # one template, then no more
     assert_same(same_shape_spans(10, lambda n: {"tool": f"tool {n}"}))
     (entry,) = the_shapes()
-    assert len(entry.filled) == otlp_json_file._filled_count == 3
+    ((template, _),) = entry.filled.values()
+    assert otlp_json_file._filled_bytes == len(template)
