@@ -13,6 +13,11 @@ each round. Both outputs are checked to be the same JSON value first.
 
 For the figure in docs/performance.md, the baseline was the encoder before
 this bench (``git show <commit>:exporters/otlp_json_file.py > /tmp/old.py``).
+
+``--cold``: before each timing, 64 MB are written (twice this machine's last
+level cache), so the spans are read from memory, as the export thread finds
+them after they waited in the queue; the warm figure is still measured
+beside it, in the same rounds.
 """
 
 from __future__ import annotations
@@ -67,7 +72,16 @@ def load_encoder(path: str) -> Callable:
     return module.encode_spans_json
 
 
-def per_span(encode: Callable, batches: list, spans: int) -> float:
+EVICT = bytearray(64 * 1024 * 1024)
+
+
+def evict_caches() -> None:
+    EVICT[:] = bytes(len(EVICT))  # every cache line of 64 MB written
+
+
+def per_span(encode: Callable, batches: list, spans: int, cold: bool = False) -> float:
+    if cold:
+        evict_caches()
     start = time.process_time()
     for batch in batches:
         encode(batch)
@@ -83,6 +97,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--spans", type=int, default=5120)
     parser.add_argument("--baseline", help="another checkout (or its exporters/otlp_json_file.py)")
+    parser.add_argument("--cold", action="store_true", help="also with the caches emptied before each timing")
     args = parser.parse_args()
 
     from agent_otel.exporters.otlp_json_file import encode_spans_json
@@ -94,6 +109,8 @@ def main() -> None:
         encoders["baseline"] = load_encoder(args.baseline)
         for batch in batches:  # the same content, or the figures mean nothing
             assert json.loads(encoders["baseline"](batch)) == json.loads(encode_spans_json(batch))
+    if args.cold:
+        encoders.update({f"{name}, cold": encoder for name, encoder in encoders.items()})
     names = list(encoders)
     for name in names:  # warm up
         per_span(encoders[name], batches[:1], BATCH)
@@ -101,13 +118,19 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} at the start; {len(spans)} tool spans in batches of {BATCH}")
     for number in range(args.rounds):
         for name in names[number % len(names) :] + names[: number % len(names)]:
-            times[name].append(per_span(encoders[name], batches, len(spans)))
+            times[name].append(per_span(encoders[name], batches, len(spans), cold=name.endswith(", cold")))
     print(f"\nµs per tool span (CPU), median [min-max] of {args.rounds} interleaved rounds")
     for name in names:
-        print(f"  {name:<16} {figure(times[name])}")
+        print(f"  {name:<22} {figure(times[name])}")
     if args.baseline:
         ratios = [new / old for new, old in zip(times["this checkout"], times["baseline"])]
         print(f"  ratio this checkout / baseline, per round: {figure(ratios, 1, 3)}")
+        if args.cold:
+            ratios = [new / old for new, old in zip(times["this checkout, cold"], times["baseline, cold"])]
+            print(f"  the same, cold: {figure(ratios, 1, 3)}")
+    if args.cold:
+        extra = [cold - warm for cold, warm in zip(times["this checkout, cold"], times["this checkout"])]
+        print(f"  cold - warm, this checkout, per round: {figure(extra)} µs")
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
 
 

@@ -36,6 +36,13 @@ before the count (``bench/encode.py``'s), encoded in batches of 512 (the
 batching processor's default; ``--calls`` is the number of spans). Run
 with ``PYTHONPATH`` at another checkout, it counts that checkout's encoder.
 
+export and export_null: the span export thread's whole work per tool span
+(``run_export``): the same kind of spans through agent-otel's batching
+processor in bursts of 512, taken, encoded, written to a traces file and
+freed (``export``), or taken and freed by an exporter that does nothing
+(``export_null``); with encode, the three split the thread's work (the
+write's system call is not counted). Runs vary by about 5 %.
+
 ``--frameworks`` counts the framework hooks' goal (#12: the hook adds no
 more than one bare span's cost to a tool call) the same way, for every
 call of ``bench/frameworks.py`` whose framework is installed: the call
@@ -70,11 +77,23 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
-VARIANTS = ("span", "tool", "submit_bare", "submit", "submit_tool", "background_bare", "background", "encode")
+VARIANTS = (
+    "span",
+    "tool",
+    "submit_bare",
+    "submit",
+    "submit_tool",
+    "background_bare",
+    "background",
+    "encode",
+    "export",
+    "export_null",
+)
 DEFERRED_VARIANTS = ("tool", "submit_tool")  # counted again with --deferred
 
 
@@ -152,6 +171,60 @@ def run_encode(calls: int) -> None:
         encode_spans_json(batches[number % len(batches)])
 
 
+def run_export(variant: str, calls: int) -> None:
+    """``calls`` tool spans through agent-otel's batching processor: what its export thread does per span.
+
+    The spans (real tool spans, ``bench/encode.py``'s, made before the
+    count and referenced by nothing else) go through ``on_end`` in bursts
+    of 512, the batch size, each of which wakes the export thread, which
+    takes the burst as one batch, writes it to a traces file (``export``)
+    or to an exporter that does nothing (``export_null``: the difference is
+    the encoding; the write's system call is not counted, valgrind counts
+    no kernel instructions) and frees the spans. The process ends without
+    tearing its heap down, so a run of 0 calls frees nothing either.
+    """
+    import tempfile
+    from collections import deque
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from encode import BATCH, tool_spans  # bench/encode.py: the same spans
+
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from agent_otel.exporters.batch import BatchSpanProcessor
+    from agent_otel.exporters.otlp_json_file import OtlpJsonFileExporter
+
+    class Null(SpanExporter):
+        def export(self, spans):
+            return SpanExportResult.SUCCESS
+
+    spans = deque(tool_spans(EXPORT_SPANS + BATCH))
+    if variant == "export_null":
+        exporter: SpanExporter = Null()
+    else:
+        exporter = OtlpJsonFileExporter(os.path.join(tempfile.mkdtemp(), "traces.jsonl"))
+    # No timer: only the bursts wake the export thread (under valgrind a run
+    # lasts long enough for a timer to fall anywhere, with a partial batch).
+    processor = BatchSpanProcessor(exporter, batch_size=BATCH, interval_s=3600.0)
+    # The export thread runs only when this one waits: each burst is one
+    # wake-up and one batch, whatever valgrind's pace.
+    sys.setswitchinterval(1000.0)
+
+    def burst() -> None:
+        for _ in range(BATCH):
+            processor.on_end(spans.popleft())
+        time.sleep(0.01)
+
+    burst()  # warm up: imports msgspec, fills the encoder's caches
+    gc.collect()
+    gc.freeze()
+    for _ in range(calls // BATCH):
+        burst()
+    processor.force_flush()
+    sys.stdout.flush()
+    os._exit(0)  # no teardown: the spans left are not freed in any run
+
+
 def _deferred_mode(mode: str) -> None:
     """Set the ``deferred_spans`` setting for ``mode`` (see ``DEFERRED_MODES``) before ``instrument()``."""
     if mode in ("deferred", "hot"):
@@ -181,6 +254,9 @@ def run(variant: str, calls: int) -> None:
         return
     if variant == "encode":
         run_encode(calls)
+        return
+    if variant.startswith("export"):
+        run_export(variant, calls)
         return
     import concurrent.futures as cf
 
@@ -238,6 +314,7 @@ def run(variant: str, calls: int) -> None:
 
 
 ENCODE_SPANS = 5120  # the tool spans made for encode, whatever the number encoded
+EXPORT_SPANS = 5120  # the tool spans made for export (and one batch of warm-up), whatever the number exported
 
 FRAMEWORK_MODES = ("plain", "span", "tool", "hook")
 # --deferred: the instrumented variants and modes again with deferred_spans on,
@@ -374,7 +451,7 @@ def main() -> int:
     print(f"instructions per call, all threads, {args.calls} calls (valgrind cachegrind)")
     per_call = {}
     for variant in variants:
-        calls = args.calls // 512 * 512 if variant == "encode" else args.calls  # whole batches
+        calls = args.calls // 512 * 512 if variant.startswith(("encode", "export")) else args.calls  # whole batches
         per_call[variant] = (instructions(variant, calls) - instructions(variant, 0)) / calls
         print(f"  {variant:20} {per_call[variant]:10,.0f}", flush=True)
     for tool in ("tool", "tool:deferred", "tool:hot"):

@@ -28,8 +28,11 @@ Four parts, each printed as a table whose every figure is the median and
     default traces file), and beside it the same with the spans sent nowhere
     (``traces_exporters="none"``: agent-otel's own background work); the CPU
     time of agent-otel's threads (span export, pipeline, GPU sampler) as a
-    share of one core, in a fresh process per case and round. Goal, for the
-    defaults: under 0.5 %.
+    share of one core, in a fresh process per case and round; and, for the
+    defaults, the export thread's CPU time per call in parts (waking up,
+    taking the spans from the queue and freeing them, the encoding, the
+    file write), timed around the processor's and exporter's methods. Goal,
+    for the defaults: under 0.5 %.
 (4) ``instrument()`` with the defaults (spans to a local file), with
     OTLP/gRPC configured and with /metrics served, in a fresh process per
     case and round, after ``import agent_otel``, next to a bare OpenTelemetry
@@ -392,6 +395,26 @@ import json, os, sys, threading, time
 import agent_otel
 
 seconds, rate, kwargs = float(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+
+# The export thread's parts, thread CPU summed over the run (see EXPORT_PARTS).
+split = {}
+
+def timed(owner, name, part):
+    inner = getattr(owner, name)
+    def wrapper(*args, **kwargs):
+        start = time.thread_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            split[part] = split.get(part, 0.0) + time.thread_time() - start
+    setattr(owner, name, wrapper)
+
+from agent_otel.exporters import batch, otlp_json_file
+timed(batch.BatchSpanProcessor, "_export_all", "pass")
+timed(batch.BatchSpanProcessor, "_export", "batch")
+timed(otlp_json_file.OtlpJsonFileExporter, "export", "export")
+timed(otlp_json_file, "_encode_spans", "encode")
+
 handle = agent_otel.instrument(gpu="simulated", frameworks=(), **kwargs)
 gpu = handle.gpu_timeline.source
 
@@ -412,6 +435,7 @@ def turn():
             time.sleep(delay)
 
 turn()  # threads started, first window seen, first spans exported
+split.clear()
 ours = [t for t in threading.enumerate() if t.name.startswith("agent-otel")]
 clocks = {t.name: time.pthread_getcpuclockid(t.ident) for t in ours}
 before = {name: time.clock_gettime(clock) for name, clock in clocks.items()}
@@ -423,13 +447,25 @@ while time.perf_counter() - wall < seconds:
     calls += rate
 wall = time.perf_counter() - wall
 used = {name: time.clock_gettime(clock) - before[name] for name, clock in clocks.items()}
+measured = dict(split)  # not the export at shutdown
 main = time.thread_time() - main_before
 late = sorted(t.name for t in threading.enumerate() if t.name.startswith("agent-otel") and t.name not in clocks)
 files = [os.path.join(d, f) for d, _, fs in os.walk(".") for f in fs if f.endswith(".jsonl")]
 handle.shutdown()
 print(json.dumps({"wall": wall, "calls": calls, "threads": used, "main": main, "late threads": late,
-                  "traces bytes": sum(os.path.getsize(f) for f in files)}))
+                  "traces bytes": sum(os.path.getsize(f) for f in files), "split": measured}))
 """
+
+# The export thread's time per call, in parts: each the difference of two of
+# BACKGROUND's nested timings (the thread's whole CPU time for the first).
+EXPORT_PARTS = {
+    "waking up (its loop, events, locks)": ("thread", "pass"),
+    "taking spans from the queue, freeing them": ("pass", "batch"),
+    "the processor's batch (logs held, no tracing)": ("batch", "export"),
+    "the file write (and the exporter's lock)": ("export", "encode"),
+    "encoding": ("encode", None),
+}
+
 
 # Part 3's cases: the defaults (no exporter named, no endpoint set, no
 # Collector on localhost: spans to the default traces file, in the round's
@@ -440,6 +476,7 @@ BACKGROUND_CASES = {
     'traces_exporters="none" (spans made, sent nowhere)': {"traces_exporters": "none"},
 }
 DEFAULT_BACKGROUND = "defaults (spans to the default traces file)"
+EXPORT_THREAD = "agent-otel-span-export"
 # With --deferred: the defaults with deferred_spans on (the pipeline thread builds the tool spans).
 DEFERRED_BACKGROUND = {"deferred_spans=True, defaults otherwise": {"deferred_spans": True}}
 
@@ -454,6 +491,7 @@ def run_background(rounds: int, seconds: float, deferred: bool = False) -> bool:
     rates: list[float] = []
     per_thread: dict[str, dict[str, list[float]]] = {name: {} for name in cases}
     written: list[float] = []
+    export_parts: dict[str, list[float]] = {}
     # As a user's process finds it: no OTEL_ or AGENT_OTEL_ variables.
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OTEL_", "AGENT_OTEL_"))}
     names = list(cases)
@@ -480,6 +518,10 @@ def run_background(rounds: int, seconds: float, deferred: bool = False) -> bool:
                 per_thread[name].setdefault(thread, []).append(used / result["wall"])
             if name == DEFAULT_BACKGROUND:
                 written.append(result["traces bytes"])
+                times = {**result["split"], "thread": result["threads"].get(EXPORT_THREAD, 0.0)}
+                for part, (whole, less) in EXPORT_PARTS.items():
+                    value = times.get(whole, 0.0) - (times.get(less, 0.0) if less else 0.0)
+                    export_parts.setdefault(part, []).append(value / result["calls"])
     collector = collector_answers("localhost", DEFAULT_PORTS["grpc"])
     print(
         f"\n(3) Background: tool calls at 1,000/s on average (bursts of 1,000 in 0.5 s while the simulated GPU "
@@ -492,6 +534,9 @@ def run_background(rounds: int, seconds: float, deferred: bool = False) -> bool:
         for thread, values in sorted(per_thread[name].items()):
             print(f"  {thread:44} {spread(values, 100, 3):>24} %")
         print(f"  {'all of them':44} {spread(shares[name], 100, 3):>24} %")
+    print(f"the export thread ({EXPORT_THREAD}), defaults, per call")
+    for part, values in export_parts.items():
+        print(f"  {part:44} {spread(values, 1e6, 2):>24} µs")
     print(f"(calls per second achieved: {spread(rates, 1, 0)}; traces file per round: {spread(written, 1e-6, 1)} MB)")
     short = sum(rate < 950 for rate in rates)
     if short:

@@ -37,6 +37,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from contextlib import contextmanager
+from itertools import islice
 from typing import Callable, Iterator, Optional, Sequence
 
 from opentelemetry import context as context_api
@@ -302,10 +303,17 @@ class BatchSpanProcessor(SpanProcessor):
         """
         if not must and time.monotonic() < self._retry_at:
             return False
-        while self._queue and not self._abandoned:
+        queue = self._queue
+        while queue and not self._abandoned:
             batch: list[ReadableSpan] = []
-            while self._queue and len(batch) < self._batch_size:
-                batch.append(self._queue.popleft())
+            try:
+                # The oldest spans, a batch at most, taken in C (no bytecode per span).
+                # Should another thread empty the queue meanwhile (_take_all when
+                # shutdown gives up, _evict_derived for a moment), the spans taken
+                # before the IndexError stay in the batch (list.extend keeps them).
+                batch.extend(islice(iter(queue.popleft, None), min(len(queue), self._batch_size)))
+            except IndexError:
+                pass
             self._may_hold_derived = True
             if not self._export(batch):
                 if self._stopping:

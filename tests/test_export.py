@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections import deque
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -125,6 +126,28 @@ def test_a_full_queue_keeps_tool_spans_and_drops_derived_ones():
     gate.set()
     assert processor.shutdown(5) is True
     assert exporter.names == ["gpu.idle"] + ["execute_tool search"] * 8
+
+
+def test_spans_taken_before_another_thread_emptied_the_queue_are_exported():
+    # The export thread takes a batch in C; should shutdown's _take_all (or a
+    # purge of derived spans) empty the queue meanwhile, what it took is kept.
+    class Emptied(deque):
+        taken = 0
+
+        def popleft(self):
+            if self.taken == 2:
+                self.clear()  # the other thread took the rest
+                raise IndexError("pop from an empty deque")
+            self.taken += 1
+            return super().popleft()
+
+    exporter = Recording()
+    processor = BatchSpanProcessor(exporter, max_queue_size=100, batch_size=10, interval_s=600)
+    t = tracer()
+    processor._queue = Emptied(tool_span(t, f"tool {n}") for n in range(5))
+    assert processor._export_all(must=True) is True
+    assert exporter.names == ["execute_tool tool 0", "execute_tool tool 1"]
+    assert processor.shutdown(5) is True
 
 
 def test_a_span_is_dropped_only_when_every_sink_lost_it():
