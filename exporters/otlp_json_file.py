@@ -55,10 +55,8 @@ def encode_spans_json(spans: Sequence[ReadableSpan]) -> str:
     common span (the SDK's, with only ids, a name, kind, times, flags, a
     status without a message and text, boolean, integer and double
     attributes) is one ``%`` of a template kept for its shape (its kind,
-    status and parent, its attributes' keys and its values' types) and,
-    where they repeat, its name and text and boolean values (``_Shape``),
-    filled with its ids and times and each other value as msgspec writes
-    it. Any other
+    status and parent, its attributes' keys and its values' types), filled
+    with its ids and times and each value as msgspec writes it. Any other
     span is written piece by piece (each key's JSON prefix and short text
     and boolean attributes' whole JSON kept for reuse, a bounded number),
     what is rare in it (events, links, trace state, a status message,
@@ -152,7 +150,6 @@ def _request_bytes(
                 and start_time
                 and end_time
                 and name
-                and type(name) is str
                 # No events or links (a BoundedList's deque) and nothing dropped.
                 and not (store.dropped or events._dq or events.dropped or links._dq or links.dropped)  # type: ignore[attr-defined]
                 and not status._description
@@ -167,39 +164,21 @@ def _request_bytes(
                     if entry is _NO_TEMPLATE:
                         entry = _template(shape, len(attributes), encode)
                     if entry is not None:
-                        # The template with the span's name and its text and boolean
-                        # values in it, else the shape's own (every value filled in).
-                        texts = entry.texts
-                        filled = None
-                        if texts is not None:
-                            filled = entry.filled.get((name, texts(attributes))) or entry.fill(name, attributes, encode)
-                        if filled is not None:
-                            template, others = filled  # the getter of the values it leaves to fill in
-                            values = (*map(encode, others(attributes)),) if others is not None else ()
-                        else:
-                            template = None
-                            values = (*map(encode, attributes.values()),)
+                        template, doubles, integers = entry
+                        values = (*map(encode, attributes.values()),)
                         # msgspec writes a double that is not finite as null, and an
                         # integer beyond int64 as one: those spans are written below.
-                        integers = entry.integers
-                        if not (entry.doubles and b"null" in values) and (
+                        if not (doubles and b"null" in values) and (
                             integers is None
                             or (_INT64_MIN <= min(integers(attributes)) and max(integers(attributes)) <= _INT64_MAX)
                         ):
-                            if template is not None:
-                                if parent is None:
-                                    parts.append(template % (trace_id, span_id, start_time, end_time, *values))
-                                else:
-                                    parts.append(
-                                        template % (trace_id, span_id, parent[1], start_time, end_time, *values)
-                                    )
-                            elif parent is None:
+                            if parent is None:
                                 parts.append(
-                                    entry.template % (trace_id, span_id, encode(name), start_time, end_time, *values)
+                                    template % (trace_id, span_id, encode(name), start_time, end_time, *values)
                                 )
                             else:
                                 parts.append(
-                                    entry.template
+                                    template
                                     % (trace_id, span_id, parent[1], encode(name), start_time, end_time, *values)
                                 )
                             continue
@@ -228,7 +207,7 @@ def _request_bytes(
 # they have a parent, their attributes' keys and their values' types (None:
 # a shape that _span_bytes writes), up to a number of shapes. A shape whose
 # keys make a template longer than a limit is not kept (nor its keys with it).
-_TEMPLATES: dict[tuple, Optional["_Shape"]] = {}
+_TEMPLATES: dict[tuple, Optional[tuple]] = {}
 _TEMPLATES_LIMIT = 1024
 _TEMPLATE_BYTES_LIMIT = 16384
 _NO_TEMPLATE = object()
@@ -239,168 +218,39 @@ _VALUE_TEMPLATES = {
     int: b'{"intValue":"%b"}}',
     float: b'{"doubleValue":%b}}',
 }
-# A shape keeps up to this many templates with a name and text values in them
-# (all shapes' together up to _FILLED_BYTES_LIMIT); when it has that many, a key
-# with more than _VARYING distinct values among them (an id, a query) is
-# filled in per span from then on, and if none has, nor the name, no
-# template of the shape holds values.
-_FILLED_PER_SHAPE = 256
-_VARYING = 64
-_FILLED_BYTES_LIMIT = 4 * 1024 * 1024
-_filled_bytes = 0
 
 
-def _getter(keys: Sequence) -> Optional[Callable[[Mapping], tuple]]:
-    """A function of a mapping that returns its values at ``keys`` as a tuple (None for no keys)."""
-    if not keys:
-        return None
-    if len(keys) == 1:
-        (key,) = keys
-        return lambda attributes: (attributes[key],)
-    return operator.itemgetter(*keys)
-
-
-def _no_texts(attributes: Mapping) -> tuple:
-    return ()
-
-
-class _Shape:
-    """The templates of the common spans of one shape (see _request_bytes).
-
-    ``template``: every value filled in per span (its ids, its name, its
-    times, then each attribute's value as msgspec writes it). ``filled``:
-    templates that hold a span's name and its text and boolean values (of
-    the keys not ``varying``), by (name, ``texts(attributes)``): such a
-    span fills in its ids, its times and ``others(attributes)`` only.
-    ``texts`` is None once the shape's spans all take ``template``.
-    """
-
-    __slots__ = (
-        "keys",
-        "types",
-        "head",
-        "kind",
-        "end",
-        "keyed",
-        "template",
-        "doubles",
-        "integers",
-        "varying",
-        "baked",
-        "texts",
-        "others",
-        "filled",
-    )
-    texts: Optional[Callable[[Mapping], tuple]]
-    others: Optional[Callable[[Mapping], tuple]]
-
-    def __init__(self, shape: tuple, count: int, encode: Callable[[object], bytes]):
-        self.kind, self.end = shape[:2]
-        self.head = b"" if shape[2] else b',"parentSpanId":"%016x"'
-        self.keys, self.types = shape[3 : 3 + count], shape[3 + count :]
-        # Each key's JSON up to its value (a % in it written %%, for the template's %).
-        self.keyed = [b'{"key":%b,"value":' % encode(key).replace(b"%", b"%%") for key in self.keys]
-        self.template = self._bytes(
-            b',"name":%b', [keyed + _VALUE_TEMPLATES[value_type] for keyed, value_type in zip(self.keyed, self.types)]
+def _template(shape: tuple, count: int, encode: Callable[[object], bytes]) -> Optional[tuple]:
+    """The template for spans of ``shape`` (see _request_bytes), whose ``count``
+    attributes' keys and then their values' types end it: its bytes, whether it
+    has doubles, and a getter of its integers (None if it has none); None if its
+    values are of other types."""
+    kind, end, no_parent = shape[:3]
+    keys, types = shape[3 : 3 + count], shape[3 + count :]
+    entry: Optional[tuple] = None
+    if all(value_type in _VALUE_TEMPLATES for value_type in types):
+        head = (
+            b'{"traceId":"%032x","spanId":"%016x"'
+            if no_parent
+            else b'{"traceId":"%032x","spanId":"%016x","parentSpanId":"%016x"'
         )
-        self.doubles = float in self.types
-        integers = [key for key, value_type in zip(self.keys, self.types) if value_type is int]
-        # twice: a tuple even for one
-        self.integers = operator.itemgetter(*integers, *integers) if integers else None
-        self.varying: set = set()
-        self.filled: dict[tuple, tuple] = {}  # (name, texts) -> (template, others)
-        self._split()
-
-    def _split(self) -> None:
-        """The getters of the values in the templates (``texts``) and of those filled in per span (``others``)."""
-        global _filled_bytes
-        baked = [
-            key
-            for key, value_type in zip(self.keys, self.types)
-            if (value_type is str or value_type is bool) and key not in self.varying
-        ]
-        self.baked = frozenset(baked)
-        self.texts = _getter(baked) or _no_texts
-        self.others = _getter([key for key in self.keys if key not in self.baked])
-        _filled_bytes -= sum(len(template) for template, _ in self.filled.values())
-        self.filled = {}
-
-    def fill(self, name: str, attributes: Mapping, encode: Callable[[object], bytes]) -> Optional[tuple]:
-        """The template for this shape's spans named ``name`` with these attributes' texts, and the
-        getter of the values it leaves to fill in, kept; None when such spans take ``template``."""
-        global _filled_bytes
-        if len(self.filled) >= _FILLED_PER_SHAPE:
-            self._vary()
-        if self.texts is None or _filled_bytes >= _FILLED_BYTES_LIMIT or len(name) > _KEPT_TEXT_LIMIT:
-            return None
-        long = {key for key in self.baked if type(attributes[key]) is str and len(attributes[key]) > _KEPT_TEXT_LIMIT}
-        if long:
-            self.varying |= long
-            self._split()
-        # One reading of them (another export thread may split the shape meanwhile).
-        baked, texts, others = self.baked, self.texts, self.others
-        if texts is None:
-            return None
-        template = self._bytes(
-            b',"name":' + encode(name).replace(b"%", b"%%"),
-            [
-                keyed + (_VALUE_TEMPLATES[value_type] % encode(attributes[key])).replace(b"%", b"%%")
-                if key in baked
-                else keyed + _VALUE_TEMPLATES[value_type]
-                for key, value_type, keyed in zip(self.keys, self.types, self.keyed)
-            ],
-        )
-        if len(template) > _TEMPLATE_BYTES_LIMIT:
-            return None
-        filled = self.filled[(name, texts(attributes))] = (template, others)
-        _filled_bytes += len(template)
-        return filled
-
-    def _bytes(self, name: bytes, attributes: list) -> bytes:
-        """A template of this shape: its ids', name's, times' and attributes' pieces between its kind's and end's."""
-        return b"".join(
-            (
-                b'{"traceId":"%032x","spanId":"%016x"',
-                self.head,
-                name,
-                self.kind,
-                b',"startTimeUnixNano":"%d","endTimeUnixNano":"%d"',
-                b',"attributes":[%b]' % b",".join(attributes) if attributes else b"",
-                self.end,
-            )
-        )
-
-    def _vary(self) -> None:
-        """The shape has its most templates: the keys whose values vary most are filled in per span
-        from now on; if none does, nor the name, every value is."""
-        rows = list(self.filled)
-        baked = [key for key in self.keys if key in self.baked]
-        varying = {key for n, key in enumerate(baked) if len({row[1][n] for row in rows}) > _VARYING}
-        self.varying |= varying
-        self._split()
-        if not varying or len({row[0] for row in rows}) > _VARYING:
-            self.texts = None
-
-
-def _template(shape: tuple, count: int, encode: Callable[[object], bytes]) -> Optional[_Shape]:
-    """The templates for spans of ``shape`` (see _request_bytes), whose ``count``
-    attributes' keys and then their values' types end it; None if its values
-    are of other types, or its keys too long for a template."""
-    entry: Optional[_Shape] = None
-    if all(value_type in _VALUE_TEMPLATES for value_type in shape[3 + count :]):
-        entry = _Shape(shape, count, encode)
-        if len(entry.template) > _TEMPLATE_BYTES_LIMIT:
+        pieces = [head, b',"name":%b', kind, b',"startTimeUnixNano":"%d","endTimeUnixNano":"%d"']
+        if keys:
+            attributes = [
+                b'{"key":%b,"value":' % encode(key).replace(b"%", b"%%") + _VALUE_TEMPLATES[value_type]
+                for key, value_type in zip(keys, types)
+            ]
+            pieces.append(b',"attributes":[%b]' % b",".join(attributes))
+        pieces.append(end)
+        integers = [key for key, value_type in zip(keys, types) if value_type is int]
+        getter = operator.itemgetter(*integers, *integers) if integers else None  # twice: a tuple even for one
+        entry = (b"".join(pieces), float in types, getter)
+        if len(entry[0]) > _TEMPLATE_BYTES_LIMIT:
             return None
     if len(_TEMPLATES) >= _TEMPLATES_LIMIT:
-        _clear_templates()
+        _TEMPLATES.clear()
     _TEMPLATES[shape] = entry
     return entry
-
-
-def _clear_templates() -> None:
-    global _filled_bytes
-    _TEMPLATES.clear()
-    _filled_bytes = 0
 
 
 def _scope_bytes(scope, encode: Callable[[object], bytes], rejected: list) -> bytes:

@@ -617,7 +617,7 @@ def tool_like_spans(attributes_per_span: list, remote_parent: bool = False) -> l
 
 @pytest.mark.parametrize("remote_parent", [False, True])
 def test_the_sdks_common_spans_take_a_template_and_write_the_same_bytes(remote_parent):
-    otlp_json_file._clear_templates()
+    otlp_json_file._TEMPLATES.clear()
     common = {
         "gen_ai.tool.name": "web_search",
         "agent.tool.exec.duration": 0.00013385,
@@ -648,7 +648,7 @@ def test_values_a_template_cannot_hold_are_written_as_before():
     # msgspec writes a double that is not finite as null and an integer beyond
     # int64 as a number: OTLP wants "NaN", "Infinity" and the integer's text.
     # The same shape with ordinary values before and after: templates and not.
-    otlp_json_file._clear_templates()
+    otlp_json_file._TEMPLATES.clear()
     values = [0.5, math.nan, math.inf, -math.inf, 1.0]
     integers = [1, 2**63, -(2**63) - 1, 2**64, 3]
     spans = tool_like_spans([{"d": d, "i": i, "s": "x"} for d, i in zip(values, integers)])
@@ -663,78 +663,14 @@ def test_values_a_template_cannot_hold_are_written_as_before():
 
 
 def test_the_kept_templates_are_bounded():
-    otlp_json_file._clear_templates()
+    otlp_json_file._TEMPLATES.clear()
     limit = otlp_json_file._TEMPLATES_LIMIT
     spans = tool_like_spans([{f"key {n}": n} for n in range(limit + 10)])
     for start in range(0, len(spans), 256):
         assert_same(spans[start : start + 256])
     assert 0 < len(otlp_json_file._TEMPLATES) <= limit
     # A shape with keys too long for a template is written the other way and not kept.
-    otlp_json_file._clear_templates()
+    otlp_json_file._TEMPLATES.clear()
     long_keys = tool_like_spans([{"k" * otlp_json_file._TEMPLATE_BYTES_LIMIT: 1.5, "n": 1}])
     assert_same(long_keys)
     assert not any(len(shape) > 3 and "n" in shape for shape in otlp_json_file._TEMPLATES)
-
-
-def same_shape_spans(count: int, attributes_of, name_of=lambda number: "execute_tool search") -> list:
-    """``count`` SDK root spans of one kind and status, with the given names and attributes."""
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": "svc"}))
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("agent_otel", "0.1.0")
-    for number in range(count):
-        with tracer.start_as_current_span(name_of(number), attributes=attributes_of(number)):
-            pass
-    return list(memory.get_finished_spans())
-
-
-def the_shapes() -> list:
-    return [entry for entry in otlp_json_file._TEMPLATES.values() if entry is not None]
-
-
-def test_a_shapes_names_and_texts_that_repeat_are_kept_in_its_templates_the_varying_ones_filled_in():
-    otlp_json_file._clear_templates()
-    per_shape = otlp_json_file._FILLED_PER_SHAPE
-    spans = same_shape_spans(
-        per_shape * 3,
-        lambda n: {
-            "gen_ai.tool.name": ("search", "sql %s")[n % 2],
-            "gen_ai.tool.call.id": f"call {n}",  # a value per call
-            "ok": n % 3 == 0,
-            "agent.tool.exec.duration": n / 7,
-            "n": n,
-        },
-    )
-    for start in range(0, len(spans), 100):
-        assert_same(spans[start : start + 100])
-    (entry,) = the_shapes()
-    assert entry.varying == {"gen_ai.tool.call.id"}  # found varying once the shape had its most templates
-    assert entry.texts is not None and len(entry.filled) == 4  # two tools, true and false
-    templates = [template for template, _ in entry.filled.values()]
-    assert all(b'"gen_ai.tool.call.id","value":{"stringValue":%b}}' in t for t in templates)
-    assert sum(b'{"stringValue":"sql %%s"}}' in t for t in templates) == 2  # its % kept as text
-    assert otlp_json_file._filled_bytes == sum(map(len, templates))
-
-
-def test_a_shape_whose_names_vary_fills_in_every_value():
-    otlp_json_file._clear_templates()
-    per_shape = otlp_json_file._FILLED_PER_SHAPE
-    spans = same_shape_spans(per_shape + 10, lambda n: {"tool": "t", "x": 1.5}, name_of=lambda n: f"span {n}")
-    for start in range(0, len(spans), 100):
-        assert_same(spans[start : start + 100])
-    (entry,) = the_shapes()
-    assert entry.texts is None and entry.filled == {} and otlp_json_file._filled_bytes == 0
-
-
-def test_long_texts_are_filled_in_and_the_kept_templates_are_bounded(monkeypatch):
-    otlp_json_file._clear_templates()
-    long = "q" * (otlp_json_file._KEPT_TEXT_LIMIT + 1)
-    assert_same(same_shape_spans(3, lambda n: {"query": long + str(n), "tool": "t"}))
-    (entry,) = the_shapes()
-    assert entry.varying == {"query"} and len(entry.filled) == 1
-    otlp_json_file._clear_templates()
-    monkeypatch.setattr(otlp_json_file, "_FILLED_BYTES_LIMIT", 1)  # one template, then no more
-    assert_same(same_shape_spans(10, lambda n: {"tool": f"tool {n}"}))
-    (entry,) = the_shapes()
-    ((template, _),) = entry.filled.values()
-    assert otlp_json_file._filled_bytes == len(template)
