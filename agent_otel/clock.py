@@ -39,8 +39,9 @@ def follow_wall_clock() -> int:
     """Move the timeline onto the wall clock if they are more than
     ``FOLLOW_NS`` apart; the nanoseconds it moved (0: it did not)."""
     global OFFSET_NS
-    moved = time.time_ns() - perf_counter_ns() - OFFSET_NS
+    offset = time.time_ns() - perf_counter_ns()
+    moved = offset - OFFSET_NS
     if -FOLLOW_NS <= moved <= FOLLOW_NS:
         return 0
-    OFFSET_NS += moved
+    OFFSET_NS = offset  # set, not moved by: another thread may have set it meanwhile
     return moved
