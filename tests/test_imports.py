@@ -174,7 +174,8 @@ class Imports:
                         self.names.append((source, alias.name, node.lineno))
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
                 self.names.append((aliases[node.value.id], node.attr, node.lineno))
-        if module == "agent_otel":  # the lazy public names
+        if any(isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "_PUBLIC" for n in tree.body):
+            # A package's lazy public names (agent_otel, agent_otel.remedies): name -> module.
             namespace: dict = {}
             exec(
                 compile(

@@ -33,6 +33,18 @@ def test_public_names_resolve_to_what_they_name():
         agent_otel.no_such_name  # noqa: B018
 
 
+def test_the_remedies_names_resolve_to_what_they_name():
+    import agent_otel.remedies as remedies
+    from agent_otel.remedies import batching, cache, pools
+
+    assert set(remedies.__all__) == set(remedies._PUBLIC)
+    assert set(remedies.__all__) <= set(dir(remedies))
+    assert remedies.pools is pools and remedies.pool is pools.pool and remedies.ToolPool is pools.ToolPool
+    assert remedies.batch is batching.batch and remedies.MISS is cache.MISS
+    with pytest.raises(AttributeError, match="no_such_name"):
+        remedies.no_such_name  # noqa: B018
+
+
 def test_instrument_stays_the_function_whichever_module_is_imported_first():
     # Importing the module that defines instrument() (as the framework entry
     # points and the demo do) must not shadow the function on the package.

@@ -47,6 +47,7 @@ _PUBLIC: dict[str, str] = {
     "PoolFullError": "agent_otel.remedies.pools",
     "ToolPool": "agent_otel.remedies.pools",
     "pool": "agent_otel.remedies.pools",
+    "pools": "agent_otel.remedies.pools",  # the module itself
 }
 
 __all__ = [
@@ -60,16 +61,15 @@ __all__ = [
     "batch",
     "pool",
     "pools",
-]  # _PUBLIC's names and the pools module
+]  # _PUBLIC's names
 
 
 def __getattr__(name: str) -> Any:
-    if name == "pools":  # the module (importing it makes it this package's attribute)
-        return importlib.import_module("agent_otel.remedies.pools")
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'agent_otel.remedies' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    loaded = importlib.import_module(module)
+    value = loaded if module == f"{__name__}.{name}" else getattr(loaded, name)
     globals()[name] = value  # later lookups skip this function
     return value
 
