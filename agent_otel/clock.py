@@ -12,8 +12,9 @@ so do other processes; a timeline anchored once would drift away from
 theirs. ``follow_wall_clock`` (the pipeline thread calls it a few times a
 second, ``instrument()`` once) moves the offset to the wall clock when the
 two are more than ``FOLLOW_NS`` apart. Code that converts several readings
-of one call reads ``OFFSET_NS`` once, and a call's later timestamps are never
-earlier than its first (``not_before``).
+at once reads ``OFFSET_NS`` once, and no timestamp of a call is earlier than
+the one before it (the recorder, the model spans and the loop monitor hold
+them there when the offset moved back meanwhile).
 """
 
 from __future__ import annotations
