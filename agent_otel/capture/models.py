@@ -42,8 +42,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.recorder import error_type_of
-from agent_otel import clock
-from agent_otel.clock import perf_counter_ns
+from agent_otel.clock import now_ns
 from agent_otel.semconv import (
     ERROR_TYPE,
     GEN_AI_AGENT_NAME,
@@ -142,10 +141,6 @@ def hooks_record() -> bool:
     return _mode == "on" or peer_instrumentation() is None
 
 
-def _now_ns() -> int:
-    return perf_counter_ns() + clock.OFFSET_NS
-
-
 class ModelSpan:
     """One model call's span, from ``start`` to ``end``.
 
@@ -183,7 +178,7 @@ class ModelSpan:
             attributes[GEN_AI_PROVIDER_NAME] = str(provider)
         if stream is not None:
             attributes[GEN_AI_REQUEST_STREAM] = bool(stream)
-        start_ns = _now_ns()
+        start_ns = now_ns()
         span = rec.tracer.start_span(
             model_span_name(operation, model),
             context=context,
@@ -196,7 +191,7 @@ class ModelSpan:
     def first_chunk(self) -> None:
         """The first chunk of a streamed answer arrived (later calls change nothing)."""
         if not self.first_chunk_ns:
-            self.first_chunk_ns = max(_now_ns(), self.start_ns)  # the timeline may have followed the wall clock back
+            self.first_chunk_ns = max(now_ns(), self.start_ns)  # the timeline may have followed the wall clock back
 
     def usage(self, input_tokens: Optional[int] = None, output_tokens: Optional[int] = None) -> None:
         """The tokens the model reported using."""
@@ -208,7 +203,7 @@ class ModelSpan:
     def end(self, exc: Optional[BaseException] = None, error: Optional[tuple[str, str]] = None) -> None:
         """End the call; ``exc`` is the exception it raised, ``error`` an (error.type, message)
         where the framework reports a failure without the exception object."""
-        now = max(_now_ns(), self.start_ns)  # the timeline may have followed the wall clock back
+        now = max(now_ns(), self.start_ns)  # the timeline may have followed the wall clock back
         span = self.span
         attributes: dict[str, Any] = {}
         if self.input_tokens is not None:
@@ -330,7 +325,7 @@ class agent_span:
         span = self._span = rec.tracer.start_span(
             agent_span_name(self._name),
             attributes={GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_INVOKE_AGENT, GEN_AI_AGENT_NAME: self._name},
-            start_time=_now_ns(),
+            start_time=now_ns(),
         )
         self._token = context_api.attach(trace_api.set_span_in_context(span))
         return span
@@ -340,7 +335,7 @@ class agent_span:
         if span is not None:
             if self._token is not None:
                 context_api.detach(self._token)
-            now = max(_now_ns(), getattr(span, "start_time", None) or 0)  # as in ModelSpan.end
+            now = max(now_ns(), getattr(span, "start_time", None) or 0)  # as in ModelSpan.end
             if exc is not None:
                 span.set_attribute(ERROR_TYPE, error_type_of(exc))
                 span.record_exception(exc, timestamp=now, escaped=True)
