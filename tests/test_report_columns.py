@@ -13,13 +13,14 @@ from array import array
 from bisect import bisect_right
 
 import numpy as np
+import pytest
 
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, ToolCall
 from agent_otel.report import analysis as analysis_module
 from agent_otel.report.calls import CallTable
 from agent_otel.report.columns import CallColumns, Names, seconds_sorted, total
 from agent_otel.report.reader import _ids, _rows_in
-from agent_otel.report.stats import max_overlap, peak_depth
+from agent_otel.report.stats import distinct, max_overlap, peak_depth
 from agent_otel.report.turns import find_turns
 
 
@@ -198,3 +199,10 @@ def test_the_call_table_gives_back_the_records_it_was_given():
     assert list(table) == [calls[rows[2]]]
     kept = CallTable.of(calls)
     assert kept[10] is calls[10] and kept.records([4, 2])[1] is calls[2]
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 1000])
+def test_distinct_is_numpys_unique_without_its_hash_table(size):
+    rng = np.random.default_rng(size)
+    for values in (rng.integers(0, 50, size, dtype=np.uint64), rng.integers(0, 2**63, size, dtype=np.uint64)):
+        assert distinct(values).tolist() == np.unique(values).tolist()
