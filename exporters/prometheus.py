@@ -52,7 +52,7 @@ REASON_LABEL_LIMIT = 64
 THREAD_LABEL_LIMIT = 64
 
 
-def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
+def _counter(spec: MetricSpec, registry: Optional[CollectorRegistry]) -> Counter:
     from prometheus_client import Counter
 
     return Counter(spec.name, spec.help, spec.labels, registry=registry)
@@ -213,6 +213,24 @@ class _Locked:
     def collect(self):
         with self._metrics.lock:
             return self._collector.collect()
+
+
+class _LockedTogether:
+    """Collects several metrics in one hold of ``Metrics.lock``, which their
+    writer holds while it updates them all: a scrape never sees one of them
+    updated and another not yet (the GPU's idle seconds, and their blame on
+    tools and unattributed, add up in every scrape)."""
+
+    def __init__(self, collectors: list, metrics: "Metrics"):
+        self.collectors = collectors
+        self._metrics = metrics
+
+    def describe(self):
+        return [family for collector in self.collectors for family in collector.describe()]
+
+    def collect(self):
+        with self._metrics.lock:
+            return [family for collector in self.collectors for family in collector.collect()]
 
 
 class _LiveGauges:
@@ -419,16 +437,22 @@ class Metrics:
             r.register(_LiveGauges(self))
             for collector in (self.calls, self.duration, self.queue, self.exec, self.executor_wait):
                 r.register(_Locked(collector, self))
+            # The GPU time counters, updated together by the live timeline
+            # (under ``lock``) and collected together (_LockedTogether).
+            blame: dict[str, Any] = {
+                "gpu_idle": _counter(spec[semconv.METRIC_GPU_IDLE], None),
+                "gpu_idle_blocked": _counter(spec[semconv.METRIC_GPU_IDLE_BLOCKED], None),
+                "gpu_idle_unattributed": _counter(spec[semconv.METRIC_GPU_IDLE_UNATTRIBUTED], None),
+                "gpu_underused": _counter(spec[semconv.METRIC_GPU_UNDERUSED], None),
+                "gpu_underused_blocked": _counter(spec[semconv.METRIC_GPU_UNDERUSED_BLOCKED], None),
+                "gpu_underused_unattributed": _counter(spec[semconv.METRIC_GPU_UNDERUSED_UNATTRIBUTED], None),
+                "gpu_missing": _counter(spec[semconv.METRIC_GPU_MISSING], None),
+            }
+            r.register(_LockedTogether(list(blame.values()), self))
             made: dict[str, Any] = {
+                **blame,
                 "gpu_utilization": _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r),
-                "gpu_idle": _counter(spec[semconv.METRIC_GPU_IDLE], r),
-                "gpu_idle_blocked": _counter(spec[semconv.METRIC_GPU_IDLE_BLOCKED], r),
-                "gpu_idle_unattributed": _counter(spec[semconv.METRIC_GPU_IDLE_UNATTRIBUTED], r),
-                "gpu_underused": _counter(spec[semconv.METRIC_GPU_UNDERUSED], r),
-                "gpu_underused_blocked": _counter(spec[semconv.METRIC_GPU_UNDERUSED_BLOCKED], r),
-                "gpu_underused_unattributed": _counter(spec[semconv.METRIC_GPU_UNDERUSED_UNATTRIBUTED], r),
                 "gpu_errors": _counter(spec[semconv.METRIC_GPU_ERRORS], r),
-                "gpu_missing": _counter(spec[semconv.METRIC_GPU_MISSING], r),
                 "spans_dropped": _counter(spec[semconv.METRIC_SPANS_DROPPED], r),
                 "loop_blocked": _counter(spec[semconv.METRIC_LOOP_BLOCKED], r),
             }
@@ -452,7 +476,8 @@ class Metrics:
         if registry is None:
             return  # prometheus_client's objects are not made yet
         for collector in list(getattr(registry, "_collector_to_names", {})):
-            _reinit_client_locks(collector)
+            for each in collector.collectors if isinstance(collector, _LockedTogether) else (collector,):
+                _reinit_client_locks(each)
         _reinit_client_locks(registry)
 
     def dropped(self, kind: str, count: int) -> None:

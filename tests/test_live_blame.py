@@ -370,3 +370,48 @@ def test_an_idle_stretch_is_counted_once_it_lasts_the_minimum_and_each_stretch_i
     # Each batch looked at the calls of its own stretches only (not at the
     # window's earlier ones again, nor at those of a fully used GPU).
     assert seen == [7, 2, 2, 2]
+
+
+def test_a_scrape_sees_the_gpu_time_counters_of_an_update_all_or_none():
+    # The live timeline updates the idle seconds and their blame together,
+    # holding Metrics.lock; a scrape collects them in one hold of it. Here a
+    # writer holds the lock between the two increments of each update, as
+    # long as it likes: a scrape in between must still see them add up.
+    import threading
+    import time
+
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    metrics = Metrics()
+    # Only these counters' collectors (the tool-call metrics' take the lock too, and
+    # would make the scrape wait for the writer whatever the GPU counters do).
+    registry = metrics.registry.restricted_registry(
+        ["agent_gpu_idle_seconds_total", "agent_gpu_idle_blocked_seconds_total"]
+    )
+    done = threading.Event()
+
+    def write():
+        for _ in range(50):
+            with metrics.lock:
+                metrics.gpu_idle.labels("0").inc(1.0)
+                time.sleep(0.002)
+                metrics.gpu_idle_blocked.labels("0", "search", "exec").inc(1.0)
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    scrapes = 0
+    while not done.is_set() or scrapes == 0:
+        values = {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(generate_latest(registry).decode())
+            for sample in family.samples
+            if sample.name in ("agent_gpu_idle_seconds_total", "agent_gpu_idle_blocked_seconds_total")
+        }
+        assert values.get("agent_gpu_idle_seconds_total", 0.0) == values.get(
+            "agent_gpu_idle_blocked_seconds_total", 0.0
+        ), values
+        scrapes += 1
+    writer.join()
+    assert scrapes > 5

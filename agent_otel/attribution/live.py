@@ -12,7 +12,7 @@ on them while it lasts), and each idle window that closes leaves as
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Protocol
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import SpanLimits
@@ -80,6 +80,8 @@ class GpuMetrics(Protocol):
     """The GPU metrics of the contract the timeline counts into
     (``agent_otel.exporters.prometheus.Metrics`` has them), and their label caps."""
 
+    @property
+    def lock(self) -> ContextManager[Any]: ...  # held while the counters below are updated together
     @property
     def gpu_utilization(self) -> Gauge: ...
     @property
@@ -241,6 +243,10 @@ class LiveTimeline:
         return running
 
     def _count(self, update: BlameUpdate) -> None:
+        with self.metrics.lock:  # a scrape sees the update whole (exporters.prometheus._LockedTogether)
+            self._count_locked(update)
+
+    def _count_locked(self, update: BlameUpdate) -> None:
         metrics, label, gpu_label = self.metrics, self.metrics.tool_label, self.metrics.gpu_label
         idle, underused = update.idle, update.underused
         for gpu, seconds in idle.idle_s.items():
