@@ -297,9 +297,12 @@ def test_the_lag_gauge_shows_a_block_while_it_lasts(agent, spans):
     def scrape():
         if began.wait(30):
             time.sleep(0.3)
+            # The scraper thread may be preempted around the read: bound the
+            # moment it was taken from both sides.
+            before = time.perf_counter()
             lag = agent.metrics.registry.get_sample_value("agent_asyncio_loop_lag_seconds", {"thread": "MainThread"})
-            now = time.perf_counter()
-            seen.append((lag, now - block_began[0], now - run_began))
+            after = time.perf_counter()
+            seen.append((lag, before - block_began[0], after - run_began))
         scraped.set()
 
     async def main():
@@ -313,7 +316,8 @@ def test_the_lag_gauge_shows_a_block_while_it_lasts(agent, spans):
     asyncio.run(main())
     (lag, into_block_s, into_run_s), *_ = seen
     # The heartbeat was due at most one interval after the block began, and not
-    # before the loop started.
+    # before the loop started (into_block_s: at the latest when the read began;
+    # into_run_s: at the earliest when it ended).
     assert into_block_s - agent.loop_monitor.interval_s <= lag <= into_run_s
     assert lag >= 0.3 - agent.loop_monitor.interval_s
 
