@@ -188,6 +188,29 @@ def test_samples_follow_the_process_timeline_when_the_wall_clock_is_moved(monkey
     assert abs(clock_offset_ns("boottime") - boot_offset) < 10_000_000
 
 
+def test_a_thread_preempted_between_two_clock_reads_does_not_move_the_timeline(monkeypatch):
+    # The timeline and the wall clock agree; each clock read takes 1 µs, and
+    # the thread is preempted for 1.5 ms after the first read of each
+    # function: read once each, the two clocks would seem that far apart.
+    from agent_otel import clock
+
+    now = [1_000_000_000_000]
+    reads = []
+
+    def read():
+        reads.append(now[0])
+        now[0] += 1_500_000 if len(reads) == 1 else 1_000
+        return reads[-1]
+
+    monkeypatch.setattr(clock, "perf_counter_ns", read)
+    monkeypatch.setattr(time, "time_ns", read)
+    monkeypatch.setattr(clock, "OFFSET_NS", 0)
+    assert clock_offset_ns("epoch") == 0  # GPU samples are not moved
+    reads.clear()
+    assert clock.follow_wall_clock() == 0  # nor is the timeline
+    assert clock.OFFSET_NS == 0
+
+
 def test_buffered_samples_from_before_the_source_opened_are_skipped(install):
     gpu = FakeGpu(0, "GPU-0")
     install(StandInNvml([gpu]))

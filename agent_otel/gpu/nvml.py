@@ -58,6 +58,7 @@ import time
 import warnings
 from typing import Any, Callable, Optional
 
+from agent_otel import clock as process_clock
 from agent_otel.clock import now_ns
 from agent_otel.gpu.device import GpuDevice
 from agent_otel.gpu.timeline import is_gap
@@ -124,10 +125,10 @@ def clock_offset_ns(clock: str) -> int:
     CLOCK_BOOTTIME keeps its own rate; a fixed offset would let GPU samples
     drift away from the tool calls over hours.
     """
-    wall = time.time_ns()
+    wall, offset = process_clock.wall_offset_ns()
     # Whole milliseconds: the few microseconds between two clock reads are
     # not drift, and would make the same sample convert differently each poll.
-    drift = round(now_ns() - wall, -6)
+    drift = round(process_clock.OFFSET_NS - offset, -6)
     boot_ns = _boottime_ns() if clock == "boottime" else None
     return drift + (wall - boot_ns if boot_ns is not None else 0)
 
