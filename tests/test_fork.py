@@ -372,3 +372,61 @@ def test_a_fork_while_the_export_thread_imports_its_encoder_does_not_stall_the_c
     assert result["child_exit"] == 0, result["stderr"]  # its flush went through: no import lock held for good
     names = [s["name"] for s in spans_in(traces)]
     assert names.count("execute_tool search") == 2  # the parent's span and the child's
+
+
+def test_prefork_workers_sharing_a_gpu_are_reported_with_its_idle_time_once(tmp_path, capsys):
+    """Workers forked after instrument() each sample the GPU (here the
+    simulated one, idle throughout) and write its gpu.idle windows: the
+    report over their common traces file counts each idle second once and
+    blames it on the calls of every worker, not N times over."""
+    from agent_otel.cli import main
+
+    traces = tmp_path / "traces.jsonl"
+    run_script(
+        f"""
+        import json, os, sys, time
+        import agent_otel
+        handle = agent_otel.instrument(service_name="api", traces_file={str(traces)!r}, traces_exporters="none",
+                                       gpu="simulated", gpu_poll_interval=0.05, gpu_min_idle=0.05,
+                                       export_interval=0.1, frameworks=())
+
+        @agent_otel.tool
+        def search(seconds):
+            time.sleep(seconds)
+
+        time.sleep(0.3)
+        children = []
+        for worker in range(3):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(0.3)
+                search(1.0)
+                time.sleep(0.3)
+                sys.exit(0)  # flushes its spans
+            children.append(pid)
+        for pid in children:
+            os.waitpid(pid, 0)
+        time.sleep(0.3)
+        handle.shutdown()
+        print(json.dumps({{}}))
+        """
+    )
+    spans = spans_in(traces)
+    windows = [s for s in spans if s["name"] == "gpu.idle" and not s.get("parentSpanId")]
+    stretches = sorted((int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"])) for s in windows)
+    # The workers wrote windows of their own, over the parent's: some overlap.
+    assert any(b_start < a_end for (_, a_end), (b_start, _) in zip(stretches, stretches[1:]))
+    calls = [
+        (int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"])) for s in spans if s["name"] == "execute_tool search"
+    ]
+    assert len(calls) == 3
+    union_of_calls = max(end for _, end in calls) - min(start for start, _ in calls)
+
+    assert main(["report", str(traces), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (gpu,) = report["gpus"]
+    run_s = (max(int(s["endTimeUnixNano"]) for s in spans) - min(int(s["startTimeUnixNano"]) for s in spans)) / 1e9
+    assert gpu["idle_s"] <= run_s + 0.01  # once, not once per process (about 4x the run)
+    assert gpu["idle_s"] >= 0.5 * run_s  # the simulated GPU idled all along
+    (tool,) = report["tools"]
+    assert 0.5 <= tool["gpu_idle_blocked_s"] <= union_of_calls / 1e9 + 0.01  # the three overlapping calls: about 1 s

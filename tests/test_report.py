@@ -458,6 +458,63 @@ def test_merged_traces_of_several_pools_blame_each_gpu_on_its_own_pool(tmp_path,
     assert not report["inputs"]["warnings"]
 
 
+def test_one_gpu_seen_by_several_processes_is_idle_once_and_blamed_on_all_their_calls(tmp_path, capsys):
+    # Three prefork workers share GPU 0 and declared no pool: each sampled it
+    # and wrote its own gpu.idle windows, the same idle stretch as each saw
+    # it. Worker a's search runs 1-4 s, worker b's sql 3-5 s; worker c made
+    # no call. GPU 0 idled 2-6 s (c's window), a and b each saw a part.
+    # Another host's GPU 0 (another UUID) is another GPU, left as it is.
+    workers = {name: RecordedRun(tmp_path / f"worker-{name}.jsonl", service="api") for name in "abc"}
+    workers["a"].agent_run(0.0, 8.0)
+    workers["a"].tool_call("search", 1.0, 1.0, 4.0, executor="direct")
+    workers["b"].tool_call("sql", 3.0, 3.0, 5.0, executor="direct")
+    workers["a"].idle_window(0, 2.0, 5.5, utilization=0.0)
+    workers["b"].idle_window(0, 2.5, 6.0, utilization=0.04)
+    workers["c"].idle_window(0, 2.0, 6.0, utilization=0.02)
+    workers["c"].idle_window(0, 7.0, 7.5)  # after every window above: its own
+    other_host = RecordedRun(tmp_path / "other-host.jsonl", service="api")
+    other_host.idle_window(0, 3.0, 4.0, uuid="GPU-elsewhere")
+    for run in (*workers.values(), other_host):
+        run.close()
+    report = report_of(capsys, *sorted(tmp_path.glob("*.jsonl")))
+    (gpu,) = report["gpus"]
+    # 4 s (2-6 s) and 0.5 s (7-7.5 s) on this host's GPU 0, and the other host's 1 s (3-4 s):
+    # not the 3.5 + 3.5 + 4 s the three workers wrote.
+    assert gpu["idle_s"] == pytest.approx(4.0 + 0.5 + 1.0)
+    tools = {t["tool"]: t for t in report["tools"]}
+    # 2-3 s: search alone; 3-4 s: both, half each; 4-5 s: sql alone. The
+    # other host's 3-4 s likewise, half each.
+    assert tools["search"]["gpu_idle_blocked_s"] == pytest.approx(1.0 + 0.5 + 0.5)
+    assert tools["sql"]["gpu_idle_blocked_s"] == pytest.approx(0.5 + 1.0 + 0.5)
+    assert gpu["idle_unattributed_s"] == pytest.approx(1.0 + 0.5)  # 5-6 s and 7-7.5 s
+
+
+def test_the_union_of_one_gpus_windows_covers_exactly_what_they_cover():
+    from agent_otel.records import IdleWindow
+    from agent_otel.report.analysis import union_per_gpu
+
+    rng = random.Random(7)
+    for _ in range(200):
+        windows = []
+        for _process in range(rng.randint(1, 4)):  # each process's windows are disjoint
+            t = rng.randint(0, 5)
+            for _ in range(rng.randint(0, 4)):
+                start = t + rng.randint(0, 5)
+                t = start + rng.randint(1, 6)
+                gpu = rng.choice("01")
+                windows.append(IdleWindow(gpu, start, t, rng.random(), uuid=f"GPU-{gpu}", pool=rng.choice(("", "p"))))
+        merged = union_per_gpu(list(windows))
+        for key in {(w.pool, w.gpu, w.uuid) for w in windows}:
+            covered = {t for w in windows if (w.pool, w.gpu, w.uuid) == key for t in range(w.start_ns, w.end_ns)}
+            mine = sorted((w.start_ns, w.end_ns) for w in merged if (w.pool, w.gpu, w.uuid) == key)
+            assert {t for start, end in mine for t in range(start, end)} == covered
+            assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(mine, mine[1:]))
+            assert sum(end - start for start, end in mine) == len(covered)  # disjoint: each instant once
+    # The union's utilization: its windows' average, weighted by their durations.
+    (union,) = union_per_gpu([IdleWindow("0", 0, 4, 0.0, uuid="G"), IdleWindow("0", 2, 3, 0.05, uuid="G")])
+    assert (union.start_ns, union.end_ns, union.utilization_avg) == (0, 4, pytest.approx(0.01))
+
+
 def test_a_gpu_pool_no_tool_call_declares_is_named_in_a_warning(stalled_run, capsys):
     # The GPU host declared a pool; the agent did not: nothing can be blamed.
     gpu_host = RecordedRun(stalled_run / "gpu.jsonl", service="agent-otel-gpu-exporter", pool="vllm-a:8000")

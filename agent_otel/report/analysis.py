@@ -363,7 +363,7 @@ def _gpu_inputs(
             if len(around):
                 analysis.samples[key] = around
     else:
-        windows = traces.idle_windows
+        windows = union_per_gpu(traces.idle_windows)
         if windows:
             analysis.gpu_source = GPU_FROM_TRACES
         observed = {gpu_key(window): analysis.seconds for window in windows}
@@ -477,6 +477,56 @@ def _no_overlap_message(info: GpuLogInfo, start: int, end: int) -> str:
         f"the traces ({rfc3339(start)} to {rfc3339(end)}): no GPU idle time can be blamed on tools; "
         "if the log was written in another time zone, pass --tz"
     )
+
+
+def _gpu_and_start(window: IdleWindow) -> tuple[str, str, str, int]:
+    return window.pool, window.gpu, window.uuid or "", window.start_ns
+
+
+def union_per_gpu(windows: list[IdleWindow]) -> list[IdleWindow]:
+    """Each GPU's idle time once, where several processes recorded it.
+
+    One process's windows of a GPU never overlap. Processes that share a GPU
+    without declaring a pool (prefork workers, ``multiprocessing`` children:
+    each samples the GPU and writes its own ``gpu.idle`` spans) each record
+    the same idle seconds; summed, N processes would make one idle second N,
+    and each would have been blamed on one process's calls only. Windows of
+    one GPU (pool, index and UUID) that overlap become their union, its
+    utilization their average weighted by duration, and the report blames
+    it on the calls of every process, as it does any window.
+    """
+    ordered = sorted(windows, key=_gpu_and_start)
+    merged: list[IdleWindow] = []
+    pieces: list[IdleWindow] = []  # the windows of the last one in merged, when it is a union
+
+    def close() -> None:
+        if len(pieces) > 1:
+            weight = sum(piece.end_ns - piece.start_ns for piece in pieces)
+            average = sum(piece.utilization_avg * (piece.end_ns - piece.start_ns) for piece in pieces)
+            merged[-1] = dataclasses.replace(merged[-1], utilization_avg=average / weight if weight else 0.0)
+        pieces.clear()
+
+    for window in ordered:
+        if merged:
+            last = merged[-1]
+            if (
+                window.start_ns < last.end_ns
+                and window.gpu == last.gpu
+                and window.pool == last.pool
+                and window.uuid == last.uuid
+            ):
+                if window.end_ns > last.end_ns:
+                    merged[-1] = dataclasses.replace(last, end_ns=window.end_ns)
+                pieces.append(window)
+                continue
+            close()
+        merged.append(window)
+        pieces.append(window)
+    close()
+    if len(merged) == len(windows):
+        return windows  # nothing overlapped: as read
+    merged.sort(key=_START_GPU)
+    return merged
 
 
 def _clip(windows: Sequence[IdleWindow], start: int, end: int) -> list[IdleWindow]:

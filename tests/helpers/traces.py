@@ -180,12 +180,14 @@ class RecordedRun:
         utilization: float = 0.02,
         source: str | None = None,
         blocked: tuple[tuple[str, str, float], ...] = (),
+        uuid: str | None = None,
     ) -> None:
         """A window-level gpu.idle span, as the live path exports it (``source``: its agent.gpu.source;
-        ``blocked``: its per-tool totals, (tool, phase, seconds) each)."""
+        ``blocked``: its per-tool totals, (tool, phase, seconds) each; ``uuid``: the GPU's, by default
+        one per index)."""
         attributes = {
             "gpu.index": gpu,
-            "gpu.uuid": f"GPU-0000000{gpu}",
+            "gpu.uuid": uuid or f"GPU-0000000{gpu}",
             "gpu.idle.duration": end - start,
             "gpu.utilization.avg": utilization,
         }
