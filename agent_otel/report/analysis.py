@@ -479,8 +479,7 @@ def _no_overlap_message(info: GpuLogInfo, start: int, end: int) -> str:
     )
 
 
-def _gpu_and_start(window: IdleWindow) -> tuple[str, str, str, int]:
-    return window.pool, window.gpu, window.uuid or "", window.start_ns
+_GPU = attrgetter("pool", "gpu", "uuid")  # one GPU, whichever process saw it
 
 
 def union_per_gpu(windows: list[IdleWindow]) -> list[IdleWindow]:
@@ -493,38 +492,42 @@ def union_per_gpu(windows: list[IdleWindow]) -> list[IdleWindow]:
     and each would have been blamed on one process's calls only. Windows of
     one GPU (pool, index and UUID) that overlap become their union, its
     utilization their average weighted by duration, and the report blames
-    it on the calls of every process, as it does any window.
+    it on the calls of every process, as it does any window. The windows
+    come back as they are (the same list) when none overlap.
     """
-    ordered = sorted(windows, key=_gpu_and_start)
-    merged: list[IdleWindow] = []
-    pieces: list[IdleWindow] = []  # the windows of the last one in merged, when it is a union
-
-    def close() -> None:
-        if len(pieces) > 1:
-            weight = sum(piece.end_ns - piece.start_ns for piece in pieces)
-            average = sum(piece.utilization_avg * (piece.end_ns - piece.start_ns) for piece in pieces)
-            merged[-1] = dataclasses.replace(merged[-1], utilization_avg=average / weight if weight else 0.0)
-        pieces.clear()
-
-    for window in ordered:
-        if merged:
-            last = merged[-1]
-            if (
-                window.start_ns < last.end_ns
-                and window.gpu == last.gpu
-                and window.pool == last.pool
-                and window.uuid == last.uuid
-            ):
-                if window.end_ns > last.end_ns:
-                    merged[-1] = dataclasses.replace(last, end_ns=window.end_ns)
-                pieces.append(window)
-                continue
-            close()
+    count = len(windows)
+    if count < 2:
+        return windows
+    keys = list(map(_GPU, windows))
+    gpus = {key: code for code, key in enumerate(dict.fromkeys(keys))}
+    codes = np.fromiter(map(gpus.__getitem__, keys), np.int64, count)
+    starts = np.fromiter(map(_START, windows), np.int64, count)
+    ends = np.fromiter(map(_END, windows), np.int64, count)
+    # One time axis with each GPU's windows on a stretch of their own, so
+    # that one running maximum of the ends serves every GPU at once.
+    origin = int(starts.min())
+    stretch = int(ends.max()) - origin + 1
+    if stretch * len(gpus) >= 1 << 62:  # not on one int64 axis (traces over years): one GPU at a time
+        return [w for key in gpus for w in union_per_gpu([w for w, k in zip(windows, keys) if k == key])]
+    offset = codes * stretch - origin
+    order = np.lexsort((starts, codes))
+    starts, ends = starts[order] + offset[order], ends[order] + offset[order]
+    reach = np.maximum.accumulate(ends)
+    joins = starts[1:] < reach[:-1]  # a window that begins before the ones before it ended
+    if not joins.any():
+        return windows
+    firsts = np.flatnonzero(np.concatenate(([True], ~joins)))
+    union_ends = np.maximum.reduceat(ends, firsts) - offset[order][firsts]
+    durations = (ends - starts).astype(np.float64)
+    utilization = np.fromiter((windows[i].utilization_avg for i in order.tolist()), np.float64, count)
+    weighted = np.add.reduceat(durations * utilization, firsts) / np.maximum(np.add.reduceat(durations, firsts), 1)
+    sizes = np.diff(np.append(firsts, count))
+    merged = []
+    for first, size, end_ns, average in zip(firsts.tolist(), sizes.tolist(), union_ends.tolist(), weighted.tolist()):
+        window = windows[int(order[first])]
+        if size > 1:
+            window = dataclasses.replace(window, end_ns=end_ns, utilization_avg=average)
         merged.append(window)
-        pieces.append(window)
-    close()
-    if len(merged) == len(windows):
-        return windows  # nothing overlapped: as read
     merged.sort(key=_START_GPU)
     return merged
 
