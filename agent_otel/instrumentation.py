@@ -52,6 +52,9 @@ _handle: Optional["Instrumentation"] = None
 def _reinit_after_fork() -> None:
     global _lock
     _lock = threading.RLock()
+    # Where the traces file agent-otel chose is, the parent says at its exit;
+    # its children append to the same file and do not say it again each.
+    _chosen_files.clear()
 
 
 forks.after_fork_in_child(_reinit_after_fork)

@@ -430,3 +430,41 @@ def test_prefork_workers_sharing_a_gpu_are_reported_with_its_idle_time_once(tmp_
     assert gpu["idle_s"] >= 0.5 * run_s  # the simulated GPU idled all along
     (tool,) = report["tools"]
     assert 0.5 <= tool["gpu_idle_blocked_s"] <= union_of_calls / 1e9 + 0.01  # the three overlapping calls: about 1 s
+
+
+def test_where_the_chosen_traces_file_is_is_said_once_not_by_every_child(tmp_path):
+    # No exporter named and no endpoint: the spans go to the file agent-otel
+    # picks, and the process says where at exit. Forked workers append to it.
+    from agent_otel import sinks
+
+    if sinks.collector_answers("localhost", 4317):
+        pytest.skip("something listens on localhost:4317 here: the spans would be exported to it")
+    code = """
+        import os, sys
+        import agent_otel
+        agent_otel.instrument(service_name="api", gpu="off", frameworks=())
+
+        @agent_otel.tool
+        def search():
+            return 1
+
+        search()
+        children = []
+        for worker in range(3):
+            pid = os.fork()
+            if pid == 0:
+                search()
+                sys.exit(0)
+            children.append(pid)
+        for pid in children:
+            os.waitpid(pid, 0)
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = ""
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("so the traces are in") == 1, result.stderr
+    (traces,) = (tmp_path / "agent-otel-traces").glob("*.jsonl")
+    assert len([s for s in spans_in(traces) if s["name"] == "execute_tool search"]) == 4  # the children's too
