@@ -336,6 +336,29 @@ def test_a_loop_that_stopped_is_dropped_not_reported_as_blocked(agent, spans):
     assert agent.loop_monitor.watched() == 0
 
 
+def test_a_block_that_ended_just_before_shutdown_has_its_span(spans):
+    # A short-lived agent: its loop is blocked, the block ends, the loop
+    # finishes and the program shuts agent-otel down at once, before the
+    # watchdog's next look. The block is recorded all the same, with the
+    # call that held the loop and the coroutine that waited on it.
+    agent_otel.instrument(service_name="test-agent", traces_exporters="none", gpu="off", frameworks=())
+    try:
+
+        async def main():
+            waiting = asyncio.create_task(fetch(0.05))
+            await asyncio.sleep(0.01)
+            lookup(0.4)
+            await waiting
+
+        asyncio.run(main())
+    finally:
+        agent_otel.uninstrument()
+    (block,) = [s for s in spans.all() if s.name == BLOCKED and s.attributes["thread.name"] == "MainThread"]
+    assert block.attributes["asyncio.loop.blocked_by"] == "lookup"
+    assert block.attributes["asyncio.loop.waiting_calls"] == 1
+    assert 0.3 <= block.attributes["asyncio.loop.blocked.duration"] <= 2.0
+
+
 def test_live_attribution_blames_the_blocking_call_not_the_waiting_coroutines(spans):
     handle = agent_otel.instrument(
         traces_exporters="none", frameworks=(), gpu="simulated", gpu_poll_interval=0.05, gpu_min_idle=0.2

@@ -313,10 +313,18 @@ class LoopMonitor:
     def _run(self) -> None:
         while True:
             with self._lock:
-                if self._closed:
-                    return
+                closed = self._closed
                 watches = list(self._watches.values())
                 retired, self._retired = self._retired, []
+            if closed:
+                # Blocks that ended since the last look (a heartbeat that ran
+                # late, a loop that stopped blocked) are recorded before the
+                # watchdog ends: an agent that shuts down right after a block
+                # still has its span.
+                for watch in retired + watches:
+                    while watch.late:
+                        self._close(watch, *watch.late.popleft())
+                return
             timeout: Optional[float] = None
             now = perf_counter_ns()
             for watch in retired + watches:
@@ -519,6 +527,7 @@ class LoopMonitor:
             self._closed = True
             watches = list(self._watches.values())
             self._watches.clear()
+            self._retired.extend(watches)  # the watchdog's last look (_run)
         for watch in watches:
             watch.stopped = True
             try:
