@@ -162,6 +162,10 @@ class Instrumentation:
                 # reach an exporter. Counted as lost tool spans, as the
                 # warning below says.
                 self.metrics.dropped(SPAN_KIND_TOOL, len(self.recorder.spans))
+        if self.recorder is not None:
+            # Calls still running (a stall going on as the agent stops): their
+            # spans as they stand, so the traces hold what held the GPU idle.
+            self.recorder.close()
         unfinished += _finish(
             [(f"span export to {processor.sink}", processor.shutdown) for processor in self.span_processors], deadline
         )

@@ -167,6 +167,8 @@ AGENT_TOOL_EXECUTOR: Final = "agent.tool.executor"  # the executor's name (EXECU
 AGENT_EXECUTOR_MAX_WORKERS: Final = "agent.executor.max_workers"  # the pool's max_workers
 AGENT_TOOL_OUTCOME: Final = "agent.tool.outcome"  # one of OUTCOMES
 AGENT_TOOL_PHASE: Final = "agent.tool.phase"  # one of SPAN_PHASES, on gpu.idle shares and links
+# true on the span of a call still running when agent-otel shut down: it ends there
+AGENT_TOOL_UNFINISHED: Final = "agent.tool.unfinished"
 
 # On a tool span, with the remedies (docs/remedies.md)
 AGENT_TOOL_TIMEOUT: Final = "agent.tool.timeout"  # s

@@ -12,6 +12,7 @@ that drains that deque (see ``pipeline.py``).
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import sys
 import threading
 from collections import deque
@@ -44,6 +45,7 @@ from agent_otel.semconv import (
     AGENT_TOOL_EXECUTOR,
     AGENT_TOOL_OUTCOME,
     AGENT_TOOL_QUEUE_DURATION,
+    AGENT_TOOL_UNFINISHED,
     ERROR_TYPE,
     EVENT_EXEC_START,
     EVENT_EXCEPTION,
@@ -59,6 +61,8 @@ from agent_otel.semconv import (
     SCOPE_NAME,
 )
 
+logger = logging.getLogger("agent_otel")
+
 # Exceptions that mean "the call ran out of time" or "was cancelled", whichever
 # module raised them (one class from Python 3.11 on, up to three before).
 # asyncio's are read from asyncio once it is imported (none of its exceptions
@@ -70,10 +74,19 @@ CANCELLED_ERRORS = (concurrent.futures.CancelledError, GeneratorExit)
 class _WorkerLocal(threading.local):
     # The submission an executor worker is about to run, when the submitted
     # callable is a tool: the first tool call in that work item claims it.
-    pending: Optional[ToolCall] = None
+    pending: Optional[LiveCall] = None
 
 
 worker_local = _WorkerLocal()
+
+
+class LiveCall(ToolCall):
+    """A call this recorder made: the record, and while it runs its span and
+    its tool's ``ToolMeta`` (set by ``begin``; for ``Recorder.close``)."""
+
+    __slots__ = ("span", "meta")
+    span: trace_api.Span
+    meta: ToolMeta
 
 
 class ActiveCall(tuple):
@@ -208,7 +221,7 @@ class Recorder:
                 now = call.submit_ns
             call.start_ns = now
         else:
-            call = ToolCall(meta.name, EXECUTOR_DIRECT, now, now)
+            call = LiveCall(meta.name, EXECUTOR_DIRECT, now, now)
             self.inflight[id(call)] = call
         if call_id is not None:
             # valid_text's own test, inlined (the hot path): an ASCII str within the limit is valid as it is.
@@ -227,6 +240,8 @@ class Recorder:
         span_context = span.get_span_context()
         call.trace_id = span_context[0]
         call.span_id = span_context[1]
+        call.span = span
+        call.meta = meta
         if now != call.submit_ns:
             # Execution began after the request: mark when. (For a direct
             # call it began with the span, and the event would say nothing.)
@@ -259,7 +274,7 @@ class Recorder:
         ):
             return ActiveCall((None, current, None, meta, None))
         now = perf_counter_ns() + clock.OFFSET_NS
-        call = ToolCall(meta.name, EXECUTOR_DIRECT, now, 0)
+        call = LiveCall(meta.name, EXECUTOR_DIRECT, now, 0)
         self.inflight[id(call)] = call
         if call_id is not None:
             call.call_id = valid_text(call_id, NAME_LIMIT)
@@ -273,6 +288,8 @@ class Recorder:
         span_context = span.get_span_context()
         call.trace_id = span_context[0]
         call.span_id = span_context[1]
+        call.span = span
+        call.meta = meta
         token = attach_context(with_span(span, context))
         return ActiveCall((call, span, token, meta, meta.end_attributes if start is not None else meta.attributes))
 
@@ -340,6 +357,61 @@ class Recorder:
         self.finished.append(call)
         self.inflight.pop(id(call), None)
 
+    def close(self) -> int:
+        """At shutdown, before the span processors shut down: record nothing
+        more, and end the span of every call still running as it stands now
+        (``agent.tool.outcome`` ``cancelled``, ``agent.tool.unfinished``
+        true), so that a stall still going on when the agent stops is in the
+        traces with the GPU idle time it held. The number of spans ended.
+
+        The calls' own ends, when they come, only restore their context
+        (``end`` is replaced on this instance: nothing on the hot path checks
+        for it). A call still queued for a worker has no span yet, and gets
+        none.
+        """
+        self.end = self._end_closed  # type: ignore[method-assign]
+        now = perf_counter_ns() + clock.OFFSET_NS
+        ended = 0
+        replay = None
+        for call in list(self.inflight.values()):
+            span = getattr(call, "span", None)
+            meta = getattr(call, "meta", None)
+            if span is None or meta is None or call.end_ns:
+                continue
+            self.inflight.pop(id(call), None)
+            call.start_ns = call.start_ns or now
+            call.end_ns = max(now, call.start_ns)
+            call.outcome = OUTCOME_CANCELLED
+            attributes = end_attributes(call, meta.attributes)
+            attributes[AGENT_TOOL_UNFINISHED] = True
+            try:
+                if type(span) is DeferredSpan:
+                    if span.ended:
+                        continue
+                    span.ended = True
+                    replay = replay or self.builder.replay_tracer()
+                    self.builder.build(replay, span, attributes, meta.text_bound)
+                else:
+                    span.set_attributes(attributes)
+                    span.end(end_time=call.end_ns)
+                ended += 1
+            except Exception as exc:  # telemetry, never the agent's shutdown
+                logger.debug("agent-otel: could not end the span of %s at shutdown: %s", call.tool, exc)
+        return ended
+
+    def _end_closed(
+        self, active: ActiveCall, exc: Optional[BaseException] = None, cpu_ns: Optional[int] = None
+    ) -> None:
+        """``end`` after ``close``: the call's span is ended already, or nobody exports it."""
+        token = active[2]
+        if token is not None:
+            try:
+                reset(token)
+            except Exception:
+                detach(token)
+        if active[0] is not None:
+            self.inflight.pop(id(active[0]), None)
+
     def build_span(self, replay, deferred: DeferredSpan) -> None:
         """Build, start and end the SDK span of the ended deferred call (the
         pipeline thread; ``replay`` is ``builder.replay_tracer()``)."""
@@ -384,9 +456,9 @@ class Recorder:
         """ERROR status with ``description`` (text from the call) through ``redact``."""
         span.set_status(Status(StatusCode.ERROR, self.text(payloads.STATUS_DESCRIPTION, description)))
 
-    def queued(self, tool: str, executor: str, submit_ns: int, max_workers: Optional[int] = None) -> ToolCall:
+    def queued(self, tool: str, executor: str, submit_ns: int, max_workers: Optional[int] = None) -> LiveCall:
         """A tool call submitted to an executor (of ``max_workers``) and not yet started."""
-        call = ToolCall(tool, executor, submit_ns, 0, executor_workers=max_workers)
+        call = LiveCall(tool, executor, submit_ns, 0, executor_workers=max_workers)
         self.inflight[id(call)] = call
         return call
 

@@ -58,7 +58,14 @@ from agent_otel.report.waits import (
     tool_json,
 )
 from agent_otel.slo import Slos
-from agent_otel.semconv import ERROR_OUTCOMES, PHASE_EXEC, PHASE_QUEUE, SIMULATED_GPU_NAME, SIMULATED_GPU_UUID_PREFIX
+from agent_otel.semconv import (
+    AGENT_TOOL_UNFINISHED,
+    ERROR_OUTCOMES,
+    PHASE_EXEC,
+    PHASE_QUEUE,
+    SIMULATED_GPU_NAME,
+    SIMULATED_GPU_UUID_PREFIX,
+)
 
 GPU_FROM_LOGS = "gpu-log"
 GPU_FROM_TRACES = "traces"
@@ -283,6 +290,14 @@ def _analyse(
     analysis.loop_blocks = traces.loop_blocks
     observed = _gpu_inputs(analysis, traces, gpu_log_paths, tz, gpu_pool)
     analysis.warnings.extend(_pool_warnings(analysis.calls, analysis.windows))
+    for tool, count in sorted(traces.unfinished.items()):
+        analysis.warnings.append(
+            f"{tool}: 1 call was still running when its agent shut down ({AGENT_TOOL_UNFINISHED}): its span, "
+            "its duration and the GPU idle time blamed on it end there"
+            if count == 1
+            else f"{tool}: {count} calls were still running when their agent shut down ({AGENT_TOOL_UNFINISHED}): "
+            "their spans, durations and the GPU idle time blamed on them end there"
+        )
     columns = CallColumns(analysis.calls)
     in_windows = _in_windows(columns, analysis.windows)
     totals = BlameTotals()

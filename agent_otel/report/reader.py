@@ -122,6 +122,7 @@ from agent_otel.semconv import (
     AGENT_TOOL_EXEC_DURATION,
     AGENT_TOOL_EXECUTOR,
     AGENT_TOOL_OUTCOME,
+    AGENT_TOOL_UNFINISHED,
     AGENT_TOOL_PHASE,
     AGENT_TOOL_QUEUE_DURATION,
     AGENT_TOOL_TIMEOUT,
@@ -190,6 +191,7 @@ WANTED_ATTRIBUTES = frozenset(
         AGENT_TOOL_EXECUTOR,
         AGENT_TOOL_OUTCOME,
         AGENT_TOOL_TIMEOUT,
+        AGENT_TOOL_UNFINISHED,
         AGENT_TOOL_PHASE,
         AGENT_EXECUTOR_MAX_WORKERS,
         AGENT_TOOL_EXEC_CPU_TIME,
@@ -276,6 +278,8 @@ class TraceData:
     # tool spans of other instrumentations: read, and how many were one of agent-otel's calls
     peer_tool_spans: int = 0
     peer_tool_spans_merged: int = 0
+    # tool -> its calls still running when their process's agent-otel shut down (agent.tool.unfinished)
+    unfinished: dict[str, int] = field(default_factory=dict)
     # service.name -> spans its resources held, in order of first appearance
     services: dict[str, int] = field(default_factory=dict)
     # the smallest agent.process.cpu.count of the resources; None when none carries it
@@ -592,6 +596,8 @@ class TraceReader:
         if outcome is None:
             code = _status_code(span)
             outcome = OUTCOME_ERROR if code == STATUS_ERROR else OUTCOME_OK
+        if AGENT_TOOL_UNFINISHED in found and value_of(found[AGENT_TOOL_UNFINISHED], AGENT_TOOL_UNFINISHED) is True:
+            self.data.unfinished[tool] = self.data.unfinished.get(tool, 0) + 1
         workers = found.get(AGENT_EXECUTOR_MAX_WORKERS)
         if workers is not None:
             raw = workers.intValue if type(workers) is JsonValue else None
