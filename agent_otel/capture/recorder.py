@@ -327,6 +327,7 @@ class Recorder:
         if now < floor:  # the timeline followed the wall clock back during the call (clock.py)
             now = floor
         call.end_ns = now
+        call.span = None  # (for close() only: the span lives no longer than it did)
         if exc is not None:
             call.outcome = outcome_of(exc)
             if call.outcome != OUTCOME_CANCELLED:
