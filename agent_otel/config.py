@@ -223,7 +223,9 @@ class Settings:
     )
     gpu_log_file: Optional[str] = setting(
         None,
-        "also write the GPU samples as `nvidia-smi` CSV, for `agent-otel report --gpu-log` (the utilization curve)",
+        "also write the GPU samples as `nvidia-smi` CSV, for `agent-otel report --gpu-log` (the utilization "
+        "curve, dips that are not idle included); when none is named and the spans go to the file agent-otel "
+        "chose, beside it (`<that file>-gpu.csv`, up to 100 MB)",
         env=("AGENT_OTEL_GPU_LOG",),
     )
     attribution_horizon: float = setting(

@@ -594,6 +594,7 @@ def _start_gpu_timeline(handle: Instrumentation) -> None:
         recorder=handle.recorder,
         pipeline=handle.pipeline,
         loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor is not None else None,
+        default_log=sinks.default_gpu_log(handle.sinks),
     )
     if timeline is None:
         return

@@ -120,6 +120,16 @@ def _base_directories():
     yield tempfile.gettempdir()
 
 
+def default_gpu_log(plan_: Plan) -> Optional[tuple[str, int]]:
+    """``(path, max_bytes)`` of the GPU log written beside the traces file
+    agent-otel chose (``<file>-gpu.csv``, when a GPU is sampled and
+    ``gpu_log_file`` names none): with it the report sees the GPU's
+    utilization, dips that are not idle included. None without that file."""
+    if plan_.default_file is None:
+        return None
+    return os.path.splitext(plan_.default_file)[0] + "-gpu.csv", DEFAULT_FILE_LIMIT_BYTES
+
+
 def exit_line(plan_: Plan) -> Optional[str]:
     """The one line said at exit when spans went to the file agent-otel chose; None if it holds none."""
     path = plan_.default_file
@@ -131,6 +141,21 @@ def exit_line(plan_: Plan) -> Optional[str]:
     except OSError:
         return None
     html = os.path.splitext(path)[0] + ".html"
+    gpu_log = default_gpu_log(plan_)
+    if gpu_log is not None and _has_samples(gpu_log[0]):
+        return (
+            f"agent-otel: {plan_.reason}, so the traces are in {path} and the GPU's samples in {gpu_log[0]}; "
+            f"to see them: agent-otel report {path} --gpu-log {gpu_log[0]} --html {html}"
+        )
     return (
         f"agent-otel: {plan_.reason}, so the traces are in {path}; to see them: agent-otel report {path} --html {html}"
     )
+
+
+def _has_samples(path: str) -> bool:
+    """Whether a GPU log holds a sample line after its header."""
+    try:
+        with open(path, "rb") as log:
+            return len(log.read(4096).splitlines()) > 1
+    except OSError:
+        return False

@@ -241,3 +241,70 @@ def test_the_default_file_is_capped(tmp_path):
         results.append(exporter.export([span]))
     assert SpanExportResult.SUCCESS in results and results[-1] is SpanExportResult.FAILURE
     assert (tmp_path / "t.jsonl").stat().st_size <= 2000
+
+
+def test_a_sampled_gpu_is_logged_beside_the_chosen_traces_file_and_the_line_says_how_to_read_both(tmp_path):
+    # With the file agent-otel chose and a GPU sampled (here the simulated
+    # one), the samples go beside it, so the report sees the utilization
+    # (dips that are not idle included); the line at exit gives the command.
+    if something_listens(4317):
+        pytest.skip("something listens on localhost:4317 here: the spans would be exported to it")
+    agent = tmp_path / "agent.py"
+    agent.write_text(
+        "import time\nimport agent_otel\n"
+        'agent_otel.instrument(service_name="first-run", gpu="simulated")\n\n'
+        "@agent_otel.tool\ndef search(q):\n    time.sleep(0.6)\n    return q\n\n"
+        'search("x")\n' + END
+    )
+    _, _, _, err = run_until_exit(agent, clean_env(), tmp_path)
+    (line,) = err.strip().splitlines()
+    traces, gpu_log, html = re.search(r"agent-otel report (\S+) --gpu-log (\S+) --html (\S+)$", line).groups()
+    assert gpu_log == traces.removesuffix(".jsonl") + "-gpu.csv"
+    assert f"the GPU's samples in {gpu_log}" in line
+    command = line.split("to see them: ", 1)[1].split()
+    opened = subprocess.run(
+        [str(AGENT_OTEL), *command[1:], "--format", "json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+    )
+    assert opened.returncode == 0, opened.stderr
+    report = __import__("json").loads(opened.stdout)
+    assert report["inputs"]["gpu_source"] == "gpu-log"
+    (tool,) = report["tools"]
+    assert tool["gpu_underused_blocked_s"] > 0.3  # the simulated GPU idled while search ran
+
+
+def test_the_default_gpu_log_is_capped_and_a_log_that_cannot_be_written_leaves_sampling_on(tmp_path, caplog):
+    from agent_otel.attribution.live import start_live_timeline
+    from agent_otel.exporters.prometheus import Metrics
+    from agent_otel.gpu.logs import GpuLogWriter
+    from agent_otel.records import GpuSample
+    from opentelemetry.sdk.trace import TracerProvider
+
+    writer = GpuLogWriter(str(tmp_path / "gpu.csv"), max_bytes=300)
+    with pytest.raises(OSError, match="limit"):
+        for index in range(20):
+            writer.write([GpuSample(1_700_000_000_000_000_000 + index * 10**8, 0, 0.5)])
+    writer.close()
+    assert 200 < (tmp_path / "gpu.csv").stat().st_size <= 300
+
+    # The default log's path is taken (a directory): the GPU is sampled all the same, without a log.
+    taken = tmp_path / "taken-gpu.csv"
+    taken.mkdir()
+    settings = load_settings({"gpu": "simulated", "traces_exporters": "none"}, environ={})
+    timeline = start_live_timeline(
+        settings,
+        tracer=TracerProvider().get_tracer("t"),
+        metrics=Metrics(),
+        recorder=None,
+        pipeline=None,
+        default_log=(str(taken), 1000),
+    )
+    try:
+        assert timeline is not None and timeline.log is None and timeline.running
+        assert "the GPU samples are not logged" in caplog.text
+    finally:
+        timeline.shutdown()

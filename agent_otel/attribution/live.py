@@ -22,6 +22,7 @@ from opentelemetry.util.types import AttributeValue
 from agent_otel import forks
 from agent_otel.attribution.engine import MAX_HORIZON_CALLS, BlameEngine, BlameUpdate, ClosedWindow
 from agent_otel.attribution.rule import CallShare, largest_share
+from agent_otel.errors import ConfigError
 from agent_otel.gpu.logs import GpuLogWriter
 from agent_otel.clock import now_ns
 from agent_otel.config import DEFAULTS, Settings, check
@@ -128,9 +129,12 @@ class LiveTimeline:
         log_path: Optional[str] = None,
         loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None,
         max_calls: int = MAX_HORIZON_CALLS,
+        log_max_bytes: Optional[int] = None,
         share_min_s: float = DEFAULTS.gpu_idle_share_min,
         children: bool = DEFAULTS.gpu_idle_children,
     ):
+        # First: a log that cannot be written (ConfigError) leaves nothing behind.
+        self.log = GpuLogWriter(log_path, source.devices(), log_max_bytes) if log_path else None
         self.source = source
         # A share of a window this long or longer gets a link and (with
         # ``children``) a child span; every share is in the window's totals.
@@ -159,7 +163,6 @@ class LiveTimeline:
             max_calls=max_calls,
             share_min_s=self.share_min,
         )
-        self.log = GpuLogWriter(log_path, source.devices()) if log_path else None
         self._problems = Problems(logger)
         self._reported_errors: dict[str, int] = {}
         if pipeline is not None:
@@ -364,10 +367,15 @@ def start_live_timeline(
     recorder: Optional[CallsInFlight],
     pipeline: Optional[FinishedCalls],
     loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None,
+    default_log: Optional[tuple[str, int]] = None,
 ) -> Optional[LiveTimeline]:
     """Open the GPU source ``settings`` name and start the timeline; None without a GPU.
 
     ``loop_blocks(start_ns, end_ns)``: the event-loop blocks of a stretch (the loop monitor's).
+    ``default_log``: ``(path, max_bytes)`` of the GPU log to write when
+    ``settings.gpu_log_file`` names none (next to the traces file agent-otel
+    chose, ``agent_otel.sinks``); sampling goes on without it if it cannot be
+    written.
     """
     source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None)
     if source is None:
@@ -379,20 +387,32 @@ def start_live_timeline(
             metrics.gpu_errors.labels(metrics.reason_label(reason)).inc(count)
         source.close()
         return None
-    timeline = LiveTimeline(
-        source,
-        tracer=tracer,
-        metrics=metrics,
-        recorder=recorder,
-        pipeline=pipeline,
-        poll_interval_s=settings.gpu_poll_interval,
-        idle_threshold=settings.gpu_idle_threshold,
-        min_idle_s=settings.gpu_min_idle,
-        horizon_s=settings.attribution_horizon,
-        log_path=settings.gpu_log_file,
-        loop_blocks=loop_blocks,
-        share_min_s=settings.gpu_idle_share_min,
-        children=settings.gpu_idle_children,
-    )
+    log_path, log_max_bytes = settings.gpu_log_file, None
+    if log_path is None and default_log is not None:
+        log_path, log_max_bytes = default_log
+    while True:
+        try:
+            timeline = LiveTimeline(
+                source,
+                tracer=tracer,
+                metrics=metrics,
+                recorder=recorder,
+                pipeline=pipeline,
+                poll_interval_s=settings.gpu_poll_interval,
+                idle_threshold=settings.gpu_idle_threshold,
+                min_idle_s=settings.gpu_min_idle,
+                horizon_s=settings.attribution_horizon,
+                log_path=log_path,
+                loop_blocks=loop_blocks,
+                share_min_s=settings.gpu_idle_share_min,
+                children=settings.gpu_idle_children,
+                log_max_bytes=log_max_bytes,
+            )
+            break
+        except ConfigError as error:
+            if settings.gpu_log_file is not None or error.setting != "gpu_log_file":
+                raise
+            logger.warning("agent-otel: the GPU samples are not logged: %s", error)
+            log_path = None
     timeline.start()
     return timeline

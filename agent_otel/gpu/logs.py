@@ -31,6 +31,7 @@ zstd, lines of at most 1 MiB) into one compact ``GpuSeries`` per GPU.
 from __future__ import annotations
 
 import csv
+import errno
 import heapq
 from array import array
 from bisect import bisect_left, bisect_right
@@ -476,8 +477,12 @@ class GpuLogWriter:
     HEADER = "timestamp, index, utilization.gpu [%]\n"
     HEADER_WITH_DEVICES = "timestamp, index, name, uuid, utilization.gpu [%]\n"
 
-    def __init__(self, path: str, devices: Sequence = ()):
+    def __init__(self, path: str, devices: Sequence = (), max_bytes: Optional[int] = None):
         self.path = path
+        # Past this size nothing more is written (write raises EFBIG): the log
+        # agent-otel chose itself must not fill a disk.
+        self.max_bytes = max_bytes
+        self._size = 0
         # index -> ", name, uuid" (commas in a name would split its column: none in nvidia-smi's)
         self._device = {
             device.index: f", {(device.name or '[N/A]').replace(',', ' ')}, {device.uuid or '[N/A]'}"
@@ -485,7 +490,9 @@ class GpuLogWriter:
         }
         try:
             self._file = AppendFile(path, truncate=True)
-            self._file.append(self.HEADER_WITH_DEVICES if self._device else self.HEADER)
+            header = self.HEADER_WITH_DEVICES if self._device else self.HEADER
+            self._file.append(header)
+            self._size = len(header)
         except OSError as exc:
             raise ConfigError("gpu_log_file", path, f"a writable file ({exc.strerror or exc})") from None
 
@@ -499,7 +506,11 @@ class GpuLogWriter:
             device = self._device.get(sample.gpu, ", [N/A], [N/A]") if self._device else ""
             lines.append(f"{stamp}, {sample.gpu}{device}, {value}\n")
         if lines:
-            self._file.append("".join(lines))
+            text = "".join(lines)
+            if self.max_bytes is not None and self._size + len(text) > self.max_bytes:
+                raise OSError(errno.EFBIG, f"the log reached its {self.max_bytes // 2**20} MiB limit", self.path)
+            self._file.append(text)
+            self._size += len(text)
 
     def close(self) -> None:
         self._file.close()
