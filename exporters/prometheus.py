@@ -201,25 +201,11 @@ class PipelineCounter:
 
 
 class _Locked:
-    """Collects a collector under the lock its writer holds while writing (``Metrics.lock``)."""
-
-    def __init__(self, collector, metrics: "Metrics"):
-        self._collector = collector
-        self._metrics = metrics
-
-    def describe(self):
-        return self._collector.describe()
-
-    def collect(self):
-        with self._metrics.lock:
-            return self._collector.collect()
-
-
-class _LockedTogether:
-    """Collects several metrics in one hold of ``Metrics.lock``, which their
-    writer holds while it updates them all: a scrape never sees one of them
-    updated and another not yet (the GPU's idle seconds, and their blame on
-    tools and unattributed, add up in every scrape)."""
+    """Collects collectors in one hold of the lock their writer holds while
+    it writes them (``Metrics.lock``): a scrape never sees one write half
+    done, nor, of metrics updated together, one updated and another not yet
+    (the GPU's idle seconds, and their blame on tools and unattributed, add
+    up in every scrape)."""
 
     def __init__(self, collectors: list, metrics: "Metrics"):
         self.collectors = collectors
@@ -436,9 +422,9 @@ class Metrics:
             # (before_collect) before the registry reads the others.
             r.register(_LiveGauges(self))
             for collector in (self.calls, self.duration, self.queue, self.exec, self.executor_wait):
-                r.register(_Locked(collector, self))
+                r.register(_Locked([collector], self))
             # The GPU time counters, updated together by the live timeline
-            # (under ``lock``) and collected together (_LockedTogether).
+            # (under ``lock``) and collected together.
             blame: dict[str, Any] = {
                 "gpu_idle": _counter(spec[semconv.METRIC_GPU_IDLE], None),
                 "gpu_idle_blocked": _counter(spec[semconv.METRIC_GPU_IDLE_BLOCKED], None),
@@ -448,7 +434,7 @@ class Metrics:
                 "gpu_underused_unattributed": _counter(spec[semconv.METRIC_GPU_UNDERUSED_UNATTRIBUTED], None),
                 "gpu_missing": _counter(spec[semconv.METRIC_GPU_MISSING], None),
             }
-            r.register(_LockedTogether(list(blame.values()), self))
+            r.register(_Locked(list(blame.values()), self))
             made: dict[str, Any] = {
                 **blame,
                 "gpu_utilization": _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r),
@@ -476,7 +462,7 @@ class Metrics:
         if registry is None:
             return  # prometheus_client's objects are not made yet
         for collector in list(getattr(registry, "_collector_to_names", {})):
-            for each in collector.collectors if isinstance(collector, _LockedTogether) else (collector,):
+            for each in collector.collectors if isinstance(collector, _Locked) else (collector,):
                 _reinit_client_locks(each)
         _reinit_client_locks(registry)
 

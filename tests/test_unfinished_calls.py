@@ -18,10 +18,6 @@ from agent_otel.cli import main
 UNFINISHED = "agent.tool.unfinished"
 
 
-def tool_spans(spans, tool):
-    return [s for s in spans.tools(tool)]
-
-
 @pytest.mark.parametrize("deferred", [False, True], ids=["default", "deferred_spans"])
 def test_a_call_running_at_shutdown_is_exported_as_it_stands(spans, caplog, deferred):
     handle = agent_otel.instrument(
@@ -50,7 +46,7 @@ def test_a_call_running_at_shutdown_is_exported_as_it_stands(spans, caplog, defe
     time.sleep(0.2)
     with caplog.at_level(logging.WARNING):
         agent_otel.uninstrument()
-        (span,) = tool_spans(spans, "stuck")
+        (span,) = spans.tools("stuck")
         release.set()
         worker.join(10)
     attributes = dict(span.attributes)
@@ -63,7 +59,7 @@ def test_a_call_running_at_shutdown_is_exported_as_it_stands(spans, caplog, defe
     assert (span.end_time - span.start_time) / 1e9 == pytest.approx(attributes["agent.tool.exec.duration"], abs=1e-6)
     # The call itself: its value, its context, and no second span or warning when it ends.
     assert outcome == {"value": 42, "span after": trace.INVALID_SPAN}
-    assert len(tool_spans(spans, "stuck")) == 1
+    assert len(spans.tools("stuck")) == 1
     assert not [r for r in caplog.records if "ended span" in r.getMessage()], caplog.text
     assert handle.recorder.inflight == {}
 
@@ -94,12 +90,12 @@ def test_a_call_still_queued_gets_no_span_and_its_exception_passes_through(spans
         running.result(10)
     assert queued.result(10) == 1
     pool.shutdown()
-    (span,) = tool_spans(spans, "holds_the_worker")
+    (span,) = spans.tools("holds_the_worker")
     assert span.attributes[UNFINISHED] is True
     assert span.attributes["agent.tool.executor"].startswith("ThreadPoolExecutor")
     # Queued at shutdown: no span was started, so none is made up (and the
     # call, run after shutdown, is not recorded).
-    assert tool_spans(spans, "waits_for_a_worker") == []
+    assert spans.tools("waits_for_a_worker") == []
 
 
 def test_the_report_blames_a_stall_still_going_on_when_the_agent_stopped(tmp_path, capsys):

@@ -246,7 +246,7 @@ class LiveTimeline:
         return running
 
     def _count(self, update: BlameUpdate) -> None:
-        with self.metrics.lock:  # a scrape sees the update whole (exporters.prometheus._LockedTogether)
+        with self.metrics.lock:  # a scrape sees the update whole (exporters.prometheus._Locked)
             self._count_locked(update)
 
     def _count_locked(self, update: BlameUpdate) -> None:
@@ -390,29 +390,31 @@ def start_live_timeline(
     log_path, log_max_bytes = settings.gpu_log_file, None
     if log_path is None and default_log is not None:
         log_path, log_max_bytes = default_log
-    while True:
-        try:
-            timeline = LiveTimeline(
-                source,
-                tracer=tracer,
-                metrics=metrics,
-                recorder=recorder,
-                pipeline=pipeline,
-                poll_interval_s=settings.gpu_poll_interval,
-                idle_threshold=settings.gpu_idle_threshold,
-                min_idle_s=settings.gpu_min_idle,
-                horizon_s=settings.attribution_horizon,
-                log_path=log_path,
-                loop_blocks=loop_blocks,
-                share_min_s=settings.gpu_idle_share_min,
-                children=settings.gpu_idle_children,
-                log_max_bytes=log_max_bytes,
-            )
-            break
-        except ConfigError as error:
-            if settings.gpu_log_file is not None or error.setting != "gpu_log_file":
-                raise
-            logger.warning("agent-otel: the GPU samples are not logged: %s", error)
-            log_path = None
+
+    def make(log_path: Optional[str]) -> LiveTimeline:
+        return LiveTimeline(
+            source,
+            tracer=tracer,
+            metrics=metrics,
+            recorder=recorder,
+            pipeline=pipeline,
+            poll_interval_s=settings.gpu_poll_interval,
+            idle_threshold=settings.gpu_idle_threshold,
+            min_idle_s=settings.gpu_min_idle,
+            horizon_s=settings.attribution_horizon,
+            log_path=log_path,
+            loop_blocks=loop_blocks,
+            share_min_s=settings.gpu_idle_share_min,
+            children=settings.gpu_idle_children,
+            log_max_bytes=log_max_bytes,
+        )
+
+    try:
+        timeline = make(log_path)
+    except ConfigError as error:
+        if settings.gpu_log_file is not None or error.setting != "gpu_log_file":
+            raise  # a log the user named: instrument() says so
+        logger.warning("agent-otel: the GPU samples are not logged: %s", error)
+        timeline = make(None)
     timeline.start()
     return timeline
