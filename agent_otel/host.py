@@ -1,13 +1,17 @@
-"""What the host gives this process: its CPUs.
+"""What the host gives this process: its CPUs, and how its shell runs our command.
 
 Importing it loads nothing else of the toolkit, so the remedies' pools,
 ``instrument()`` (the ``agent.process.cpu.count`` resource attribute) and
-the report's worker advice share one count.
+the report's worker advice share one count, and every line that tells a
+user what to run next (the exit line, the demo) spells it one way.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+
+COMMAND = "agent-otel"
 
 
 def cores() -> int:
@@ -16,3 +20,23 @@ def cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def command() -> str:
+    """The ``agent-otel`` command as a shell can run it, as printed: its name
+    when the ``PATH`` finds this installation's script (or the name is on
+    the ``PATH`` and this interpreter has none beside it: a ``--user`` or
+    system install); else the full path of the script beside this
+    interpreter (a virtual environment that is not activated); else this
+    interpreter with ``-m agent_otel.cli``. (Said once, at exit: its
+    imports wait until then.)"""
+    import shlex
+    import shutil
+
+    own = shutil.which(COMMAND, path=os.path.dirname(sys.executable))
+    found = shutil.which(COMMAND)
+    if own is None:
+        return COMMAND if found is not None else f"{shlex.quote(sys.executable)} -m agent_otel.cli"
+    if found is not None and os.path.realpath(found) == os.path.realpath(own):
+        return COMMAND
+    return shlex.quote(own)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from agent_otel import config
+from agent_otel import config, host
 from agent_otel.demo import gpu as demo_gpu
 from agent_otel.demo.runs import SCENARIOS, gpu_name, run_scenario
 from agent_otel.errors import AgentOtelError, ConfigError
@@ -166,7 +166,7 @@ def _demo(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
     for name in SCENARIOS:
         _say(f"{name}: traces {out / (name + '.jsonl')}, HTML timeline {out / (name + '.html')}")
     _say(
-        f"Read them again with: agent-otel report {out / 'baseline.jsonl'} "
+        f"Read them again with: {host.command()} report {out / 'baseline.jsonl'} "
         f"--gpu-log {out / 'baseline-gpu.csv'} --html report.html"
     )
     return 0
