@@ -145,8 +145,9 @@ def _demo(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
         raise ConfigError("--out", args.out, f"a directory it can create ({exc.strerror})") from None
     width, colour = table.terminal_style(sys.stdout)
     _say(
-        f"agent-otel demo: {args.conversations} conversations share one GPU; the agent runs twice, "
-        f"{args.seconds:g} s each, with the same scripted tool latencies (seed {args.seed})."
+        f"agent-otel demo: {args.conversations} conversations share one GPU; the agent runs twice with the same "
+        f"scripted tool latencies (seed {args.seed}), starting new turns for {args.seconds:g} s each; the turns "
+        "then in flight finish, so each run lasts a few seconds longer (said after it)."
     )
     reports = {}
     for number, scenario in enumerate(SCENARIOS.values(), start=1):
@@ -155,6 +156,9 @@ def _demo(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
         _say(f"   {scenario.description}")
         traces = out / f"{scenario.name}.jsonl"
         analysis = _record(scenario, traces, gpu, args)
+        _say(
+            f"   traced {analysis.seconds:.1f} s: new turns for {args.seconds:g} s, then the turns in flight finished"
+        )
         page = out / f"{scenario.name}.html"
         _write(page, html.render(analysis))
         _say("")
