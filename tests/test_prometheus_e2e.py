@@ -260,8 +260,10 @@ def test_gpu_idle_time_is_blamed_on_the_tools_that_held_it(stack):
     # the unattributed one only once a round's pause was counted, which on a
     # loaded machine can come after the fixture's scrapes and rules are ready.
     wait_for(
-        lambda: api.instant("agent_gpu_idle_unattributed_seconds_total")
-        and api.instant('agent_gpu_idle_blocked_seconds_total{tool="flaky_lookup", phase="queue"} > 0'),
+        lambda: (
+            api.instant("agent_gpu_idle_unattributed_seconds_total")
+            and api.instant('agent_gpu_idle_blocked_seconds_total{tool="flaky_lookup", phase="queue"} > 0')
+        ),
         40,
         "the GPU idle time of a whole round counted",
     )

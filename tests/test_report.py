@@ -65,7 +65,7 @@ ADDED_KEYS = {
         "latency_share",
         "slo",
     },
-    "executors": {"max_concurrent_exec", "peak_in_flight", "tools"},
+    "executors": {"max_concurrent_exec", "peak_in_flight", "queued_calls", "tools"},
     "gpus": {
         "uuid",
         "underused_s",

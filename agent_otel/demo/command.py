@@ -156,9 +156,7 @@ def _demo(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
         _say(f"   {scenario.description}")
         traces = out / f"{scenario.name}.jsonl"
         analysis = _record(scenario, traces, gpu, args)
-        _say(
-            f"   traced {analysis.seconds:.1f} s: new turns for {args.seconds:g} s, then the turns in flight finished"
-        )
+        _say(f"   traced {analysis.seconds:.1f} s: new turns for {args.seconds:g} s, then the turns in flight finished")
         page = out / f"{scenario.name}.html"
         _write(page, html.render(analysis))
         _say("")

@@ -165,6 +165,7 @@ from agent_otel.semconv import (
     GPU_UUID,
     OUTCOME_ERROR,
     OUTCOME_OK,
+    OUTCOME_TIMEOUT,
     OUTCOMES,
     SPAN_EXECUTE_TOOL_PREFIX,
     SPAN_GPU_IDLE,
@@ -249,6 +250,9 @@ class InnerFailures:
 
     exceptions: list[int] = field(default_factory=list)  # times (ns) of exception events on its span
     children: list[tuple[str, int, int]] = field(default_factory=list)  # failed child spans: (name, start, end)
+    # seconds from each failed nested tool call (an @agent_otel.tool called
+    # inside it) to the next call of that tool under it: its retry's wait
+    retry_waits: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -970,15 +974,38 @@ class TraceReader:
         calls, parents = data.calls, self._parents
         tool_spans = _ids([key & _SPAN_ID_MASK for key in tool_of])
         traces, tools = calls.trace_id, calls.tool
+        outcomes = calls.column("outcome")
+        nested: dict[int, list[tuple[str, int, int, bool]]] = {}  # outer call -> its nested calls
         for i in _rows_in(parents, tool_spans):  # as in _dedupe_tool_calls
-            outer = tool_of.get(traces[i] << 64 | parents[i])
+            outer_key = traces[i] << 64 | parents[i]
+            outer = tool_of.get(outer_key)
             if outer is not None and outer != tools[i]:
                 data.nested_tools.add(tools[i])
+                if outer not in self._policy_tools:
+                    failed = outcomes[i] in (OUTCOME_ERROR, OUTCOME_TIMEOUT)
+                    nested.setdefault(outer_key, []).append((tools[i], calls.submit_ns[i], calls.end_ns[i], failed))
+        for outer_key, inner in nested.items():
+            self._join_retries(outer_key, inner)
         for parent, children in self._failed_children.items():
             tool = tool_of.get(parent)
             if tool is not None and tool not in self._policy_tools:
                 data.inner_failures.setdefault(parent, InnerFailures()).children.extend(children)
         self._failed_children = {}
+
+    def _join_retries(self, outer_key: int, inner: list[tuple[str, int, int, bool]]) -> None:
+        """The failed nested tool calls of one call that a call of the same
+        tool followed (its retry): failed children of the outer call, with
+        the wait before each retry."""
+        inner.sort(key=lambda call: call[1])
+        for k, (tool, start, end, failed) in enumerate(inner):
+            if not failed:
+                continue
+            retry = next((call for call in inner[k + 1 :] if call[0] == tool and call[1] >= end), None)
+            if retry is None:
+                continue
+            found = self.data.inner_failures.setdefault(outer_key, InnerFailures())
+            found.children.append((tool, start, end))
+            found.retry_waits.append((retry[1] - end) / NS_PER_S)
 
     # -- fields ----------------------------------------------------------
 
