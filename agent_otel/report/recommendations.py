@@ -506,7 +506,7 @@ def _fewer_workers(analysis: Analysis) -> list[Recommendation]:
     """A pool whose size the traces show rising (``agent.executor.max_workers``)
     while its calls waited longer: more concurrency made queueing worse (a
     backend, a lock or the GIL is the limit, not the workers)."""
-    found = []
+    found: list[Recommendation] = []
     calls = analysis.calls
     workers_of = calls.executor_workers
     if workers_of is None:
