@@ -20,7 +20,7 @@ try:
     import grafana_foundation_sdk  # noqa: F401
     import yaml  # noqa: F401
 
-    import agent_otel  # noqa: F401
+    import agent_otel.semconv  # noqa: F401 (the contract the dashboards read)
 except ModuleNotFoundError as missing:
     print(f"python -m dashboards: needs {missing.name}, which the dev extra installs: {INSTALL}", file=sys.stderr)
     sys.exit(2)

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence, Union
+from itertools import accumulate
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -101,9 +103,17 @@ def find_turns(
         if found is not None:
             runs = _outermost(found) if isinstance(found, list) else [found]
             if _all_covered(calls, rows, trace_models, runs):
+                if len(runs) == 1:
+                    turn = Turn(runs[0].name, trace_id, runs[0].start_ns, runs[0].end_ns, FROM_AGENT)
+                    turns.add(_breakdown(turn, calls, rows, trace_models, in_flight, True))
+                    continue
+                # many turns in one trace (a session's): each gets the calls
+                # that may overlap it, not the whole trace's to filter
+                overlapping = _overlapping(calls, rows, trace_models)
                 for run in runs:
                     turn = Turn(run.name, trace_id, run.start_ns, run.end_ns, FROM_AGENT)
-                    turns.add(_breakdown(turn, calls, rows, trace_models, in_flight, len(runs) == 1))
+                    mine, models = overlapping(run.start_ns, run.end_ns)
+                    turns.add(_breakdown(turn, calls, mine, models, in_flight, False))
                 continue
         root = roots.get(trace_id)
         if root is None:
@@ -216,8 +226,37 @@ def _all_covered(calls: CallTable, rows: list[int], model_calls: list[ModelCall]
             if model_call.start_ns < low or model_call.end_ns > high:
                 return False
         return True
+    # The outermost runs, by start, end later one after the other: of the
+    # runs begun by a span's start, the last one reaches furthest.
+    begins = [r.start_ns - SLACK_NS for r in runs]
+    reach = [r.end_ns + SLACK_NS for r in runs]
     spans = [(submit[row], end[row]) for row in rows] + [(m.start_ns, m.end_ns) for m in model_calls]
-    return all(any(r.start_ns - SLACK_NS <= a and b <= r.end_ns + SLACK_NS for r in runs) for a, b in spans)
+    for a, b in spans:
+        i = bisect_right(begins, a) - 1
+        if i < 0 or b > reach[i]:
+            return False
+    return True
+
+
+def _overlapping(
+    calls: CallTable, rows: list[int], model_calls: list[ModelCall]
+) -> Callable[[int, int], tuple[list[int], list[ModelCall]]]:
+    """For a stretch [a, b): the rows (by submit time) and model calls that
+    may overlap it, found by bisection: those requested before b, from the
+    first whose end, or an earlier one's, is past a."""
+    submit, end = calls.submit_ns, calls.end_ns
+    submits = [submit[row] for row in rows]
+    reach = list(accumulate((end[row] for row in rows), max))
+    models = sorted(model_calls, key=lambda m: m.start_ns)
+    model_starts = [m.start_ns for m in models]
+    model_reach = list(accumulate((m.end_ns for m in models), max))
+
+    def within(a: int, b: int) -> tuple[list[int], list[ModelCall]]:
+        mine = rows[bisect_right(reach, a) : bisect_left(submits, b)]
+        theirs = models[bisect_right(model_reach, a) : bisect_left(model_starts, b)]
+        return mine, theirs
+
+    return within
 
 
 def _outermost(runs: list[AgentRun]) -> list[AgentRun]:
