@@ -71,8 +71,10 @@ import gc
 import math
 import re
 from array import array
+from bisect import bisect_left, bisect_right
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 from msgspec import UNSET
@@ -930,11 +932,23 @@ class TraceReader:
         for i, (trace, tool) in enumerate(zip(traces, tools)):
             if keep[i] and ours[i]:
                 by_tool.setdefault((trace, tool), []).append(i)
+        # Each (trace, tool)'s calls by request, with how far the slack lets
+        # them reach (the latest end so far): a peer looks only at those
+        # that can hold it, not at every call of a trace of a whole session.
+        windows: dict[tuple[int, str], tuple[list[int], list[int], list[int]]] = {}
+        for key, rows in by_tool.items():
+            rows.sort(key=submits.__getitem__)
+            windows[key] = (
+                rows,
+                [submits[j] - PEER_SLACK_NS for j in rows],
+                list(accumulate((ends[j] + PEER_SLACK_NS for j in rows), max)),
+            )
         taken: set[int] = set()
         for i in sorted(peers, key=submits.__getitem__):
             peer_submit, peer_end = submits[i], ends[i]
             best: Optional[int] = None
-            for j in by_tool.get((traces[i], tools[i]), ()):
+            rows, lows, reach = windows.get((traces[i], tools[i]), ((), (), ()))  # type: ignore[assignment]
+            for j in rows[bisect_left(reach, peer_submit) : bisect_right(lows, peer_end)]:
                 if j in taken:
                     continue
                 if ids[i] and ids[j] and ids[i] != ids[j]:
@@ -943,7 +957,7 @@ class TraceReader:
                 overlap = min(high, peer_end) - max(low, peer_submit)
                 if overlap < 0 or overlap * 2 < peer_end - peer_submit:
                     continue
-                if best is None or ends[j] < ends[best]:
+                if best is None or (ends[j], j) < (ends[best], best):  # the first to end, then the first read
                     best = j
             if best is not None:
                 taken.add(best)
