@@ -396,10 +396,29 @@ class TraceReader:
         # trace_id << 64 | parent span id -> failed child spans (name, start, end)
         self._failed_children: dict[int, list[tuple[str, int, int]]] = {}
         self._policy_tools: set[str] = set()  # tools with the toolkit's own retries (agent.tool.retries)
+        self._last_resource: Optional[list] = None  # the resource read last, and what resource() said of it
+        self._last_answer: tuple[Optional[str], str] = (None, "")
 
     def resource(self, resource: list, spans: int) -> str:
-        """Note a resource's service and CPU count; return its GPU pool."""
+        """Note a resource's service and CPU count; return its GPU pool.
+
+        The resource of the line before (a process's next export, one span
+        a line as often as 512) is answered from then: its attributes equal
+        (msgspec structs compare in C), nothing is read again."""
         data = self.data
+        if resource == self._last_resource:
+            service_name, pool = self._last_answer
+            if service_name is not None:
+                data.services[service_name] += spans
+            return pool
+        answer = self._resource(resource, spans)
+        self._last_resource, self._last_answer = resource, answer
+        return answer[1]
+
+    def _resource(self, resource: list, spans: int) -> tuple[Optional[str], str]:
+        """(its service's name, or None; its GPU pool), the service counted and the CPU count noted."""
+        data = self.data
+        name = None
         service = cpus = None
         for item in resource:
             if type(item) is JsonKeyValue:
@@ -413,7 +432,7 @@ class TraceReader:
             data.services[name] = data.services.get(name, 0) + spans
         if type(cpus) is int and cpus > 0 and (data.cpu_count is None or cpus < data.cpu_count):
             data.cpu_count = cpus
-        return gpu_pool_of(resource)
+        return name, gpu_pool_of(resource)
 
     # -- one span: recognise its kind, keep what the analysis needs ------
 
