@@ -28,15 +28,28 @@ def command() -> str:
     the ``PATH`` and this interpreter has none beside it: a ``--user`` or
     system install); else the full path of the script beside this
     interpreter (a virtual environment that is not activated); else this
-    interpreter with ``-m agent_otel.cli``. (Said once, at exit: its
-    imports wait until then.)"""
+    interpreter with ``-m agent_otel.cli``. (Said once, at exit.)"""
     import shlex
-    import shutil
 
-    own = shutil.which(COMMAND, path=os.path.dirname(sys.executable))
-    found = shutil.which(COMMAND)
+    own = _which(COMMAND, os.path.dirname(sys.executable))
+    found = _which(COMMAND, os.environ.get("PATH", os.defpath))
     if own is None:
         return COMMAND if found is not None else f"{shlex.quote(sys.executable)} -m agent_otel.cli"
     if found is not None and os.path.realpath(found) == os.path.realpath(own):
         return COMMAND
     return shlex.quote(own)
+
+
+def _which(name: str, path: str) -> "str | None":
+    """The first executable ``name`` in the directories of ``path``
+    (``shutil.which`` on Windows, for its extensions; elsewhere this, not
+    the 17 ms of importing ``shutil`` at exit)."""
+    if os.name == "nt":
+        import shutil
+
+        return shutil.which(name, path=path)
+    for directory in path.split(os.pathsep):
+        candidate = os.path.join(directory or os.curdir, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
