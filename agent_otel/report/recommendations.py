@@ -514,20 +514,17 @@ def _fewer_workers(analysis: Analysis) -> list[Recommendation]:
     submit = np.frombuffer(calls.submit_ns, np.uint64)
     start = np.frombuffer(calls.start_ns, np.uint64)
     end = np.frombuffer(calls.end_ns, np.uint64)
+    size_of = np.fromiter((size or 0 for size in workers_of), np.int64, len(calls))
     for executor, rows in sorted(_pool_rows(analysis).items()):
-        by_size: dict[int, list[int]] = {}
-        for row in rows.tolist():
-            size = workers_of[row]
-            if size:
-                by_size.setdefault(size, []).append(row)
-        sizes = sorted(
-            (min(submit[r] for r in mine), size) for size, mine in by_size.items() if len(mine) >= MIN_POOL_CALLS
-        )
+        sized = size_of[rows]
+        by_size = {int(size): rows[sized == size] for size in np.unique(sized) if size > 0}
+        # each size by when it was first seen, with enough calls to tell a queue
+        sizes = sorted((int(submit[mine].min()), size) for size, mine in by_size.items() if len(mine) >= MIN_POOL_CALLS)
         if len(sizes) < 2:
             continue
         stats = {}
         for _, size in sizes:
-            mine = np.array(by_size[size])
+            mine = by_size[size]
             stats[size] = (
                 len(mine),
                 percentile(np.sort((start[mine] - submit[mine]) / NS_PER_S).tolist(), 95),
