@@ -236,6 +236,7 @@ TRACE_IDS = 1 << 14
 # How far (ns) another instrumentation's tool span may reach beyond one of
 # agent-otel's and still be the same call: their clocks are read apart.
 PEER_SLACK_NS = 5_000_000
+PEER_SCAN_MAX = 16  # a trace's calls of one tool that a peer span is checked against one by one; more: bisected
 _PEER_TOOL_KINDS = {OPENINFERENCE_TOOL, TRACELOOP_TOOL}
 _MODEL_KINDS = {OPENINFERENCE_LLM, TRACELOOP_LLM}
 _AGENT_KINDS = {OPENINFERENCE_AGENT, TRACELOOP_AGENT, TRACELOOP_WORKFLOW}
@@ -511,6 +512,10 @@ class TraceReader:
             self._other_span(span, key, start_ns, end_ns)
         if not span.parentSpanId:
             if run is None:
+                if operation == GEN_AI_OPERATION_EXECUTE_TOOL or operation in MODEL_OPERATIONS:
+                    # a trace whose root is itself a call has no turn: no record of
+                    # its root (with a trace per call, a million of them took 200 MB)
+                    return
                 run = AgentRun(self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
             data.roots[run.trace_id] = run
 
@@ -954,20 +959,30 @@ class TraceReader:
         # Each (trace, tool)'s calls by request, with how far the slack lets
         # them reach (the latest end so far): a peer looks only at those
         # that can hold it, not at every call of a trace of a whole session.
+        # (Only for the groups large enough to need it: a trace per turn has
+        # a few calls of each tool, and three lists each took 100 MB at 1M spans.)
         windows: dict[tuple[int, str], tuple[list[int], list[int], list[int]]] = {}
         for key, rows in by_tool.items():
-            rows.sort(key=submits.__getitem__)
-            windows[key] = (
-                rows,
-                [submits[j] - PEER_SLACK_NS for j in rows],
-                list(accumulate((ends[j] + PEER_SLACK_NS for j in rows), max)),
-            )
+            if len(rows) > PEER_SCAN_MAX:
+                rows.sort(key=submits.__getitem__)
+                windows[key] = (
+                    rows,
+                    [submits[j] - PEER_SLACK_NS for j in rows],
+                    list(accumulate((ends[j] + PEER_SLACK_NS for j in rows), max)),
+                )
         taken: set[int] = set()
+        nothing: list[int] = []
         for i in sorted(peers, key=submits.__getitem__):
             peer_submit, peer_end = submits[i], ends[i]
             best: Optional[int] = None
-            rows, lows, reach = windows.get((traces[i], tools[i]), ((), (), ()))  # type: ignore[assignment]
-            for j in rows[bisect_left(reach, peer_submit) : bisect_right(lows, peer_end)]:
+            key = (traces[i], tools[i])
+            window = windows.get(key)
+            if window is None:
+                candidates = by_tool.get(key, nothing)
+            else:
+                rows, lows, reach = window
+                candidates = rows[bisect_left(reach, peer_submit) : bisect_right(lows, peer_end)]
+            for j in candidates:
                 if j in taken:
                     continue
                 if ids[i] and ids[j] and ids[i] != ids[j]:
