@@ -241,10 +241,13 @@ def _all_covered(calls: CallTable, rows: list[int], model_calls: list[ModelCall]
     # runs begun by a span's start, the last one reaches furthest.
     begins = [r.start_ns - SLACK_NS for r in runs]
     reach = [r.end_ns + SLACK_NS for r in runs]
-    spans = [(submit[row], end[row]) for row in rows] + [(m.start_ns, m.end_ns) for m in model_calls]
-    for a, b in spans:
-        i = bisect_right(begins, a) - 1
-        if i < 0 or b > reach[i]:
+    for row in rows:  # (no list of every call's span: one trace may hold a million)
+        i = bisect_right(begins, submit[row]) - 1
+        if i < 0 or end[row] > reach[i]:
+            return False
+    for model_call in model_calls:
+        i = bisect_right(begins, model_call.start_ns) - 1
+        if i < 0 or model_call.end_ns > reach[i]:
             return False
     return True
 
@@ -255,15 +258,17 @@ def _overlapping(
     """For a stretch [a, b): the rows (by submit time) and model calls that
     may overlap it, found by bisection: those requested before b, from the
     first whose end, or an earlier one's, is past a."""
-    submit, end = calls.submit_ns, calls.end_ns
-    submits = [submit[row] for row in rows]
-    reach = list(accumulate((end[row] for row in rows), max))
+    taken = np.array(rows, np.int64)
+    submits = np.frombuffer(calls.submit_ns, np.uint64)[taken]  # (arrays: a trace may hold a million calls)
+    reach = np.maximum.accumulate(np.frombuffer(calls.end_ns, np.uint64)[taken])
+    del taken
     models = sorted(model_calls, key=lambda m: m.start_ns)
     model_starts = [m.start_ns for m in models]
     model_reach = list(accumulate((m.end_ns for m in models), max))
 
     def within(a: int, b: int) -> tuple[list[int], list[ModelCall]]:
-        mine = rows[bisect_right(reach, a) : bisect_left(submits, b)]
+        first = int(np.searchsorted(reach, np.uint64(a), "right"))
+        mine = rows[first : int(np.searchsorted(submits, np.uint64(b), "left"))]
         theirs = models[bisect_right(model_reach, a) : bisect_left(model_starts, b)]
         return mine, theirs
 
