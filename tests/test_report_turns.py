@@ -67,6 +67,11 @@ def test_a_turn_splits_into_model_queue_exec_and_other(one_turn, capsys):
         "time_to_first_chunk_p50_s": pytest.approx(0.3),
         "input_tokens": 1700,
         "output_tokens": 100,
+        # the GPU was busy whenever a model call was in flight: nothing is the model server's
+        "gpu_idle_blocked_s": 0.0,
+        "gpu_idle_blocked_queued_s": 0.0,
+        "gpu_idle_blocked_decode_s": 0.0,
+        "gpu_underused_blocked_s": pytest.approx(0.0, abs=1e-6),
     }
     assert report["inputs"]["model_calls"] == 2
     assert report["inputs"]["agent_runs"] == 1
