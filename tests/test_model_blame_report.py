@@ -55,28 +55,24 @@ def engineered(tmp_path):
     truth = {"search": 0.0, "flaky": 0.0, "cpu_parse": 0.0}
     t = 0.0
     for number in range(TURNS):
-        turn_start = t
-        first = rng.uniform(0.13, 0.19)
-        run.model_call("llama", t, t + first, input_tokens=500, output_tokens=20)
+        first, search, second = rng.uniform(0.13, 0.19), rng.uniform(0.6, 0.8), rng.uniform(0.11, 0.17)
+        flaky, parse, own = rng.uniform(0.08, 0.12), rng.uniform(0.45, 0.55), rng.uniform(0.4, 0.5)
+        turn = run.invoke_agent("research", t, t + first + search + second + flaky + parse + own)
+        run.model_call("llama", t, t + first, input_tokens=500, output_tokens=20, parent=turn)
         busy.append((t, t + first))
         t += first
-        search = rng.uniform(0.6, 0.8)
-        run.tool_call("search", t, t, t + search, call_id=f"s{number}")
+        run.tool_call("search", t, t, t + search, call_id=f"s{number}", parent=turn)
         truth["search"] += search
         t += search
-        second = rng.uniform(0.11, 0.17)
-        run.model_call("llama", t, t + second, input_tokens=600, output_tokens=30)
+        run.model_call("llama", t, t + second, input_tokens=600, output_tokens=30, parent=turn)
         busy.append((t, t + second))
         t += second
-        flaky = rng.uniform(0.08, 0.12)
-        run.tool_call("flaky", t, t, t + flaky, outcome="error", call_id=f"f{number}")
+        run.tool_call("flaky", t, t, t + flaky, outcome="error", call_id=f"f{number}", parent=turn)
         truth["flaky"] += flaky
         t += flaky
-        parse = rng.uniform(0.45, 0.55)
-        run.tool_call("cpu_parse", t, t, t + parse, call_id=f"p{number}")
+        run.tool_call("cpu_parse", t, t, t + parse, call_id=f"p{number}", parent=turn)
         truth["cpu_parse"] += parse
-        t += parse + rng.uniform(0.4, 0.5)  # the agent's own code: nobody's
-        run.invoke_agent("research", turn_start, t)
+        t += parse + own  # the agent's own code: nobody's
     run.close()
     write_gpu_csv(tmp_path / "gpu.csv", sampled(busy, t + 1.0))
     model_s = sum(stop - start for start, stop in busy)
@@ -172,3 +168,55 @@ def test_idle_time_while_a_model_call_is_pending_is_not_the_tools(tmp_path, caps
     (gpu,) = report["gpus"]
     assert gpu["idle_model_s"] == pytest.approx(2.0, abs=0.01)
     assert gpu["idle_blocked_s"] + gpu["idle_model_s"] + gpu["idle_unattributed_s"] == pytest.approx(gpu["idle_s"])
+
+
+def test_the_sentences_show_the_blame_that_was_computed(engineered, capsys):
+    directory, truth, _model_s, _ = engineered
+    assert main(["report", str(directory / "traces.jsonl"), "--gpu-log", str(directory / "gpu.csv"), "--tz", "UTC"]) == 0
+    text = capsys.readouterr().out
+    per_call = truth["flaky"] / TURNS  # 0.10 s: "0.0" on main
+    assert f"flaky idles the GPU {per_call:.2g} s per call ({truth['flaky']:.1f} s blamed over 10 calls)" in text
+    assert "idles the GPU 0.0 s per call" not in text
+    assert "of the turns' time" in text and "of end-to-end latency" not in text
+
+
+def test_turns_that_ran_at_once_are_not_shown_as_wall_time(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    for conversation in range(4):  # four conversations at once, 10 s each, in a 10 s run
+        turn = run.invoke_agent("conversation", 0.0, 10.0)
+        run.model_call("llama", 0.0, 1.0, parent=turn)
+        run.tool_call("search", 1.0, 1.0, 0.01 + 9.0, parent=turn, call_id=f"c{conversation}")
+    run.close()
+    assert main(["report", str(tmp_path / "traces.jsonl")]) == 0
+    text = capsys.readouterr().out
+    assert "4 turns (invoke_agent spans): 40.0 s summed over turns that ran at once (the run lasted 10.0 s)" in text
+    assert "40.0 s end to end" not in text
+
+
+def test_the_model_server_has_its_row_in_the_gpu_table_and_a_sentence(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    run.tool_call("fetch", 0.0, 0.0, 4.0)
+    run.model_call("summarizer", 1.0, 3.0, first_chunk=1.0)
+    run.close()
+    write_gpu_csv(tmp_path / "gpu.csv", [(k / 10, 0, 0) for k in range(0, 41)])
+    assert main(["report", str(tmp_path / "traces.jsonl"), "--gpu-log", str(tmp_path / "gpu.csv"), "--tz", "UTC"]) == 0
+    text = capsys.readouterr().out
+    assert "MODEL SERVER" in text
+    assert (
+        "the model server idles the GPU 2.0 s while summarizer calls are in flight "
+        "(1.0 s before their first token, 1.0 s streaming)" in text
+    )
+
+
+def test_a_small_blame_per_call_is_not_rounded_to_nothing(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    for number in range(10):  # ten turns, each a model call and a 32 ms tool call on an idle GPU
+        t = 1.0 * number
+        turn = run.invoke_agent("quick", t, t + 0.9)
+        run.model_call("llama", t, t + 0.3, parent=turn)
+        run.tool_call("flaky", t + 0.3, t + 0.3, t + 0.332, call_id=f"f{number}", parent=turn)
+    run.close()
+    write_gpu_csv(tmp_path / "gpu.csv", [(k / 10, 0, 0) for k in range(0, 101)])
+    assert main(["report", str(tmp_path / "traces.jsonl"), "--gpu-log", str(tmp_path / "gpu.csv"), "--tz", "UTC"]) == 0
+    text = capsys.readouterr().out
+    assert "flaky idles the GPU 0.032 s per call (0.32 s blamed over 10 calls)" in text
