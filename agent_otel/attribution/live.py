@@ -22,7 +22,7 @@ from opentelemetry.util.types import AttributeValue
 from agent_otel import forks
 from agent_otel.attribution.engine import MAX_HORIZON_CALLS, BlameEngine, BlameUpdate, ClosedWindow
 from agent_otel.attribution.rule import CallShare, largest_share
-from agent_otel.capture.models import model_calls
+from agent_otel.capture.models import model_calls, peer_model_spans
 from agent_otel.errors import ConfigError
 from agent_otel.gpu.logs import GpuLogWriter
 from agent_otel.clock import now_ns
@@ -195,6 +195,7 @@ class LiveTimeline:
         self._follows = getattr(source, "model_call", None) if source.kind == GPU_SOURCE_SIMULATED else None
         if self._follows is not None:
             model_calls.follow(self._follows)
+            peer_model_spans.enabled = True  # where wiring added it (watch_peers): peers' model spans too
         # Before the sampler's own hook: in a child, the log is gone before sampling restarts.
         forks.after_fork_in_child(self.reinit_after_fork)
         self.sampler = GpuSampler(source, poll_interval_s, self.on_samples)
@@ -214,6 +215,7 @@ class LiveTimeline:
         stopped = self.sampler.shutdown(timeout_s)
         if self._follows is not None:
             model_calls.unfollow(self._follows)
+            peer_model_spans.enabled = False
         # Close the windows still open: the stall at the end of a run counts too.
         self.apply(self.engine.flush(self._in_flight(), self._blocks(), self._models()))
         self._count_source_errors()

@@ -48,6 +48,7 @@ from typing import Any, Callable, Literal, Optional
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
+from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agent_otel import forks
@@ -205,13 +206,24 @@ def _tell(listener: Callable[[bool], None], started: bool) -> None:
 model_calls = ModelCallLog()
 
 
-class PeerModelSpans:
+class PeerModelSpans(SpanProcessor):
     """A span processor that puts other instrumentations' model spans
     (OpenTelemetry GenAI ``chat`` / ``text_completion`` / ``generate_content``
     spans, OpenInference and OpenLLMetry LLM spans) in ``model_calls`` while
-    they are in flight. agent-otel's own model spans are there already."""
+    they are in flight, when ``enabled``. agent-otel's own model spans are
+    there already.
+
+    Added to the tracer provider only where a simulated GPU follows the
+    model calls (``watch_peers``): a processor whose ``on_start`` does
+    something makes every tool span start with its attributes, which the
+    hot path otherwise skips (``capture.sdk_span``).
+    """
+
+    enabled = False
 
     def on_start(self, span, parent_context=None) -> None:
+        if not self.enabled:
+            return
         try:
             model = _peer_model(span)
             if model is not None:
@@ -225,17 +237,27 @@ class PeerModelSpans:
             pass
 
     def on_end(self, span) -> None:
+        if not self.enabled:
+            return
         try:
             context = span.get_span_context()
             model_calls.end(("peer", context.trace_id, context.span_id), span.end_time or now_ns())
         except Exception:
             pass
 
-    def shutdown(self) -> None:
-        pass
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
+
+peer_model_spans = PeerModelSpans()
+_watched: list[Any] = []  # the providers peer_model_spans was added to (each once)
+
+
+def watch_peers(provider) -> None:
+    """Add ``peer_model_spans`` to ``provider`` (an SDK ``TracerProvider``), once."""
+    if any(watched is provider for watched in _watched) or not hasattr(provider, "add_span_processor"):
+        return
+    provider.add_span_processor(peer_model_spans)
+    _watched.append(provider)
+    del _watched[:-8]  # a few providers at most (one per instrument() that made one)
 
 
 def _peer_model(span) -> Optional[str]:
