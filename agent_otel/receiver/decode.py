@@ -9,8 +9,11 @@ OTLP/JSON shape it reads (hex ids, camelCase keys, ``AnyValue`` objects),
 with only the fields it reads (ids, name, times, the attributes it looks
 at, events, status).
 
-Spans that are not tool spans, and spans with a field the reader cannot
-read, are refused one by one (the sender hears how many, and why, in the
+Model-call spans (the ``chat`` / ``text_completion`` / ``generate_content``
+spans, OpenInference's and OpenLLMetry's LLM spans) are taken too, as
+``ModelCall`` records: the model server's share of the blame
+(docs/attribution.md). Spans that are neither, and spans with a field the
+reader cannot read, are refused one by one (the sender hears how many, and why, in the
 OTLP partial success); a span sent twice counts once.
 """
 
@@ -24,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from agent_otel.exporters.otlp_json import SpanFormatError, typed_span
-from agent_otel.records import ToolCall
+from agent_otel.records import ModelCall, ToolCall
 from agent_otel.report.reader import WANTED_ATTRIBUTES, TraceReader, printable
 from agent_otel.semconv import AGENT_GPU_POOL, GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME
 
@@ -39,6 +42,7 @@ class Decoded:
     (with one example message per reason)."""
 
     calls: list[ToolCall] = field(default_factory=list)
+    models: list[ModelCall] = field(default_factory=list)
     refused: Counter = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)
     duplicates: int = 0
@@ -65,7 +69,7 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                         f"trace_id and a {len(span.span_id)}-byte span_id (OTLP: 16 and 8)",
                     )
                     continue
-                calls, duplicates = len(data.calls), data.duplicate_count
+                calls, duplicates, models = len(data.calls), data.duplicate_count, len(data.model_calls)
                 try:
                     reader.add(typed_span(_span_json(span)), 0, pool)
                 except SpanFormatError as exc:
@@ -73,15 +77,17 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                     continue
                 if data.duplicate_count > duplicates:
                     decoded.duplicates += 1
-                elif len(data.calls) == calls:
+                elif len(data.calls) == calls and len(data.model_calls) == models:
                     decoded.refuse(
                         NOT_A_TOOL_SPAN,
-                        f"span {printable(span.name)!r} has no {GEN_AI_OPERATION_NAME}={GEN_AI_OPERATION_EXECUTE_TOOL}",
+                        f"span {printable(span.name)!r} has no {GEN_AI_OPERATION_NAME}={GEN_AI_OPERATION_EXECUTE_TOOL} "
+                        "and is no model call",
                     )
     before = data.duplicate_count
     reader.finish()  # a call seen from two sides counts once
     decoded.duplicates += data.duplicate_count - before
     decoded.calls = data.calls.keep()
+    decoded.models = data.model_calls
     return decoded
 
 
