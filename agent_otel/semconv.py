@@ -416,7 +416,10 @@ METRICS: Final[dict[str, MetricSpec]] = {
             "GPU idle time while tool calls were in flight, by tool and phase.",
         ),
         MetricSpec(
-            METRIC_GPU_IDLE_UNATTRIBUTED, COUNTER, _GPU, "GPU idle time with neither a model call nor a tool call in flight."
+            METRIC_GPU_IDLE_UNATTRIBUTED,
+            COUNTER,
+            _GPU,
+            "GPU idle time with neither a model call nor a tool call in flight.",
         ),
         MetricSpec(
             METRIC_GPU_IDLE_MODEL,

@@ -56,7 +56,10 @@ def test_the_worked_example_of_the_docs():
     assert result.unattributed_s == pytest.approx(1.0)  # 5-6 s
     totals = BlameTotals()
     totals.add(result)
-    assert totals.model_s == {("0", "llama", "queued"): pytest.approx(2.0), ("0", "llama", "decode"): pytest.approx(1.0)}
+    assert totals.model_s == {
+        ("0", "llama", "queued"): pytest.approx(2.0),
+        ("0", "llama", "decode"): pytest.approx(1.0),
+    }
     assert totals.blocked_s == {("0", "web_search", "exec"): pytest.approx(2.0)}
 
 
@@ -126,7 +129,9 @@ def random_mix(rng: random.Random):
         start = rng.uniform(0, 22)
         end = start + rng.uniform(0.001, 3)
         first = rng.choice([None, rng.uniform(start, end)])
-        models.append(model(rng.choice(("m1", "m2")), start, None if rng.random() < 0.1 else end, first, rng.choice(pools)))
+        models.append(
+            model(rng.choice(("m1", "m2")), start, None if rng.random() < 0.1 else end, first, rng.choice(pools))
+        )
     windows = []
     for pool in pools:
         for gpu in ("0", "1"):

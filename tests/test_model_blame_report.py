@@ -172,7 +172,9 @@ def test_idle_time_while_a_model_call_is_pending_is_not_the_tools(tmp_path, caps
 
 def test_the_sentences_show_the_blame_that_was_computed(engineered, capsys):
     directory, truth, _model_s, _ = engineered
-    assert main(["report", str(directory / "traces.jsonl"), "--gpu-log", str(directory / "gpu.csv"), "--tz", "UTC"]) == 0
+    assert (
+        main(["report", str(directory / "traces.jsonl"), "--gpu-log", str(directory / "gpu.csv"), "--tz", "UTC"]) == 0
+    )
     text = capsys.readouterr().out
     per_call = truth["flaky"] / TURNS  # 0.10 s: "0.0" on main
     assert f"flaky idles the GPU {per_call:.2g} s per call ({truth['flaky']:.1f} s blamed over 10 calls)" in text

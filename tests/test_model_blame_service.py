@@ -23,7 +23,9 @@ def test_model_calls_of_the_pool_take_the_idle_time_from_the_tools():
     metrics = Metrics()
     # busy 1 s, idle 6 s, busy 1 s
     gpu = SimulatedGpu([(1.0, 0.95), (6.0, 0.0), (1.0, 0.95)], sample_period_s=1 / 6, clock=clock)
-    timeline = PoolTimeline(gpu, pool=POOL, watermark_s=8.0, tracer=trace.get_tracer("test"), metrics=metrics, clock=clock)
+    timeline = PoolTimeline(
+        gpu, pool=POOL, watermark_s=8.0, tracer=trace.get_tracer("test"), metrics=metrics, clock=clock
+    )
 
     def at(seconds: float) -> int:
         return origin + round(seconds * NS_PER_S)

@@ -24,7 +24,11 @@ PERIOD_NS = round(NS_PER_S / 6)
 def utilization_within(log, start_ns: int, end_ns: int) -> list[float]:
     """The samples whose period lies wholly inside [start, end]."""
     (series,) = log.series.values()
-    return [u for t, u in zip(series.times, series.values) if t - PERIOD_NS >= start_ns + 2_000_000 and t <= end_ns - 2_000_000]
+    return [
+        u
+        for t, u in zip(series.times, series.values)
+        if t - PERIOD_NS >= start_ns + 2_000_000 and t <= end_ns - 2_000_000
+    ]
 
 
 def test_a_simulated_gpu_is_busy_while_model_spans_hook_spans_and_peer_spans_are_in_flight(tmp_path, spans):

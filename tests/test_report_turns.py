@@ -81,7 +81,9 @@ def test_the_table_says_it_as_a_sentence(one_turn, capsys):
     assert main(["report", str(one_turn / "traces.jsonl"), "--gpu-log", str(one_turn / "gpu.csv"), "--tz", "UTC"]) == 0
     text = capsys.readouterr().out
 
-    assert "search idles the GPU 4.0 s per call (4.0 s blamed over 1 call), in flight for 40 % of the turns' time" in text
+    assert (
+        "search idles the GPU 4.0 s per call (4.0 s blamed over 1 call), in flight for 40 % of the turns' time" in text
+    )
     assert (
         "1 turn (invoke_agent spans): 10.0 s end to end = model 4.0 s (40 %) + tool queue 1.0 s (10 %)"
         " + tool exec 3.0 s (30 %) + other 2.0 s (20 %)" in text

@@ -424,7 +424,9 @@ def attribute(
     windows = list(windows)
     calls = list(calls)
     blocks = list(blocks)
-    stand_ins = [_stand_in(model) for model in models if not model.end_ns or model.end_ns > model.start_ns]
+    stand_ins: list[ToolCall] = [
+        _stand_in(model) for model in models if not model.end_ns or model.end_ns > model.start_ns
+    ]
     pieces_of: dict[int, ToolCall] = {}
     if blocks:
         calls, pieces_of = _cut_at_blocks(calls, blocks)
@@ -659,6 +661,7 @@ class _ModelStandIn(ToolCall):
     ``exec`` (``decode``) after; ``model`` is the record it stands for."""
 
     __slots__ = ("model",)
+    model: ModelCall
 
 
 def _stand_in(model: ModelCall) -> _ModelStandIn:

@@ -246,7 +246,6 @@ class PeerModelSpans(SpanProcessor):
             pass
 
 
-
 peer_model_spans = PeerModelSpans()
 _watched: list[Any] = []  # the providers peer_model_spans was added to (each once)
 

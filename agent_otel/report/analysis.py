@@ -1028,9 +1028,7 @@ def report_json(analysis: Analysis) -> dict:
                 "model_in_flight_s": _s(g.model_in_flight_s),
                 "model_idle_ratio": None if g.model_idle_ratio is None else round(g.model_idle_ratio, 4),
                 "idle_samples_s": _maybe(g.idle_samples_s),
-                "busy_samples_s": None
-                if g.idle_samples_s is None
-                else _s(max(0.0, g.observed_s - g.idle_samples_s)),
+                "busy_samples_s": None if g.idle_samples_s is None else _s(max(0.0, g.observed_s - g.idle_samples_s)),
                 "edges_moved": g.edges_moved,
             }
             for g in analysis.gpus
