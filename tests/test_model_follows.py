@@ -137,5 +137,17 @@ def test_idle_time_while_a_model_call_is_in_flight_is_the_model_servers_live(spa
     assert set(with_models[0].attributes["gpu.idle.model_phases"]) <= {"queued", "decode"}
 
 
-def test_peers_are_watched_only_with_a_simulated_gpu():
+def test_peers_model_spans_are_watched_only_while_a_simulated_gpu_follows_them(spans):
+    handle = agent_otel.instrument(traces_exporters="none", frameworks=(), gpu="simulated")
+    tracer = trace.get_tracer("openinference.instrumentation.openai")
+    try:
+        peer = tracer.start_span("ChatCompletion", attributes={"openinference.span.kind": "LLM"})
+        assert model_calls.in_flight_count() == 1
+        peer.end()
+        assert model_calls.in_flight_count() == 0
+    finally:
+        handle.shutdown()
     assert not models.peer_model_spans.enabled
+    after = tracer.start_span("ChatCompletion", attributes={"openinference.span.kind": "LLM"})
+    assert model_calls.in_flight_count() == 0  # nobody follows them now: not kept
+    after.end()

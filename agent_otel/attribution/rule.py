@@ -432,7 +432,7 @@ def attribute(
         calls, pieces_of = _cut_at_blocks(calls, blocks)
     if stand_ins:
         calls, pieces_of = _cut_at_models(calls, stand_ins, pieces_of)
-    if pieces_of:
+    if blocks or pieces_of:
         shares_from = 0.0  # a piece's share merges into its call's: every piece keeps one
     results = _attribute_calls(windows, calls, pieces_of, shares_from)
     if stand_ins:
