@@ -885,7 +885,8 @@ def _gpu_stats(analysis: Analysis, totals: BlameTotals, observed: dict[str, floa
             stats.underused_blocked_s = underused_blocked[stats.gpu]
             stats.underused_unattributed_s = underuse.totals.unattributed_s.get(stats.gpu, 0.0)
             stats.underused_model_s = sum(
-                seconds for (gpu, _model, _phase), seconds in underuse.totals.model_s.items() if gpu == stats.gpu
+                (seconds for (gpu, _model, _phase), seconds in underuse.totals.model_s.items() if gpu == stats.gpu),
+                0.0,
             )
             stats.missing_s = underuse.missing_s.get(stats.gpu, 0.0)
             observed_share = underuse.observed.get(stats.gpu)
