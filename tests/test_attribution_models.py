@@ -14,6 +14,7 @@ import pytest
 
 from agent_otel.attribution import BlameTotals, attribute, attribute_underuse
 from agent_otel.records import NS_PER_S, IdleWindow, ModelCall, ToolCall, UtilizationSegment
+from test_attribution import brute_force
 
 T0 = 1_700_000_000 * NS_PER_S
 
@@ -85,34 +86,11 @@ def test_unused_capacity_while_a_model_streams_is_the_model_servers():
 
 
 def oracle(window: IdleWindow, calls: list[ToolCall], models: list[ModelCall]):
-    """The rule applied literally, instant by instant between boundaries:
-    model calls of the pool first, else the tool calls of the pool."""
+    """The tests' independent oracle (``test_attribution.brute_force``), over the window's pool."""
     calls = [c for c in calls if c.pool == window.pool]
     models = [m for m in models if m.pool == window.pool]
-    cuts = {window.start_ns, window.end_ns}
-    for c in calls:
-        cuts.update((c.submit_ns, c.start_ns, c.end_ns))
-    for m in models:
-        cuts.update((m.start_ns, m.end_ns, m.first_token_ns))
-    cuts = sorted(t for t in cuts if window.start_ns <= t <= window.end_ns)
-    tools: dict[int, list[float]] = {}
     served: dict[int, list[float]] = {}
-    unattributed = 0.0
-    for a, b in zip(cuts, cuts[1:]):
-        seconds = (b - a) / NS_PER_S
-        generating = [i for i, m in enumerate(models) if m.start_ns <= a and (m.end_ns == 0 or m.end_ns >= b)]
-        if generating:
-            for i in generating:
-                first = models[i].first_token_ns
-                phase = 1 if first and first <= a else 0
-                served.setdefault(i, [0.0, 0.0])[phase] += seconds / len(generating)
-            continue
-        in_flight = [i for i, c in enumerate(calls) if c.submit_ns <= a and (c.end_ns == 0 or c.end_ns >= b)]
-        if not in_flight:
-            unattributed += seconds
-        for i in in_flight:
-            phase = 1 if calls[i].start_ns and calls[i].start_ns <= a else 0
-            tools.setdefault(i, [0.0, 0.0])[phase] += seconds / len(in_flight)
+    tools, unattributed = brute_force(window, calls, models, served)
     return calls, models, tools, served, unattributed
 
 
