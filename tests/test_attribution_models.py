@@ -162,3 +162,38 @@ def test_event_loop_blocks_and_model_calls_together():
     assert by_tool == {"a": pytest.approx(1.0), "lookup": pytest.approx(1.0)}
     assert result.model_s == pytest.approx(1.0)
     assert result.unattributed_s == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_report_attributing_in_groups_gives_the_same_model_and_tool_blame(monkeypatch):
+    import numpy as np
+
+    from agent_otel.report import analysis as analysis_module
+    from agent_otel.report.calls import CallTable
+
+    rng = random.Random(7)
+    calls, windows, models = [], [], []
+    t = 10**18
+    for i in range(3000):
+        t += rng.randrange(10**7, 10**9)
+        queue = rng.choice((0, rng.randrange(10**8)))
+        end = t + queue + rng.randrange(10**7, 2 * 10**9)
+        calls.append(ToolCall(f"t{i % 7}", "io", t, t + queue, end))
+        if rng.random() < 0.4:
+            windows.append(IdleWindow(str(i % 2), t + 5, end, 0.01))
+        if rng.random() < 0.3:
+            start = t + rng.randrange(-(10**9), 10**9)
+            length = rng.randrange(10**7, 3 * 10**9)
+            first = rng.choice((None, rng.uniform(0, length / NS_PER_S)))
+            models.append(ModelCall(f"m{i % 2}", start, start + length, span_id=i, first_chunk_s=first))
+    monkeypatch.setattr(analysis_module, "ATTRIBUTION_GROUP", 200)
+    table = CallTable.of(calls)
+    grouped = list(analysis_module._attribute(windows, table, np.arange(len(calls)), (), models))
+    whole = attribute(windows, calls, models=models)
+    assert sum(len(result.models) for result in whole) > 100
+    for a, b in zip(grouped, whole):
+        assert a.window == b.window
+        assert a.unattributed_s == pytest.approx(b.unattributed_s, abs=1e-9)
+        assert a.blocked_by_tool_phase() == pytest.approx(b.blocked_by_tool_phase(), abs=1e-9)
+        assert [(m.call.span_id, m.queued_s, m.decode_s) for m in a.models] == [
+            (m.call.span_id, pytest.approx(m.queued_s, abs=1e-9), pytest.approx(m.decode_s, abs=1e-9)) for m in b.models
+        ]

@@ -496,6 +496,7 @@ def _attribute(
         return
     models = sorted(models, key=_START)
     model_starts = [model.start_ns for model in models]
+    longest = max((model.end_ns - model.start_ns for model in models), default=0)  # bounds the search back
     window_starts = np.fromiter(map(_START, windows), np.uint64, len(windows))
     submits = np.frombuffer(calls.submit_ns, np.uint64)[rows]
     window_order, call_order = np.argsort(window_starts, kind="stable"), np.argsort(submits, kind="stable")
@@ -533,7 +534,8 @@ def _attribute(
         if models and group_windows:  # the model calls that meet the group's windows
             first = min(map(_START, group_windows))
             last = max(map(_END, group_windows))
-            group_models = [m for m in models[: bisect_left(model_starts, last)] if (m.end_ns or _NEVER) > first]
+            near = models[bisect_left(model_starts, first - longest) : bisect_left(model_starts, last)]
+            group_models = [m for m in near if m.end_ns > first]
         yield from attribute(group_windows, group_calls, models=group_models)
 
 

@@ -90,6 +90,7 @@ def read_underuse(
     index = _CallIndex(calls)
     models = sorted(models, key=lambda model: model.start_ns)
     model_starts = [model.start_ns for model in models]
+    longest = max((model.end_ns - model.start_ns for model in models), default=0)  # bounds the search back
     blocks = list(blocks)
     underuse = Underuse()
     curves: dict[str, tuple[array, array, array]] = {}
@@ -113,7 +114,8 @@ def read_underuse(
         first, last = min(s.start_ns for s in known), max(s.end_ns for s in known)
         overlapping = index.overlapping(first, last)
         near = [block for block in blocks if block.start_ns < last and (block.end_ns or _OPEN_END) > first]
-        serving = [m for m in models[: bisect_left(model_starts, last)] if (m.end_ns or _OPEN_END) > first]
+        near_models = models[bisect_left(model_starts, first - longest) : bisect_left(model_starts, last)]
+        serving = [m for m in near_models if m.end_ns > first]
         for result in attribute(known, overlapping, near, models=serving):
             segment: UtilizationSegment = result.window  # type: ignore[no-redef]
             underuse.totals.add(result)
