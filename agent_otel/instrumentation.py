@@ -15,7 +15,6 @@ import atexit
 import dataclasses
 import logging
 import os
-import sys
 import threading
 import time
 import warnings
@@ -174,9 +173,12 @@ class Instrumentation:
                 [("the /metrics server", self.metrics_server.shutdown)], max(deadline, time.monotonic() + 0.5)
             )
         if unfinished:
+            # The time it really took: the GPU timeline and the other background
+            # parts are given up on at half of shutdown_timeout.
             logger.warning(
-                "agent-otel: shutdown did not finish within %.1f s: %s still running; spans "
+                "agent-otel: shutdown gave up after %.1f s (shutdown_timeout %.1f s): %s still running; spans "
                 "not exported by then are counted in agent_otel_spans_dropped_total",
+                time.monotonic() - start,
                 timeout_s,
                 ", ".join(unfinished),
             )
@@ -188,21 +190,13 @@ class Instrumentation:
         parent's; a ``multiprocessing`` child flushes its spans when it exits."""
         self.metrics_server = None
         if not self._closed:
-            _flush_when_multiprocessing_child_exits(self)
+            self.flush_at_worker_exit()
 
-
-def _flush_when_multiprocessing_child_exits(handle: Instrumentation) -> None:
-    """A ``multiprocessing`` child ends with ``os._exit``, which runs no ``atexit``
-    hook: ask multiprocessing to flush the child's spans as it finishes."""
-    mp_util = sys.modules.get("multiprocessing.util")
-    if mp_util is None:
-        return
-
-    def finalize_at_exit(handle: Instrumentation) -> None:
-        # Called by multiprocessing in the child, after it cleared the parent's finalizers.
-        mp_util.Finalize(handle, handle.shutdown, exitpriority=10)
-
-    mp_util.register_after_fork(handle, finalize_at_exit)
+    def flush_at_worker_exit(self) -> None:
+        """A ``multiprocessing`` worker ends with ``os._exit`` (fork, forkserver),
+        which runs no ``atexit`` hook, or by its pool's SIGTERM: shut down
+        (flush) at either (``forks.at_worker_exit``)."""
+        forks.at_worker_exit(self, self.shutdown, self.settings.shutdown_timeout + 0.5)
 
 
 def _flush_within(processor: BatchSpanProcessor) -> Callable[[float], bool]:
@@ -467,6 +461,7 @@ def start(settings: Settings, problems: Optional[list[AgentOtelError]] = None) -
             raise
         _handle = handle
         _at_exit_once(handle)
+        handle.flush_at_worker_exit()
         return handle
 
 
