@@ -98,15 +98,11 @@ class _BackgroundImports:
         # Those a fork already waited FORK_WAIT_S for: stuck (a wedged driver
         # under an import), so no later fork waits for them again.
         self.given_up: set[int] = set()
-        self.hooked = False
 
     def enter(self) -> int:
         with self.condition:
             token = next(_tokens)
             self.running.add(token)
-            if not self.hooked and hasattr(os, "register_at_fork"):
-                self.hooked = True
-                os.register_at_fork(before=_before_fork, after_in_parent=_after_in_parent, after_in_child=_reinit)
             return token
 
     def exit(self, token: int) -> None:
@@ -158,9 +154,14 @@ def _after_in_parent() -> None:
 
 def _reinit() -> None:
     global _imports
-    hooked = _imports.hooked
     _imports = _BackgroundImports()  # the importing threads are the parent's
-    _imports.hooked = hooked
+
+
+# Registered when this module loads, before any part registers its own hook
+# (every part imports this module first): in a child, the hooks of the parts,
+# which may start threads that import, run after this one made _imports anew.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_in_parent, after_in_child=_reinit)
 
 
 # ------------------------------------------------------------ the end of a multiprocessing worker

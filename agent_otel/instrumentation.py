@@ -99,8 +99,8 @@ class Instrumentation:
         return tuple(self.refused.problems or ())
 
     def wait_for_gpu(self, timeout_s: Optional[float] = None) -> Optional[LiveTimeline]:
-        """``gpu_timeline`` once the GPU is found: with ``gpu="auto"`` it is looked
-        for on a thread of its own after ``instrument()`` returns (``GpuStart``);
+        """``gpu_timeline`` once the GPU is found: with ``gpu="auto"`` or ``"nvml"`` it is
+        looked for on a thread of its own after ``instrument()`` returns (``GpuStart``);
         this waits for that search (at most ``timeout_s``). None without a GPU."""
         for part in list(self.background):
             if isinstance(part, GpuStart):
@@ -558,46 +558,65 @@ def _setup(handle: Instrumentation) -> None:
     if handle.loop_monitor is not None:
         handle.background.append(handle.loop_monitor)
         handle.loop_monitor.install()  # hooks asyncio now, or when the application imports it
-    if settings.gpu == "auto" and not handle.gpu_pool:
-        # Whether there is a GPU is NVML's answer, and loading NVML takes tens
-        # of milliseconds: asked on a thread of its own, instrument() returns first.
+    if settings.gpu in ("auto", "nvml") and not handle.gpu_pool:
+        # Whether there is a GPU is NVML's answer: loading NVML takes tens of
+        # milliseconds, and a wedged driver never answers. Asked on a thread
+        # of its own: instrument() returns first, and never waits for it.
         starter = GpuStart(handle)
         handle.background.append(starter)
         starter.start()
     elif settings.gpu != "off" and not handle.gpu_pool:
-        try:
-            _start_gpu_timeline(handle)  # a source asked for by name: opened now, its errors said here
-        except AgentOtelError as error:  # a replay file it cannot read; a GPU log it cannot write
-            handle.refused(error)
-            if isinstance(error, ConfigError) and error.setting == "gpu_log_file":  # sample without the log
-                handle.settings = dataclasses.replace(settings, gpu_log_file=None)
-                _start_gpu_timeline(handle)
+        _start_named_gpu(handle)  # a simulated GPU, a replayed log: opened now, its errors said here
+
+
+def _start_named_gpu(handle: Instrumentation) -> None:
+    """``_start_gpu_timeline``, a setting it cannot use refused (``handle.refused``)."""
+    try:
+        _start_gpu_timeline(handle)
+    except AgentOtelError as error:  # a replay file it cannot read; a GPU log it cannot write
+        handle.refused(error)
+        if isinstance(error, ConfigError) and error.setting == "gpu_log_file":  # sample without the log
+            handle.settings = dataclasses.replace(handle.settings, gpu_log_file=None)
+            _start_gpu_timeline(handle)
     # Last, so that in a forked child it runs after every part above put itself right.
     forks.after_fork_in_child(handle.reinit_after_fork)
 
 
 def _start_gpu_timeline(handle: Instrumentation) -> None:
     """Open the GPU source and start the live timeline (``agent_otel.attribution.live``);
-    none without a GPU. A handle shut down meanwhile gets none either."""
-    from agent_otel.attribution.live import start_live_timeline
+    none without a GPU. A handle shut down meanwhile gets none either.
+
+    Opening NVML may hang (a wedged driver): nothing waits for that, not even
+    a fork. Making and starting the timeline from the opened source is short,
+    and a fork waits for it (``forks.background_import``), so that a child
+    has the parent's timeline (and restarts its sampling) or none, and then
+    looks for the GPU itself (``GpuStart``), never both.
+    """
+    from agent_otel.attribution.live import open_source, start_live_timeline
 
     assert handle.tracer is not None
-    timeline = start_live_timeline(
-        handle.settings,
-        tracer=handle.tracer,
-        metrics=handle.metrics,
-        recorder=handle.recorder,
-        pipeline=handle.pipeline,
-        loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor is not None else None,
-        default_log=sinks.default_gpu_log(handle.sinks),
-    )
-    if timeline is None:
+    tracer = handle.tracer
+    source = open_source(handle.settings)
+    if source is None:
         return
-    with _lock:
-        closed = handle._closed
-        if not closed:
-            handle.background.append(timeline)
-            handle.gpu_timeline = timeline
+    with forks.background_import():
+        timeline = start_live_timeline(
+            handle.settings,
+            tracer=tracer,
+            metrics=handle.metrics,
+            recorder=handle.recorder,
+            pipeline=handle.pipeline,
+            loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor is not None else None,
+            default_log=sinks.default_gpu_log(handle.sinks),
+            source=source,
+        )
+        if timeline is None:
+            return
+        with _lock:
+            closed = handle._closed
+            if not closed:
+                handle.background.append(timeline)
+                handle.gpu_timeline = timeline
     if closed:
         timeline.shutdown(1.0)
 
@@ -617,12 +636,14 @@ def _import_gpu_modules() -> None:
 
 class GpuStart:
     """The ``Instrumentation.background`` part that looks for a GPU with ``gpu="auto"``
-    on its own thread (``agent-otel-gpu-start``) and starts the timeline if it finds one.
+    or ``"nvml"`` on its own thread (``agent-otel-gpu-start``) and starts the
+    timeline if it finds one.
 
-    A fork waits until a search under way is over (``forks.background_import``),
-    so a child inherits its outcome; a child forked after ``start()`` but before
-    the search began (gunicorn's workers, forked right after the application
-    loaded) searches again itself.
+    A fork waits for the search's imports and for the start of the timeline
+    (``forks.background_import``), never for NVML (whose initialisation hangs
+    on a wedged driver): a child has the parent's timeline, or, forked before
+    the search found it (gunicorn's workers, forked right after the
+    application loaded), searches again itself.
     """
 
     part_name = "the GPU search"
@@ -641,9 +662,9 @@ class GpuStart:
 
     def _run(self) -> None:
         try:
-            with forks.background_import():  # a fork waits until the search is over
+            with forks.background_import():  # a fork waits until the imports are done
                 _import_gpu_modules()
-                _start_gpu_timeline(self._handle)
+            _start_named_gpu(self._handle)  # a fork waits for no NVML call (_start_gpu_timeline)
         except Exception as exc:  # never the agent's problem: no GPU sampling, one line
             logger.warning("agent-otel: GPU sampling is off (%s: %s)", type(exc).__name__, exc)
         finally:

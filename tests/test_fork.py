@@ -297,7 +297,9 @@ GPU_SEARCH_FORK = """
 @pytest.mark.parametrize("when", ["not begun", "under way"])
 def test_a_child_forked_during_the_gpu_search_samples_the_gpu(when):
     """gpu="auto" looks for the GPU on a thread after instrument() returns; a
-    worker forked meanwhile (gunicorn --preload) still samples the GPU."""
+    worker forked meanwhile (gunicorn --preload) still samples the GPU: the
+    fork does not wait for the search (NVML may hang), the child searches
+    itself."""
     helpers = os.path.join(os.path.dirname(__file__), "helpers")
     if when == "not begun":  # the parent's search thread waits before it begins; the fork comes first
         code = GPU_SEARCH_FORK.format(helpers=helpers, when=when, hold="begin.wait()", before_fork="")
@@ -312,8 +314,6 @@ def test_a_child_forked_during_the_gpu_search_samples_the_gpu(when):
     assert parent["child_exit"] == 0 and parent["parent_found"], result.stderr
     assert child["found"], result.stderr
     assert "agent-otel-gpu-sampler" in child["threads"]
-    if when == "under way":  # the fork waited for the search to end, and the child inherited it
-        assert parent["fork_s"] >= 0.1
 
 
 SLOW_ENCODER_IMPORT_FORK = """
