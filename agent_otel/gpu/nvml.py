@@ -364,6 +364,9 @@ class NvmlSource:
     def _from_samples(self, device: _Device, value_type, raw, now_ns: int) -> list[GpuSample]:
         polled_before, device.polled_ns = device.polled_ns, now_ns
         device.state = (GPU_STATE_OK, "")
+        for sample in raw:  # NVML returns only samples after last_seen: an older one is a bad timestamp
+            if sample.timeStamp < device.last_seen:
+                self._refuse(device, sample.timeStamp, "timestamp_behind", "before the last sample read")
         fresh = self._in_window(
             device, sorted((s for s in raw if s.timeStamp > device.last_seen), key=lambda s: s.timeStamp), now_ns
         )
@@ -445,11 +448,11 @@ class NvmlSource:
         return kept
 
     def _refuse(self, device: _Device, stamp: int, kind: str, how: str) -> None:
+        if stamp in device.refused:
+            return  # counted when first seen (the driver returns it again while its ring holds it)
+        device.refused.append(stamp)
         device.state = (GPU_STATE_ERROR, kind)
         device.unknown = True
-        if stamp in device.refused:
-            return  # counted when first seen
-        device.refused.append(stamp)
         self.errors[kind] += 1
         self._log_once(
             device,
