@@ -200,10 +200,21 @@ def at_worker_exit(owner: object, flush: Callable[[], object], timeout_s: float)
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is None:
         return
+    # Held weakly by what multiprocessing keeps for every process: an owner
+    # shut down and gone is not kept alive by it (instrument() again, later).
+    reference: Callable[[], Optional[Callable[[], object]]]
+    if inspect.ismethod(flush):
+        reference = weakref.WeakMethod(flush)
+    else:
+
+        def reference(flush: Callable[[], object] = flush) -> Optional[Callable[[], object]]:
+            return flush
 
     def at_exit(owner: object) -> None:
-        mp_util.Finalize(owner, _exiting(flush), exitpriority=10)
-        _flush_on_sigterm(flush, timeout_s)
+        bound = reference()
+        if bound is not None:
+            mp_util.Finalize(owner, _exiting(bound), exitpriority=10)
+            _flush_on_sigterm(bound, timeout_s)
 
     # A worker that has not begun its run yet (forked, or spawned and
     # importing the parent's __main__): multiprocessing calls this then.

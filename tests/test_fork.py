@@ -492,3 +492,22 @@ def test_workers_that_instrument_themselves_export_every_span_under_each_start_m
     assert outcome["terminated"] == -signal.SIGTERM  # still ended by SIGTERM, after it flushed
     tools = collections.Counter(tool_of(s) for s in spans_in(traces))
     assert tools == {"short_tool": 400, "long_tool": 400, "pool_tool": 400, "terminated_tool": 100}, result.stderr
+
+
+def test_what_multiprocessing_keeps_for_a_worker_exit_does_not_keep_old_handles_alive():
+    import gc
+    import multiprocessing.util as mp_util
+
+    import agent_otel
+
+    def registered() -> int:
+        gc.collect()
+        return len(mp_util._afterfork_registry)
+
+    agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=())
+    agent_otel.uninstrument()
+    before = registered()
+    for _ in range(5):
+        agent_otel.instrument(traces_exporters="none", gpu="off", frameworks=())
+        agent_otel.uninstrument()
+    assert registered() == before

@@ -338,3 +338,20 @@ def test_a_hung_nvml_init_holds_up_neither_instrument_nor_fork_nor_tool_calls(tm
 
 def _spans(request: dict) -> list[dict]:
     return [span for rs in request["resourceSpans"] for ss in rs["scopeSpans"] for span in ss["spans"]]
+
+
+def test_the_blame_service_shows_a_lost_gpu_at_once_not_a_watermark_late(monkeypatch):
+    from agent_otel.attribution.service import PoolTimeline
+
+    clock = VirtualClock()
+    nvml = FaultyNvml([DriverGpu(clock, period_s=PERIOD_S)])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    metrics = Metrics()
+    timeline = PoolTimeline(
+        NvmlSource(clock=clock), pool="vllm-a:8000", watermark_s=30.0, tracer=trace_api.NoOpTracer(), metrics=metrics
+    )
+    nvml.samples_error = pynvml.NVMLError_GpuIsLost()
+    timeline.sampler._poll_once()
+    values = scrape(metrics)
+    assert values[(METRIC_GPU_STATE, (("gpu", "0"), ("reason", "gpu_lost"), ("state", "lost")))] == 1
+    assert values[(METRIC_GPU_ERRORS, (("reason", "gpu_lost"),))] == 1

@@ -46,7 +46,7 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 from agent_otel.attribution.live import LiveTimeline
 from agent_otel.config import DEFAULTS
@@ -95,6 +95,16 @@ class WatermarkSource:
     @property
     def errors(self) -> collections.Counter:
         return self.source.errors
+
+    def states(self) -> dict[str, tuple[str, str]]:
+        """The wrapped source's GPU states now (``GpuSampler.states``), not a watermark late."""
+        states = getattr(self.source, "states", None)
+        return states() if states is not None else {}
+
+    @property
+    def calling(self) -> Optional[str]:
+        """The NVML call the wrapped source is in, if any (what a stuck poll is stuck in)."""
+        return getattr(self.source, "calling", None)
 
     def devices(self):
         return self.source.devices()
