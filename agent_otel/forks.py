@@ -216,12 +216,18 @@ def at_worker_exit(owner: object, flush: Callable[[], object], timeout_s: float)
             mp_util.Finalize(owner, _exiting(bound), exitpriority=10)
             _flush_on_sigterm(bound, timeout_s)
 
-    # A worker that has not begun its run yet (forked, or spawned and
-    # importing the parent's __main__): multiprocessing calls this then.
+    # A forked worker that has not begun its run yet: multiprocessing calls
+    # this then, after it cleared the finalizers the worker inherited (so do
+    # forkserver's workers; spawned ones clear nothing and call nothing).
     mp_util.register_after_fork(owner, at_exit)
     mp = sys.modules.get("multiprocessing")
-    if mp is not None and mp.parent_process() is not None:
-        at_exit(owner)  # a worker already running (it set itself up: a pool's initializer, its target)
+    if mp is None:
+        return
+    if mp.parent_process() is not None or getattr(mp.current_process(), "_inheriting", False):
+        # A worker already running (it set itself up: a pool's initializer, its
+        # target), or a spawned or forkserver worker importing the parent's
+        # __main__ (multiprocessing marks it inheriting meanwhile).
+        at_exit(owner)
 
 
 def _flush_on_sigterm(flush: Callable[[], object], timeout_s: float) -> None:

@@ -567,6 +567,8 @@ def _setup(handle: Instrumentation) -> None:
         starter.start()
     elif settings.gpu != "off" and not handle.gpu_pool:
         _start_named_gpu(handle)  # a simulated GPU, a replayed log: opened now, its errors said here
+    # Last, so that in a forked child it runs after every part above put itself right.
+    forks.after_fork_in_child(handle.reinit_after_fork)
 
 
 def _start_named_gpu(handle: Instrumentation) -> None:
@@ -578,8 +580,6 @@ def _start_named_gpu(handle: Instrumentation) -> None:
         if isinstance(error, ConfigError) and error.setting == "gpu_log_file":  # sample without the log
             handle.settings = dataclasses.replace(handle.settings, gpu_log_file=None)
             _start_gpu_timeline(handle)
-    # Last, so that in a forked child it runs after every part above put itself right.
-    forks.after_fork_in_child(handle.reinit_after_fork)
 
 
 def _start_gpu_timeline(handle: Instrumentation) -> None:

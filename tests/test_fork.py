@@ -473,22 +473,25 @@ def test_where_the_chosen_traces_file_is_is_said_once_not_by_every_child(tmp_pat
     assert len([s for s in spans_in(traces) if s["name"] == "execute_tool search"]) == 4  # the children's too
 
 
+@pytest.mark.parametrize("mode", ["self", "at-import"])
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
-def test_workers_that_instrument_themselves_export_every_span_under_each_start_method(tmp_path, method):
-    """Workers that call instrument() themselves (a target, a pool's initializer) export all
-    their spans: those that return (os._exit under fork and forkserver, Python 3.14's default),
-    those that run for several export intervals, and those their pool or parent terminates."""
+def test_workers_export_every_span_under_each_start_method(tmp_path, method, mode):
+    """Workers export all their spans, whether they call instrument() themselves (a target,
+    a pool's initializer) or the application's main module does as it is imported (in the
+    parent, and again in each spawned or forkserver worker): those that return (os._exit
+    under fork and forkserver, Python 3.14's default), those that run for several export
+    intervals, and those their pool or parent terminates."""
     if method not in multiprocessing.get_all_start_methods():
         pytest.skip(f"no {method} start method on this platform")
     traces = tmp_path / "traces.jsonl"
     script = os.path.join(os.path.dirname(__file__), "helpers", "start_method_workers.py")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
     result = subprocess.run(
-        [sys.executable, script, method, str(traces)], env=env, capture_output=True, text=True, timeout=240
+        [sys.executable, script, method, str(traces), mode], env=env, capture_output=True, text=True, timeout=240
     )
     assert result.returncode == 0, result.stdout + result.stderr
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
-    assert outcome["exit_codes"] == [0, 0, 0, 0] and outcome["pool"], outcome
+    assert outcome["exit_codes"] == [0, 0] and outcome["pool"], outcome
     assert outcome["terminated"] == -signal.SIGTERM  # still ended by SIGTERM, after it flushed
     tools = collections.Counter(tool_of(s) for s in spans_in(traces))
     assert tools == {"short_tool": 400, "long_tool": 400, "pool_tool": 400, "terminated_tool": 100}, result.stderr

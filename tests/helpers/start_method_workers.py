@@ -4,13 +4,13 @@
 spawn or forkserver), workers that each call ``agent_otel.instrument()``
 themselves and write to the traces file TRACES:
 
-- two short workers (200 tool calls at once, then they return: under fork
-  and forkserver multiprocessing ends them with ``os._exit``);
-- two long workers (200 calls over several export intervals, so some of
-  their spans leave while they run and the rest at their exit);
-- a ``Pool`` of two whose initializer instruments each worker, used in a
-  ``with`` block, whose end terminates the workers (SIGTERM) once the 400
-  calls are answered;
+- a short worker (400 tool calls at once, then it returns: under fork and
+  forkserver multiprocessing ends it with ``os._exit``);
+- a long worker (400 calls over several export intervals, so some of its
+  spans leave while it runs and the rest at its exit);
+- a ``Pool`` of one (its initializer instruments it in ``self`` mode), used
+  in a ``with`` block, whose end terminates the worker (SIGTERM) once the
+  400 calls are answered;
 - one worker that makes 100 calls and waits to be terminated
   (``Process.terminate()``, SIGTERM).
 
@@ -68,7 +68,7 @@ def long_worker(traces, calls):
     instrument(traces)
     for i in range(calls):
         long_tool(i)
-        time.sleep(0.003)  # 200 calls: over half a second, five export intervals
+        time.sleep(0.0015)  # 400 calls: over half a second, five export intervals
 
 
 def terminated_worker(traces, calls, ready):
@@ -81,13 +81,13 @@ def terminated_worker(traces, calls, ready):
 
 def main(method, traces):
     context = multiprocessing.get_context(method)
-    workers = [context.Process(target=short_worker, args=(traces, 200)) for _ in range(2)]
-    workers += [context.Process(target=long_worker, args=(traces, 200)) for _ in range(2)]
+    workers = [context.Process(target=short_worker, args=(traces, 400))]
+    workers += [context.Process(target=long_worker, args=(traces, 400))]
     ready = context.Event()
     terminated = context.Process(target=terminated_worker, args=(traces, 100, ready))
     for worker in [*workers, terminated]:
         worker.start()
-    with context.Pool(2, initializer=instrument, initargs=(traces,)) as pool:
+    with context.Pool(1, initializer=instrument, initargs=(traces,)) as pool:
         answered = pool.map(pool_tool, range(400), chunksize=10)
     ready.wait(120)
     terminated.terminate()
