@@ -455,7 +455,7 @@ def test_the_example_agent_has_what_an_agent_needs(example):
 def test_monitors_and_policies_name_ports_and_pods_that_exist(example):
     gateway = one(example, "Deployment", "agent-otel-gateway")
     gateway_labels = gateway["spec"]["template"]["metadata"]["labels"]
-    for pool, daemon_set in blame_services(example).items():
+    for daemon_set in blame_services(example).values():
         labels = daemon_set["spec"]["template"]["metadata"]["labels"]
         monitor = one(example, "PodMonitor", "agent-otel-blame")
         assert selects(monitor["spec"]["selector"], labels)
