@@ -131,3 +131,36 @@ def test_a_tls_endpoint_against_the_plain_text_receiver_says_so_in_one_line_with
     (line,) = tls_lines(stderr)
     assert f"write http://{blame_service.grpc} for a receiver without TLS" in line
     assert ("https:// means TLS" if scheme else "an endpoint without http:// means TLS") in line
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "environ", "advised"),
+    [
+        ("http://gw:4317", {}, None),
+        ("gw:4317", {}, "gw:4317"),
+        ("https://gw:4317", {}, "gw:4317"),
+        ("gw:4317", {"OTEL_EXPORTER_OTLP_INSECURE": "true"}, None),
+        ("gw:4317", {"OTEL_EXPORTER_OTLP_TRACES_INSECURE": "false", "OTEL_EXPORTER_OTLP_INSECURE": "true"}, "gw:4317"),
+        ("https://gw:4317", {"OTEL_EXPORTER_OTLP_INSECURE": "true"}, "gw:4317"),  # https:// wins, as in the SDK
+        (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"}, "collector:4317"),
+        (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"}, None),
+        (None, {}, None),  # the SDK's default, http://localhost:4317
+    ],
+)
+def test_advice_only_where_the_exporter_opens_tls_and_only_for_a_tls_failure(endpoint, environ, advised):
+    import dataclasses
+
+    from agent_otel.config import DEFAULTS
+    from agent_otel.sinks import grpc_tls_advice
+
+    settings = dataclasses.replace(DEFAULTS, otlp_endpoint=endpoint)
+    advise = grpc_tls_advice(settings, environ)
+    if advised is None:
+        assert advise is None
+        return
+    assert advise is not None
+    assert f"write http://{advised} " in advise(
+        "... Tls handshake failed (TSI_PROTOCOL_FAILURE): ... WRONG_VERSION_NUMBER"
+    )
+    assert advise("failed to connect to all addresses; Connection refused") == ""
+    assert grpc_tls_advice(dataclasses.replace(settings, otlp_protocol="http/protobuf"), environ) is None
