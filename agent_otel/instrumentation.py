@@ -649,12 +649,20 @@ class GpuStart:
 
     part_name = "the GPU search"
     THREAD_NAME = "agent-otel-gpu-start"
+    # A search (NVML's initialisation) still running after this long is stuck:
+    # said in one line, and counted (agent_otel_gpu_errors_total{reason}).
+    STUCK_S = 5.0
+    STUCK_REASON = "nvml_init_stuck"
 
     def __init__(self, handle: Instrumentation):
         self._handle = handle
         self._started = False
         self._done = False
+        self._opening_since: Optional[float] = None  # monotonic, while the source is being opened
+        self._said_stuck = False
         self._thread = threading.Thread(target=self._run, name=self.THREAD_NAME, daemon=True)
+        if handle.pipeline is not None:
+            handle.pipeline.consumers.append(self._check_stuck)  # every 0.25 s, on the pipeline's thread
         forks.after_fork_in_child(self.reinit_after_fork)
 
     def start(self) -> None:
@@ -665,15 +673,39 @@ class GpuStart:
         try:
             with forks.background_import():  # a fork waits until the imports are done
                 _import_gpu_modules()
+            self._opening_since = time.monotonic()
             _start_named_gpu(self._handle)  # a fork waits for no NVML call (_start_gpu_timeline)
         except Exception as exc:  # never the agent's problem: no GPU sampling, one line
             logger.warning("agent-otel: GPU sampling is off (%s: %s)", type(exc).__name__, exc)
         finally:
+            self._opening_since = None
             self._done = True
+            if self._said_stuck:
+                logger.warning(
+                    "agent-otel: the GPU search ended, %s",
+                    "GPU sampling is on" if self._handle.gpu_timeline else "no GPU sampled",
+                )
+
+    def _check_stuck(self, calls: list) -> None:
+        """Say it, once, when opening the GPU source has taken ``STUCK_S``."""
+        since = self._opening_since
+        if since is None or self._said_stuck or time.monotonic() - since < self.STUCK_S:
+            return
+        self._said_stuck = True
+        metrics = self._handle.metrics
+        metrics.gpu_errors.labels(metrics.reason_label(self.STUCK_REASON)).inc()
+        logger.warning(
+            "agent-otel: NVML has not answered for %.0f s (nvmlInit: a wedged GPU driver?); GPU sampling is "
+            "off until it does, and nothing else waits for it (counted as %s)",
+            self.STUCK_S,
+            self.STUCK_REASON,
+        )
 
     def reinit_after_fork(self) -> None:
-        """In a forked child: search again if the parent's search had not begun."""
+        """In a forked child: search again if the parent's search had not found the GPU."""
         self._thread = threading.Thread(target=self._run, name=self.THREAD_NAME, daemon=True)
+        self._opening_since = None
+        self._said_stuck = False
         handle = self._handle
         if self._started and not self._done and handle.gpu_timeline is None and not handle._closed:
             self._thread.start()

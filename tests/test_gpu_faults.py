@@ -296,8 +296,9 @@ HUNG_INIT = """
 
     sys.modules["pynvml"] = WedgedDriver([DriverGpu(time.time_ns)])
     import agent_otel
-    from agent_otel import forks
+    from agent_otel import forks, instrumentation
 
+    instrumentation.GpuStart.STUCK_S = 0.2  # 5 s, in use
     started = time.monotonic()
     handle = agent_otel.instrument(traces_file={traces!r}, traces_exporters="none", frameworks=(), gpu={gpu!r})
     instrument_s = time.monotonic() - started
@@ -320,9 +321,14 @@ HUNG_INIT = """
         forks_s.append(time.monotonic() - started)
         codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
     hung = not release.is_set() and (handle.gpu_timeline is None) == ({hang!r} == "nvmlInit")
+    deadline = time.monotonic() + 10
+    counted = None
+    while {hang!r} == "nvmlInit" and time.monotonic() < deadline and not counted:
+        time.sleep(0.05)
+        counted = handle.metrics.registry.get_sample_value("agent_otel_gpu_errors_total", {{"reason": "nvml_init_stuck"}})
     handle.shutdown(timeout_s=1)
     release.set()
-    print(json.dumps({{"instrument_s": instrument_s, "forks_s": forks_s, "codes": codes, "hung": hung,
+    print(json.dumps({{"instrument_s": instrument_s, "forks_s": forks_s, "codes": codes, "hung": hung, "counted": counted,
                       "fork_wait_s": forks.FORK_WAIT_S}}))
 """
 
@@ -338,6 +344,9 @@ def test_a_hung_nvml_call_holds_up_neither_instrument_nor_fork_nor_tool_calls(tm
     assert result.returncode == 0, result.stdout + result.stderr
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["hung"] and outcome["codes"] == [0, 0], outcome
+    if hang == "nvmlInit":  # said and counted while it lasts (the stuck poll: test_a_poll_stuck_...)
+        assert outcome["counted"] == 1, outcome
+        assert result.stderr.count("NVML has not answered") == 1, result.stderr
     # instrument() returned while the call was still hung (it returns only after the script's
     # end otherwise: the run would time out); a fork that waited for the search would take
     # FORK_WAIT_S (5 s).
