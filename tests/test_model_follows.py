@@ -151,3 +151,20 @@ def test_peers_model_spans_are_watched_only_while_a_simulated_gpu_follows_them(s
     after = tracer.start_span("ChatCompletion", attributes={"openinference.span.kind": "LLM"})
     assert model_calls.in_flight_count() == 0  # nobody follows them now: not kept
     after.end()
+
+
+def test_watching_the_peers_keeps_the_tool_spans_fast_path():
+    # The tool spans start without their attributes (or are deferred) only
+    # where no span processor reads them at start: the peers' watcher acts on
+    # model spans alone, so it leaves that path as it was.
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from agent_otel.capture.sdk_span import StartAttributes
+
+    provider = TracerProvider()
+    start = StartAttributes(provider.get_tracer("agent_otel"), {"gen_ai.operation.name": "execute_tool"})
+    assert start.get() is None
+    models.watch_peers(provider)
+    models.watch_peers(provider)  # once per provider
+    assert start.get() is None
+    assert provider._active_span_processor._span_processors.count(models.peer_model_spans) == 1

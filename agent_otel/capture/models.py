@@ -214,12 +214,14 @@ class PeerModelSpans(SpanProcessor):
     there already.
 
     Added to the tracer provider only where a simulated GPU follows the
-    model calls (``watch_peers``): a processor whose ``on_start`` does
-    something makes every tool span start with its attributes, which the
-    hot path otherwise skips (``capture.sdk_span``).
+    model calls (``watch_peers``). It acts on model spans only: a tool
+    span, started with its attributes or without them (deferred,
+    ``capture.sdk_span``), is never one, so it declares itself
+    ``blind_to_tool_spans`` and the tool spans keep their fast path.
     """
 
     enabled = False
+    blind_to_tool_spans = True
 
     def on_start(self, span, parent_context=None) -> None:
         if not self.enabled:
