@@ -24,8 +24,7 @@ generated gRPC service name):
   protobuf, bad gzip): ``INVALID_ARGUMENT`` / HTTP 400, with a
   ``google.rpc.Status`` naming the problem;
 - a body over ``max_request_bytes`` (after gzip decompression too):
-  ``RESOURCE_EXHAUSTED`` / HTTP 413 (over twice the limit, gRPC's own
-  transport refuses it before the receiver sees it: not counted);
+  ``RESOURCE_EXHAUSTED`` / HTTP 413;
 - HTTP only: another content type (OTLP/JSON) or content encoding: 415;
   no ``Content-Length``: 411; another path: 404; another method: 405;
 - a request that did not arrive whole within ``Limits.request_timeout_s``
@@ -48,11 +47,15 @@ connections a new one takes the place of the one idle longest, or, when
 none is idle, is closed at once (gRPC: ``grpc.max_allowed_incoming_connections``).
 
 **Memory is bounded in bytes.** The bytes of every request being received
-(HTTP: as they arrive; gRPC: the message, once read), and
-``DECODE_FACTOR`` times them while it is decoded, are taken from one
-budget of ``Limits.memory_bytes``; what would go past it is refused
-(``memory``) and the sender retries. A request whose bytes are given back
-lets go of their memory (``malloc_trim`` after large ones, on glibc).
+(HTTP: as they arrive; gRPC: ``max_request_bytes`` while its message is
+read, as gRPC hands it over whole, then its size), and ``DECODE_FACTOR``
+times them while it is decoded, are taken from one budget of
+``Limits.memory_bytes``, of which requests being received may hold half;
+what would go past it is refused (``memory``) and the sender retries. So
+a gRPC call that stalls holds ``max_request_bytes`` of it until its
+deadline: at the defaults (256 MiB, 4 MiB) 31 such calls leave room for
+good ones. Memory given back returns to the system (``malloc_trim`` after
+large requests, on glibc).
 
 Nothing a sender does stops the receiver: every failure becomes one of
 the statuses above (the consumer's own exceptions too, as ``INTERNAL`` /
@@ -192,23 +195,32 @@ def _response(outcome: Outcome) -> ExportTraceServiceResponse:
 
 
 class ByteBudget:
-    """Bytes held for requests, up to ``limit``; ``take`` says whether they fit."""
+    """Bytes held for requests, up to ``limit``; ``take`` says whether they fit.
+
+    Bytes being received may take half of it at most: requests received
+    whole can always be decoded, however many clients are sending.
+    """
 
     def __init__(self, limit: int):
         self.limit = limit
         self.held = 0
+        self.receiving = 0
         self._lock = threading.Lock()
 
-    def take(self, size: int) -> bool:
+    def take(self, size: int, receiving: bool = False) -> bool:
         with self._lock:
-            if self.held + size > self.limit:
+            if self.held + size > self.limit or (receiving and 2 * (self.receiving + size) > self.limit):
                 return False
             self.held += size
+            if receiving:
+                self.receiving += size
             return True
 
-    def give(self, size: int) -> None:
+    def give(self, size: int, receiving: bool = False) -> None:
         with self._lock:
             self.held -= size
+            if receiving:
+                self.receiving -= size
 
 
 class OtlpReceiver:
@@ -340,11 +352,11 @@ class OtlpReceiver:
         server = aio.server(
             # A backstop: the handler refuses (and counts) past max_rpcs itself.
             maximum_concurrent_rpcs=2 * limits.max_rpcs,
-            # gRPC refuses past twice the limit itself; up to there the
-            # handler refuses (and counts) what is over it. No SO_REUSEPORT:
-            # a second service on the same port is an error, not a silent share.
+            # gRPC refuses a message over the limit itself (the handler
+            # counts it). No SO_REUSEPORT: a second service on the same
+            # port is an error, not a silent share.
             options=[
-                ("grpc.max_receive_message_length", 2 * self.max_request_bytes),
+                ("grpc.max_receive_message_length", self.max_request_bytes),
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_connection_idle_ms", round(limits.idle_timeout_s * 1000)),
                 ("grpc.server_handshake_timeout_ms", round(limits.request_timeout_s * 1000)),
@@ -384,20 +396,28 @@ class OtlpReceiver:
             raise  # abort raises; this line is never reached
 
     async def _grpc_call(self, context: aio.ServicerContext) -> ExportTraceServiceResponse:
+        # gRPC hands the message over whole: the most it may be is taken
+        # before it is read, the rest given back once its size is known.
+        held = limit = self.max_request_bytes
+        if not self.budget.take(limit, receiving=True):
+            raise _out_of_memory(limit, self.budget.limit)
         try:
-            body = await asyncio.wait_for(context.read(), self.limits.request_timeout_s)
-        except asyncio.TimeoutError:
-            raise _timed_out(self.limits.request_timeout_s) from None
-        if body is aio.EOF:
-            raise _Refused(MALFORMED, 400, grpc.StatusCode.INVALID_ARGUMENT, "the call sent no request message")
-        if len(body) > self.max_request_bytes:
-            raise _too_large(len(body), self.max_request_bytes)
-        if not self.budget.take(len(body)):
-            raise _out_of_memory(len(body), self.budget.limit)
-        try:
+            try:
+                body = await asyncio.wait_for(context.read(), self.limits.request_timeout_s)
+            except asyncio.TimeoutError:
+                raise _timed_out(self.limits.request_timeout_s) from None
+            if body is aio.EOF:  # what gRPC does with a message over grpc.max_receive_message_length
+                raise _Refused(
+                    TOO_LARGE,
+                    413,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"no request message arrived (gRPC refuses one over this receiver's limit of {limit} bytes)",
+                )
+            self.budget.give(limit - len(body), receiving=True)
+            held = len(body)
             return await self._handled(body, context.peer(), "grpc")
         finally:
-            self._give(len(body))
+            self._give(held, receiving=True)
 
     # -- HTTP --------------------------------------------------------------
 
@@ -489,7 +509,7 @@ class OtlpReceiver:
                     chunk = await _within(deadline, reader.read(min(HTTP_CHUNK, size - len(body))))
                     if not chunk:
                         raise ConnectionResetError(f"the body ended after {len(body)} of its {size} bytes")
-                    if not self.budget.take(len(chunk)):
+                    if not self.budget.take(len(chunk), receiving=True):
                         raise _out_of_memory(size, self.budget.limit)
                     held += len(chunk)
                     body += chunk
@@ -503,7 +523,7 @@ class OtlpReceiver:
             await self._send(writer, refusal.http_status, _status_body(refusal), refusal=refusal)
             return False
         finally:
-            self._give(held)
+            self._give(held, receiving=True)
         await self._send(writer, 200, response.SerializeToString(), keep_alive=keep_alive)
         return keep_alive
 
@@ -623,11 +643,11 @@ class OtlpReceiver:
         except Exception as exc:
             self._log_once("on_refused", exc)
 
-    def _give(self, size: int) -> None:
+    def _give(self, size: int, receiving: bool = False) -> None:
         """Bytes a request held, given back (and, after large ones, to the system)."""
         if not size:
             return
-        self.budget.give(size)
+        self.budget.give(size, receiving)
         if size >= TRIM_AFTER_BYTES and _malloc_trim is not None and self._workers is not None:
             now = time.monotonic()
             if now - self._trimmed >= 1.0:

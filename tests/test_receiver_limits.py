@@ -1,0 +1,270 @@
+"""The blame service's OTLP receivers under slow, idle and greedy clients:
+each is cut off or refused alone, and a good client is served meanwhile.
+
+Loopback only; every test bounds its own time (the timeouts are the
+receiver's limits, set short here), and the crowd of idle connections
+checks the open-file limit first."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import logging
+import os
+import resource
+import socket
+import threading
+import time
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from agent_otel.receiver.server import GRPC_SERVICE, HTTP_PATH, Limits, OtlpReceiver, Outcome
+
+T0 = 1_767_000_000_000_000_000
+
+
+def one_span_request(number: int = 1) -> bytes:
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.span_id, span.name = b"\x02" * 16, number.to_bytes(8, "big"), "execute_tool search"
+    span.start_time_unix_nano, span.end_time_unix_nano = T0, T0 + 10
+    return request.SerializeToString()
+
+
+class Counting:
+    """A consumer that counts the requests it got, and the refusals."""
+
+    def __init__(self):
+        self.requests = 0
+        self.refused: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, request, peer, transport):
+        with self.lock:
+            self.requests += 1
+        return Outcome()
+
+    def on_refused(self, transport, reason):
+        with self.lock:
+            self.refused.append((transport, reason))
+
+
+@contextlib.contextmanager
+def serving(limits: Limits, max_request_bytes: int = 4 * 1024 * 1024):
+    consumer = Counting()
+    receiver = OtlpReceiver(
+        consumer,
+        grpc_endpoint="127.0.0.1:0",
+        http_endpoint="127.0.0.1:0",
+        max_request_bytes=max_request_bytes,
+        limits=limits,
+        on_refused=consumer.on_refused,
+    )
+    receiver.start()
+    try:
+        yield receiver, consumer
+    finally:
+        receiver.shutdown(1.0)
+
+
+def http_export(port: int, body: bytes, timeout: float = 5.0) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("POST", HTTP_PATH, body, {"Content-Type": "application/x-protobuf"})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def grpc_export(channel: grpc.Channel, body: bytes, timeout: float = 5.0) -> ExportTraceServiceResponse:
+    export = channel.unary_unary(
+        f"/{GRPC_SERVICE}/Export", request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString
+    )
+    return export(body, timeout=timeout)
+
+
+def stalled_http_upload(port: int) -> socket.socket:
+    """A POST that sends its headers and part of its body, then nothing."""
+    client = socket.create_connection(("127.0.0.1", port), timeout=30)
+    client.sendall(
+        f"POST {HTTP_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        f"Content-Length: 100000\r\n\r\n".encode()
+        + b"\x0a" * 1000
+    )
+    return client
+
+
+class StalledGrpcCalls:
+    """gRPC Export calls whose one message never comes (until ``release``)."""
+
+    def __init__(self, port: int, count: int):
+        self.release_event = threading.Event()
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        call = self.channel.stream_unary(f"/{GRPC_SERVICE}/Export", request_serializer=None)
+        self.futures = [call.future(self._never(), timeout=60) for _ in range(count)]
+
+    def _never(self):
+        self.release_event.wait(60)
+        return
+        yield b""  # a generator that yields nothing until released
+
+    def outcomes(self, timeout_s: float) -> list:
+        codes = []
+        for future in self.futures:
+            try:
+                future.result(timeout=timeout_s)
+                codes.append(grpc.StatusCode.OK)
+            except grpc.RpcError as error:
+                codes.append(error.code())
+        return codes
+
+    def close(self) -> None:
+        self.release_event.set()
+        for future in self.futures:
+            future.cancel()
+        self.channel.close()
+
+
+def test_a_stalled_upload_is_cut_off_at_its_deadline_on_both_transports(caplog):
+    limits = Limits(request_timeout_s=1.0, idle_timeout_s=30.0, max_connections=100, max_rpcs=16)
+    with serving(limits) as (receiver, consumer):
+        stalled_http = stalled_http_upload(receiver.http_port)
+        stalled_grpc = StalledGrpcCalls(receiver.grpc_port, 2)
+        try:
+            started = time.monotonic()
+            answer = stalled_http.recv(4096)  # the receiver speaks first: 408, and the connection closes
+            assert answer.startswith(b"HTTP/1.1 408 ")
+            assert b"Connection: close" in answer
+            while stalled_http.recv(4096):
+                pass
+            assert time.monotonic() - started < 10
+            assert stalled_grpc.outcomes(10) == [grpc.StatusCode.DEADLINE_EXCEEDED] * 2
+        finally:
+            stalled_http.close()
+            stalled_grpc.close()
+        assert sorted(consumer.refused) == [("grpc", "timeout"), ("grpc", "timeout"), ("http", "timeout")]
+        assert consumer.requests == 0
+
+
+def test_an_idle_connection_is_closed_after_the_idle_timeout():
+    limits = Limits(request_timeout_s=5.0, idle_timeout_s=0.5, max_connections=100, max_rpcs=16)
+    with serving(limits) as (receiver, _):
+        idle = socket.create_connection(("127.0.0.1", receiver.http_port), timeout=10)
+        try:
+            started = time.monotonic()
+            assert idle.recv(1) == b""  # closed by the receiver, with nothing said
+            assert 0.4 < time.monotonic() - started < 8
+        finally:
+            idle.close()
+        # A keep-alive connection that served a request is closed the same way after it.
+        connection = http.client.HTTPConnection("127.0.0.1", receiver.http_port, timeout=10)
+        connection.request("POST", HTTP_PATH, one_span_request(), {"Content-Type": "application/x-protobuf"})
+        assert connection.getresponse().read() == b""
+        assert connection.sock.recv(1) == b""
+        connection.close()
+
+
+def test_past_the_connection_cap_a_new_connection_takes_the_place_of_the_one_idle_longest():
+    limits = Limits(request_timeout_s=5.0, idle_timeout_s=30.0, max_connections=20, max_rpcs=16)
+    with serving(limits) as (receiver, consumer):
+        crowd = [socket.create_connection(("127.0.0.1", receiver.http_port), timeout=10) for _ in range(20)]
+        try:
+            time.sleep(0.2)
+            assert http_export(receiver.http_port, one_span_request()) == 200
+            assert crowd[0].recv(1) == b""  # the first of the crowd gave its place
+            # Connections in the middle of a request keep theirs: a new one is turned away.
+            busy = [stalled_http_upload(receiver.http_port) for _ in range(20)]
+            time.sleep(0.2)
+            turned_away = socket.create_connection(("127.0.0.1", receiver.http_port), timeout=10)
+            assert turned_away.recv(1) == b""
+            turned_away.close()
+            for client in busy:
+                client.close()
+        finally:
+            for client in crowd:
+                client.close()
+        assert ("http", "busy") in consumer.refused
+
+
+def test_grpc_calls_past_max_rpcs_are_refused_as_unavailable_and_counted():
+    limits = Limits(request_timeout_s=3.0, idle_timeout_s=30.0, max_connections=100, max_rpcs=4)
+    with serving(limits) as (receiver, consumer):
+        stalled = StalledGrpcCalls(receiver.grpc_port, 4)
+        try:
+            time.sleep(0.3)
+            with grpc.insecure_channel(f"127.0.0.1:{receiver.grpc_port}") as channel:
+                with pytest.raises(grpc.RpcError) as error:
+                    grpc_export(channel, one_span_request())
+                assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+        finally:
+            stalled.close()
+        assert ("grpc", "busy") in consumer.refused
+
+
+def test_an_early_disconnect_is_one_debug_line_not_a_traceback(caplog):
+    limits = Limits(request_timeout_s=5.0, idle_timeout_s=30.0, max_connections=100, max_rpcs=16)
+    with caplog.at_level(logging.DEBUG, logger="agent_otel"):
+        with serving(limits) as (receiver, _):
+            for _ in range(20):
+                client = stalled_http_upload(receiver.http_port)
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                client.close()  # a reset, mid-body
+            time.sleep(0.5)
+            assert http_export(receiver.http_port, one_span_request()) == 200
+    records = [r for r in caplog.records if r.name.startswith("agent_otel")]
+    assert all(r.levelno <= logging.DEBUG and r.exc_info is None for r in records), [r.getMessage() for r in records]
+    assert len([r for r in records if "ended early" in r.getMessage()]) == 20
+
+
+def open_file_room(wanted: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"the open-file limit ({hard}) is under the {wanted} this test needs")
+            pytest.skip(f"the open-file limit ({hard}) is under the {wanted} this test needs")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def test_a_good_client_is_served_within_a_second_among_1000_idle_connections_and_50_stalled_uploads():
+    open_file_room(4096)
+    limits = Limits(request_timeout_s=30.0, idle_timeout_s=30.0)  # the default caps and memory budget
+    threads_before = threading.active_count()
+    with serving(limits) as (receiver, consumer):
+        idle = []
+        stalled_http = []
+        stalled_grpc = None
+        try:
+            for i in range(1000):
+                port = receiver.http_port if i % 2 else receiver.grpc_port
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+            stalled_http = [stalled_http_upload(receiver.http_port) for _ in range(25)]
+            time.sleep(0.5)
+            # The receiver's threads: its loop and decode workers, not one per connection.
+            assert threading.active_count() - threads_before <= 3, [t.name for t in threading.enumerate()]
+            stalled_grpc = StalledGrpcCalls(receiver.grpc_port, 25)  # (the client's threads send these)
+            time.sleep(0.5)
+            latencies = []
+            with grpc.insecure_channel(f"127.0.0.1:{receiver.grpc_port}") as channel:
+                for number in range(20):
+                    started = time.monotonic()
+                    if number % 2:
+                        assert http_export(receiver.http_port, one_span_request(number)) == 200
+                    else:
+                        assert grpc_export(channel, one_span_request(number)) == ExportTraceServiceResponse()
+                    latencies.append(time.monotonic() - started)
+            assert max(latencies) < 1.0, latencies
+            assert consumer.requests == 20
+            assert not consumer.refused
+        finally:
+            for client in idle + stalled_http:
+                client.close()
+            if stalled_grpc is not None:
+                stalled_grpc.close()
