@@ -268,3 +268,128 @@ def test_a_good_client_is_served_within_a_second_among_1000_idle_connections_and
                 client.close()
             if stalled_grpc is not None:
                 stalled_grpc.close()
+
+
+# ---------------------------------------------------------------- memory, in bytes
+
+MEMORY_LIMIT = 64 * 1024 * 1024
+# What the blame service may hold over its baseline while it receives: its
+# byte budget, plus gRPC's 64 KiB ahead per call, the decode workers' and
+# the allocator's slack (measured: 75-89 MB over the baseline with this budget).
+PEAK_SLACK = 64 * 1024 * 1024
+# ... and after: what the first requests leave behind (measured: 15-19 MB).
+AFTER_SLACK = 40 * 1024 * 1024
+
+
+class BlameServiceProcess:
+    """``agent-otel gpu-exporter --pool`` in a process of its own, its RSS sampled."""
+
+    def __init__(self, *options: str):
+        import re
+        import subprocess
+        import sys
+
+        self.process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "agent_otel.cli", "gpu-exporter", "--pool", "p", "--gpu", "simulated"),
+                *("--otlp-grpc", "127.0.0.1:0", "--otlp-http", "off", "--prometheus-port", "0", *options),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.port = 0
+        for line in self.process.stdout:
+            found = re.search(r"OTLP/gRPC on [^:]+:(\d+)", line)
+            if found:
+                self.port = int(found.group(1))
+                break
+        assert self.port, "the blame service did not start"
+        self.peak = 0
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def rss(self) -> int:
+        with open(f"/proc/{self.process.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.rss())
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.process.terminate()
+        self.process.wait(30)
+
+
+def tool_spans_request(count: int, first: int, tool_chars: int = 6, padding: int = 0) -> bytes:
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    pool = resource_spans.resource.attributes.add()
+    pool.key, pool.value.string_value = "agent.gpu.pool", "p"
+    spans = resource_spans.scope_spans.add().spans
+    now = time.time_ns()
+    for number in range(first, first + count):
+        span = spans.add()
+        span.trace_id, span.span_id = (number + 1).to_bytes(16, "big"), (number + 1).to_bytes(8, "big")
+        span.name, span.start_time_unix_nano, span.end_time_unix_nano = "execute_tool t", now, now + 1_000_000
+        for key, value in (
+            ("gen_ai.operation.name", "execute_tool"),
+            ("gen_ai.tool.name", f"{number}".ljust(tool_chars, "t")),
+            ("padding", "x" * padding),
+        ):
+            attribute = span.attributes.add()
+            attribute.key, attribute.value.string_value = key, value
+    return request.SerializeToString()
+
+
+def export_at_once(port: int, bodies: list[bytes]) -> dict[str, int]:
+    """Every body in a call of its own, all at once; the status codes, counted."""
+    codes: dict[str, int] = {}
+    lock = threading.Lock()
+    with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)]) as channel:
+
+        def one(body: bytes) -> None:
+            try:
+                grpc_export(channel, body, timeout=120)
+                code = "OK"
+            except grpc.RpcError as error:
+                code = error.code().name
+            with lock:
+                codes[code] = codes.get(code, 0) + 1
+
+        threads = [threading.Thread(target=one, args=(body,)) for body in bodies]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(180)
+    return codes
+
+
+@pytest.mark.slow  # ~900 MB over loopback into a process of its own
+def test_huge_names_and_100_pending_4_mb_requests_stay_within_the_byte_budget_and_give_memory_back():
+    service = BlameServiceProcess("--memory-limit", str(MEMORY_LIMIT))
+    try:
+        time.sleep(1.0)
+        baseline = service.rss()
+        # 250 spans with 1.9 MB tool names, 2 to a request; then 100 requests of 4.1 MB at once.
+        for bodies in (
+            [tool_spans_request(2, 2 * k, tool_chars=1_900_000) for k in range(125)],
+            [tool_spans_request(1, 1000 + k, padding=4_100_000) for k in range(100)],
+        ):
+            service.peak = 0
+            codes = export_at_once(service.port, bodies)
+            del bodies
+            # Each call taken or refused as retryable (the budget's "memory", or too many at once).
+            assert set(codes) <= {"OK", "UNAVAILABLE"} and codes.get("OK", 0) > 0, codes
+            assert service.peak - baseline < MEMORY_LIMIT + PEAK_SLACK, (service.peak - baseline) / 2**20
+            time.sleep(1.0)
+            assert service.rss() - baseline < AFTER_SLACK, (service.rss() - baseline) / 2**20
+    finally:
+        service.close()

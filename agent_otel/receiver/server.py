@@ -111,9 +111,13 @@ MAX_HEADERS_BYTES = 64 * 1024
 # HTTP: how much of a body is read at a time (and so buffered, at most, per
 # connection before it is counted).
 HTTP_CHUNK = 64 * 1024
-# After a request of this many bytes or more is done, memory freed is given
-# back to the system (malloc_trim), at most once a second.
+# Once no request is held, after this many bytes were, the memory freed is
+# given back to the system (glibc's malloc_trim).
 TRIM_AFTER_BYTES = 8 * 1024 * 1024
+# glibc: blocks of this size or more are mapped on their own, and so given
+# back when freed (its default threshold grows with the blocks freed, up to
+# 32 MiB: request bodies then stayed in the heap, 300 MB of them).
+MMAP_THRESHOLD = 256 * 1024
 
 # Why a request was refused whole (the ``reason`` of on_refused).
 MALFORMED = "malformed"
@@ -260,7 +264,7 @@ class OtlpReceiver:
         self._in_workers = 0  # requests on the workers (the loop's thread only)
         self._connections: dict[asyncio.StreamWriter, None] = {}  # open HTTP connections
         self._idle: dict[asyncio.StreamWriter, None] = {}  # those waiting for a request, longest first
-        self._trimmed = 0.0
+        self._to_trim = 0  # bytes held since memory was last given back
         self._stopped: Optional[asyncio.Event] = None
 
     # -- life ------------------------------------------------------------
@@ -270,6 +274,7 @@ class OtlpReceiver:
         port cannot be bound (in use, or no such address)."""
         started = threading.Event()
         failure: list[BaseException] = []
+        map_large_blocks()
         self._workers = ThreadPoolExecutor(DECODE_WORKERS, thread_name_prefix="agent-otel-otlp-decode")
         self._thread = threading.Thread(target=self._run, args=(started, failure), name="agent-otel-otlp", daemon=True)
         self._thread.start()
@@ -361,6 +366,12 @@ class OtlpReceiver:
                 ("grpc.max_connection_idle_ms", round(limits.idle_timeout_s * 1000)),
                 ("grpc.server_handshake_timeout_ms", round(limits.request_timeout_s * 1000)),
                 ("grpc.max_allowed_incoming_connections", limits.max_connections),
+                # A call's message comes in as the handler reads it, not
+                # before: gRPC buffers 64 KiB of each call ahead at most
+                # (its bandwidth probe would widen that to megabytes a call,
+                # held outside the byte budget).
+                ("grpc.http2.bdp_probe", 0),
+                ("grpc.http2.lookahead_bytes", 64 * 1024),
             ],
         )
         # Export is served as a client stream of one message: the handler
@@ -644,18 +655,17 @@ class OtlpReceiver:
             self._log_once("on_refused", exc)
 
     def _give(self, size: int, receiving: bool = False) -> None:
-        """Bytes a request held, given back (and, after large ones, to the system)."""
+        """Bytes a request held, given back (and, once none is held, to the system)."""
         if not size:
             return
         self.budget.give(size, receiving)
-        if size >= TRIM_AFTER_BYTES and _malloc_trim is not None and self._workers is not None:
-            now = time.monotonic()
-            if now - self._trimmed >= 1.0:
-                self._trimmed = now
-                try:
-                    self._workers.submit(_malloc_trim, 0)
-                except RuntimeError:  # shut down
-                    pass
+        self._to_trim += size
+        if self._to_trim >= TRIM_AFTER_BYTES and not self.budget.held and _libc is not None:
+            self._to_trim = 0
+            try:
+                self._workers.submit(_libc.malloc_trim, 0)  # type: ignore[union-attr]
+            except (RuntimeError, AttributeError):  # shut down
+                pass
 
     def _log_once(self, where: str, exc: BaseException) -> None:
         if where not in self._logged:
@@ -747,15 +757,22 @@ def _gunzip(body: bytes | bytearray, limit: int) -> bytes:
     return data
 
 
-def _find_malloc_trim() -> Optional[Callable[[int], int]]:
-    """glibc's ``malloc_trim``: returns freed heap memory to the system (None elsewhere)."""
+def _glibc() -> Optional[ctypes.CDLL]:
+    """The C library where it is glibc (``mallopt``, ``malloc_trim``); None elsewhere."""
     name = ctypes.util.find_library("c")
-    if not name:
-        return None
     try:
-        return ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
+        libc = ctypes.CDLL(name) if name else None
+        return libc if libc is not None and hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+    except OSError:
         return None
 
 
-_malloc_trim = _find_malloc_trim()
+_libc = _glibc()
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+def map_large_blocks() -> None:
+    """Large blocks (request bodies, decoded messages) mapped on their own,
+    so that freeing them gives their memory back (``MMAP_THRESHOLD``)."""
+    if _libc is not None:
+        _libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
