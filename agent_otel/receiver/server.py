@@ -67,6 +67,7 @@ servers bind to loopback unless told otherwise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import gzip
@@ -603,7 +604,13 @@ class OtlpReceiver:
         loop = asyncio.get_running_loop()
         self._in_workers += 1
         try:
-            return await loop.run_in_executor(self._workers, self._decoded, body, peer, transport, gzipped)
+            work = loop.run_in_executor(self._workers, self._decoded, body, peer, transport, gzipped)
+            try:
+                return await asyncio.shield(work)
+            except asyncio.CancelledError:  # the client went away: its body is held until the worker is done
+                with contextlib.suppress(BaseException):
+                    await work
+                raise
         finally:
             self._in_workers -= 1
 
