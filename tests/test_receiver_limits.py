@@ -393,3 +393,81 @@ def test_huge_names_and_100_pending_4_mb_requests_stay_within_the_byte_budget_an
             assert service.rss() - baseline < AFTER_SLACK, (service.rss() - baseline) / 2**20
     finally:
         service.close()
+
+
+# ---------------------------------------------------------------- counted on /metrics
+
+
+@pytest.fixture
+def blame_service():
+    from opentelemetry import trace
+
+    from agent_otel.attribution.service import PoolTimeline
+    from agent_otel.blame_service import BlameService
+    from agent_otel.clock import now_ns
+    from agent_otel.exporters.prometheus import BlameServiceMetrics, Metrics
+    from agent_otel.gpu.simulated import SimulatedGpu
+
+    metrics = Metrics()
+    timeline = PoolTimeline(
+        SimulatedGpu(), pool="p", watermark_s=30.0, tracer=trace.NoOpTracer(), metrics=metrics, clock=now_ns
+    )
+    service_metrics = BlameServiceMetrics(
+        metrics.registry,
+        metrics.tool_label,
+        held_calls=timeline.held_calls,
+        dropped_calls=lambda: timeline.engine.horizon.dropped,
+        lag_s=timeline.lag_s,
+    )
+    service = BlameService(
+        timeline,
+        service_metrics,
+        grpc_endpoint="127.0.0.1:0",
+        http_endpoint="127.0.0.1:0",
+        max_request_bytes=4 * 1024 * 1024,
+        limits=Limits(request_timeout_s=5.0, idle_timeout_s=30.0, max_rpcs=16, memory_bytes=16 * 1024 * 1024),
+    )
+    service.receiver.start()  # (the GPU timeline is not needed: spans only)
+    yield service, metrics.registry
+    service.receiver.shutdown(1.0)
+
+
+def test_a_span_out_of_range_is_refused_alone_and_counted_by_reason(blame_service):
+    service, registry = blame_service
+    request = ExportTraceServiceRequest.FromString(tool_spans_request(3, 0))
+    spans = request.resource_spans[0].scope_spans[0].spans
+    for span, (key, value) in zip(spans, [("agent.tool.queue.duration", 1e300), ("agent.tool.exec.cpu_time", 1e300)]):
+        attribute = span.attributes.add()
+        attribute.key, attribute.value.double_value = key, value
+    with grpc.insecure_channel(f"127.0.0.1:{service.receiver.grpc_port}") as channel:
+        response = grpc_export(channel, request.SerializeToString())
+    assert response.partial_success.rejected_spans == 2
+    assert "agent.tool.queue.duration is not a number of seconds" in response.partial_success.error_message
+    assert registry.get_sample_value("agent_otel_refused_spans_total", {"reason": "out_of_range"}) == 2
+    assert service.timeline.held_calls() == 1  # the third span of the request
+
+
+def test_past_the_byte_budget_a_request_is_refused_as_retryable_and_counted(blame_service):
+    service, registry = blame_service
+    receiver = service.receiver
+    # Two gRPC calls whose message never comes hold 2 x 4 MiB: half the budget, all that receiving may take.
+    stalled = StalledGrpcCalls(receiver.grpc_port, 2)
+    try:
+        time.sleep(0.3)
+        with grpc.insecure_channel(f"127.0.0.1:{receiver.grpc_port}") as channel:
+            with pytest.raises(grpc.RpcError) as error:
+                grpc_export(channel, tool_spans_request(1, 0))
+        assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert http_export(receiver.http_port, tool_spans_request(1, 1, padding=100_000)) == 503
+    finally:
+        stalled.close()
+    for transport in ("grpc", "http"):
+        assert (
+            registry.get_sample_value("agent_otel_refused_requests_total", {"transport": transport, "reason": "memory"})
+            == 1
+        )
+    # Once they are gone, the same requests are taken.
+    deadline = time.monotonic() + 10
+    while receiver.budget.held and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert http_export(receiver.http_port, tool_spans_request(1, 1, padding=100_000)) == 200

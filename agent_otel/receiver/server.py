@@ -263,7 +263,7 @@ class OtlpReceiver:
         self._http: Optional[asyncio.AbstractServer] = None
         self._rpcs = 0  # gRPC calls in progress (the loop's thread only)
         self._in_workers = 0  # requests on the workers (the loop's thread only)
-        self._connections: dict[asyncio.StreamWriter, None] = {}  # open HTTP connections
+        self._connections: dict[asyncio.StreamWriter, Optional[asyncio.Task]] = {}  # open HTTP connections
         self._idle: dict[asyncio.StreamWriter, None] = {}  # those waiting for a request, longest first
         self._to_trim = 0  # bytes held since memory was last given back
         self._stopped: Optional[asyncio.Event] = None
@@ -341,15 +341,21 @@ class OtlpReceiver:
         await self._close(self._grace_s)
 
     async def _close(self, grace_s: float) -> None:
+        """No new connections or requests; those in progress get ``grace_s``, then are cut off."""
+        deadline = time.monotonic() + grace_s
         if self._http is not None:
             self._http.close()
-            for writer in list(self._connections):
+            for writer in list(self._idle):
                 writer.transport.abort()
-        deadline = time.monotonic() + grace_s
         if self._grpc is not None:
             await self._grpc.stop(grace_s)
-        while self._in_workers and time.monotonic() < deadline:  # HTTP requests being decoded
+        while len(self._connections) > len(self._idle) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
+        tasks = [task for task in self._connections.values() if task is not None]
+        for writer in list(self._connections):
+            writer.transport.abort()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
 
     # -- gRPC --------------------------------------------------------------
 
@@ -459,7 +465,7 @@ class OtlpReceiver:
             return
         try:
             keep_alive = True
-            while keep_alive:
+            while keep_alive and not (self._stopped is not None and self._stopped.is_set()):
                 self._idle[writer] = None
                 try:
                     line = await asyncio.wait_for(reader.readline(), self.limits.idle_timeout_s)
@@ -491,7 +497,7 @@ class OtlpReceiver:
             del self._idle[oldest]
             self._connections.pop(oldest, None)
             oldest.transport.abort()
-        self._connections[writer] = None
+        self._connections[writer] = asyncio.current_task()
         return True
 
     async def _http_request(
@@ -531,8 +537,11 @@ class OtlpReceiver:
             del body
         except _Refused as refusal:
             self.refused("http", refusal)
-            # A body left unread (or half read) leaves the connection unusable.
+            # A body left unread (or half read) leaves the connection unusable:
+            # answer, then read what the client still sends, briefly, so that
+            # closing does not reset the connection before it reads the answer.
             await self._send(writer, refusal.http_status, _status_body(refusal), refusal=refusal)
+            await _linger(reader, writer, self.max_request_bytes)
             return False
         finally:
             self._give(held, receiving=True)
@@ -680,6 +689,21 @@ class OtlpReceiver:
             logger.warning(
                 "OTLP receiver: %s raised %r (logged once; the request got an error status)", where, exc, exc_info=exc
             )
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, most: int) -> None:
+    """After the last answer: up to 1 s and ``most`` bytes of what the client still sends, read and dropped."""
+    if writer.can_write_eof():
+        writer.write_eof()
+    deadline = time.monotonic() + 1.0
+    while most > 0:
+        try:
+            chunk = await _within(deadline, reader.read(HTTP_CHUNK))
+        except asyncio.TimeoutError:
+            return
+        if not chunk:
+            return
+        most -= len(chunk)
 
 
 async def _within(deadline: float, awaitable):
