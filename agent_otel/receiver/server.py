@@ -109,9 +109,11 @@ DECODE_FACTOR = 4
 # HTTP: the longest request line or header line, and all header lines together.
 MAX_HEADER_LINE = 8 * 1024
 MAX_HEADERS_BYTES = 64 * 1024
-# HTTP: how much of a body is read at a time (and so buffered, at most, per
-# connection before it is counted).
+# HTTP: how much of a body is read at a time, and what a connection buffers
+# before it is read (asyncio stops reading the socket at twice that): the
+# most a connection holds outside the byte budget.
 HTTP_CHUNK = 64 * 1024
+HTTP_BUFFER = 16 * 1024
 # Once no request is held, after this many bytes were, the memory freed is
 # given back to the system (glibc's malloc_trim).
 TRIM_AFTER_BYTES = 8 * 1024 * 1024
@@ -448,7 +450,7 @@ class OtlpReceiver:
                 host,
                 int(port),
                 family=socket.AF_INET6 if ":" in host else socket.AF_INET,
-                limit=HTTP_CHUNK,
+                limit=HTTP_BUFFER,
                 backlog=128,
             )
         except (OSError, ValueError) as exc:
