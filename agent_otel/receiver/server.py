@@ -269,6 +269,7 @@ class OtlpReceiver:
         self._idle: dict[asyncio.StreamWriter, None] = {}  # those waiting for a request, longest first
         self._to_trim = 0  # bytes held since memory was last given back
         self._stopped: Optional[asyncio.Event] = None
+        self._grace_s = 1.0  # what shutdown gives the requests in progress
 
     # -- life ------------------------------------------------------------
 
@@ -311,6 +312,7 @@ class OtlpReceiver:
 
     def _run(self, started: threading.Event, failure: list[BaseException]) -> None:
         loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)  # this thread's own
         self._loop = loop
         try:
             loop.run_until_complete(self._serve(started, failure))
@@ -322,13 +324,17 @@ class OtlpReceiver:
         finally:
             started.set()
             try:
+                left = asyncio.all_tasks(loop)
+                for task in left:
+                    task.cancel()
+                if left:
+                    loop.run_until_complete(asyncio.wait(left, timeout=1.0))
                 loop.run_until_complete(loop.shutdown_asyncgens())
             finally:
                 loop.close()
 
     async def _serve(self, started: threading.Event, failure: list[BaseException]) -> None:
         self._stopped = asyncio.Event()
-        self._grace_s = 1.0
         try:
             if self.grpc_endpoint:
                 await self._start_grpc(self.grpc_endpoint)
