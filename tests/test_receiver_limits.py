@@ -154,7 +154,7 @@ def test_a_stalled_upload_is_cut_off_at_its_deadline_on_both_transports(caplog):
 
 
 def test_an_idle_connection_is_closed_after_the_idle_timeout():
-    limits = Limits(request_timeout_s=5.0, idle_timeout_s=0.5, max_connections=100, max_rpcs=16)
+    limits = Limits(request_timeout_s=1.0, idle_timeout_s=0.5, max_connections=100, max_rpcs=16)
     with serving(limits) as (receiver, _):
         idle = socket.create_connection(("127.0.0.1", receiver.http_port), timeout=10)
         try:
@@ -163,6 +163,15 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout():
             assert 0.4 < time.monotonic() - started < 8
         finally:
             idle.close()
+        # gRPC: a connection that never speaks HTTP/2 is closed at the request timeout.
+        silent = socket.create_connection(("127.0.0.1", receiver.grpc_port), timeout=20)
+        try:
+            started = time.monotonic()
+            while silent.recv(4096):  # (gRPC may say something before it closes)
+                pass
+            assert time.monotonic() - started < 15
+        finally:
+            silent.close()
         # A keep-alive connection that served a request is closed the same way after it.
         connection = http.client.HTTPConnection("127.0.0.1", receiver.http_port, timeout=10)
         connection.request("POST", HTTP_PATH, one_span_request(), {"Content-Type": "application/x-protobuf"})
