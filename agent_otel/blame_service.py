@@ -122,11 +122,13 @@ class BlameService:
         arrived = now_ns()
         decoded = tool_calls(request)
         metrics = self.metrics
-        metrics.received.labels(transport).inc(len(decoded.calls) + decoded.duplicates + sum(decoded.refused.values()))
+        metrics.received.labels(transport).inc(
+            len(decoded.calls) + len(decoded.models) + decoded.duplicates + sum(decoded.refused.values())
+        )
         for call in decoded.calls:
             # Before its end by this host's clock: the sender's clock is ahead (le="0").
             metrics.delay.observe(max(0.0, (arrived - call.end_ns) / NS_PER_S))
-        intake = self.timeline.add_calls(decoded.calls)
+        intake = self.timeline.add_calls(decoded.calls, decoded.models)
         refused = decoded.refused + intake.refused
         for reason, count in refused.items():
             metrics.refused_spans.labels(reason).inc(count)

@@ -486,7 +486,7 @@ class TraceReader:
         if operation == GEN_AI_OPERATION_EXECUTE_TOOL:
             self._tool_call(span, found, key, start_ns, end_ns, pool)
         elif operation in MODEL_OPERATIONS:
-            self._model_call(span, found, key, start_ns, end_ns, operation)
+            self._model_call(span, found, key, start_ns, end_ns, operation, pool)
         elif operation == GEN_AI_OPERATION_INVOKE_AGENT:
             run = self._agent_run(span, found, key, start_ns, end_ns)
         elif span.name == SPAN_GPU_IDLE:
@@ -551,12 +551,14 @@ class TraceReader:
         elif kind in _PEER_TOOL_KINDS:
             self._tool_call(span, found, key, start_ns, end_ns, pool)
         elif kind in _MODEL_KINDS:
-            self._model_call(span, found, key, start_ns, end_ns, "chat")
+            self._model_call(span, found, key, start_ns, end_ns, "chat", pool)
         elif kind in _AGENT_KINDS:
             return self._agent_run(span, found, key, start_ns, end_ns)
         return None
 
-    def _model_call(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, operation: str) -> None:
+    def _model_call(
+        self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, operation: str, pool: str
+    ) -> None:
         model = None
         for attribute in (GEN_AI_REQUEST_MODEL, OPENINFERENCE_MODEL_NAME, GEN_AI_RESPONSE_MODEL):
             model = self._text(found, attribute)
@@ -575,6 +577,7 @@ class TraceReader:
             self._count(span, found, GEN_AI_USAGE_OUTPUT_TOKENS, OPENINFERENCE_COMPLETION_TOKENS),
             self._seconds(span, found, GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK),
             _status_code(span) == STATUS_ERROR,
+            pool,
         )
         parent = self._parent(span)
         self.data.model_calls.append(call)
