@@ -28,7 +28,7 @@ def record_run(tmp_path: Path, *, simulated: bool) -> Path:
     path's writer from a simulated GPU (or a real-looking one)."""
     run = RecordedRun(tmp_path / "research.jsonl", service="research-agent")
     run.agent_run(0.0, 9.0)
-    run.model_call("llama-3-70b", 0.2, 0.9, input_tokens=800, output_tokens=40)
+    run.model_call("llama-3-70b", 2.2, 2.9, input_tokens=800, output_tokens=40)  # the GPU idles meanwhile
     embed = run.tool_call("embed", 1.0, 1.0, 4.0, executor="direct", cpu=2.7)
     search = run.tool_call("search", 3.0, 3.5, 4.5, executor="io", workers=4)
     run.tool_call("render", 6.0, 6.0, 6.5, executor="direct", outcome="error")
@@ -319,6 +319,7 @@ SAME_COLUMNS = {
         "IN TOKENS": "in tokens",
         "OUT TOKENS": "out tokens",
         "ERRORS": "errors",
+        "GPU IDLE": "GPU idle s",  # the model server's share
     },
     ("Executors", "executors-table"): {
         "EXECUTOR": "executor",
@@ -335,6 +336,7 @@ SAME_COLUMNS = {
         "BUSY": "busy s",
         "IDLE": "idle s",
         "BLOCKED BY TOOLS": "blocked s",
+        "MODEL SERVER": "model server s",
         "UNATTRIBUTED": "unattributed s",
         "UTIL AVG": "util avg",
         "UNUSED": "unused s",
@@ -356,6 +358,11 @@ def test_the_page_shows_every_column_of_the_text_table(tmp_path, capsys):
         assert {columns[h] for h in headers} <= set(html_headers(shown, table_id)), table_id
     # the event loop's row, as the text says it
     assert "embed 0.800, unknown 0.600" in shown
+    # the model server's share: the text's sentence, word for word, and its columns
+    (said,) = [line.strip() for line in text.splitlines() if "the model server idles the GPU" in line]
+    (li,) = Elements(shown).where(tag="li", **{"data-model": "llama-3-70b"})
+    assert li["text"] == said
+    assert float(said.split("idles the GPU ")[1].split(" s")[0]) > 0
 
 
 def test_screenshots_at_800_and_1400_px(opened):

@@ -35,6 +35,7 @@ from agent_otel.attribution import gpu_key
 from agent_otel.records import GpuSample
 from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json, run_name
 from agent_otel.report.stats import assign_rows
+from agent_otel.report.table import amount, percent
 from agent_otel.semconv import OUTCOMES
 
 # Calls overlapping beyond this many rows share the last row of their lane.
@@ -470,9 +471,12 @@ def _turns_view(report: dict) -> str:
         for label, key, css in parts
     )
     source = f"{turns['from_agent_spans']} from invoke_agent spans" if turns["from_agent_spans"] else "from traces"
+    # the text report's sentences, word for word
     sentences = "".join(
         f'<li data-tool="{html.escape(t["tool"], quote=True)}"><b>{html.escape(t["tool"])}</b> idles the GPU '
-        f"{t['gpu_idle_blocked_per_call_s']:.1f} s per call, {100 * t['latency_share']:.0f} % of end-to-end latency</li>"
+        f"{amount(t['gpu_idle_blocked_per_call_s'])} s per call ({amount(t['gpu_idle_blocked_s'])} s blamed over "
+        f"{t['calls']} call{'s' if t['calls'] != 1 else ''}), in flight for {percent(t['latency_share'])} of the "
+        "turns' time</li>"
         for t in report["tools"]
         if t["latency_share"] is not None and (t["latency_share"] or t["gpu_idle_blocked_s"])
     )
@@ -496,14 +500,29 @@ def _models_table(report: dict) -> str:
         + _cell("-" if m["input_tokens"] is None else m["input_tokens"])
         + _cell("-" if m["output_tokens"] is None else m["output_tokens"])
         + _cell(m["errors"])
+        + _cell(m["gpu_idle_blocked_s"], 3)
         + "</tr>"
         for m in report["models"]
     )
     return (
         '<section id="models"><h2>Models</h2><table id="models-table"><thead><tr><th>model</th><th>calls</th>'
         "<th>s</th><th>p50 s</th><th>p95 s</th><th>first chunk p50 s</th><th>in tokens</th><th>out tokens</th>"
-        f"<th>errors</th></tr></thead><tbody>{rows}</tbody></table></section>"
+        '<th>errors</th><th title="GPU idle while its calls were in flight: the model server\'s share">GPU idle s</th>'
+        f"</tr></thead><tbody>{rows}</tbody></table>{_model_server(report)}</section>"
     )
+
+
+def _model_server(report: dict) -> str:
+    """The text report's sentence per model the GPU idled on, word for word."""
+    items = "".join(
+        f'<li data-model="{html.escape(m["model"], quote=True)}">the model server idles the GPU '
+        f"{amount(m['gpu_idle_blocked_s'])} s while <b>{html.escape(m['model'])}</b> calls are in flight "
+        f"({amount(m['gpu_idle_blocked_queued_s'])} s before their first token, "
+        f"{amount(m['gpu_idle_blocked_decode_s'])} s streaming)</li>"
+        for m in report["models"]
+        if m["gpu_idle_blocked_s"]
+    )
+    return f'<ul id="model-server">{items}</ul>' if items else ""
 
 
 def _recommendations(report: dict) -> str:
@@ -532,7 +551,7 @@ def _gpus_table(report: dict) -> str:
         f'<tr><td class="name">{html.escape(g["gpu"])}'
         + (' <span class="badge simulated">simulated</span>' if g["simulated"] else "")
         + f"</td>{_cell(g['busy_s'], 1)}{_cell(g['idle_s'], 1)}"
-        f"{_cell(g['idle_blocked_s'], 1)}{_cell(g['idle_unattributed_s'], 1)}"
+        f"{_cell(g['idle_blocked_s'], 1)}{_cell(g['idle_model_s'], 1)}{_cell(g['idle_unattributed_s'], 1)}"
         + _cell("-" if g["utilization_avg"] is None else f"{g['utilization_avg']:.0%}")
         + f"{_known_cell(g['underused_s'], 1)}{_known_cell(g['underused_blocked_s'], 1)}"
         f"{_known_cell(g['missing_s'], 1)}</tr>"
@@ -540,7 +559,9 @@ def _gpus_table(report: dict) -> str:
     )
     return (
         '<section id="gpus"><h2>GPUs</h2><table id="gpus-table"><thead><tr><th>gpu</th><th>busy s</th><th>idle s</th>'
-        '<th>blocked s</th><th>unattributed s</th><th>util avg</th><th title="(1 - utilization) x time">unused s</th>'
+        '<th>blocked s</th><th title="idle while a model call was in flight: the model server\'s share">'
+        "model server s</th><th>unattributed s</th>"
+        '<th>util avg</th><th title="(1 - utilization) x time">unused s</th>'
         '<th>unused by tools s</th><th title="samples lost: neither idle nor busy">missing s</th>'
         f"</tr></thead><tbody>{rows}</tbody></table></section>"
     )

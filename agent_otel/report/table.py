@@ -65,6 +65,7 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
     out.append("")
     out.append(paint(BOLD, "Models"))
     out.extend(_models(report["models"], width, paint))
+    out.extend(_model_server(report["models"], width))
     out.append("")
     out.append(paint(BOLD, "Executors"))
     out.extend(_executors(report["executors"], width, paint))
@@ -217,6 +218,8 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
     if not count:
         return _wrap("  none: no tool or model calls in the traces", width)
     total = turns["end_to_end_s"] or 1.0
+    wall = report["window"]["seconds"]
+    overlapping = turns["end_to_end_s"] > wall * 1.001 + 1e-6  # turns ran at once: their sum is no wall time
     source = (
         "invoke_agent spans"
         if turns["from_agent_spans"] == count
@@ -225,7 +228,7 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
         else f"{turns['from_agent_spans']} invoke_agent spans, {count - turns['from_agent_spans']} traces"
     )
     parts = " + ".join(
-        f"{label} {_sec1(turns[key])} s ({_percent(turns[key] / total)})"
+        f"{label} {_sec1(turns[key])} s ({percent(turns[key] / total)})"
         for label, key in (
             ("model", "model_s"),
             ("tool queue", "tool_queue_s"),
@@ -233,10 +236,14 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
             ("other", "other_s"),
         )
     )
+    summed = (
+        f"{_sec1(turns['end_to_end_s'])} s summed over turns that ran at once (the run lasted {_sec1(wall)} s)"
+        if overlapping
+        else f"{_sec1(turns['end_to_end_s'])} s end to end"
+    )
     lines = _wrap(
-        f"  {count} turn{'s' if count != 1 else ''} ({source}): {_sec1(turns['end_to_end_s'])} s end "
-        f"to end = {parts}; per turn p50 {_sec(turns['end_to_end_p50_s'])} s, "
-        f"p95 {_sec(turns['end_to_end_p95_s'])} s",
+        f"  {count} turn{'s' if count != 1 else ''} ({source}): {summed} = {parts}; per turn p50 "
+        f"{_sec(turns['end_to_end_p50_s'])} s, p95 {_sec(turns['end_to_end_p95_s'])} s",
         width,
     )
     for tool in report["tools"]:
@@ -244,12 +251,38 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
             continue
         lines.extend(
             _wrap(
-                f"  {visible(tool['tool'])} idles the GPU {_sec1(tool['gpu_idle_blocked_per_call_s'])} s "
-                f"per call, {_percent(tool['latency_share'])} of end-to-end latency",
+                f"  {visible(tool['tool'])} idles the GPU {amount(tool['gpu_idle_blocked_per_call_s'])} s per call "
+                f"({amount(tool['gpu_idle_blocked_s'])} s blamed over {tool['calls']} "
+                f"call{'s' if tool['calls'] != 1 else ''}), in flight for {percent(tool['latency_share'])} "
+                "of the turns' time",
                 width,
             )
         )
     return lines
+
+
+def _model_server(models: list[dict], width: Optional[int]) -> list[str]:
+    """A sentence per model the GPU idled on (docs/attribution.md, the model server)."""
+    lines = []
+    for model in models:
+        if model["gpu_idle_blocked_s"]:
+            lines.extend(
+                _wrap(
+                    f"  the model server idles the GPU {amount(model['gpu_idle_blocked_s'])} s while "
+                    f"{visible(model['model'])} calls are in flight ({amount(model['gpu_idle_blocked_queued_s'])} s "
+                    f"before their first token, {amount(model['gpu_idle_blocked_decode_s'])} s streaming)",
+                    width,
+                )
+            )
+    return lines
+
+
+def amount(seconds: float) -> str:
+    """Seconds for a sentence, never rounded to a misleading 0.0: one decimal
+    from a second up, two significant digits below (0.032)."""
+    if seconds >= 1 or seconds == 0:
+        return f"{seconds:.1f}"
+    return f"{seconds:.2g}"
 
 
 def _models(models: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
@@ -265,6 +298,7 @@ def _models(models: list[dict], width: Optional[int], paint: _Painter) -> list[s
         Column("IN TOKENS", 3),
         Column("OUT TOKENS", 3),
         Column("ERRORS", 2),
+        Column("GPU IDLE", 0),  # the model server's share: idle while its calls were in flight
     ]
     rows = [
         [
@@ -277,6 +311,7 @@ def _models(models: list[dict], width: Optional[int], paint: _Painter) -> list[s
             "-" if m["input_tokens"] is None else str(m["input_tokens"]),
             "-" if m["output_tokens"] is None else str(m["output_tokens"]),
             paint(RED, str(m["errors"])) if m["errors"] else "0",
+            _sec(m["gpu_idle_blocked_s"]),
         ]
         for m in models
     ]
@@ -288,7 +323,7 @@ def _sec1(seconds: float) -> str:
     return f"{seconds:.1f}"
 
 
-def _percent(ratio: float) -> str:
+def percent(ratio: float) -> str:
     return f"{round(ratio * 100):.0f} %"
 
 
@@ -327,6 +362,7 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
         Column("BUSY", 0),
         Column("IDLE", 0),
         Column("BLOCKED BY TOOLS", 0),
+        Column("MODEL SERVER", 0),
         Column("UNATTRIBUTED", 0),
         Column("UTIL AVG", 1),
         Column("UNUSED", 1),
@@ -339,6 +375,7 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
             _sec(g["busy_s"]),
             _sec(g["idle_s"]),
             _sec(g["idle_blocked_s"]),
+            _sec(g["idle_model_s"]),
             _sec(g["idle_unattributed_s"]),
             "-" if g["utilization_avg"] is None else f"{g['utilization_avg']:.0%}",
             _opt(g["underused_s"]),
