@@ -146,7 +146,11 @@ def _pool_service(
     http_endpoint: Optional[str],
     max_request_bytes: int,
 ) -> Optional[BlameService]:
-    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None)
+    source = open_gpu_source(
+        settings.gpu,
+        list(settings.gpu_devices) if settings.gpu_devices else None,
+        model_server=settings.model_server_metrics,
+    )
     if source is None or not source.devices():
         for reason, count in getattr(source, "errors", {}).items():
             handle.metrics.gpu_errors.labels(reason).inc(count)

@@ -56,7 +56,7 @@ def setting(default: Any, help: str, **declaration: Any) -> Any:
     return field(default=default, metadata={_KEY: Declaration(help, **declaration)})
 
 
-GPU_SOURCES = ("auto", "nvml", "simulated", REPLAY_PREFIX + "PATH", "off")
+GPU_SOURCES = ("auto", "nvml", "simulated", REPLAY_PREFIX + "PATH", "model_server", "off")
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,8 @@ class Settings:
     )
     gpu: str = setting(
         "auto",
-        "`auto` (NVML if a GPU is found, else off), `nvml`, `simulated`, `replay:PATH`, `off`",
+        "`auto` (NVML if a GPU is found, else the model server's metrics if `model_server_metrics` names them, "
+        "else off), `nvml`, `simulated`, `replay:PATH`, `model_server` (its metrics alone), `off`",
         env=("AGENT_OTEL_GPU",),
         choices=GPU_SOURCES,
     )
@@ -227,6 +228,14 @@ class Settings:
         "curve, dips that are not idle included); when none is named and the spans go to the file agent-otel "
         "chose, beside it (`<that file>-gpu.csv`, up to 100 MB)",
         env=("AGENT_OTEL_GPU_LOG",),
+    )
+    model_server_metrics: Optional[str] = setting(
+        None,
+        "a serving engine's Prometheus endpoint (vLLM, SGLang, TGI), e.g. `http://vllm-a.internal:8000/metrics`: "
+        "read every `gpu_poll_interval` beside the GPU source (its queue and KV cache on the timeline), or "
+        "alone as the GPU signal when `gpu` is `auto` and finds no GPU "
+        "([docs/model-servers.md](docs/model-servers.md))",
+        env=("AGENT_OTEL_MODEL_SERVER_METRICS",),
     )
     attribution_horizon: float = setting(
         120.0,

@@ -132,6 +132,25 @@ class GpuSample(NamedTuple):
     utilization: float
 
 
+class ServerSample(NamedTuple):
+    """One scrape of a model server's own metrics (``agent_otel.gpu.server``):
+    its requests running and queued, and the share of its KV cache in use, at
+    ``timestamp_ns``.
+
+    ``server`` is the endpoint's ``host:port`` (the Prometheus label value),
+    ``engine`` the serving engine whose metric families were read (``vllm``,
+    ``sglang``, ``tgi``). ``kv_cache_usage`` is a ratio in 0..1, None where
+    the engine reports none (TGI).
+    """
+
+    server: str
+    timestamp_ns: int
+    running: float
+    waiting: float
+    kv_cache_usage: Optional[float]
+    engine: str
+
+
 class UtilizationSegment(NamedTuple):
     """One GPU's utilization over ``[start_ns, end_ns)``: the stretch of time
     one sample covers on the timeline (``agent_otel.gpu.timeline``).

@@ -314,6 +314,9 @@ _CLIENT_ATTRIBUTES = frozenset(
         "gpu_underused_unattributed",
         "gpu_errors",
         "gpu_missing",
+        "server_running",
+        "server_waiting",
+        "server_kv_cache",
         "spans_dropped",
         "loop_blocked",
     }
@@ -339,6 +342,9 @@ class Metrics:
     gpu_underused_unattributed: Counter
     gpu_errors: Counter
     gpu_missing: Counter
+    server_running: Gauge  # a model server's metrics, where they are read (agent_otel.gpu.server)
+    server_waiting: Gauge
+    server_kv_cache: Gauge
     spans_dropped: Counter
     loop_blocked: Counter
 
@@ -439,6 +445,9 @@ class Metrics:
                 **blame,
                 "gpu_utilization": _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r),
                 "gpu_errors": _counter(spec[semconv.METRIC_GPU_ERRORS], r),
+                "server_running": _gauge(spec[semconv.METRIC_SERVER_RUNNING], r),
+                "server_waiting": _gauge(spec[semconv.METRIC_SERVER_WAITING], r),
+                "server_kv_cache": _gauge(spec[semconv.METRIC_SERVER_KV_CACHE], r),
                 "spans_dropped": _counter(spec[semconv.METRIC_SPANS_DROPPED], r),
                 "loop_blocked": _counter(spec[semconv.METRIC_LOOP_BLOCKED], r),
             }

@@ -28,11 +28,15 @@ from agent_otel.clock import now_ns
 from agent_otel.config import DEFAULTS, Settings, check
 from agent_otel.gpu.device import GpuSource
 from agent_otel.gpu.sampler import GpuSampler
+from agent_otel.gpu.server import ServerTimeline
 from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
-from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
+from agent_otel.records import NS_PER_S, LoopBlock, ServerSample, ToolCall
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
+    AGENT_MODEL_SERVER_KV_CACHE_USAGE,
+    AGENT_MODEL_SERVER_RUNNING_MAX,
+    AGENT_MODEL_SERVER_WAITING_MAX,
     AGENT_TOOL_PHASE,
     GPU_IDLE_BLOCKED_BY,
     GPU_IDLE_BLOCKED_DURATION,
@@ -102,6 +106,12 @@ class GpuMetrics(Protocol):
     @property
     def gpu_errors(self) -> Counter: ...
     @property
+    def server_running(self) -> Gauge: ...
+    @property
+    def server_waiting(self) -> Gauge: ...
+    @property
+    def server_kv_cache(self) -> Gauge: ...
+    @property
     def tool_label(self) -> Callable[[str], str]: ...
     @property
     def gpu_label(self) -> Callable[[str], str]: ...
@@ -165,6 +175,11 @@ class LiveTimeline:
         )
         self._problems = Problems(logger)
         self._reported_errors: dict[str, int] = {}
+        # A model server's readings (agent_otel.gpu.server), where the source
+        # reads one: its queue and KV cache on the timeline, for the rules
+        # and the gpu.idle spans (``server.load(start_ns, end_ns)``).
+        self._server_samples: Optional[Callable[[], list[ServerSample]]] = getattr(source, "server_samples", None)
+        self.server: Optional[ServerTimeline] = ServerTimeline() if self._server_samples is not None else None
         if pipeline is not None:
             pipeline.consumers.append(self.engine.add_finished)
         # Before the sampler's own hook: in a child, the log is gone before sampling restarts.
@@ -197,6 +212,7 @@ class LiveTimeline:
 
     def on_samples(self, samples) -> None:
         self.show_utilization(samples)
+        self.take_server_samples()
         if self.log is not None:
             try:
                 self.log.write(samples)
@@ -218,6 +234,21 @@ class LiveTimeline:
                 latest[sample.gpu] = sample.utilization
         for gpu, utilization in latest.items():
             self.metrics.gpu_utilization.labels(self.metrics.gpu_label(gpu)).set(utilization)
+
+    def take_server_samples(self) -> None:
+        """Move the model server's new readings onto the timeline, and its latest into the gauges."""
+        if self._server_samples is None or self.server is None:
+            return
+        readings = self._server_samples()
+        if not readings:
+            return
+        self.server.add(readings)
+        latest = readings[-1]
+        server = self.metrics.gpu_label(latest.server)
+        self.metrics.server_running.labels(server).set(latest.running)
+        self.metrics.server_waiting.labels(server).set(latest.waiting)
+        if latest.kv_cache_usage is not None:
+            self.metrics.server_kv_cache.labels(server).set(latest.kv_cache_usage)
 
     def apply(self, update: BlameUpdate) -> None:
         """Counters first, then the spans of the windows that closed."""
@@ -295,6 +326,12 @@ class LiveTimeline:
         }
         if window.uuid:
             attributes[GPU_UUID] = valid_text(window.uuid, NAME_LIMIT)
+        load = self.server.load(window.start_ns, window.end_ns) if self.server is not None else None
+        if load is not None:
+            attributes[AGENT_MODEL_SERVER_WAITING_MAX] = load.waiting_max
+            attributes[AGENT_MODEL_SERVER_RUNNING_MAX] = load.running_max
+            if load.kv_cache_usage is not None:
+                attributes[AGENT_MODEL_SERVER_KV_CACHE_USAGE] = load.kv_cache_usage
         if totals:
             by_tool: dict[str, float] = {}
             for (tool, _), seconds in totals.items():
@@ -377,7 +414,11 @@ def start_live_timeline(
     chose, ``agent_otel.sinks``); sampling goes on without it if it cannot be
     written.
     """
-    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None)
+    source = open_gpu_source(
+        settings.gpu,
+        list(settings.gpu_devices) if settings.gpu_devices else None,
+        model_server=settings.model_server_metrics,
+    )
     if source is None:
         return None
     if not source.devices():
