@@ -308,3 +308,69 @@ def test_an_agent_with_a_server_that_never_answers_runs_unharmed():
     finally:
         assert handle.shutdown(timeout_s=5.0)
     trace.get_tracer_provider()  # the process's tracing still works
+
+
+def test_the_blame_service_reads_a_model_server_alone_and_exports_its_queue(server):
+    import os
+    import re
+    import subprocess
+    import sys
+    import urllib.request
+
+    server.body = vllm_v1(running=0, waiting=3, kv=0.7, prompt=10, generation=10)  # stalled: queued, idle
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
+    env.update({"OTEL_TRACES_EXPORTER": "none", "PYTHONUNBUFFERED": "1"})
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent_otel.cli",
+            "gpu-exporter",
+            "--pool",
+            "vllm-a:8000",
+            "--gpu",
+            "model_server",
+            "--model-server",
+            server.url,
+            "--prometheus-port",
+            "0",
+            "--otlp-grpc",
+            "127.0.0.1:0",
+            "--otlp-http",
+            "off",
+            "--watermark",
+            "0.5",
+            "--poll-interval",
+            "0.1",
+            "--min-idle",
+            "0.2",
+            "--duration",
+            "30",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        first = process.stdout.readline()
+        assert "sampling 1 GPU(s) via model_server: server model server at 127.0.0.1" in first, first
+        url = re.search(r"metrics at (\S+)", process.stdout.readline()).group(1)
+        label = f'server="127.0.0.1:{server.port}"'
+
+        def scrape() -> str:
+            return urllib.request.urlopen(url, timeout=5).read().decode()
+
+        deadline = time.monotonic() + 20
+        while not re.search(r'^agent_gpu_idle_seconds_total\{gpu="server"\} [1-9]', scrape(), flags=re.M):
+            assert time.monotonic() < deadline, scrape()
+            time.sleep(0.1)
+        text = scrape()
+        assert f"agent_model_server_requests_waiting{{{label}}} 3.0" in text
+        assert f"agent_model_server_requests_running{{{label}}} 0.0" in text
+        assert f"agent_model_server_kv_cache_usage_ratio{{{label}}} 0.7" in text
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr, stderr
