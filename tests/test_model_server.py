@@ -25,7 +25,6 @@ from agent_otel.config import load_settings
 from agent_otel.errors import ConfigError
 from agent_otel.exporters.prometheus import Metrics
 from agent_otel.gpu.server import ModelServerSource, ServerTimeline, WithModelServer, read_exposition
-from agent_otel.gpu.simulated import SimulatedGpu
 from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.records import NS_PER_S, ServerSample
 from tests.helpers.model_server import FakeModelServer, sglang, tgi, vllm_v0, vllm_v1
