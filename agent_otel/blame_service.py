@@ -31,6 +31,7 @@ from agent_otel.instrumentation import Instrumentation, declared_gpu_pool, start
 from agent_otel.receiver.decode import tool_calls
 from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
 from agent_otel.receiver.server import OtlpReceiver, Outcome
+from agent_otel.prices import parse_prices
 from agent_otel.records import NS_PER_S
 
 logger = logging.getLogger("agent_otel.blame_service")
@@ -170,6 +171,8 @@ def _pool_service(
         log_path=settings.gpu_log_file,
         share_min_s=settings.gpu_idle_share_min,
         children=settings.gpu_idle_children,
+        prices=parse_prices(settings.gpu_hour_price),
+        price_pool=pool,
         clock=now_ns,
     )
     metrics = BlameServiceMetrics(

@@ -367,6 +367,7 @@ METRIC_GPU_ERRORS: Final = "agent_otel_gpu_errors_total"
 METRIC_GPU_MISSING: Final = "agent_otel_gpu_missing_seconds_total"
 METRIC_LOOP_BLOCKED: Final = "agent_asyncio_loop_blocked_seconds_total"
 METRIC_LOOP_LAG: Final = "agent_asyncio_loop_lag_seconds"
+METRIC_GPU_HOUR_PRICE: Final = "agent_gpu_hour_price"  # the gpu_hour_price setting, per GPU
 # a model server's metrics, read (agent_otel.gpu.server)
 METRIC_SERVER_RUNNING: Final = "agent_model_server_requests_running"
 METRIC_SERVER_WAITING: Final = "agent_model_server_requests_waiting"
@@ -475,6 +476,12 @@ METRICS: Final[dict[str, MetricSpec]] = {
             GAUGE,
             (LABEL_THREAD,),
             "How late the event loop's latest heartbeat ran; while it is blocked, how long so far.",
+        ),
+        MetricSpec(
+            METRIC_GPU_HOUR_PRICE,
+            GAUGE,
+            _GPU,
+            "What an hour of the GPU costs (the gpu_hour_price setting); absent without a price.",
         ),
         MetricSpec(
             METRIC_SERVER_RUNNING,

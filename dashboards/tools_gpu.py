@@ -12,6 +12,7 @@ from agent_otel.config import DEFAULTS
 from agent_otel.semconv import (
     LABEL_KIND,
     METRIC_GPU_IDLE,
+    METRIC_GPU_HOUR_PRICE,
     METRIC_GPU_IDLE_BLOCKED,
     METRIC_GPU_IDLE_UNATTRIBUTED,
     METRIC_GPU_UNDERUSED,
@@ -64,6 +65,19 @@ IDLE_TOTAL = f"(sum(increase({METRIC_GPU_IDLE}{GPU}[{RANGE}])) > 0)"
 def blamed(phase: str | None = None) -> str:
     matchers = GPU_TOOL if phase is None else selector('gpu=~"$gpu"', 'tool=~"$tool"', f'phase="{phase}"')
     return f"sum by (tool) (increase({METRIC_GPU_IDLE_BLOCKED}{matchers}[{RANGE}]))"
+
+
+# Each GPU's blamed idle seconds priced at its own agent_gpu_hour_price (the
+# gpu_hour_price setting, exported by the process that blames it): without a
+# price there is no such series, and the cost panels stay empty.
+PRICED = f"* on (job, instance, gpu) group_left () {METRIC_GPU_HOUR_PRICE}"
+
+
+def cost(window: str) -> str:
+    """Money per tool: over the range (``increase``), or per hour (``rate``) with ``RATE``."""
+    if window == RANGE:
+        return f"sum by (tool) (increase({METRIC_GPU_IDLE_BLOCKED}{GPU_TOOL}[{RANGE}]) {PRICED}) / 3600"
+    return f"sum by (tool) (rate({METRIC_GPU_IDLE_BLOCKED}{GPU_TOOL}[{window}]) {PRICED})"
 
 
 def unused(phase: str | None = None) -> str:
@@ -247,6 +261,26 @@ def build():
             },
             # GPU-seconds over the range: a minute is worth a look, five minutes a fix.
             steps=thresholds(GOOD, (60, WARN), (300, BAD)),
+        ),
+        timeseries_panel(
+            "Cost of GPU idle blamed per tool",
+            "What the GPU idle time blamed on each tool costs, per hour of wall time, at each GPU's price per "
+            "GPU-hour (gpu_hour_price, docs/report.md). Empty when no price is set.",
+            "currencyUSD",
+            [query(cost(RATE), "{{tool}}", "A")],
+            stacked=True,
+            min_value=0,
+        ),
+        table_panel(
+            "Cost of GPU idle per tool over the range",
+            "Over the dashboard range: the GPU idle time blamed on each tool, priced at each GPU's price per "
+            "GPU-hour (gpu_hour_price). Empty when no price is set.",
+            [query(cost(RANGE), "", "A", table_format=True)],
+            columns={"tool": "Tool", "Value #A": "Cost of GPU idle"},
+            sort_by="Cost of GPU idle",
+            units={"Cost of GPU idle": "currencyUSD"},
+            steps=thresholds(GOOD, (10, WARN), (100, BAD)),
+            width=12,
         ),
         stat_panel(
             "Spans dropped by the toolkit",

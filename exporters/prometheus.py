@@ -314,6 +314,7 @@ _CLIENT_ATTRIBUTES = frozenset(
         "gpu_underused_unattributed",
         "gpu_errors",
         "gpu_missing",
+        "gpu_hour_price",
         "server_running",
         "server_waiting",
         "server_kv_cache",
@@ -342,6 +343,7 @@ class Metrics:
     gpu_underused_unattributed: Counter
     gpu_errors: Counter
     gpu_missing: Counter
+    gpu_hour_price: Gauge
     server_running: Gauge  # a model server's metrics, where they are read (agent_otel.gpu.server)
     server_waiting: Gauge
     server_kv_cache: Gauge
@@ -445,6 +447,7 @@ class Metrics:
                 **blame,
                 "gpu_utilization": _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r),
                 "gpu_errors": _counter(spec[semconv.METRIC_GPU_ERRORS], r),
+                "gpu_hour_price": _gauge(spec[semconv.METRIC_GPU_HOUR_PRICE], r),
                 "server_running": _gauge(spec[semconv.METRIC_SERVER_RUNNING], r),
                 "server_waiting": _gauge(spec[semconv.METRIC_SERVER_WAITING], r),
                 "server_kv_cache": _gauge(spec[semconv.METRIC_SERVER_KV_CACHE], r),

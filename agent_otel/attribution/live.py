@@ -50,6 +50,7 @@ from agent_otel.semconv import (
     GPU_UUID,
     SPAN_GPU_IDLE,
 )
+from agent_otel.prices import GpuPrices, parse_prices
 from agent_otel.problems import Problems
 from agent_otel.text import NAME_LIMIT, valid_text
 
@@ -106,6 +107,8 @@ class GpuMetrics(Protocol):
     @property
     def gpu_errors(self) -> Counter: ...
     @property
+    def gpu_hour_price(self) -> Gauge: ...
+    @property
     def server_running(self) -> Gauge: ...
     @property
     def server_waiting(self) -> Gauge: ...
@@ -142,6 +145,8 @@ class LiveTimeline:
         log_max_bytes: Optional[int] = None,
         share_min_s: float = DEFAULTS.gpu_idle_share_min,
         children: bool = DEFAULTS.gpu_idle_children,
+        prices: Optional[GpuPrices] = None,
+        price_pool: str = "",
     ):
         # First: a log that cannot be written (ConfigError) leaves nothing behind.
         self.log = GpuLogWriter(log_path, source.devices(), log_max_bytes) if log_path else None
@@ -180,6 +185,11 @@ class LiveTimeline:
         # and the gpu.idle spans (``server.load(start_ns, end_ns)``).
         self._server_samples: Optional[Callable[[], list[ServerSample]]] = getattr(source, "server_samples", None)
         self.server: Optional[ServerTimeline] = ServerTimeline() if self._server_samples is not None else None
+        if prices is not None:  # what an hour of each GPU costs, for the cost panels (docs/report.md)
+            for device in source.devices():
+                price = prices.price(price_pool, device.name)
+                if price is not None:
+                    metrics.gpu_hour_price.labels(metrics.gpu_label(device.index)).set(price)
         if pipeline is not None:
             pipeline.consumers.append(self.engine.add_finished)
         # Before the sampler's own hook: in a child, the log is gone before sampling restarts.
@@ -448,6 +458,7 @@ def start_live_timeline(
             share_min_s=settings.gpu_idle_share_min,
             children=settings.gpu_idle_children,
             log_max_bytes=log_max_bytes,
+            prices=parse_prices(settings.gpu_hour_price),
         )
 
     try:

@@ -37,6 +37,7 @@ def main() -> None:
         gpu="simulated",
         gpu_poll_interval=0.05,
         gpu_min_idle=0.2,
+        gpu_hour_price="2.5",  # the cost panels' agent_gpu_hour_price
         traces_exporters="none",
         frameworks=(),
     )
