@@ -39,8 +39,10 @@ from agent_otel.attribution import BlameTotals, WindowAttribution, attribute, gp
 from agent_otel.exporters.otlp_json import input_name
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
 from agent_otel.inputs import STDIN
+from agent_otel.prices import GpuPrices
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
 from agent_otel.report.calls import CallTable
+from agent_otel.report.cost import Costs, price_analysis
 from agent_otel.report.columns import CallColumns, seconds_sorted, total
 from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
@@ -194,6 +196,9 @@ class Analysis:
     simulated_gpus: set[str] = field(default_factory=set)  # GPUs (gpu_key) a simulated GPU stood for
     inner_failures: dict[int, InnerFailures] = field(default_factory=dict)  # by trace_id << 64 | span_id
     nested_tools: set[str] = field(default_factory=set)  # tools called from inside another tool's call
+    blame: Optional[BlameTotals] = None  # the idle time blamed, per (gpu, tool, phase)
+    gpu_names: dict[str, str] = field(default_factory=dict)  # gpu_key -> the GPU's name, from a GPU log
+    costs: Optional[Costs] = None  # the money of the blame, with gpu_hour_price (report.cost)
 
     @property
     def seconds(self) -> float:
@@ -221,6 +226,7 @@ def analyse(
     call_ids: bool = True,
     turns: bool = True,
     records: bool = True,
+    prices: Optional[GpuPrices] = None,
 ) -> Analysis:
     """Read the inputs, attribute GPU idle time, compute every statistic.
 
@@ -235,6 +241,9 @@ def analyse(
     ``slos``: the latency SLO of each tool (``Slos()``, 95% within 0.8 s for
     every tool, the alert rules' default, when None).
 
+    ``prices``: what a GPU-hour costs (``agent_otel.prices``): the blamed
+    idle time as money (``costs``, and in the recommendations); None: none.
+
     Python's cyclic garbage collector is paused throughout (``paused_gc``):
     nothing here makes reference cycles, and its rescans of the growing
     heap made the cost per span grow with the input.
@@ -244,6 +253,7 @@ def analyse(
             trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress, gpu_pool, call_ids, turns, records
         )
         analysis.slos = compliance({tool.tool: tool.duration_s for tool in analysis.tools}, slos or Slos())
+        price_analysis(analysis, prices)
         return analysis
 
 
@@ -311,6 +321,7 @@ def _analyse(
     _add_waits(analysis, in_windows)
     _turn_inputs(analysis, traces, turns)
     analysis.gpus = _gpu_stats(analysis, totals, observed)
+    analysis.blame = totals
     analysis.recommendations = recommend(analysis)
     return analysis
 
@@ -357,6 +368,8 @@ def _gpu_inputs(
         combined = GpuLog.merge(logs)
         del logs
         for gpu in combined.series:
+            if combined.names.get(gpu):
+                analysis.gpu_names[f"{gpu_pool}/{gpu}" if gpu_pool else gpu] = combined.names[gpu]
             if combined.names.get(gpu) == SIMULATED_GPU_NAME or combined.uuids.get(gpu, "").startswith(
                 SIMULATED_GPU_UUID_PREFIX
             ):
@@ -816,6 +829,7 @@ def report_json(analysis: Analysis) -> dict:
         ],
         "event_loops": loops_json(analysis.loops),
         "recommendations": [r.to_json() for r in analysis.recommendations],
+        "cost": analysis.costs.to_json() if analysis.costs is not None else None,
         "inputs": {
             "traces": analysis.trace_paths,
             "services": list(analysis.services),

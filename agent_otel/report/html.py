@@ -31,6 +31,7 @@ from typing import Iterable
 
 from agent_otel.attribution import gpu_key
 from agent_otel.records import GpuSample
+from agent_otel.report.cost import money_text
 from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json, run_name
 from agent_otel.report.stats import assign_rows
 from agent_otel.semconv import OUTCOMES
@@ -92,6 +93,7 @@ def render(analysis: Analysis) -> str:
 {_recommendations(report)}
 {_models_table(report)}
 {_gpus_table(report)}
+{_cost_table(report)}
 {_executors_table(report)}
 </aside>
 </main>
@@ -467,6 +469,35 @@ def _gpus_table(report: dict) -> str:
         '<th>blocked s</th><th>unattributed s</th><th title="(1 - utilization) x time">unused s</th>'
         '<th>unused by tools s</th><th title="samples lost: neither idle nor busy">missing s</th>'
         f"</tr></thead><tbody>{rows}</tbody></table></section>"
+    )
+
+
+def _cost_table(report: dict) -> str:
+    """The blamed idle time as money, with gpu_hour_price; nothing without it."""
+    cost = report["cost"]
+    if cost is None:
+        return ""
+    rows = "".join(
+        f'<tr><td class="name">{html.escape(t["tool"])}</td>{_cell(t["gpu_idle_blocked_gpu_hours"], 3)}'
+        f'<td class="num">{html.escape(money_text(t["gpu_idle_blocked_cost"]))}</td>'
+        f'{_cell(t["gpu_hours_per_day"], 2)}<td class="num">{html.escape(money_text(t["cost_per_day"]))}</td></tr>'
+        for t in cost["tools"]
+    )
+    unpriced = (
+        f"<p>no price for GPU {html.escape(', '.join(cost['unpriced_gpus']))}: not counted</p>"
+        if cost["unpriced_gpus"]
+        else ""
+    )
+    return (
+        '<section><h2>What the GPU idle time costs</h2><p class="cost">'
+        f"idle {html.escape(money_text(cost['idle_cost']))}: blocked by tools "
+        f"{html.escape(money_text(cost['idle_blocked_cost']))}, with no tool in flight "
+        f"{html.escape(money_text(cost['idle_unattributed_cost']))}; at this load, per day "
+        f"{html.escape(money_text(cost['idle_cost'] * cost['per_day_scale']))}</p>"
+        f'<p class="source">prices: {html.escape(cost["source"])}</p>{unpriced}'
+        '<table id="cost-table"><thead><tr><th>tool</th><th>GPU-hours</th><th>cost</th>'
+        "<th>GPU-hours a day</th><th>cost a day</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
     )
 
 

@@ -13,6 +13,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Optional, TextIO
 
+from agent_otel.report.cost import money_text
 from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json, run_name
 
 BOLD, DIM, RED, YELLOW, CYAN, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[33m", "\x1b[36m", "\x1b[0m"
@@ -72,6 +73,10 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
     out.append(paint(BOLD, "GPUs"))
     out.extend(_gpus(report["gpus"], width, paint))
     out.append("")
+    if report["cost"] is not None:
+        out.append(paint(BOLD, "What the GPU idle time costs (gpu_hour_price)"))
+        out.extend(_cost(report["cost"], width, paint))
+        out.append("")
     if report["event_loops"]:
         out.append(paint(BOLD, "Event loops, by time blocked (asyncio.loop.blocked spans)"))
         out.extend(_loops(report["event_loops"], width, paint))
@@ -346,6 +351,36 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
         for g in gpus
     ]
     return _table(columns, rows, width, paint)
+
+
+def _cost(cost: dict, width: Optional[int], paint: _Painter) -> list[str]:
+    money = money_text
+    lines = _wrap(
+        f"  idle {money(cost['idle_cost'])}: blocked by tools {money(cost['idle_blocked_cost'])}, "
+        f"with no tool in flight {money(cost['idle_unattributed_cost'])}; at this load, per day: "
+        f"{money(cost['idle_cost'] * cost['per_day_scale'])} (prices: {visible(cost['source'])})",
+        width,
+    )
+    if cost["unpriced_gpus"]:
+        lines += _wrap(f"  no price for GPU {', '.join(map(visible, cost['unpriced_gpus']))}: not counted", width)
+    columns = [
+        Column("TOOL", 0, left=True),
+        Column("GPU-HOURS", 0),
+        Column("COST", 0),
+        Column("GPU-HOURS/DAY", 1),
+        Column("COST/DAY", 0),
+    ]
+    rows = [
+        [
+            _name(t["tool"], width),
+            f"{t['gpu_idle_blocked_gpu_hours']:.3g}",
+            money(t["gpu_idle_blocked_cost"]),
+            f"{t['gpu_hours_per_day']:.3g}",
+            money(t["cost_per_day"]),
+        ]
+        for t in cost["tools"]
+    ]
+    return lines + (_table(columns, rows, width, paint) if rows else [])
 
 
 def _table(columns: list[Column], rows: list[list[str]], width: Optional[int], paint: _Painter) -> list[str]:

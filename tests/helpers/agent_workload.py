@@ -80,7 +80,12 @@ def main() -> int:
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     handle = agent_otel.instrument(
-        service_name="e2e-agent", prometheus_port=args.port, gpu="simulated", traces_exporters="none", frameworks=()
+        service_name="e2e-agent",
+        prometheus_port=args.port,
+        gpu="simulated",
+        gpu_hour_price="2.5",  # the cost panels
+        traces_exporters="none",
+        frameworks=(),
     )
     if handle.prometheus_url is None:
         print(f"agent_workload: /metrics is not served on port {args.port}", file=sys.stderr)
