@@ -43,6 +43,7 @@ from agent_otel.prices import GpuPrices
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
 from agent_otel.report.calls import CallTable
 from agent_otel.report.cost import Costs, price_analysis
+from agent_otel.report.server_spans import ServerSpans, join_server_requests
 from agent_otel.report.columns import CallColumns, seconds_sorted, total
 from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
@@ -199,6 +200,7 @@ class Analysis:
     blame: Optional[BlameTotals] = None  # the idle time blamed, per (gpu, tool, phase)
     gpu_names: dict[str, str] = field(default_factory=dict)  # gpu_key -> the GPU's name, from a GPU log
     costs: Optional[Costs] = None  # the money of the blame, with gpu_hour_price (report.cost)
+    server_spans: Optional[ServerSpans] = None  # the model servers' spans joined to the model calls
 
     @property
     def seconds(self) -> float:
@@ -340,6 +342,8 @@ def _turn_inputs(analysis: Analysis, traces: TraceData, keep: bool) -> None:
     analysis.turns, analysis.turn_totals = find_turns(
         analysis.calls, analysis.model_calls, analysis.agent_runs, traces.roots, keep
     )
+    if traces.server_requests:
+        analysis.server_spans = join_server_requests(analysis.model_calls, traces.server_requests)
     analysis.peer_tool_spans = traces.peer_tool_spans
     analysis.peer_tool_spans_merged = traces.peer_tool_spans_merged
 
@@ -830,6 +834,7 @@ def report_json(analysis: Analysis) -> dict:
         "event_loops": loops_json(analysis.loops),
         "recommendations": [r.to_json() for r in analysis.recommendations],
         "cost": analysis.costs.to_json() if analysis.costs is not None else None,
+        "model_server": analysis.server_spans.to_json() if analysis.server_spans is not None else None,
         "inputs": {
             "traces": analysis.trace_paths,
             "services": list(analysis.services),
@@ -865,6 +870,7 @@ def _share(ratio: Optional[float]) -> Optional[float]:
 
 def _turns_json(analysis: Analysis) -> dict:
     totals = analysis.turn_totals
+    split = analysis.server_spans
     durations = totals.durations_s
     slowest = totals.slowest
     return {
@@ -877,6 +883,8 @@ def _turns_json(analysis: Analysis) -> dict:
         "tool_queue_s": _s(totals.tool_queue_s),
         "tool_exec_s": _s(totals.tool_exec_s),
         "other_s": _s(totals.other_s),
+        # the model time split by the model servers' own spans (report.server_spans); null without them
+        "model_split": split.totals.to_json() if split is not None else None,
         "slowest": [
             {
                 "name": turn.name,
@@ -889,6 +897,9 @@ def _turns_json(analysis: Analysis) -> dict:
                 "other_s": _s(turn.other_s),
                 "tool_calls": turn.tool_calls,
                 "model_calls": turn.model_calls,
+                "model_split": split.of(turn.trace_id, turn.start_ns, turn.end_ns).to_json()
+                if split is not None
+                else None,
             }
             for turn in slowest
         ],

@@ -92,6 +92,7 @@ def render(analysis: Analysis) -> str:
 {_turns_view(report)}
 {_recommendations(report)}
 {_models_table(report)}
+{_model_server_table(report)}
 {_gpus_table(report)}
 {_cost_table(report)}
 {_executors_table(report)}
@@ -469,6 +470,29 @@ def _gpus_table(report: dict) -> str:
         '<th>blocked s</th><th>unattributed s</th><th title="(1 - utilization) x time">unused s</th>'
         '<th>unused by tools s</th><th title="samples lost: neither idle nor busy">missing s</th>'
         f"</tr></thead><tbody>{rows}</tbody></table></section>"
+    )
+
+
+def _model_server_table(report: dict) -> str:
+    """The model calls split by the model servers' own spans; nothing without them."""
+    server = report["model_server"]
+    if server is None:
+        return ""
+    rows = "".join(
+        f'<tr><td class="name">{html.escape(m["model"])}</td>{_cell(m["model_calls"])}{_cell(m["seconds"], 3)}'
+        f"{_cell(m['client_network_s'], 3)}{_cell(m['server_queue_s'], 3)}{_cell(m['prefill_s'], 3)}"
+        f"{_cell(m['decode_s'], 3)}{_cell(m['server_other_s'], 3)}</tr>"
+        for m in server["models"]
+    )
+    return (
+        "<section><h2>Model calls at the server</h2>"
+        f"<p>{server['model_calls']} model calls joined to {server['requests']} server spans "
+        f"(by parent {server['joined_by_parent']}, by trace and time {server['joined_by_time']}; "
+        f"{server['unjoined']} unjoined)</p>"
+        '<table id="model-server-table"><thead><tr><th>model</th><th>calls</th><th>s</th>'
+        '<th title="the call less the server\'s time">client + network s</th><th>server queue s</th>'
+        "<th>prefill s</th><th>decode s</th><th>server other s</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
     )
 
 

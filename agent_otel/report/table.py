@@ -67,6 +67,10 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
     out.append(paint(BOLD, "Models"))
     out.extend(_models(report["models"], width, paint))
     out.append("")
+    if report["model_server"] is not None:
+        out.append(paint(BOLD, "Model calls, split by the model servers' own spans (seconds)"))
+        out.extend(_model_server(report["model_server"], width, paint))
+        out.append("")
     out.append(paint(BOLD, "Executors"))
     out.extend(_executors(report["executors"], width, paint))
     out.append("")
@@ -351,6 +355,39 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
         for g in gpus
     ]
     return _table(columns, rows, width, paint)
+
+
+def _model_server(server: dict, width: Optional[int], paint: _Painter) -> list[str]:
+    lines = _wrap(
+        f"  {server['model_calls']} model calls joined to {server['requests']} server spans "
+        f"(by parent {server['joined_by_parent']}, by trace and time {server['joined_by_time']}; "
+        f"{server['unjoined']} unjoined)",
+        width,
+    )
+    columns = [
+        Column("MODEL", 0, left=True),
+        Column("CALLS", 0),
+        Column("TIME", 0),
+        Column("CLIENT+NET", 0),
+        Column("QUEUE", 0),
+        Column("PREFILL", 0),
+        Column("DECODE", 0),
+        Column("SERVER OTHER", 1),
+    ]
+    rows = [
+        [
+            _name(m["model"], width),
+            str(m["model_calls"]),
+            _sec(m["seconds"]),
+            _sec(m["client_network_s"]),
+            _sec(m["server_queue_s"]),
+            _sec(m["prefill_s"]),
+            _sec(m["decode_s"]),
+            _sec(m["server_other_s"]),
+        ]
+        for m in server["models"]
+    ]
+    return lines + (_table(columns, rows, width, paint) if rows else [])
 
 
 def _cost(cost: dict, width: Optional[int], paint: _Painter) -> list[str]:
