@@ -372,6 +372,7 @@ METRIC_GPU_HOUR_PRICE: Final = "agent_gpu_hour_price"  # the gpu_hour_price sett
 METRIC_SERVER_RUNNING: Final = "agent_model_server_requests_running"
 METRIC_SERVER_WAITING: Final = "agent_model_server_requests_waiting"
 METRIC_SERVER_KV_CACHE: Final = "agent_model_server_kv_cache_usage_ratio"
+METRIC_GPU_IDLE_KV_CACHE_HELD: Final = "agent_gpu_idle_kv_cache_held_seconds_total"
 # remedies
 METRIC_TOOL_FALLBACKS: Final = "agent_tool_fallbacks_total"
 METRIC_TOOL_RETRIES: Final = "agent_tool_retries_total"
@@ -500,6 +501,13 @@ METRICS: Final[dict[str, MetricSpec]] = {
             GAUGE,
             (LABEL_SERVER,),
             "Share of the model server's KV cache in use (0..1), at its latest scrape.",
+        ),
+        MetricSpec(
+            METRIC_GPU_IDLE_KV_CACHE_HELD,
+            COUNTER,
+            (LABEL_GPU, LABEL_TOOL),
+            "The model server's KV cache in use while the GPU idled (share, 0..1) times the idle time blamed on "
+            "each tool: cache held by requests waiting on that tool, in cache-seconds.",
         ),
         MetricSpec(METRIC_TOOL_FALLBACKS, COUNTER, _TOOL, "Tool calls answered by their fallback.", remedy=True),
         MetricSpec(

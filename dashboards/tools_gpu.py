@@ -14,6 +14,7 @@ from agent_otel.semconv import (
     METRIC_GPU_IDLE,
     METRIC_GPU_HOUR_PRICE,
     METRIC_GPU_IDLE_BLOCKED,
+    METRIC_GPU_IDLE_KV_CACHE_HELD,
     METRIC_GPU_IDLE_UNATTRIBUTED,
     METRIC_GPU_UNDERUSED,
     METRIC_GPU_UNDERUSED_BLOCKED,
@@ -21,6 +22,9 @@ from agent_otel.semconv import (
     METRIC_GPU_UTILIZATION,
     METRIC_LOOP_BLOCKED,
     METRIC_LOOP_LAG,
+    METRIC_SERVER_KV_CACHE,
+    METRIC_SERVER_RUNNING,
+    METRIC_SERVER_WAITING,
     METRIC_SPANS_DROPPED,
     METRIC_TOOL_CALLS,
     METRIC_TOOL_INFLIGHT,
@@ -261,6 +265,31 @@ def build():
             },
             # GPU-seconds over the range: a minute is worth a look, five minutes a fix.
             steps=thresholds(GOOD, (60, WARN), (300, BAD)),
+        ),
+        timeseries_panel(
+            "Model server: requests running and queued",
+            "Where a model server's metrics are read (model_server_metrics, docs/model-servers.md): the requests "
+            "it runs and the requests queued at it, at each scrape. An idle GPU with requests queued is the server "
+            "stalling, not a tool.",
+            "short",
+            [
+                query(f"sum by (server) ({METRIC_SERVER_RUNNING}{selector()})", "{{server}} running", "A"),
+                query(f"sum by (server) ({METRIC_SERVER_WAITING}{selector()})", "{{server}} queued", "B"),
+            ],
+            min_value=0,
+        ),
+        timeseries_panel(
+            "KV cache held while tools block the GPU",
+            "Per tool: the share of the model server's KV cache (GPU memory) in use while the GPU idled with the "
+            "tool's calls in flight, weighted by the idle time blamed on it: memory held by requests waiting on "
+            "that tool, which limits how many requests the server can run. 100% = the whole cache, all the time. "
+            "Next to it, the share of the cache in use.",
+            "percentunit",
+            [
+                query(f"sum by (tool) (rate({METRIC_GPU_IDLE_KV_CACHE_HELD}{GPU_TOOL}[{RATE}]))", "{{tool}}", "A"),
+                query(f"max by (server) ({METRIC_SERVER_KV_CACHE}{selector()})", "{{server}} in use", "B"),
+            ],
+            min_value=0,
         ),
         timeseries_panel(
             "Cost of GPU idle blamed per tool",

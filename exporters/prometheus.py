@@ -318,6 +318,7 @@ _CLIENT_ATTRIBUTES = frozenset(
         "server_running",
         "server_waiting",
         "server_kv_cache",
+        "gpu_idle_kv_cache_held",
         "spans_dropped",
         "loop_blocked",
     }
@@ -347,6 +348,7 @@ class Metrics:
     server_running: Gauge  # a model server's metrics, where they are read (agent_otel.gpu.server)
     server_waiting: Gauge
     server_kv_cache: Gauge
+    gpu_idle_kv_cache_held: Counter
     spans_dropped: Counter
     loop_blocked: Counter
 
@@ -451,6 +453,7 @@ class Metrics:
                 "server_running": _gauge(spec[semconv.METRIC_SERVER_RUNNING], r),
                 "server_waiting": _gauge(spec[semconv.METRIC_SERVER_WAITING], r),
                 "server_kv_cache": _gauge(spec[semconv.METRIC_SERVER_KV_CACHE], r),
+                "gpu_idle_kv_cache_held": _counter(spec[semconv.METRIC_GPU_IDLE_KV_CACHE_HELD], r),
                 "spans_dropped": _counter(spec[semconv.METRIC_SPANS_DROPPED], r),
                 "loop_blocked": _counter(spec[semconv.METRIC_LOOP_BLOCKED], r),
             }

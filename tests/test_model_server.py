@@ -373,3 +373,40 @@ def test_the_blame_service_reads_a_model_server_alone_and_exports_its_queue(serv
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr, stderr
+
+
+class InFlight:
+    """The recorder's table of calls in flight, as the live timeline reads it."""
+
+    def __init__(self, *calls):
+        self.inflight = {id(call): call for call in calls}
+
+
+def test_the_kv_cache_held_while_a_tool_blocks_the_idle_gpu_is_counted_per_tool(server):
+    from agent_otel.records import ToolCall
+
+    clock = VirtualClock()
+    metrics = Metrics()
+    source = source_on(server, clock)
+    # A tool call in flight the whole time: every idle second is blamed on it.
+    call = ToolCall("search", "direct", clock() - NS_PER_S, clock() - NS_PER_S, trace_id=1, span_id=2)
+    timeline = LiveTimeline(
+        source,
+        tracer=trace.get_tracer("test"),
+        metrics=metrics,
+        recorder=InFlight(call),
+        min_idle_s=0.5,
+    )
+    script = [(1, 0, 0.9)] * 2 + [(0, 2, 0.6)] * 5 + [(1, 0, 0.9)] * 2  # the idle readings: 60 % of the cache
+    generation = 0
+    for running, waiting, kv in script:
+        generation += 10 * running
+        server.body = vllm_v1(running, waiting, kv, 10, generation)
+        clock.advance(NS_PER_S // 2)
+        timeline.on_samples(source.poll())
+    timeline.shutdown(timeout_s=1.0)
+    scrape = metrics.registry.get_sample_value
+    blamed = scrape(semconv.METRIC_GPU_IDLE_BLOCKED, {"gpu": "server", "tool": "search", "phase": "exec"})
+    assert blamed == pytest.approx(2.5)  # five idle periods of 0.5 s
+    held = scrape(semconv.METRIC_GPU_IDLE_KV_CACHE_HELD, {"gpu": "server", "tool": "search"})
+    assert held == pytest.approx(0.6 * 2.5)

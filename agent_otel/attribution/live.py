@@ -115,6 +115,8 @@ class GpuMetrics(Protocol):
     @property
     def server_kv_cache(self) -> Gauge: ...
     @property
+    def gpu_idle_kv_cache_held(self) -> Counter: ...
+    @property
     def tool_label(self) -> Callable[[str], str]: ...
     @property
     def gpu_label(self) -> Callable[[str], str]: ...
@@ -342,6 +344,7 @@ class LiveTimeline:
             attributes[AGENT_MODEL_SERVER_RUNNING_MAX] = load.running_max
             if load.kv_cache_usage is not None:
                 attributes[AGENT_MODEL_SERVER_KV_CACHE_USAGE] = load.kv_cache_usage
+                self._count_kv_held(gpu, load.kv_cache_usage, totals)
         if totals:
             by_tool: dict[str, float] = {}
             for (tool, _), seconds in totals.items():
@@ -374,6 +377,18 @@ class LiveTimeline:
                 start_time=share.start_ns,
             )
             child.end(end_time=share.end_ns)
+
+    def _count_kv_held(self, gpu: str, usage: float, blocked: dict[tuple[str, str], float]) -> None:
+        """The KV cache in use while the window idled, held by the requests
+        waiting on the tools blamed for it: each tool's idle seconds x the
+        window's mean usage (docs/model-servers.md)."""
+        by_tool: dict[str, float] = {}
+        for (tool, _phase), seconds in blocked.items():
+            by_tool[tool] = by_tool.get(tool, 0.0) + seconds
+        metrics, label = self.metrics, self.metrics.tool_label
+        for tool, seconds in by_tool.items():
+            if seconds > 0.0 and usage > 0.0:
+                metrics.gpu_idle_kv_cache_held.labels(metrics.gpu_label(gpu), label(tool)).inc(seconds * usage)
 
     def _count_source_errors(self) -> None:
         for reason, count in self.sampler.stats()["errors"].items():
