@@ -43,6 +43,7 @@ from agent_otel.prices import GpuPrices
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
 from agent_otel.report.calls import CallTable
 from agent_otel.report.cost import Costs, price_analysis
+from agent_otel.report.kv_cache import KvCacheHeld
 from agent_otel.report.server_spans import ServerSpans, join_server_requests
 from agent_otel.report.columns import CallColumns, seconds_sorted, total
 from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
@@ -201,6 +202,7 @@ class Analysis:
     gpu_names: dict[str, str] = field(default_factory=dict)  # gpu_key -> the GPU's name, from a GPU log
     costs: Optional[Costs] = None  # the money of the blame, with gpu_hour_price (report.cost)
     server_spans: Optional[ServerSpans] = None  # the model servers' spans joined to the model calls
+    kv_cache: Optional[KvCacheHeld] = None  # the model server's KV cache held per tool (report.kv_cache)
 
     @property
     def seconds(self) -> float:
@@ -313,8 +315,11 @@ def _analyse(
     columns = CallColumns(analysis.calls)
     in_windows = _in_windows(columns, analysis.windows)
     totals = BlameTotals()
+    kv_cache = KvCacheHeld(traces.kv_windows) if traces.kv_windows else None
     for window_attribution in _attribute(analysis.windows, calls, in_windows, analysis.loop_blocks):
         totals.add(window_attribution)
+        if kv_cache is not None:
+            kv_cache.add(window_attribution)
         if records:
             analysis.attributions.append(window_attribution)
     analysis.tools = _tool_stats(columns, totals, traces, analysis.underuse)
@@ -324,6 +329,7 @@ def _analyse(
     _turn_inputs(analysis, traces, turns)
     analysis.gpus = _gpu_stats(analysis, totals, observed)
     analysis.blame = totals
+    analysis.kv_cache = kv_cache if kv_cache is not None and kv_cache.matched else None
     analysis.recommendations = recommend(analysis)
     return analysis
 
@@ -835,6 +841,7 @@ def report_json(analysis: Analysis) -> dict:
         "recommendations": [r.to_json() for r in analysis.recommendations],
         "cost": analysis.costs.to_json() if analysis.costs is not None else None,
         "model_server": analysis.server_spans.to_json() if analysis.server_spans is not None else None,
+        "kv_cache": analysis.kv_cache.to_json() if analysis.kv_cache is not None else None,
         "inputs": {
             "traces": analysis.trace_paths,
             "services": list(analysis.services),

@@ -94,6 +94,7 @@ def render(analysis: Analysis) -> str:
 {_models_table(report)}
 {_model_server_table(report)}
 {_gpus_table(report)}
+{_kv_cache_table(report)}
 {_cost_table(report)}
 {_executors_table(report)}
 </aside>
@@ -493,6 +494,28 @@ def _model_server_table(report: dict) -> str:
         '<th title="the call less the server\'s time">client + network s</th><th>server queue s</th>'
         "<th>prefill s</th><th>decode s</th><th>server other s</th></tr></thead>"
         f"<tbody>{rows}</tbody></table></section>"
+    )
+
+
+def _kv_cache_table(report: dict) -> str:
+    """The model server's KV cache held per tool while the GPU idled; nothing without the server's readings."""
+    kv = report["kv_cache"]
+    if kv is None:
+        return ""
+    rows = "".join(
+        f'<tr><td class="name">{html.escape(t["tool"])}</td>{_cell(t["gpu_idle_blocked_s"], 3)}'
+        + (_cell("-") if t["kv_cache_held_share"] is None else _cell(100 * t["kv_cache_held_share"], 1))
+        + f"{_cell(t['kv_cache_held_s'], 3)}</tr>"
+        for t in kv["tools"]
+    )
+    average = "-" if kv["kv_cache_usage_avg"] is None else f"{100 * kv['kv_cache_usage_avg']:.0f}%"
+    return (
+        "<section><h2>KV cache held while tools ran</h2>"
+        f"<p>over {kv['windows']} idle windows the model server's KV cache was {average} in use on average: "
+        "GPU memory held by requests waiting on the tools below</p>"
+        '<table id="kv-cache-table"><thead><tr><th>tool</th><th>GPU idle blamed s</th>'
+        '<th title="the share of the cache in use while it blocked the idle GPU">cache held %</th>'
+        f"<th>cache-seconds</th></tr></thead><tbody>{rows}</tbody></table></section>"
     )
 
 

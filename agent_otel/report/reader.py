@@ -100,9 +100,12 @@ from agent_otel.exporters.otlp_json import (
 )
 from agent_otel.attribution import gpu_key
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ServerRequest
+from agent_otel.report.kv_cache import KvWindow
 from agent_otel.report.calls import CallTable
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
+    AGENT_MODEL_SERVER_KV_CACHE_USAGE,
+    AGENT_MODEL_SERVER_WAITING_MAX,
     AGENT_PROCESS_CPU_COUNT,
     AGENT_TOOL_RETRIES,
     EVENT_EXCEPTION,
@@ -281,6 +284,8 @@ class TraceData:
     agent_runs: list[AgentRun] = field(default_factory=list)
     # model servers' own spans of the requests (vLLM's llm_request), joined to model calls by report.server_spans
     server_requests: list[ServerRequest] = field(default_factory=list)
+    # the model server's readings on the gpu.idle windows (KV cache, queue), for report.kv_cache
+    kv_windows: list[KvWindow] = field(default_factory=list)
     # trace id -> its root span (a span with no parent), gpu.idle traces aside
     roots: dict[int, AgentRun] = field(default_factory=dict)
     # tool spans of other instrumentations: read, and how many were one of agent-otel's calls
@@ -763,6 +768,11 @@ class TraceReader:
             pool=pool,
         )
         self.data.idle_windows.append(window)
+        if AGENT_MODEL_SERVER_KV_CACHE_USAGE in found:
+            usage = self._seconds(span, found, AGENT_MODEL_SERVER_KV_CACHE_USAGE)  # a number >= 0
+            if usage is not None and usage <= 1.0:
+                waiting = self._seconds(span, found, AGENT_MODEL_SERVER_WAITING_MAX)
+                self.data.kv_windows.append(KvWindow(gpu_key(window), start_ns, end_ns, usage, waiting))
         if GPU_IDLE_BLOCKED_TOOLS in found:
             self._window_blame(span, found)
         if self._text(found, AGENT_GPU_SOURCE) == GPU_SOURCE_SIMULATED or (window.uuid or "").startswith(

@@ -77,6 +77,10 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
     out.append(paint(BOLD, "GPUs"))
     out.extend(_gpus(report["gpus"], width, paint))
     out.append("")
+    if report["kv_cache"] is not None:
+        out.append(paint(BOLD, "Model server KV cache held while tools blocked the idle GPU"))
+        out.extend(_kv_cache(report["kv_cache"], width, paint))
+        out.append("")
     if report["cost"] is not None:
         out.append(paint(BOLD, "What the GPU idle time costs (gpu_hour_price)"))
         out.extend(_cost(report["cost"], width, paint))
@@ -386,6 +390,31 @@ def _model_server(server: dict, width: Optional[int], paint: _Painter) -> list[s
             _sec(m["server_other_s"]),
         ]
         for m in server["models"]
+    ]
+    return lines + (_table(columns, rows, width, paint) if rows else [])
+
+
+def _kv_cache(kv: dict, width: Optional[int], paint: _Painter) -> list[str]:
+    average = "-" if kv["kv_cache_usage_avg"] is None else _percent(kv["kv_cache_usage_avg"])
+    lines = _wrap(
+        f"  over {kv['windows']} idle windows ({_sec(kv['idle_s'])} s) the server's KV cache was {average} "
+        "in use on average: held by requests waiting on the tools below, not computing",
+        width,
+    )
+    columns = [
+        Column("TOOL", 0, left=True),
+        Column("GPU IDLE BLAMED", 0),
+        Column("CACHE HELD", 0),
+        Column("CACHE-SECONDS", 1),
+    ]
+    rows = [
+        [
+            _name(t["tool"], width),
+            _sec(t["gpu_idle_blocked_s"]),
+            "-" if t["kv_cache_held_share"] is None else _percent(t["kv_cache_held_share"]),
+            _sec(t["kv_cache_held_s"]),
+        ]
+        for t in kv["tools"]
     ]
     return lines + (_table(columns, rows, width, paint) if rows else [])
 
