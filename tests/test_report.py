@@ -151,6 +151,7 @@ def test_json_keys_are_the_contracts(stalled_run, capsys):
         "slos",
         "cost",
         "model_server",
+        "kv_cache",
     }
     assert set(report["window"]) == CONTRACT_KEYS["window"]
     for section in ("tools", "executors", "gpus"):

@@ -46,12 +46,8 @@ during a stretch of time.
 from __future__ import annotations
 
 import collections
-import http.client
 import logging
-import socket
 import threading
-import urllib.error
-import urllib.request
 from typing import Callable, Iterable, NamedTuple, Optional
 from urllib.parse import urlsplit
 
@@ -269,6 +265,8 @@ class ModelServerSource:
         """Nothing held between scrapes; present for the GpuSource shape."""
 
     def _fetch(self) -> str:
+        import urllib.request  # here: only a process that reads a model server loads the HTTP client
+
         request = urllib.request.Request(self.url, headers={"Accept": "text/plain"})
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 (http(s) checked)
             body = response.read(MAX_BODY_BYTES + 1)
@@ -341,6 +339,10 @@ def _role(engine: EngineFamilies, family: str) -> str:
 
 def _reason(exc: Exception) -> str:
     """The ``errors`` key of a failed scrape."""
+    import http.client
+    import socket
+    import urllib.error
+
     if isinstance(exc, urllib.error.HTTPError):
         return f"model_server_http_{exc.code}"
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
@@ -386,7 +388,10 @@ class WithModelServer:
 
     def __getattr__(self, name: str):
         # What else callers use of the GPU source (the simulated GPU's busy()).
-        return getattr(self.__dict__["gpu"], name)
+        gpu = self.__dict__.get("gpu")
+        if gpu is None:
+            raise AttributeError(name)
+        return getattr(gpu, name)
 
 
 class ServerLoad(NamedTuple):
