@@ -36,7 +36,6 @@ from contextvars import Token
 from typing import Any, Literal, Optional
 
 from opentelemetry import context as context_api
-from opentelemetry import propagate
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -195,6 +194,8 @@ class ModelSpan:
         request to the model server, whose own span of the request (vLLM's
         ``llm_request``) then joins this call in ``agent-otel report``
         (docs/model-servers.md). Adds them to ``carrier`` when given."""
+        from opentelemetry import propagate  # here: loading the propagators is for the calls that send headers
+
         carrier = {} if carrier is None else carrier
         propagate.inject(carrier, context=trace_api.set_span_in_context(self.span))
         return carrier

@@ -54,7 +54,7 @@ def open_gpu_source(
         if server is None:
             raise ConfigError("model_server_metrics", None, "the model server's metrics URL, for gpu=model_server")
         return server
-    gpu = _gpu_source(text, devices, **options)
+    gpu = _gpu_source(text, devices, alone=server is not None, **options)
     if server is None:
         return gpu
     if gpu is None:  # auto without a GPU: the server alone
@@ -71,14 +71,18 @@ def _server(url: Optional[str], as_gpu: bool) -> Optional[ModelServerSource]:
         raise ConfigError("model_server_metrics", url, "an http(s)://host:port/metrics URL") from None
 
 
-def _gpu_source(text: str, devices: Optional[list[str]], **options) -> Optional[GpuSource]:
+def _gpu_source(text: str, devices: Optional[list[str]], alone: bool = False, **options) -> Optional[GpuSource]:
     if text in ("auto", "nvml"):
         from agent_otel.gpu.nvml import NvmlSource
 
         source = NvmlSource(devices, quiet=text == "auto", **options)
         if text == "auto" and not source.devices():
             source.close()
-            log.info("no NVIDIA GPU found (%s); GPU sampling is off", source.reason or "no device")
+            log.info(
+                "no NVIDIA GPU found (%s); %s",
+                source.reason or "no device",
+                "the model server's metrics are the GPU signal" if alone else "GPU sampling is off",
+            )
             return None
         return source
     if text == "simulated":
