@@ -318,7 +318,10 @@ def test_the_blame_service_reads_a_model_server_alone_and_exports_its_queue(serv
 
     server.body = vllm_v1(running=0, waiting=3, kv=0.7, prompt=10, generation=10)  # stalled: queued, idle
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
-    env.update({"OTEL_TRACES_EXPORTER": "none", "PYTHONUNBUFFERED": "1"})
+    # The pool's own price wins over the plain one.
+    env.update(
+        {"OTEL_TRACES_EXPORTER": "none", "PYTHONUNBUFFERED": "1", "AGENT_OTEL_GPU_HOUR_PRICE": "1,pool:vllm-a:8000=4.2"}
+    )
     process = subprocess.Popen(
         [
             sys.executable,
@@ -368,6 +371,7 @@ def test_the_blame_service_reads_a_model_server_alone_and_exports_its_queue(serv
         assert f"agent_model_server_requests_waiting{{{label}}} 3.0" in text
         assert f"agent_model_server_requests_running{{{label}}} 0.0" in text
         assert f"agent_model_server_kv_cache_usage_ratio{{{label}}} 0.7" in text
+        assert 'agent_gpu_hour_price{gpu="server"} 4.2' in text
     finally:
         process.terminate()
         _, stderr = process.communicate(timeout=20)
