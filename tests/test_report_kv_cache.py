@@ -12,24 +12,9 @@ import json
 
 import pytest
 
-from agent_otel import semconv
 from agent_otel.cli import main
+from helpers.server_traces import kv_window
 from helpers.traces import RecordedRun
-
-
-def window(run: RecordedRun, start: float, end: float, usage: float | None, waiting: float = 2.0) -> None:
-    attributes = {
-        "gpu.index": 0,
-        "gpu.uuid": "GPU-00000000",
-        "gpu.idle.duration": end - start,
-        "gpu.utilization.avg": 0.0,
-        semconv.AGENT_GPU_SOURCE: semconv.GPU_SOURCE_SERVER,
-    }
-    if usage is not None:
-        attributes[semconv.AGENT_MODEL_SERVER_KV_CACHE_USAGE] = usage
-        attributes[semconv.AGENT_MODEL_SERVER_WAITING_MAX] = waiting
-        attributes[semconv.AGENT_MODEL_SERVER_RUNNING_MAX] = 0.0
-    run.span("gpu.idle", start, end, attributes)
 
 
 @pytest.fixture
@@ -41,8 +26,8 @@ def run(tmp_path):
     recorded.agent_run(0.0, 8.0)
     recorded.tool_call("embed", 1.0, 1.0, 4.0, executor="direct")
     recorded.tool_call("search", 3.0, 3.0, 7.5, executor="direct")
-    window(recorded, 2.0, 5.0, 0.6)
-    window(recorded, 6.0, 7.0, 0.2)
+    kv_window(recorded, 2.0, 5.0, 0.6)
+    kv_window(recorded, 6.0, 7.0, 0.2)
     recorded.close()
     return tmp_path
 
@@ -78,7 +63,7 @@ def test_without_the_servers_readings_nothing_is_shown(tmp_path, capsys):
     recorded = RecordedRun(tmp_path / "traces.jsonl")
     recorded.agent_run(0.0, 8.0)
     recorded.tool_call("embed", 1.0, 1.0, 4.0, executor="direct")
-    window(recorded, 2.0, 5.0, None)
+    kv_window(recorded, 2.0, 5.0, None)
     recorded.close()
     found = report(capsys, tmp_path)
     assert found["kv_cache"] is None

@@ -12,57 +12,14 @@ from __future__ import annotations
 import json
 import urllib.request
 
-from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.trace import SpanKind
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import pytest
 
 import agent_otel
-from agent_otel import semconv
 from agent_otel.cli import main
-from agent_otel.exporters.otlp_json_file import OtlpJsonFileExporter
 from helpers.model_server import FakeModelServer
+from helpers.server_traces import ServerTraces, headers_of
 from helpers.traces import RecordedRun, ns
-
-
-def vllm_attributes(queue: float, ttft: float, prefill: float, decode: float, e2e: float) -> dict:
-    return {
-        "gen_ai.response.model": "llama-3-70b",
-        "gen_ai.request.id": "cmpl-1",
-        "gen_ai.usage.prompt_tokens": 812,
-        "gen_ai.usage.completion_tokens": 64,
-        semconv.VLLM_TIME_IN_QUEUE: queue,
-        semconv.VLLM_TIME_TO_FIRST_TOKEN: ttft,
-        semconv.VLLM_TIME_IN_PREFILL: prefill,
-        semconv.VLLM_TIME_IN_DECODE: decode,
-        semconv.VLLM_E2E: e2e,
-        "gen_ai.latency.time_in_model_inference": prefill + decode,
-    }
-
-
-class ServerTraces:
-    """The model server's own tracer provider and traces file, as vLLM has them on its host."""
-
-    def __init__(self, path):
-        self.provider = TracerProvider(resource=Resource.create({"service.name": "vllm"}))
-        self.provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileExporter(str(path))))
-        self.tracer = self.provider.get_tracer("vllm.entrypoints")
-
-    def request(self, headers: dict, start: int, end: int, **latencies: float) -> None:
-        """What vLLM does per request: extract the caller's context, start llm_request in it."""
-        context = TraceContextTextMapPropagator().extract({k.lower(): v for k, v in headers.items()})
-        span = self.tracer.start_span(
-            semconv.SPAN_VLLM_REQUEST,
-            context=context,
-            kind=SpanKind.SERVER,
-            attributes=vllm_attributes(**latencies),
-            start_time=start,
-        )
-        span.end(end_time=end)
 
 
 def report(capsys, *paths) -> dict:
@@ -76,11 +33,11 @@ def test_a_recorded_llm_request_span_joins_its_model_call_and_splits_it(tmp_path
     turn = run.invoke_agent("support", 0.0, 6.0)
     # Call 1: the server's span is a child of the model call itself (model_span's headers).
     first = run.model_call("llama-3-70b", 0.5, 2.5, parent=turn)
-    server.request(_headers_of(first), ns(0.6), ns(2.3), queue=0.4, ttft=0.7, prefill=0.3, decode=0.9, e2e=1.7)
+    server.request(headers_of(first), ns(0.6), ns(2.3), queue=0.4, ttft=0.7, prefill=0.3, decode=0.9, e2e=1.7)
     # Call 2: an HTTP client instrumentation's span in between: joined by trace and time.
     second = run.model_call("llama-3-70b", 3.0, 4.0, parent=turn)
     http = run.span("POST", 3.01, 3.99, {"http.request.method": "POST"}, parent=second)
-    server.request(_headers_of(http), ns(3.05), ns(3.95), queue=0.0, ttft=0.2, prefill=0.2, decode=0.6, e2e=0.9)
+    server.request(headers_of(http), ns(3.05), ns(3.95), queue=0.0, ttft=0.2, prefill=0.2, decode=0.6, e2e=0.9)
     run.close()
     found = report(capsys, tmp_path / "agent.jsonl", tmp_path / "vllm.jsonl")
 
@@ -104,7 +61,7 @@ def test_the_table_and_the_html_show_the_split(tmp_path, capsys):
     run = RecordedRun(tmp_path / "agent.jsonl")
     server = ServerTraces(tmp_path / "vllm.jsonl")
     call = run.model_call("llama-3-70b", 0.5, 2.5)
-    server.request(_headers_of(call), ns(0.6), ns(2.3), queue=0.4, ttft=0.7, prefill=0.3, decode=0.9, e2e=1.7)
+    server.request(headers_of(call), ns(0.6), ns(2.3), queue=0.4, ttft=0.7, prefill=0.3, decode=0.9, e2e=1.7)
     run.close()
     html_path = tmp_path / "r.html"
     assert main(["report", str(tmp_path / "agent.jsonl"), str(tmp_path / "vllm.jsonl"), "--html", str(html_path)]) == 0
@@ -128,7 +85,7 @@ def test_a_server_span_of_another_trace_or_time_stays_unjoined(tmp_path, capsys)
     server = ServerTraces(tmp_path / "vllm.jsonl")
     call = run.model_call("llama-3-70b", 0.5, 2.5)
     other = run.span("POST", 5.0, 6.0)  # another trace, after the call
-    server.request(_headers_of(other), ns(5.1), ns(5.9), queue=0.1, ttft=0.2, prefill=0.1, decode=0.5, e2e=0.8)
+    server.request(headers_of(other), ns(5.1), ns(5.9), queue=0.1, ttft=0.2, prefill=0.1, decode=0.5, e2e=0.8)
     run.close()
     found = report(capsys, tmp_path / "agent.jsonl", tmp_path / "vllm.jsonl")
     assert found["model_server"]["unjoined"] == 1 and found["model_server"]["model_calls"] == 0
@@ -174,9 +131,3 @@ def test_headers_outside_instrument_are_empty_and_the_call_goes_on():
     with agent_otel.model_span("m") as call:
         assert call.headers() == {}
         assert call.headers({"x": "1"}) == {"x": "1"}
-
-
-def _headers_of(span: trace.Span) -> dict:
-    carrier: dict = {}
-    TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
-    return carrier
