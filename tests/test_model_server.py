@@ -10,6 +10,7 @@ from a clock the test moves, so what a sample covers is exact.
 from __future__ import annotations
 
 import logging
+import os
 import math
 import time
 
@@ -414,3 +415,53 @@ def test_the_kv_cache_held_while_a_tool_blocks_the_idle_gpu_is_counted_per_tool(
     assert blamed == pytest.approx(2.5)  # five idle periods of 0.5 s
     held = scrape(semconv.METRIC_GPU_IDLE_KV_CACHE_HELD, {"gpu": "server", "tool": "search"})
     assert held == pytest.approx(0.6 * 2.5)
+
+
+FORK_SCRIPT = """
+import os, sys, threading, time
+import agent_otel
+
+handle = agent_otel.instrument(gpu="simulated", model_server_metrics=sys.argv[1], gpu_poll_interval=0.01,
+                               traces_exporters="none", frameworks=())
+timeline = handle.gpu_timeline
+deadline = time.monotonic() + 20
+while len(timeline.server) < 3 and time.monotonic() < deadline:
+    time.sleep(0.01)
+assert len(timeline.server) >= 3, "the parent reads the server"
+# Another thread holds both locks of the server's readings at the fork.
+held = threading.Event()
+def hold():
+    with timeline.server._lock, timeline.source.server._lock:
+        held.set()
+        time.sleep(5)
+threading.Thread(target=hold, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    try:
+        before = len(timeline.server)
+        timeline.server.load(0, time.time_ns())  # does not block on the parent's held lock
+        deadline = time.monotonic() + 20
+        while len(timeline.server) <= before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os._exit(0 if len(timeline.server) > before else 3)  # the child's sampler reads the server again
+    except BaseException:
+        os._exit(4)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+handle.shutdown(timeout_s=5.0)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is not available on this platform")
+def test_a_child_forked_while_the_readings_are_locked_reads_the_server_on_its_own(server):
+    import subprocess
+    import sys
+
+    server.body = vllm_v1(1, 2, 0.3, 1, 1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT, server.url], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "child 0", done.stdout + done.stderr
