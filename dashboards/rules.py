@@ -36,7 +36,10 @@ from agent_otel.semconv import (
     METRIC_EXECUTOR_ACTIVE_WORKERS,
     METRIC_EXECUTOR_MAX_WORKERS,
     METRIC_EXECUTOR_QUEUE_DEPTH,
+    GPU_STATE_OK,
+    LABEL_STATE,
     METRIC_GPU_IDLE_BLOCKED,
+    METRIC_GPU_STATE,
     METRIC_GPU_UTILIZATION,
     METRIC_LOOP_BLOCKED,
     METRIC_TOOL_DURATION,
@@ -66,6 +69,8 @@ POOL_INFLIGHT = "agent_gpu_pool:tool_inflight:sum"
 POOL_GPU_IDLE = "agent_gpu_pool:gpu_idle:bool"
 POOL_BLOCKED_LIVE = "agent_gpu_pool:gpu_idle_blocked_live:ratio"
 POOL_GPU_BLOCKED = "agent_gpu_pool:gpu_blocked_live:bool"
+# GPUs whose sampling is not ok now (failing, lost, stuck).
+GPU_NOT_OK = f'{METRIC_GPU_STATE}{{{LABEL_STATE}!="{GPU_STATE_OK}"}} == 1'
 # The processes of a pool: the pool joined onto their series.
 IN_A_POOL = f'on (job, instance) group_left ({LABEL_GPU_POOL}) {TARGET_INFO}{{{LABEL_GPU_POOL}!=""}}'
 
@@ -216,9 +221,14 @@ def pool_recording_rules() -> list[dict]:
             "expr": f"sum by ({pool}, tool, phase) (\n  {METRIC_TOOL_INFLIGHT}\n  * {IN_A_POOL}\n)",
         },
         {
-            # 1 while a GPU of the pool is idle (its last sample), else 0.
+            # 1 while a GPU of the pool is idle (its last sample), else 0; none
+            # while its sampling is not ok (agent_otel_gpu_state: failing, lost,
+            # stuck): its last sample is old, so the GPU is unknown, not idle.
             "record": POOL_GPU_IDLE,
-            "expr": f"({METRIC_GPU_UTILIZATION} <= bool {IDLE_THRESHOLD:g})\n* {IN_A_POOL}",
+            "expr": (
+                f"(\n  ({METRIC_GPU_UTILIZATION} <= bool {IDLE_THRESHOLD:g})\n"
+                f"  unless on (job, instance, gpu) {GPU_NOT_OK}\n)\n* {IN_A_POOL}"
+            ),
         },
         {
             # The rule at this instant: the pool's idle GPUs, split equally

@@ -99,6 +99,16 @@ class WatermarkSource:
     def errors(self) -> collections.Counter:
         return self.source.errors
 
+    def states(self) -> dict[str, tuple[str, str]]:
+        """The wrapped source's GPU states now (``GpuSampler.states``), not a watermark late."""
+        states = getattr(self.source, "states", None)
+        return states() if states is not None else {}
+
+    @property
+    def calling(self) -> Optional[str]:
+        """The NVML call the wrapped source is in, if any (what a stuck poll is stuck in)."""
+        return getattr(self.source, "calling", None)
+
     def devices(self):
         return self.source.devices()
 
