@@ -29,7 +29,6 @@ from agent_otel.clock import now_ns
 from agent_otel.config import DEFAULTS, Settings, check
 from agent_otel.gpu.device import GpuSource
 from agent_otel.gpu.sampler import GpuSampler
-from agent_otel.gpu.server import ServerTimeline
 from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
 from agent_otel.records import NS_PER_S, LoopBlock, ServerSample, ToolCall
@@ -57,6 +56,8 @@ from agent_otel.text import NAME_LIMIT, valid_text
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge
+
+    from agent_otel.gpu.server import ServerTimeline
 
 logger = logging.getLogger("agent_otel.gpu")
 
@@ -199,7 +200,11 @@ class LiveTimeline:
         # reads one: its queue and KV cache on the timeline, for the rules
         # and the gpu.idle spans (``server.load(start_ns, end_ns)``).
         self._server_samples: Optional[Callable[[], list[ServerSample]]] = getattr(source, "server_samples", None)
-        self.server: Optional[ServerTimeline] = ServerTimeline() if self._server_samples is not None else None
+        self.server: Optional[ServerTimeline] = None
+        if self._server_samples is not None:
+            from agent_otel.gpu.server import ServerTimeline  # here: loaded only where a server is read
+
+            self.server = ServerTimeline()
         if prices is not None:  # what an hour of each GPU costs, for the cost panels (docs/report.md)
             for device in source.devices():
                 price = prices.price(price_pool, device.name)

@@ -17,13 +17,15 @@ also be read beside any of the others. A source only reads;
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from agent_otel.config import GPU_SOURCES, describe_choices
 from agent_otel.errors import ConfigError
 from agent_otel.gpu.device import GpuSource
-from agent_otel.gpu.server import ModelServerSource, WithModelServer
 from agent_otel.semconv import GPU_SOURCE_SERVER
+
+if TYPE_CHECKING:
+    from agent_otel.gpu.server import ModelServerSource
 
 log = logging.getLogger("agent_otel.gpu")
 
@@ -59,12 +61,16 @@ def open_gpu_source(
         return gpu
     if gpu is None:  # auto without a GPU: the server alone
         return server
+    from agent_otel.gpu.server import WithModelServer
+
     return WithModelServer(gpu, server)
 
 
 def _server(url: Optional[str], as_gpu: bool) -> Optional[ModelServerSource]:
     if not url:
         return None
+    from agent_otel.gpu.server import ModelServerSource  # here: loaded only where a server is read
+
     try:
         return ModelServerSource(url, as_gpu=as_gpu)
     except ValueError:
