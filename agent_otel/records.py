@@ -78,6 +78,9 @@ class ModelCall:
 
     ``first_chunk_s`` is the time to the first chunk of a streamed answer;
     token counts and it are None when the span did not report them.
+    ``end_ns`` is 0 while the call is in flight (the live path's calls).
+    ``pool`` is the GPU pool of the process that made the call, as
+    ``ToolCall.pool``: the blame joins a model call with its pool's GPUs.
     """
 
     model: str
@@ -90,10 +93,20 @@ class ModelCall:
     output_tokens: Optional[int] = None
     first_chunk_s: Optional[float] = None
     failed: bool = False
+    pool: str = ""
 
     @property
     def seconds(self) -> float:
         return (self.end_ns - self.start_ns) / NS_PER_S
+
+    @property
+    def first_token_ns(self) -> int:
+        """When its first token arrived (the end of its ``queued`` phase); 0
+        when not known (an answer not streamed, or none yet): then the call
+        is ``queued`` until its end (docs/attribution.md, the model server)."""
+        if self.first_chunk_s is None or not self.first_chunk_s >= 0.0:
+            return 0
+        return self.start_ns + round(self.first_chunk_s * NS_PER_S)
 
 
 @dataclass(slots=True)

@@ -193,6 +193,13 @@ GPU_IDLE_BLOCKED_DURATION: Final = "gpu.idle.blocked_duration"  # s, one tool's 
 GPU_IDLE_BLOCKED_TOOLS: Final = "gpu.idle.blocked_tools"  # string[]
 GPU_IDLE_BLOCKED_PHASES: Final = "gpu.idle.blocked_phases"  # string[], each one of PHASES
 GPU_IDLE_BLOCKED_DURATIONS: Final = "gpu.idle.blocked_durations"  # double[], s
+# On window-level gpu.idle spans: the share of the model server, the model
+# calls in flight (docs/attribution.md), by model and phase, as
+# agent_gpu_idle_model_seconds_total received it; parallel arrays.
+GPU_IDLE_MODEL_DURATION: Final = "gpu.idle.model_duration"  # s, the model calls' share in all
+GPU_IDLE_MODELS: Final = "gpu.idle.models"  # string[]
+GPU_IDLE_MODEL_PHASES: Final = "gpu.idle.model_phases"  # string[], each one of MODEL_PHASES
+GPU_IDLE_MODEL_DURATIONS: Final = "gpu.idle.model_durations"  # double[], s
 # On window-level gpu.idle spans: where the samples came from (GPU_SOURCE_*), so
 # a simulated GPU's windows are never read as a real GPU's.
 AGENT_GPU_SOURCE: Final = "agent.gpu.source"
@@ -229,6 +236,10 @@ PHASE_EXEC: Final = "exec"  # running
 PHASE_MIXED: Final = "mixed"  # a gpu.idle share that covers both (span attribute only)
 PHASES: Final = (PHASE_QUEUE, PHASE_EXEC)  # the phase label's values
 SPAN_PHASES: Final = (PHASE_QUEUE, PHASE_EXEC, PHASE_MIXED)  # agent.tool.phase's values
+# A model call's phases, as the blame sees them (docs/attribution.md, the model server):
+MODEL_PHASE_QUEUED: Final = "queued"  # in flight, no first token yet (queued, prefill, network)
+MODEL_PHASE_DECODE: Final = "decode"  # streaming its answer
+MODEL_PHASES: Final = (MODEL_PHASE_QUEUED, MODEL_PHASE_DECODE)  # the model phase label's values
 
 EXECUTOR_DIRECT: Final = "direct"  # a call not submitted to an executor
 EXECUTOR_ASYNCIO_DEFAULT: Final = "asyncio-default"  # asyncio's default pool
@@ -309,6 +320,7 @@ LABEL_OUTCOME: Final = "outcome"
 LABEL_EXECUTOR: Final = "executor"
 LABEL_PHASE: Final = "phase"
 LABEL_GPU: Final = "gpu"
+LABEL_MODEL: Final = "model"  # gen_ai.request.model of a model call
 LABEL_REASON: Final = "reason"
 LABEL_STATE: Final = "state"  # of agent_otel_gpu_state: one of GPU_STATES
 LABEL_THREAD: Final = "thread"
@@ -371,6 +383,13 @@ METRIC_GPU_IDLE_UNATTRIBUTED: Final = "agent_gpu_idle_unattributed_seconds_total
 METRIC_GPU_UNDERUSED: Final = "agent_gpu_underused_seconds_total"
 METRIC_GPU_UNDERUSED_BLOCKED: Final = "agent_gpu_underused_blocked_seconds_total"
 METRIC_GPU_UNDERUSED_UNATTRIBUTED: Final = "agent_gpu_underused_unattributed_seconds_total"
+# The model server's share: GPU time idle (or capacity unused) while a model
+# call of the pool was in flight, by model and phase (queued, decode).
+METRIC_GPU_IDLE_MODEL: Final = "agent_gpu_idle_model_seconds_total"
+METRIC_GPU_UNDERUSED_MODEL: Final = "agent_gpu_underused_model_seconds_total"
+# The share of the time model calls were in flight that the GPU read idle
+# (a contradiction above ~20%: docs/gpu.md).
+METRIC_GPU_MODEL_IDLE_RATIO: Final = "agent_gpu_model_idle_ratio"
 METRIC_SPANS_DROPPED: Final = "agent_otel_spans_dropped_total"
 METRIC_GPU_ERRORS: Final = "agent_otel_gpu_errors_total"
 METRIC_GPU_MISSING: Final = "agent_otel_gpu_missing_seconds_total"
@@ -450,7 +469,25 @@ METRICS: Final[dict[str, MetricSpec]] = {
             (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
             "GPU idle time while tool calls were in flight, by tool and phase.",
         ),
-        MetricSpec(METRIC_GPU_IDLE_UNATTRIBUTED, COUNTER, _GPU, "GPU idle time with no tool call in flight."),
+        MetricSpec(
+            METRIC_GPU_IDLE_UNATTRIBUTED,
+            COUNTER,
+            _GPU,
+            "GPU idle time with neither a model call nor a tool call in flight.",
+        ),
+        MetricSpec(
+            METRIC_GPU_IDLE_MODEL,
+            COUNTER,
+            (LABEL_GPU, LABEL_MODEL, LABEL_PHASE),
+            "GPU idle time while model calls of its pool were in flight (the model server's share), by model and phase.",
+        ),
+        MetricSpec(
+            METRIC_GPU_MODEL_IDLE_RATIO,
+            GAUGE,
+            _GPU,
+            "Share of the time model calls were in flight that the GPU read idle (over ~0.2: the GPU data contradicts "
+            "the model calls).",
+        ),
         MetricSpec(
             METRIC_GPU_UNDERUSED,
             COUNTER,
@@ -464,7 +501,16 @@ METRICS: Final[dict[str, MetricSpec]] = {
             "Unused GPU capacity while tool calls were in flight, by tool and phase.",
         ),
         MetricSpec(
-            METRIC_GPU_UNDERUSED_UNATTRIBUTED, COUNTER, _GPU, "Unused GPU capacity with no tool call in flight."
+            METRIC_GPU_UNDERUSED_UNATTRIBUTED,
+            COUNTER,
+            _GPU,
+            "Unused GPU capacity with neither a model call nor a tool call in flight.",
+        ),
+        MetricSpec(
+            METRIC_GPU_UNDERUSED_MODEL,
+            COUNTER,
+            (LABEL_GPU, LABEL_MODEL, LABEL_PHASE),
+            "Unused GPU capacity while model calls of its pool were in flight, by model and phase.",
         ),
         MetricSpec(
             METRIC_SPANS_DROPPED,

@@ -2,7 +2,7 @@
 
 Utilization and idle windows per GPU on top, then the idle time each
 tool (and phase: queued for a worker, or executing) is blamed for, the
-idle time nobody is blamed for, the GPU capacity left unused (idle or
+model server's share beside the tools', the idle time nobody is blamed for, the GPU capacity left unused (idle or
 partly busy) and who is blamed for it, the calls in flight, and a ranking.
 """
 
@@ -14,6 +14,7 @@ from agent_otel.semconv import (
     METRIC_GPU_IDLE,
     METRIC_GPU_HOUR_PRICE,
     METRIC_GPU_IDLE_BLOCKED,
+    METRIC_GPU_IDLE_MODEL,
     METRIC_GPU_IDLE_KV_CACHE_HELD,
     METRIC_GPU_IDLE_UNATTRIBUTED,
     METRIC_GPU_UNDERUSED,
@@ -111,7 +112,8 @@ def build():
         ),
         stat_panel(
             "Idle time with no tool in flight",
-            "Share of the GPUs' idle time over the dashboard range with no tool call in flight (the model, the network or the agent itself).",
+            "Share of the GPUs' idle time over the dashboard range with neither a tool call nor a model call in flight "
+            "(the agent itself, or calls agent-otel does not see).",
             "percentunit",
             query(
                 f"sum(increase({METRIC_GPU_IDLE_UNATTRIBUTED}{GPU}[{RANGE}])) / {IDLE_TOTAL}",
@@ -164,8 +166,26 @@ def build():
             stacked=True,
         ),
         timeseries_panel(
+            "GPU idle: the model server vs the tools",
+            "Idle GPU time while model calls of the GPU's pool were in flight (the model server's share, by model and "
+            "phase: queued before the first token, decode while streaming) beside the idle time blamed on tool calls. "
+            "A model call in flight takes the instant from the tools (docs/attribution.md): a growing model-server "
+            "series means the server stalls (queued requests, preemption, tokenizing, the network), a growing tools "
+            "series that tools block the GPU. 100% = one GPU fully idle.",
+            "percentunit",
+            [
+                query(
+                    f"sum by (model, phase) (rate({METRIC_GPU_IDLE_MODEL}{GPU}[{RATE}]))",
+                    "model server: {{model}} ({{phase}})",
+                    "A",
+                ),
+                query(f"sum(rate({METRIC_GPU_IDLE_BLOCKED}{GPU}[{RATE}]))", "tools", "B"),
+            ],
+            stacked=True,
+        ),
+        timeseries_panel(
             "Unattributed GPU idle",
-            "Idle GPU time with no tool call in flight, per GPU.",
+            "Idle GPU time with neither a model call nor a tool call in flight, per GPU.",
             "percentunit",
             [
                 query(

@@ -318,6 +318,9 @@ _CLIENT_ATTRIBUTES = frozenset(
         "gpu_underused",
         "gpu_underused_blocked",
         "gpu_underused_unattributed",
+        "gpu_idle_model",
+        "gpu_underused_model",
+        "gpu_model_idle_ratio",
         "gpu_errors",
         "gpu_missing",
         "gpu_hour_price",
@@ -348,6 +351,9 @@ class Metrics:
     gpu_underused: Counter
     gpu_underused_blocked: Counter
     gpu_underused_unattributed: Counter
+    gpu_idle_model: Counter
+    gpu_underused_model: Counter
+    gpu_model_idle_ratio: Gauge
     gpu_errors: Counter
     gpu_missing: Counter
     gpu_hour_price: Gauge
@@ -373,6 +379,7 @@ class Metrics:
         self.tool_label = LabelValues(tool_name_limit)
         self.executor_label = LabelValues(executor_name_limit)
         self.gpu_label = LabelValues(GPU_LABEL_LIMIT)
+        self.model_label = LabelValues(tool_name_limit)  # gen_ai.request.model, capped as tool names are
         self.reason_label = LabelValues(REASON_LABEL_LIMIT)
         self.thread_values = LabelValues(THREAD_LABEL_LIMIT)  # after thread_label's folding
         spec = semconv.METRICS
@@ -450,12 +457,15 @@ class Metrics:
                 "gpu_underused": _counter(spec[semconv.METRIC_GPU_UNDERUSED], None),
                 "gpu_underused_blocked": _counter(spec[semconv.METRIC_GPU_UNDERUSED_BLOCKED], None),
                 "gpu_underused_unattributed": _counter(spec[semconv.METRIC_GPU_UNDERUSED_UNATTRIBUTED], None),
+                "gpu_idle_model": _counter(spec[semconv.METRIC_GPU_IDLE_MODEL], None),
+                "gpu_underused_model": _counter(spec[semconv.METRIC_GPU_UNDERUSED_MODEL], None),
                 "gpu_missing": _counter(spec[semconv.METRIC_GPU_MISSING], None),
             }
             r.register(_Locked(list(blame.values()), self))
             made: dict[str, Any] = {
                 **blame,
                 "gpu_utilization": _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r),
+                "gpu_model_idle_ratio": _gauge(spec[semconv.METRIC_GPU_MODEL_IDLE_RATIO], r),
                 "gpu_errors": _counter(spec[semconv.METRIC_GPU_ERRORS], r),
                 "gpu_hour_price": _gauge(spec[semconv.METRIC_GPU_HOUR_PRICE], r),
                 "server_running": _gauge(spec[semconv.METRIC_SERVER_RUNNING], r),

@@ -74,6 +74,13 @@ ADDED_KEYS = {
         "missing_s",
         "utilization_avg",
         "simulated",
+        "idle_model_s",
+        "underused_model_s",
+        "model_in_flight_s",
+        "model_idle_ratio",
+        "idle_samples_s",
+        "busy_samples_s",
+        "edges_moved",
     },
 }
 

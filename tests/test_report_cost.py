@@ -48,6 +48,9 @@ def test_blamed_idle_time_is_priced_per_tool_and_per_day_at_this_load(stalled_ru
     assert cost["idle_cost"] == pytest.approx(0.003)
     assert cost["idle_blocked_cost"] == pytest.approx(0.0025)
     assert cost["idle_unattributed_cost"] == pytest.approx(0.0005)
+    assert cost["idle_model_cost"] == 0.0  # no model call in flight
+    parts = cost["idle_blocked_cost"] + cost["idle_model_cost"] + cost["idle_unattributed_cost"]
+    assert parts == pytest.approx(cost["idle_cost"])
     tools = {t["tool"]: t for t in cost["tools"]}
     assert list(tools) == ["embed", "search"]  # most expensive first
     assert tools["embed"]["gpu_idle_blocked_cost"] == pytest.approx(0.0015)

@@ -36,7 +36,7 @@ from agent_otel.exporters.otlp_json import input_name
 from agent_otel.inputs import STDIN
 from agent_otel.prices import parse_prices
 from agent_otel.report import html, perfetto, table
-from agent_otel.report.analysis import Analysis, analyse, report_json
+from agent_otel.report.analysis import EDGES, EDGES_SPANS, Analysis, analyse, report_json
 from agent_otel.report.progress import Progress
 from agent_otel.slo import Slos
 
@@ -72,6 +72,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TOOL=SECONDS:OBJECTIVE",
         help="a tool's latency SLO: OBJECTIVE of its calls within SECONDS, from each call's duration (repeatable; "
         "TOOL * for every tool without its own; default '*=0.8:0.95', the alert rules' default)",
+    )
+    parser.add_argument(
+        "--gpu-edges",
+        choices=EDGES,
+        default=EDGES_SPANS,
+        help="where the idle windows read from a --gpu-log start and end: 'spans' moves an edge within one sample "
+        "period of a model call's start or end to it (docs/attribution.md, edges from the spans); 'samples' keeps "
+        "the samples' own, as the GPU data alone says (default: spans)",
     )
     parser.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default: table)")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML timeline to FILE")
@@ -123,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             call_ids=bool(args.html or args.perfetto),  # only they show a call's id
             turns=bool(args.html or args.perfetto),  # and draw every turn
             records=bool(args.html or args.perfetto),  # and every call, with its share of the blame
+            edges=args.gpu_edges,
             prices=prices,
         )
     finally:
@@ -161,6 +170,10 @@ def _require_spans(analysis: Analysis, paths: list[str]) -> None:
     """No spans at all is an error: there is nothing to report."""
     if analysis.span_count or analysis.duplicate_spans:
         return
+    first = analysis.first_skipped
+    if first is not None:  # every span was left out: the first one's problem is the error
+        more = analysis.skipped_spans - 1
+        raise InputError(*first[:2], first[2] + (f" ({more} more span(s) left out)" if more else ""))
     names = [input_name(path) for path in paths]
     if len(analysis.empty_inputs) == len(names):
         raise InputError(", ".join(names), None, "empty input: no spans to report")

@@ -45,6 +45,7 @@ class GpuCost:
     idle_cost: float
     blocked_cost: float
     unattributed_cost: float
+    model_cost: float = 0.0  # the model server's share (model calls in flight)
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Costs:
             "idle_cost": _money(sum(g.idle_cost for g in self.gpus)),
             "idle_blocked_cost": _money(sum(g.blocked_cost for g in self.gpus)),
             "idle_unattributed_cost": _money(sum(g.unattributed_cost for g in self.gpus)),
+            "idle_model_cost": _money(sum(g.model_cost for g in self.gpus)),
             "per_day_scale": round(scale, 6),
             "gpus": [
                 {
@@ -81,6 +83,7 @@ class Costs:
                     "idle_cost": _money(g.idle_cost),
                     "idle_blocked_cost": _money(g.blocked_cost),
                     "idle_unattributed_cost": _money(g.unattributed_cost),
+                    "idle_model_cost": _money(g.model_cost),
                 }
                 for g in self.gpus
             ],
@@ -140,6 +143,7 @@ def compute_costs(analysis: Analysis, prices: GpuPrices) -> Costs:
                 stats.idle_s * per_s,
                 stats.idle_blocked_s * per_s,
                 stats.idle_unattributed_s * per_s,
+                stats.idle_model_s * per_s,
             )
         )
     hours: dict[str, float] = {}

@@ -538,7 +538,8 @@ def _cost_table(report: dict) -> str:
     return (
         '<section><h2>What the GPU idle time costs</h2><p class="cost">'
         f"idle {html.escape(money_text(cost['idle_cost']))}: blocked by tools "
-        f"{html.escape(money_text(cost['idle_blocked_cost']))}, with no tool in flight "
+        f"{html.escape(money_text(cost['idle_blocked_cost']))}, the model server "
+        f"{html.escape(money_text(cost['idle_model_cost']))}, with no call in flight "
         f"{html.escape(money_text(cost['idle_unattributed_cost']))}; at this load, per day "
         f"{html.escape(money_text(cost['idle_cost'] * cost['per_day_scale']))}</p>"
         f'<p class="source">prices: {html.escape(cost["source"])}</p>{unpriced}'

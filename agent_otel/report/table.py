@@ -66,10 +66,11 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
     out.append("")
     out.append(paint(BOLD, "Models"))
     out.extend(_models(report["models"], width, paint))
+    out.extend(_model_server(report["models"], width))
     out.append("")
     if report["model_server"] is not None:
         out.append(paint(BOLD, "Model calls, split by the model servers' own spans (seconds)"))
-        out.extend(_model_server(report["model_server"], width, paint))
+        out.extend(_server_split(report["model_server"], width, paint))
         out.append("")
     out.append(paint(BOLD, "Executors"))
     out.extend(_executors(report["executors"], width, paint))
@@ -230,6 +231,8 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
     if not count:
         return _wrap("  none: no tool or model calls in the traces", width)
     total = turns["end_to_end_s"] or 1.0
+    wall = report["window"]["seconds"]
+    overlapping = turns["end_to_end_s"] > wall * 1.001 + 1e-6  # turns ran at once: their sum is no wall time
     source = (
         "invoke_agent spans"
         if turns["from_agent_spans"] == count
@@ -246,10 +249,14 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
             ("other", "other_s"),
         )
     )
+    summed = (
+        f"{_sec1(turns['end_to_end_s'])} s summed over turns that ran at once (the run lasted {_sec1(wall)} s)"
+        if overlapping
+        else f"{_sec1(turns['end_to_end_s'])} s end to end"
+    )
     lines = _wrap(
-        f"  {count} turn{'s' if count != 1 else ''} ({source}): {_sec1(turns['end_to_end_s'])} s end "
-        f"to end = {parts}; per turn p50 {_sec(turns['end_to_end_p50_s'])} s, "
-        f"p95 {_sec(turns['end_to_end_p95_s'])} s",
+        f"  {count} turn{'s' if count != 1 else ''} ({source}): {summed} = {parts}; per turn p50 "
+        f"{_sec(turns['end_to_end_p50_s'])} s, p95 {_sec(turns['end_to_end_p95_s'])} s",
         width,
     )
     for tool in report["tools"]:
@@ -257,12 +264,38 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
             continue
         lines.extend(
             _wrap(
-                f"  {visible(tool['tool'])} idles the GPU {_sec1(tool['gpu_idle_blocked_per_call_s'])} s "
-                f"per call, {_percent(tool['latency_share'])} of end-to-end latency",
+                f"  {visible(tool['tool'])} idles the GPU {_amount(tool['gpu_idle_blocked_per_call_s'])} s per call "
+                f"({_amount(tool['gpu_idle_blocked_s'])} s blamed over {tool['calls']} "
+                f"call{'s' if tool['calls'] != 1 else ''}), in flight for {_percent(tool['latency_share'])} "
+                "of the turns' time",
                 width,
             )
         )
     return lines
+
+
+def _model_server(models: list[dict], width: Optional[int]) -> list[str]:
+    """A sentence per model the GPU idled on (docs/attribution.md, the model server)."""
+    lines = []
+    for model in models:
+        if model["gpu_idle_blocked_s"]:
+            lines.extend(
+                _wrap(
+                    f"  the model server idles the GPU {_amount(model['gpu_idle_blocked_s'])} s while "
+                    f"{visible(model['model'])} calls are in flight ({_amount(model['gpu_idle_blocked_queued_s'])} s "
+                    f"before their first token, {_amount(model['gpu_idle_blocked_decode_s'])} s streaming)",
+                    width,
+                )
+            )
+    return lines
+
+
+def _amount(seconds: float) -> str:
+    """Seconds for a sentence, never rounded to a misleading 0.0: one decimal
+    from a second up, two significant digits below (0.032)."""
+    if seconds >= 1 or seconds == 0:
+        return f"{seconds:.1f}"
+    return f"{seconds:.2g}"
 
 
 def _models(models: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
@@ -278,6 +311,7 @@ def _models(models: list[dict], width: Optional[int], paint: _Painter) -> list[s
         Column("IN TOKENS", 3),
         Column("OUT TOKENS", 3),
         Column("ERRORS", 2),
+        Column("GPU IDLE", 0),  # the model server's share: idle while its calls were in flight
     ]
     rows = [
         [
@@ -290,6 +324,7 @@ def _models(models: list[dict], width: Optional[int], paint: _Painter) -> list[s
             "-" if m["input_tokens"] is None else str(m["input_tokens"]),
             "-" if m["output_tokens"] is None else str(m["output_tokens"]),
             paint(RED, str(m["errors"])) if m["errors"] else "0",
+            _sec(m["gpu_idle_blocked_s"]),
         ]
         for m in models
     ]
@@ -338,6 +373,7 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
         Column("BUSY", 0),
         Column("IDLE", 0),
         Column("BLOCKED BY TOOLS", 0),
+        Column("MODEL SERVER", 0),
         Column("UNATTRIBUTED", 0),
         Column("UTIL AVG", 1),
         Column("UNUSED", 1),
@@ -350,6 +386,7 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
             _sec(g["busy_s"]),
             _sec(g["idle_s"]),
             _sec(g["idle_blocked_s"]),
+            _sec(g["idle_model_s"]),
             _sec(g["idle_unattributed_s"]),
             "-" if g["utilization_avg"] is None else f"{g['utilization_avg']:.0%}",
             _opt(g["underused_s"]),
@@ -361,7 +398,7 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
     return _table(columns, rows, width, paint)
 
 
-def _model_server(server: dict, width: Optional[int], paint: _Painter) -> list[str]:
+def _server_split(server: dict, width: Optional[int], paint: _Painter) -> list[str]:
     lines = _wrap(
         f"  {server['model_calls']} model calls joined to {server['requests']} server spans "
         f"(by parent {server['joined_by_parent']}, by trace and time {server['joined_by_time']}; "
@@ -423,7 +460,8 @@ def _cost(cost: dict, width: Optional[int], paint: _Painter) -> list[str]:
     money = money_text
     lines = _wrap(
         f"  idle {money(cost['idle_cost'])}: blocked by tools {money(cost['idle_blocked_cost'])}, "
-        f"with no tool in flight {money(cost['idle_unattributed_cost'])}; at this load, per day: "
+        f"the model server {money(cost['idle_model_cost'])}, "
+        f"with no call in flight {money(cost['idle_unattributed_cost'])}; at this load, per day: "
         f"{money(cost['idle_cost'] * cost['per_day_scale'])} (prices: {visible(cost['source'])})",
         width,
     )

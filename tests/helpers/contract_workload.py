@@ -20,6 +20,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import agent_otel
+from agent_otel.capture.models import model_calls
 from model_server import FakeModelServer, vllm_v1  # tests/helpers, beside this script
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -125,6 +126,14 @@ def main() -> None:
         thread.start()
     for thread in threads:
         thread.join()
+    # A model served elsewhere than this GPU: its call is in flight while the
+    # GPU idles (the model server's share, and the contradiction gauge).
+    model_calls.unfollow(gpu.model_call)
+    with agent_otel.model_span("remote-llm") as call:
+        time.sleep(0.3)
+        call.first_chunk()
+        time.sleep(0.2)
+    model_calls.follow(gpu.model_call)
     time.sleep(0.4)  # nothing in flight: unattributed idle
     gpu.run_kernel(0.1)  # the model answers: the idle window closes
     time.sleep(0.2)  # the sampler sees it
