@@ -181,7 +181,7 @@ def price_analysis(analysis: Analysis, prices: Optional[GpuPrices]) -> None:
                 f" At this load the GPU idle time blamed on {whose} is about {hours_text(hours)} GPU-hours, "
                 f"{money_text(money)}, a day: what this fix saves at most."
             )
-        elif "gpu" in evidence and evidence["gpu"] in gpu_costs:
+        elif recommendation.kind == "idle_not_tools" and evidence.get("gpu") in gpu_costs:
             gpu = gpu_costs[evidence["gpu"]]
             hours = gpu.unattributed_cost / gpu.price * scale
             money = gpu.unattributed_cost * scale
