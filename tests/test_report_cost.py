@@ -122,3 +122,17 @@ def test_the_gpu_model_comes_from_the_logs_name_column(tmp_path, capsys):
     found = report(capsys, tmp_path, "--gpu-hour-price", "table")
     [gpu] = found["cost"]["gpus"]
     assert gpu["gpu_hour_price"] == dict(DEFAULT_TABLE)["H100"]
+
+
+def test_idle_time_no_tool_held_is_priced_on_its_recommendation(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    run.agent_run(0.0, 10.0)
+    run.tool_call("embed", 0.5, 0.5, 1.0, executor="direct")  # done before the GPU idles
+    run.close()
+    write_gpu_csv(tmp_path / "gpu.csv", [(k / 10, 0, 2 if 20 < k <= 90 else 90) for k in range(100)])
+    found = report(capsys, tmp_path, "--gpu-hour-price", "2")
+    [idle] = [r for r in found["recommendations"] if r["kind"] == "idle_not_tools"]
+    # 7 s of 10 s with no call in flight: 16.8 GPU-hours a day, $33.60 at $2.
+    assert idle["evidence"]["gpu_hours_per_day"] == pytest.approx(16.8)
+    assert idle["evidence"]["cost_per_day"] == pytest.approx(33.6)
+    assert "about 17 GPU-hours, $33.60, a day" in idle["message"]
