@@ -110,6 +110,36 @@ class ModelCall:
 
 
 @dataclass(slots=True)
+class ServerRequest:
+    """A model server's own span of one request (vLLM's ``llm_request``),
+    started from the caller's ``traceparent``: its times are the server's.
+
+    ``parent_span_id`` is the span the request came from (the model call's,
+    or an HTTP client span under it). The latencies (seconds) are None where
+    the span did not report them: ``queue_s`` waiting to be scheduled,
+    ``prefill_s`` from scheduled to the first token, ``decode_s`` from the
+    first token to the last, ``e2e_s`` the server's whole time.
+    """
+
+    model: str
+    start_ns: int
+    end_ns: int
+    trace_id: int = 0
+    span_id: int = 0
+    parent_span_id: int = 0
+    queue_s: Optional[float] = None
+    time_to_first_token_s: Optional[float] = None
+    prefill_s: Optional[float] = None
+    decode_s: Optional[float] = None
+    e2e_s: Optional[float] = None
+
+    @property
+    def seconds(self) -> float:
+        """The server's time: its e2e latency, else the span's duration."""
+        return self.e2e_s if self.e2e_s is not None else (self.end_ns - self.start_ns) / NS_PER_S
+
+
+@dataclass(slots=True)
 class AgentRun:
     """One agent run, a turn or a request: an ``invoke_agent`` span (or its
     OpenInference / OpenLLMetry equivalent), or a trace's root span."""
@@ -143,6 +173,25 @@ class GpuSample(NamedTuple):
     gpu: str
     timestamp_ns: int
     utilization: float
+
+
+class ServerSample(NamedTuple):
+    """One scrape of a model server's own metrics (``agent_otel.gpu.server``):
+    its requests running and queued, and the share of its KV cache in use, at
+    ``timestamp_ns``.
+
+    ``server`` is the endpoint's ``host:port`` (the Prometheus label value),
+    ``engine`` the serving engine whose metric families were read (``vllm``,
+    ``sglang``, ``tgi``). ``kv_cache_usage`` is a ratio in 0..1, None where
+    the engine reports none (TGI).
+    """
+
+    server: str
+    timestamp_ns: int
+    running: float
+    waiting: float
+    kv_cache_usage: Optional[float]
+    engine: str
 
 
 class UtilizationSegment(NamedTuple):

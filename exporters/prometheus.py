@@ -323,6 +323,11 @@ _CLIENT_ATTRIBUTES = frozenset(
         "gpu_model_idle_ratio",
         "gpu_errors",
         "gpu_missing",
+        "gpu_hour_price",
+        "server_running",
+        "server_waiting",
+        "server_kv_cache",
+        "gpu_idle_kv_cache_held",
         "spans_dropped",
         "loop_blocked",
     }
@@ -351,6 +356,11 @@ class Metrics:
     gpu_model_idle_ratio: Gauge
     gpu_errors: Counter
     gpu_missing: Counter
+    gpu_hour_price: Gauge
+    server_running: Gauge  # a model server's metrics, where they are read (agent_otel.gpu.server)
+    server_waiting: Gauge
+    server_kv_cache: Gauge
+    gpu_idle_kv_cache_held: Counter
     spans_dropped: Counter
     loop_blocked: Counter
 
@@ -457,6 +467,11 @@ class Metrics:
                 "gpu_utilization": _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r),
                 "gpu_model_idle_ratio": _gauge(spec[semconv.METRIC_GPU_MODEL_IDLE_RATIO], r),
                 "gpu_errors": _counter(spec[semconv.METRIC_GPU_ERRORS], r),
+                "gpu_hour_price": _gauge(spec[semconv.METRIC_GPU_HOUR_PRICE], r),
+                "server_running": _gauge(spec[semconv.METRIC_SERVER_RUNNING], r),
+                "server_waiting": _gauge(spec[semconv.METRIC_SERVER_WAITING], r),
+                "server_kv_cache": _gauge(spec[semconv.METRIC_SERVER_KV_CACHE], r),
+                "gpu_idle_kv_cache_held": _counter(spec[semconv.METRIC_GPU_IDLE_KV_CACHE_HELD], r),
                 "spans_dropped": _counter(spec[semconv.METRIC_SPANS_DROPPED], r),
                 "loop_blocked": _counter(spec[semconv.METRIC_LOOP_BLOCKED], r),
             }

@@ -32,9 +32,12 @@ from agent_otel.gpu.device import GpuSource
 from agent_otel.gpu.sampler import GpuSampler
 from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
-from agent_otel.records import NS_PER_S, LoopBlock, ModelCall, ToolCall
+from agent_otel.records import NS_PER_S, LoopBlock, ModelCall, ServerSample, ToolCall
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
+    AGENT_MODEL_SERVER_KV_CACHE_USAGE,
+    AGENT_MODEL_SERVER_RUNNING_MAX,
+    AGENT_MODEL_SERVER_WAITING_MAX,
     GPU_IDLE_MODEL_DURATION,
     GPU_IDLE_MODEL_DURATIONS,
     GPU_IDLE_MODEL_PHASES,
@@ -53,11 +56,14 @@ from agent_otel.semconv import (
     GPU_UUID,
     SPAN_GPU_IDLE,
 )
+from agent_otel.prices import GpuPrices, parse_prices
 from agent_otel.problems import Problems
 from agent_otel.text import NAME_LIMIT, valid_text
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge
+
+    from agent_otel.gpu.server import ServerTimeline
 
 logger = logging.getLogger("agent_otel.gpu")
 
@@ -131,6 +137,16 @@ class GpuMetrics(Protocol):
     @property
     def gpu_errors(self) -> Counter: ...
     @property
+    def gpu_hour_price(self) -> Gauge: ...
+    @property
+    def server_running(self) -> Gauge: ...
+    @property
+    def server_waiting(self) -> Gauge: ...
+    @property
+    def server_kv_cache(self) -> Gauge: ...
+    @property
+    def gpu_idle_kv_cache_held(self) -> Counter: ...
+    @property
     def tool_label(self) -> Callable[[str], str]: ...
     @property
     def gpu_label(self) -> Callable[[str], str]: ...
@@ -164,6 +180,8 @@ class LiveTimeline:
         log_max_bytes: Optional[int] = None,
         share_min_s: float = DEFAULTS.gpu_idle_share_min,
         children: bool = DEFAULTS.gpu_idle_children,
+        prices: Optional[GpuPrices] = None,
+        price_pool: str = "",
     ):
         # First: a log that cannot be written (ConfigError) leaves nothing behind.
         self.log = GpuLogWriter(log_path, source.devices(), log_max_bytes) if log_path else None
@@ -198,6 +216,20 @@ class LiveTimeline:
         self._problems = Problems(logger)
         self._reported_errors: dict[str, int] = {}
         self._errors_lock = threading.Lock()  # the sampler's thread, and shutdown's
+        # A model server's readings (agent_otel.gpu.server), where the source
+        # reads one: its queue and KV cache on the timeline, for the rules
+        # and the gpu.idle spans (``server.load(start_ns, end_ns)``).
+        self._server_samples: Optional[Callable[[], list[ServerSample]]] = getattr(source, "server_samples", None)
+        self.server: Optional[ServerTimeline] = None
+        if self._server_samples is not None:
+            from agent_otel.gpu.server import ServerTimeline  # here: loaded only where a server is read
+
+            self.server = ServerTimeline()
+        if prices is not None:  # what an hour of each GPU costs, for the cost panels (docs/report.md)
+            for device in source.devices():
+                price = prices.price(price_pool, device.name)
+                if price is not None:
+                    metrics.gpu_hour_price.labels(metrics.gpu_label(device.index)).set(price)
         if pipeline is not None:
             pipeline.consumers.append(self.engine.add_finished)
             pipeline.consumers.append(self._check_stuck)  # a stuck sampler is said while it lasts
@@ -247,6 +279,7 @@ class LiveTimeline:
 
     def on_samples(self, samples) -> None:
         self.show_utilization(samples)
+        self.take_server_samples()
         if self.log is not None:
             try:
                 self.log.write(samples)
@@ -275,6 +308,21 @@ class LiveTimeline:
                 latest[sample.gpu] = sample.utilization
         for gpu, utilization in latest.items():
             self.metrics.gpu_utilization.labels(self.metrics.gpu_label(gpu)).set(utilization)
+
+    def take_server_samples(self) -> None:
+        """Move the model server's new readings onto the timeline, and its latest into the gauges."""
+        if self._server_samples is None or self.server is None:
+            return
+        readings = self._server_samples()
+        if not readings:
+            return
+        self.server.add(readings)
+        latest = readings[-1]
+        server = self.metrics.gpu_label(latest.server)
+        self.metrics.server_running.labels(server).set(latest.running)
+        self.metrics.server_waiting.labels(server).set(latest.waiting)
+        if latest.kv_cache_usage is not None:
+            self.metrics.server_kv_cache.labels(server).set(latest.kv_cache_usage)
 
     def apply(self, update: BlameUpdate) -> None:
         """Counters first, then the spans of the windows that closed."""
@@ -391,6 +439,13 @@ class LiveTimeline:
             attributes[GPU_IDLE_MODELS] = [valid_text(model, NAME_LIMIT) for (model, _), _ in ordered_models]
             attributes[GPU_IDLE_MODEL_PHASES] = [phase for (_, phase), _ in ordered_models]
             attributes[GPU_IDLE_MODEL_DURATIONS] = [seconds for _, seconds in ordered_models]
+        load = self.server.load(window.start_ns, window.end_ns) if self.server is not None else None
+        if load is not None:
+            attributes[AGENT_MODEL_SERVER_WAITING_MAX] = load.waiting_max
+            attributes[AGENT_MODEL_SERVER_RUNNING_MAX] = load.running_max
+            if load.kv_cache_usage is not None:
+                attributes[AGENT_MODEL_SERVER_KV_CACHE_USAGE] = load.kv_cache_usage
+                self._count_kv_held(gpu, load.kv_cache_usage, totals)
         if totals:
             by_tool: dict[str, float] = {}
             for (tool, _), seconds in totals.items():
@@ -423,6 +478,18 @@ class LiveTimeline:
                 start_time=share.start_ns,
             )
             child.end(end_time=share.end_ns)
+
+    def _count_kv_held(self, gpu: str, usage: float, blocked: dict[tuple[str, str], float]) -> None:
+        """The KV cache in use while the window idled, held by the requests
+        waiting on the tools blamed for it: each tool's idle seconds x the
+        window's mean usage (docs/model-servers.md)."""
+        by_tool: dict[str, float] = {}
+        for (tool, _phase), seconds in blocked.items():
+            by_tool[tool] = by_tool.get(tool, 0.0) + seconds
+        metrics, label = self.metrics, self.metrics.tool_label
+        for tool, seconds in by_tool.items():
+            if seconds > 0.0 and usage > 0.0:
+                metrics.gpu_idle_kv_cache_held.labels(metrics.gpu_label(gpu), label(tool)).inc(seconds * usage)
 
     def _count_source_errors(self) -> None:
         with self._errors_lock:
@@ -457,8 +524,12 @@ def link_limit() -> int:
 
 
 def open_source(settings: Settings) -> Optional[GpuSource]:
-    """The GPU source ``settings`` name (``gpu``, ``gpu_devices``); None for none."""
-    return open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None)
+    """The GPU source ``settings`` name (``gpu``, ``gpu_devices``, ``model_server_metrics``); None for none."""
+    return open_gpu_source(
+        settings.gpu,
+        list(settings.gpu_devices) if settings.gpu_devices else None,
+        model_server=settings.model_server_metrics,
+    )
 
 
 def start_live_timeline(
@@ -512,6 +583,7 @@ def start_live_timeline(
             share_min_s=settings.gpu_idle_share_min,
             children=settings.gpu_idle_children,
             log_max_bytes=log_max_bytes,
+            prices=parse_prices(settings.gpu_hour_price),
         )
 
     try:

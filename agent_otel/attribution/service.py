@@ -99,6 +99,9 @@ class WatermarkSource:
         self._clock = clock
         self._held: list[GpuSample] = []
         self.overflowed = 0  # samples released early to stay within MAX_HELD_SAMPLES
+        server_samples = getattr(source, "server_samples", None)
+        if server_samples is not None:  # a model server's readings pass through as they come
+            self.server_samples = server_samples
 
     @property
     def errors(self) -> collections.Counter:

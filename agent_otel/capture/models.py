@@ -4,7 +4,7 @@ Usage::
 
     with agent_otel.agent_span("support"):                   # one turn: invoke_agent support
         with agent_otel.model_span("llama-3-70b", provider="vllm") as call:
-            for chunk in client.stream(prompt):
+            for chunk in client.stream(prompt, headers=call.headers()):  # traceparent: the server's span joins
                 call.first_chunk()                           # time to first token (once)
                 ...
             call.usage(input_tokens=812, output_tokens=64)
@@ -368,6 +368,18 @@ class ModelSpan:
         model_calls.start(id(call), ModelCall(model, start_ns, 0, context.trace_id, context.span_id, operation))
         return call
 
+    def headers(self, carrier: Optional[dict] = None) -> dict:
+        """This call's trace context as HTTP headers (``traceparent``, and
+        ``tracestate`` when set; the process's propagators): put them on the
+        request to the model server, whose own span of the request (vLLM's
+        ``llm_request``) then joins this call in ``agent-otel report``
+        (docs/model-servers.md). Adds them to ``carrier`` when given."""
+        from opentelemetry import propagate  # here: loading the propagators is for the calls that send headers
+
+        carrier = {} if carrier is None else carrier
+        propagate.inject(carrier, context=trace_api.set_span_in_context(self.span))
+        return carrier
+
     def first_chunk(self) -> None:
         """The first chunk of a streamed answer arrived (later calls change nothing)."""
         if not self.first_chunk_ns:
@@ -417,6 +429,9 @@ class _Unrecorded:
     def first_chunk(self) -> None:
         pass
 
+    def headers(self, carrier: Optional[dict] = None) -> dict:
+        return {} if carrier is None else carrier
+
     def usage(self, input_tokens: Optional[int] = None, output_tokens: Optional[int] = None) -> None:
         pass
 
@@ -436,7 +451,8 @@ class model_span:
     ``operation``: ``chat`` (default), ``text_completion`` or
     ``generate_content``. Yields the call: ``call.first_chunk()`` when a
     streamed answer's first chunk arrives, ``call.usage(input_tokens=,
-    output_tokens=)``, ``call.response_model = ...``. An exception is
+    output_tokens=)``, ``call.response_model = ...``, ``call.headers()``
+    (the ``traceparent`` to send to the model server). An exception is
     recorded (``error.type``) and passes through unchanged. Works with
     ``with`` and ``async with``.
     """

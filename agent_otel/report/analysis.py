@@ -42,8 +42,12 @@ from agent_otel.attribution.edges import sharpen
 from agent_otel.exporters.otlp_json import input_name
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
 from agent_otel.inputs import STDIN
+from agent_otel.prices import GpuPrices
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
 from agent_otel.report.calls import CallTable
+from agent_otel.report.cost import Costs, price_analysis
+from agent_otel.report.kv_cache import KvCacheHeld
+from agent_otel.report.server_spans import ServerSpans, join_server_requests
 from agent_otel.report.columns import CallColumns, seconds_sorted, total
 from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
@@ -247,6 +251,11 @@ class Analysis:
     edges_moved: dict[str, int] = field(default_factory=dict)
     coverage: dict[str, tuple[int, int]] = field(default_factory=dict)  # per GPU: the stretch its data covers
     nested_tools: set[str] = field(default_factory=set)  # tools called from inside another tool's call
+    blame: Optional[BlameTotals] = None  # the idle time blamed, per (gpu, tool, phase)
+    gpu_names: dict[str, str] = field(default_factory=dict)  # gpu_key -> the GPU's name, from a GPU log
+    costs: Optional[Costs] = None  # the money of the blame, with gpu_hour_price (report.cost)
+    server_spans: Optional[ServerSpans] = None  # the model servers' spans joined to the model calls
+    kv_cache: Optional[KvCacheHeld] = None  # the model server's KV cache held per tool (report.kv_cache)
 
     @property
     def seconds(self) -> float:
@@ -275,6 +284,7 @@ def analyse(
     turns: bool = True,
     records: bool = True,
     edges: str = EDGES_SPANS,
+    prices: Optional[GpuPrices] = None,
 ) -> Analysis:
     """Read the inputs, attribute GPU idle time, compute every statistic.
 
@@ -292,6 +302,9 @@ def analyse(
 
     ``slos``: the latency SLO of each tool (``Slos()``, 95% within 0.8 s for
     every tool, the alert rules' default, when None).
+
+    ``prices``: what a GPU-hour costs (``agent_otel.prices``): the blamed
+    idle time as money (``costs``, and in the recommendations); None: none.
 
     Python's cyclic garbage collector is paused throughout (``paused_gc``):
     nothing here makes reference cycles, and its rescans of the growing
@@ -314,6 +327,7 @@ def analyse(
             edges,
         )
         analysis.slos = compliance({tool.tool: tool.duration_s for tool in analysis.tools}, slos or Slos())
+        price_analysis(analysis, prices)
         return analysis
 
 
@@ -375,9 +389,12 @@ def _analyse(
     columns = CallColumns(analysis.calls)
     in_windows = _in_windows(columns, analysis.windows)
     totals = BlameTotals()
+    kv_cache = KvCacheHeld(traces.kv_windows) if traces.kv_windows else None
     models = traces.model_calls
     for window_attribution in _attribute(analysis.windows, calls, in_windows, analysis.loop_blocks, models):
         totals.add(window_attribution)
+        if kv_cache is not None:
+            kv_cache.add(window_attribution)
         if records:
             analysis.attributions.append(window_attribution)
     analysis.tools = _tool_stats(columns, totals, traces, analysis.underuse)
@@ -387,6 +404,8 @@ def _analyse(
     _add_waits(analysis, in_windows)
     _turn_inputs(analysis, traces, turns)
     analysis.gpus = _gpu_stats(analysis, totals, observed)
+    analysis.blame = totals
+    analysis.kv_cache = kv_cache if kv_cache is not None and kv_cache.matched else None
     _model_contradictions(analysis, models)
     analysis.recommendations = recommend(analysis)
     return analysis
@@ -406,6 +425,8 @@ def _turn_inputs(analysis: Analysis, traces: TraceData, keep: bool) -> None:
     analysis.turns, analysis.turn_totals = find_turns(
         analysis.calls, analysis.model_calls, analysis.agent_runs, traces.roots, keep
     )
+    if traces.server_requests:
+        analysis.server_spans = join_server_requests(analysis.model_calls, traces.server_requests)
     analysis.peer_tool_spans = traces.peer_tool_spans
     analysis.peer_tool_spans_merged = traces.peer_tool_spans_merged
 
@@ -437,6 +458,8 @@ def _gpu_inputs(
         combined = GpuLog.merge(logs)
         del logs
         for gpu in combined.series:
+            if combined.names.get(gpu):
+                analysis.gpu_names[f"{gpu_pool}/{gpu}" if gpu_pool else gpu] = combined.names[gpu]
             if combined.names.get(gpu) == SIMULATED_GPU_NAME or combined.uuids.get(gpu, "").startswith(
                 SIMULATED_GPU_UUID_PREFIX
             ):
@@ -1049,6 +1072,9 @@ def report_json(analysis: Analysis) -> dict:
         ],
         "event_loops": loops_json(analysis.loops),
         "recommendations": [r.to_json() for r in analysis.recommendations],
+        "cost": analysis.costs.to_json() if analysis.costs is not None else None,
+        "model_server": analysis.server_spans.to_json() if analysis.server_spans is not None else None,
+        "kv_cache": analysis.kv_cache.to_json() if analysis.kv_cache is not None else None,
         "inputs": {
             "traces": analysis.trace_paths,
             "services": list(analysis.services),
@@ -1099,6 +1125,7 @@ def _share(ratio: Optional[float]) -> Optional[float]:
 
 def _turns_json(analysis: Analysis) -> dict:
     totals = analysis.turn_totals
+    split = analysis.server_spans
     durations = totals.durations_s
     slowest = totals.slowest
     return {
@@ -1111,6 +1138,8 @@ def _turns_json(analysis: Analysis) -> dict:
         "tool_queue_s": _s(totals.tool_queue_s),
         "tool_exec_s": _s(totals.tool_exec_s),
         "other_s": _s(totals.other_s),
+        # the model time split by the model servers' own spans (report.server_spans); null without them
+        "model_split": split.totals.to_json() if split is not None else None,
         "slowest": [
             {
                 "name": turn.name,
@@ -1123,6 +1152,9 @@ def _turns_json(analysis: Analysis) -> dict:
                 "other_s": _s(turn.other_s),
                 "tool_calls": turn.tool_calls,
                 "model_calls": turn.model_calls,
+                "model_split": split.of(turn.trace_id, turn.start_ns, turn.end_ns).to_json()
+                if split is not None
+                else None,
             }
             for turn in slowest
         ],

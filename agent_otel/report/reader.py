@@ -104,10 +104,13 @@ from agent_otel.exporters.otlp_json import (
     value_of,
 )
 from agent_otel.attribution import gpu_key
-from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
+from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ServerRequest
+from agent_otel.report.kv_cache import KvWindow
 from agent_otel.report.calls import CallTable
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
+    AGENT_MODEL_SERVER_KV_CACHE_USAGE,
+    AGENT_MODEL_SERVER_WAITING_MAX,
     AGENT_PROCESS_CPU_COUNT,
     AGENT_TOOL_RETRIES,
     EVENT_EXCEPTION,
@@ -123,6 +126,12 @@ from agent_otel.semconv import (
     LOOP_ROLE_BLOCKING,
     LOOP_ROLE_WAITING,
     SPAN_LOOP_BLOCKED,
+    SPAN_VLLM_REQUEST,
+    VLLM_E2E,
+    VLLM_TIME_IN_DECODE,
+    VLLM_TIME_IN_PREFILL,
+    VLLM_TIME_IN_QUEUE,
+    VLLM_TIME_TO_FIRST_TOKEN,
     AGENT_GPU_POOL,
     AGENT_TOOL_EXEC_DURATION,
     AGENT_TOOL_EXECUTOR,
@@ -285,6 +294,10 @@ class TraceData:
     warnings: list[str] = field(default_factory=list)
     model_calls: list[ModelCall] = field(default_factory=list)
     agent_runs: list[AgentRun] = field(default_factory=list)
+    # model servers' own spans of the requests (vLLM's llm_request), joined to model calls by report.server_spans
+    server_requests: list[ServerRequest] = field(default_factory=list)
+    # the model server's readings on the gpu.idle windows (KV cache, queue), for report.kv_cache
+    kv_windows: list[KvWindow] = field(default_factory=list)
     # trace id -> its root span (a span with no parent), gpu.idle traces aside
     roots: dict[int, AgentRun] = field(default_factory=dict)
     # tool spans of other instrumentations: read, and how many were one of agent-otel's calls
@@ -524,6 +537,8 @@ class TraceReader:
             return  # the GPU timeline's traces hold no turn
         elif span.name == SPAN_LOOP_BLOCKED:
             self._loop_block(span, found, start_ns, end_ns, pool)
+        elif span.name == SPAN_VLLM_REQUEST:
+            self._server_request(span, found, key, start_ns, end_ns)
         elif OPENINFERENCE_SPAN_KIND in found or TRACELOOP_SPAN_KIND in found or MCP_METHOD_NAME in found:
             run = self._other_instrumentation(span, found, key, start_ns, end_ns, pool)
         # A new kind of span: recognise it here and turn it into a record.
@@ -612,6 +627,25 @@ class TraceReader:
         parent = self._parent(span)
         self.data.model_calls.append(call)
         self._model_parents.append(parent)
+
+    def _server_request(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int) -> None:
+        """A model server's span of one request (vLLM's ``llm_request``)."""
+        model = self._text(found, GEN_AI_RESPONSE_MODEL) or self._text(found, GEN_AI_REQUEST_MODEL) or ""
+        self.data.server_requests.append(
+            ServerRequest(
+                model,
+                start_ns,
+                end_ns,
+                self._trace_id(key),
+                key & _SPAN_ID_MASK,
+                self._parent(span),
+                self._seconds(span, found, VLLM_TIME_IN_QUEUE),
+                self._seconds(span, found, VLLM_TIME_TO_FIRST_TOKEN),
+                self._seconds(span, found, VLLM_TIME_IN_PREFILL),
+                self._seconds(span, found, VLLM_TIME_IN_DECODE),
+                self._seconds(span, found, VLLM_E2E),
+            )
+        )
 
     def _agent_run(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int) -> AgentRun:
         value = found.get(GEN_AI_AGENT_NAME)  # read inline where it is printable ASCII, as a tool's name
@@ -809,6 +843,11 @@ class TraceReader:
         blame = self._window_blame(span, found) if GPU_IDLE_BLOCKED_TOOLS in found else None
         simulated = self._text(found, AGENT_GPU_SOURCE)
         self.data.idle_windows.append(window)
+        if AGENT_MODEL_SERVER_KV_CACHE_USAGE in found:
+            usage = self._seconds(span, found, AGENT_MODEL_SERVER_KV_CACHE_USAGE)  # a number >= 0
+            if usage is not None and usage <= 1.0:
+                waiting = self._seconds(span, found, AGENT_MODEL_SERVER_WAITING_MAX)
+                self.data.kv_windows.append(KvWindow(gpu_key(window), start_ns, end_ns, usage, waiting))
         if blame:
             totals = self._window_live
             if totals is None:

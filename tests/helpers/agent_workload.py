@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import agent_otel
 from agent_otel.capture.models import model_calls
+from model_server import FakeModelServer, vllm_v1  # tests/helpers, beside this script
 
 SLOW_FETCH_S = 0.9
 SEARCH_S = 0.05
@@ -83,8 +84,17 @@ def main() -> int:
     args = parser.parse_args()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    # Requests queued and the KV cache half full: the server stalls while the tools run.
+    model_server = FakeModelServer(vllm_v1(running=0, waiting=2, kv=0.45, prompt=10, generation=10))
     handle = agent_otel.instrument(
-        service_name="e2e-agent", prometheus_port=args.port, gpu="simulated", traces_exporters="none", frameworks=()
+        service_name="e2e-agent",
+        prometheus_port=args.port,
+        gpu="simulated",
+        gpu_hour_price="2.5",  # the cost panels
+        # a stand-in vLLM /metrics beside the simulated GPU: the model server's metrics and panels
+        model_server_metrics=model_server.url,
+        traces_exporters="none",
+        frameworks=(),
     )
     if handle.prometheus_url is None:
         print(f"agent_workload: /metrics is not served on port {args.port}", file=sys.stderr)
