@@ -169,6 +169,47 @@ def test_langgraph_tool_node_queues_tool_calls_beyond_max_concurrency(hooked, sp
         assert span.attributes["agent.tool.executor"].startswith("ThreadPoolExecutor")
 
 
+@pytest.mark.parametrize("calls", [2, 8])
+def test_the_default_react_agent_queues_each_tool_call_for_the_runners_workers(hooked, spans, calls):
+    """create_react_agent (v2) sends each tool call as a task of its own, which
+    LangGraph's runner runs on its pool of max_concurrency workers (then the
+    ToolNode in it on a pool of its own): the wait for the runner's worker is
+    the call's queue time."""
+    from frameworks.langchain_scripted import SLEEP_S, fetch_page, react_agent, tool_call
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    require_framework("langchain", "langgraph")
+    hooked("langchain")
+    turns = [
+        AIMessage("", tool_calls=[tool_call("fetch_page", {"url": f"{i}.example"}, f"t{i}") for i in range(calls)]),
+        AIMessage("all fetched"),
+    ]
+    workers = calls - 1  # one call waits for a worker (with 2: one worker, the second waits for the first)
+
+    state = react_agent([fetch_page], turns).invoke(
+        {"messages": [HumanMessage("fetch the pages")]}, config={"max_concurrency": workers}
+    )
+
+    assert state["messages"][-1].content == "all fetched"
+    found = spans.tools("fetch_page")
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in found) == sorted(f"t{i}" for i in range(calls))
+    ordered = by_exec_start(found)
+    last = ordered[-1]
+    queue_s, exec_s = timing(last)
+    # It got a worker when the first of the others ended (not before: each
+    # worker was busy running one), and had waited for it since the runner
+    # submitted it: the tool's 150 ms (less however much later than the
+    # first it was submitted), plus what running it took around it.
+    first_end = min(s.end_time for s in ordered[:-1])
+    exec_start = last.start_time + queue_s * 1e9
+    assert queue_s >= least_wait_s(ordered, last, 1, SLEEP_S)
+    assert first_end <= exec_start < first_end + 0.02e9, (exec_start - first_end) / 1e9
+    for span in ordered:
+        assert span.attributes["agent.executor.max_workers"] == workers
+    for span in ordered[:workers]:  # the others got a worker at once
+        assert timing(span)[0] < SLEEP_S * 0.5
+
+
 def test_langgraph_async_graph_runs_sync_tools_on_the_default_executor(hooked, spans):
     from frameworks.langchain_scripted import SLEEP_S, fetch_page, react_graph, three_page_turns
     from langchain_core.messages import HumanMessage
@@ -223,6 +264,12 @@ def test_uninstrument_restores_langchain_exactly(spans):
 
     assert all(vars(owner)[name] is original for (owner, name), original in zip(hooked_points, before))
     assert vars(asyncio.BaseEventLoop)["run_in_executor"] is run_in_executor_before
+    from langgraph.pregel import _executor
+    from langgraph.prebuilt import tool_node
+    from langchain_core.runnables.config import get_executor_for_config
+
+    assert _executor.get_executor_for_config is get_executor_for_config
+    assert tool_node.get_executor_for_config is get_executor_for_config
     assert context._configure_hooks == configure_hooks_before  # the model-call handler is gone
     fetch_page.invoke({"url": "z"})
     assert spans.tools() == []

@@ -17,6 +17,10 @@ Three shapes cover every hook:
   code and lets us choose the submitted callable; marking it lets the
   executor hook queue the call, and the first tool span begun in the worker
   claims it.
+- ``CarriedWork``: work marked so at one pool submits the same tool call to
+  another pool (LangGraph's runner, then the ``ToolNode`` in its task): the
+  call queued at the first submission goes on to the second worker, and the
+  tool span begun there claims it.
 
 A hook's own failure (a missing attribute in an unknown version) never
 reaches the agent: the framework's original code runs untraced, and the
@@ -38,7 +42,7 @@ from agent_otel.capture import stacks
 from agent_otel.capture.executors import executor_name
 from agent_otel.capture.patching import SharedPatch, warn_once
 from agent_otel.capture.meta import TOOL_MARK, meta_for
-from agent_otel.capture.recorder import ActiveCall, Recorder
+from agent_otel.capture.recorder import ActiveCall, LiveCall, Recorder, worker_local
 from agent_otel.capture.payloads import UNREPRESENTABLE
 from agent_otel.semconv import (
     ERROR_TYPE,
@@ -496,3 +500,41 @@ class MarkedWork:
 
 
 setattr(MarkedWork, TOOL_MARK, staticmethod(lambda work: work.tool))
+
+
+class CarriedWork:
+    """A queued tool call's work going on in another thread.
+
+    ``take(tool)`` on a worker that runs a submission marked as a call of
+    ``tool`` (``MarkedWork``) and not yet claimed takes that call; the
+    ``CarriedWork`` made with it lets the first tool span of that name begun
+    while it runs claim it, so the call's queue time runs from the first
+    submission to the start of the tool, through both pools.
+    """
+
+    __slots__ = ("fn", "call")
+
+    def __init__(self, fn: Callable, call: LiveCall):
+        self.fn = fn
+        self.call = call
+
+    @staticmethod
+    def take(tool: str) -> Optional[LiveCall]:
+        """This worker's queued call of ``tool`` not yet claimed, now taken from it; else None."""
+        call = worker_local.pending
+        if call is None or call.tool != valid_text(tool, NAME_LIMIT):
+            return None
+        worker_local.pending = None
+        return call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        previous = worker_local.pending
+        worker_local.pending = self.call
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            if worker_local.pending is self.call:  # never claimed: forget it, as the executor hook does
+                rec = _recorder.current
+                if rec is not None:
+                    rec.inflight.pop(id(self.call), None)
+            worker_local.pending = previous
