@@ -139,3 +139,44 @@ def agent_otel_spans(spans, name: str):
     """The tool spans agent-otel made for ``name`` (the MCP SDK makes its own
     server-side span with the same GenAI attributes)."""
     return [s for s in spans.tools(name) if s.instrumentation_scope.name == "agent_otel"]
+
+
+def report_json(traces) -> dict:
+    """``agent-otel report TRACES --format json``, read back."""
+    import io
+    import json
+    from contextlib import redirect_stdout
+
+    from agent_otel.cli import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["report", str(traces), "--format", "json"]) == 0
+    return json.loads(out.getvalue())
+
+
+def assert_one_turn_as_engineered(report: dict, spans, agent: str, model_calls: int, tool_calls: int) -> None:
+    """The run is one turn, made from its one ``invoke_agent {agent}`` span, and
+    its parts are the time its model calls and tool calls took, one after
+    another (the fake model's and tools' own spans: the engineered truth)."""
+    runs = spans.runs()
+    assert len(runs) == 1, [(s.name, s.instrumentation_scope.name, dict(s.attributes)) for s in runs]
+    (run,) = runs
+    assert run.name == f"invoke_agent {agent}"
+    models, tools = spans.models(), spans.tools()
+    assert (len(models), len(tools)) == (model_calls, tool_calls)
+    for span in models + tools:  # in the run's trace, within it
+        assert span.context.trace_id == run.context.trace_id, span.name
+        assert run.start_time <= span.start_time <= span.end_time <= run.end_time, span.name
+    turns = report["turns"]
+    assert (turns["count"], turns["from_agent_spans"]) == (1, 1)
+    (turn,) = turns["slowest"]
+    assert (turn["name"], turn["tool_calls"], turn["model_calls"]) == (agent, tool_calls, model_calls)
+    assert turn["seconds"] == pytest.approx((run.end_time - run.start_time) / 1e9, abs=2e-6)
+    assert turn["model_s"] == pytest.approx(sum(s.end_time - s.start_time for s in models) / 1e9, abs=1e-5)
+    queue = sum(timing(s)[0] for s in tools)
+    execution = sum(timing(s)[1] for s in tools)
+    assert turn["tool_queue_s"] == pytest.approx(queue, abs=1e-5)
+    assert turn["tool_exec_s"] == pytest.approx(execution, abs=1e-5)
+    parts = turn["model_s"] + turn["tool_queue_s"] + turn["tool_exec_s"] + turn["other_s"]
+    assert parts == pytest.approx(turn["seconds"], abs=1e-5)

@@ -88,9 +88,10 @@ def three_page_turns():
     return [AIMessage("", tool_calls=calls), AIMessage("all fetched")]
 
 
-def react_agent(tools, turns, **kwargs):
+def react_agent(tools, turns, model_sleep_s=None, **kwargs):
     """LangGraph's prebuilt agent, ``create_react_agent``, at its default version
-    (v2: each tool call of a model turn is a ``Send`` of its own to the ToolNode)."""
+    (v2: each tool call of a model turn is a ``Send`` of its own to the ToolNode);
+    each model call takes ``model_sleep_s``."""
     import warnings
 
     from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
@@ -102,4 +103,4 @@ def react_agent(tools, turns, **kwargs):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # create_react_agent's deprecation notice
-        return create_react_agent(ScriptedModel(responses=turns), tools, **kwargs)
+        return create_react_agent(ScriptedModel(responses=turns, sleep=model_sleep_s), tools, **kwargs)

@@ -46,16 +46,21 @@ def peer(request):
             pytest.fail(message)
         pytest.skip(message)
     from langchain_core.callbacks import BaseCallbackManager
+    from langgraph.pregel import Pregel
 
     init_before = vars(BaseCallbackManager)["__init__"]
+    streams_before = vars(Pregel)["stream"], vars(Pregel)["astream"]
     instrumentor = getattr(module, class_name)()
     instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
     yield request.param, model
     instrumentor.uninstrument()
     # opentelemetry-instrumentation-langchain 0.62.4's uninstrument() leaves its
     # wrapper on BaseCallbackManager.__init__ (still adding its handler to every
-    # run): put the original back so the tests after this one see no peer.
+    # run), and on Pregel.stream / astream when agent-otel's hook went on top of
+    # it (its unwrap finds ours there and does nothing): put the originals back
+    # so the tests after this one see no peer.
     BaseCallbackManager.__init__ = init_before
+    Pregel.stream, Pregel.astream = streams_before
 
 
 def test_a_langgraph_run_counts_each_tool_call_once_beside_a_peer(peer, hooked, spans, tmp_path):

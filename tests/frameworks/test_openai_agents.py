@@ -10,8 +10,10 @@ import asyncio
 
 from frameworks.framework_support import (
     ASYNCIO_DEFAULT_WORKERS,
+    assert_one_turn_as_engineered,
     assert_queued_one_after_another,
     framework_fixture,
+    report_json,
     timing,
 )
 
@@ -209,3 +211,49 @@ def test_a_streamed_model_call_has_time_to_first_chunk_and_the_completed_respons
     assert span.attributes["gen_ai.response.model"] == "scripted-4o-2026"
     assert SLEEP_S * 0.95 <= span.attributes["gen_ai.response.time_to_first_chunk"] < SLEEP_S + 2.0
     assert (span.end_time - span.start_time) / 1e9 >= SLEEP_S + 0.05 * 0.95
+
+
+MODEL_S = 0.1  # what each call of the scripted model takes
+
+
+def test_one_run_of_the_runner_is_one_turn_with_instrument_alone(hooked, spans, tmp_path):
+    from frameworks.openai_agents_scripted import SLEEP_S, Agent, Runner, ScriptedModel, answer, call, fetch_page
+
+    traces = tmp_path / "traces.jsonl"
+    hooked("openai_agents", traces_file=str(traces))
+    model = ScriptedModel([[call("fetch_page", {"url": "a"}, "call_a")], [answer("done")]], delay_s=MODEL_S)
+    agent = Agent(name="support", tools=[fetch_page], model=model)
+
+    result = Runner.run_sync(agent, "help me")
+    agent_otel.uninstrument()  # flushes the traces file
+
+    assert result.final_output == "done"
+    report = report_json(traces)
+    assert_one_turn_as_engineered(report, spans, "support", model_calls=2, tool_calls=1)
+    (turn,) = report["turns"]["slowest"]
+    assert turn["model_s"] >= 2 * MODEL_S * 0.95
+    assert turn["tool_exec_s"] >= SLEEP_S * 0.95
+
+
+def test_a_run_in_the_applications_agent_span_is_that_span_and_a_sub_agent_run_nests(hooked, spans):
+    from frameworks.openai_agents_scripted import Agent, Runner, ScriptedModel, answer, call
+
+    hooked("openai_agents")
+    researcher = Agent(name="researcher", model=ScriptedModel([[answer("found it")]]))
+    lead = Agent(
+        name="lead",
+        tools=[researcher.as_tool(tool_name="research", tool_description="Ask the researcher.")],
+        model=ScriptedModel([[call("research", {"input": "x"}, "call_r")], [answer("done")]]),
+    )
+
+    async def main():
+        with agent_otel.agent_span("my-app"):
+            return await Runner.run(lead, "go")
+
+    assert asyncio.run(main()).final_output == "done"
+
+    runs = {span.name: span for span in spans.runs()}
+    assert sorted(runs) == ["invoke_agent my-app", "invoke_agent researcher"]  # the app's span is the lead's run
+    (research,) = spans.tools("research")
+    assert research.parent.span_id == runs["invoke_agent my-app"].context.span_id
+    assert runs["invoke_agent researcher"].parent.span_id == research.context.span_id

@@ -26,6 +26,11 @@ Hooked, in ``langchain_core.tools``:
   that queued call on to its own worker, so the call's span starts when the
   runner submitted the task and its queue time is the wait for a worker.
 
+Agent runs: ``langgraph.pregel.Pregel.stream`` / ``astream`` (a compiled
+graph's ``invoke`` / ``ainvoke`` run through them): each run of a graph is
+an ``invoke_agent {graph name}`` span (``runs``) unless the application
+opened its own ``agent_span`` around it; a subgraph's run nests in its parent's.
+
 Model calls: ``generate`` / ``agenerate`` / ``stream`` / ``astream`` of
 ``BaseChatModel`` and ``BaseLLM`` (every ``invoke``, ``batch`` and graph
 node's model call goes through one of them) make a callback handler part of
@@ -77,6 +82,7 @@ from agent_otel.capture.frameworks.calls import (
     sync_call,
     unhook_event_loop,
 )
+from agent_otel.capture.frameworks import runs
 from agent_otel.capture.patching import Patches, importable, self_switching
 from agent_otel.semconv import GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMPLETION
 
@@ -102,6 +108,11 @@ def instrument() -> None:
 
         if hasattr(pregel_executor, "get_executor_for_config"):
             _patches.wrap(pregel_executor, "get_executor_for_config", _wrap_runner_executor_for_config)
+    if importable("langgraph.pregel"):
+        from langgraph.pregel import Pregel
+
+        _patches.wrap(Pregel, "stream", _wrap_graph_stream)
+        _patches.wrap(Pregel, "astream", _wrap_graph_astream)
     _patches.apply(hook_event_loop, unhook_event_loop)
     _patches.apply(_add_model_call_handler, _remove_model_call_handler)
     from langchain_core.language_models import BaseChatModel, BaseLLM
@@ -338,6 +349,30 @@ def _wrap_get_executor_for_config(original):
             yield _ToolCallSubmitter(executor)
 
     return get_executor_for_config
+
+
+# ---- agent runs --------------------------------------------------------------
+
+
+def _wrap_graph_stream(original):
+    @functools.wraps(original)
+    def stream(self, *args, **kwargs):  # a generator function, as the original
+        return (yield from runs.stream_run(lambda: self.name, self, lambda: original(self, *args, **kwargs)))
+
+    return stream
+
+
+def _wrap_graph_astream(original):
+    @functools.wraps(original)
+    async def astream(self, *args, **kwargs):  # an async generator function, as the original
+        chunks = runs.astream_run(lambda: self.name, self, lambda: original(self, *args, **kwargs))
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()
+
+    return astream
 
 
 # ---- model calls -------------------------------------------------------------

@@ -23,6 +23,14 @@ method that calls another of the same LLM (``achat`` running ``chat``) is
 one call. Only while ``agent_otel.capture.models.hooks_record()`` (the
 ``model_spans`` setting).
 
+Agent runs: ``run`` of a workflow agent (``BaseWorkflowAgent``:
+``FunctionAgent``, ``ReActAgent``, ``CodeActAgent``) and of an
+``AgentWorkflow`` starts the run in the background and returns its handler;
+the run, until the handler's result is ready, is one ``invoke_agent {agent
+name}`` span (``runs``) unless the application opened its own ``agent_span``
+around it. The span is current while ``run`` starts the workflow's tasks, so
+their tool and model calls are in its trace.
+
 Name and description come from the tool's ``ToolMetadata``. LlamaIndex does
 not pass the model's tool call id down to the tool, so spans carry none.
 """
@@ -33,6 +41,7 @@ import functools
 
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import (
     async_call,
     hook_event_loop,
@@ -55,10 +64,32 @@ def instrument() -> None:
     _patches.wrap(FunctionTool, "acall", _wrap_acall)
     _patches.apply(hook_event_loop, unhook_event_loop)
     _patches.apply(_add_model_call_handler, _remove_model_call_handler)
+    from llama_index.core.agent.workflow import AgentWorkflow, BaseWorkflowAgent
+
+    for agent_class in (BaseWorkflowAgent, AgentWorkflow):
+        _patches.wrap(agent_class, "run", _wrap_agent_run)
 
 
 def uninstrument() -> None:
     _patches.restore()
+
+
+def _agent_name(agent) -> str:
+    name = getattr(agent, "name", None)
+    if not isinstance(name, str) or not name:
+        root = getattr(agent, "root_agent", None)  # an AgentWorkflow: named by the agent it starts with
+        name = root if isinstance(root, str) and root else type(agent).__name__
+    return name
+
+
+def _wrap_agent_run(original):
+    @functools.wraps(original)
+    def run(self, *args, **kwargs):
+        return runs.started_run(
+            lambda: _agent_name(self), self, original, (self, *args), kwargs, lambda handler: handler._result_task
+        )
+
+    return run
 
 
 def _describe(tool):

@@ -25,6 +25,10 @@ Hooked, in ``agents.tool`` and ``agents.run_internal.tool_execution``:
   streamed, the time to the first event. Only while
   ``agent_otel.capture.models.hooks_record()`` (the ``model_spans``
   setting).
+- ``agents.run.AgentRunner.run``, what ``Runner.run`` and ``Runner.run_sync``
+  run: one run is an ``invoke_agent {starting agent's name}`` span
+  (``runs``) unless the application opened its own ``agent_span`` around
+  it; a run inside a tool call (``Agent.as_tool``) nests under that call.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from opentelemetry import trace as trace_api
 
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import async_call, hook_event_loop, meta, unhook_event_loop
 from agent_otel.capture.patching import Patches, self_switching
 
@@ -73,10 +78,22 @@ def instrument() -> None:
 
     _patches.wrap(run_loop, "get_response_with_retry", _wrap_get_response)
     _patches.wrap(run_loop, "stream_response_with_retry", _wrap_stream_response)
+    from agents.run import AgentRunner
+
+    _patches.wrap(AgentRunner, "run", _wrap_runner_run)
 
 
 def uninstrument() -> None:
     _patches.restore()
+
+
+def _wrap_runner_run(original):
+    @functools.wraps(original)
+    async def run(self, *args, **kwargs):
+        agent = args[0] if args else kwargs.get("starting_agent")
+        return await runs.async_run(lambda: getattr(agent, "name", None), agent, original, (self, *args), kwargs)
+
+    return run
 
 
 def _wrap_invoke(original):

@@ -21,6 +21,12 @@ delta. A model method calling another of the same model is one call. Only
 while ``agent_otel.capture.models.hooks_record()`` (the ``model_spans``
 setting).
 
+Agent runs: ``MultiStepAgent.run`` (also a managed agent's run, which its
+manager calls) is one ``invoke_agent {agent name}`` span (``runs``) unless
+the application opened its own ``agent_span`` around it; with
+``stream=True``, from the first step to the last. A managed agent's run
+nests in its manager's.
+
 Name and description come from the ``Tool``. smolagents does not pass the
 model's tool call id down to the tool, so spans carry none.
 """
@@ -36,6 +42,7 @@ from opentelemetry import trace as trace_api
 
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import MarkedWork, meta, sync_call
 from agent_otel.capture.patching import Patches, self_switching
 
@@ -53,10 +60,28 @@ def instrument() -> None:
 
     _patches.wrap_overrides(Model, "generate", _wrap_generate)
     _patches.wrap_overrides(Model, "generate_stream", _wrap_generate_stream)
+    from smolagents.agents import MultiStepAgent
+
+    _patches.wrap(MultiStepAgent, "run", _wrap_agent_run)
 
 
 def uninstrument() -> None:
     _patches.restore()
+
+
+def _agent_name(agent) -> str:
+    return getattr(agent, "name", None) or type(agent).__name__
+
+
+def _wrap_agent_run(original):
+    @functools.wraps(original)
+    def run(self, *args, **kwargs):
+        stream = kwargs.get("stream", args[1] if len(args) > 1 else False)
+        if stream:  # the steps as a generator: the run is its iteration
+            return runs.stream_run(lambda: _agent_name(self), self, lambda: original(self, *args, **kwargs))
+        return runs.sync_run(lambda: _agent_name(self), self, original, (self, *args), kwargs)
+
+    return run
 
 
 def _wrap_call(original):
