@@ -146,6 +146,31 @@ def hooks_record() -> bool:
     return _mode == "on" or peer_instrumentation() is None
 
 
+# Time to first token is the time to the first piece of output: text (or a
+# refusal, or audio), or a piece of a tool call's arguments; a chunk or event
+# that carries none (a chat completions stream's role-only first chunk and
+# its usage-only last one, the chunk naming a tool before its arguments, the
+# Responses API's response.created, in_progress, output_item.added, ...) is
+# not it. The Responses API stream events that carry output:
+RESPONSE_OUTPUT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+        "response.mcp_call_arguments.delta",
+        "response.code_interpreter_call_code.delta",
+        "response.audio.delta",
+        "response.audio.transcript.delta",
+    }
+)
+
+
+def response_event_has_output(event: Any) -> bool:
+    """Whether a Responses API stream event is a token of the answer: an output delta, not empty."""
+    return getattr(event, "type", None) in RESPONSE_OUTPUT_DELTAS and bool(getattr(event, "delta", None))
+
+
 class ModelSpan:
     """One model call's span, from ``start`` to ``end``.
 
@@ -194,7 +219,8 @@ class ModelSpan:
         return cls(span, start_ns)
 
     def first_chunk(self) -> None:
-        """The first chunk of a streamed answer arrived (later calls change nothing)."""
+        """The first chunk of a streamed answer that carries output (a token) arrived
+        (later calls change nothing). The hooks call it for such chunks only."""
         if not self.first_chunk_ns:
             self.first_chunk_ns = max(now_ns(), self.start_ns)  # the timeline may have followed the wall clock back
 

@@ -123,7 +123,10 @@ def _host(
 def merge_model_calls(calls: list[ModelCall], families: list[int], named: list[bool]) -> list[ModelCall]:
     """The model calls with each call seen by several families once (see the
     module's docstring); ``families`` and ``named`` (whether the model's name
-    came from an attribute) line up with ``calls``."""
+    came from an attribute) line up with ``calls``. A merged call's name is one
+    an attribute gave, else the span name of the family first in
+    ``FAMILY_*`` order (OpenInference's is the model's class name), so one
+    model's calls all have one name."""
     by_trace: dict[int, list[int]] = {}
     for i, call in enumerate(calls):
         by_trace.setdefault(call.trace_id, []).append(i)
@@ -135,6 +138,7 @@ def merge_model_calls(calls: list[ModelCall], families: list[int], named: list[b
         rows.sort(key=lambda i: (calls[i].start_ns - calls[i].end_ns, families[i], calls[i].start_ns))
         hosts: list[int] = []
         absorbed: dict[int, set[int]] = {}
+        name_rank: dict[int, tuple[bool, int]] = {}  # host -> how good its name is (less is better)
         for i in rows:
             call = calls[i]
             host = None
@@ -147,11 +151,15 @@ def merge_model_calls(calls: list[ModelCall], families: list[int], named: list[b
             if host is None:
                 hosts.append(i)
                 absorbed[i] = {families[i]}
+                name_rank[i] = (not named[i], families[i])
                 continue
             absorbed[host].add(families[i])
             keep[i] = False
-            _absorb(calls[host], call, named[host] or not named[i])
-            named[host] = named[host] or named[i]
+            rank = (not named[i], families[i])
+            _absorb(calls[host], call, rank < name_rank[host])
+            if rank < name_rank[host]:
+                name_rank[host] = rank
+                named[host] = named[i]
     return [call for call, kept in zip(calls, keep) if kept]
 
 
@@ -163,7 +171,7 @@ def _same_model(a: ModelCall, a_named: bool, b: ModelCall, b_named: bool) -> boo
     return a.model.startswith(b.model) or b.model.startswith(a.model)
 
 
-def _absorb(host: ModelCall, other: ModelCall, keep_name: bool) -> None:
+def _absorb(host: ModelCall, other: ModelCall, take_name: bool) -> None:
     """What ``other``, the same call, knows and ``host`` does not."""
     if host.input_tokens is None:
         host.input_tokens = other.input_tokens
@@ -172,6 +180,6 @@ def _absorb(host: ModelCall, other: ModelCall, keep_name: bool) -> None:
     if host.first_chunk_s is None and other.first_chunk_s is not None:
         first_ns = other.start_ns + round(other.first_chunk_s * NS_PER_S)
         host.first_chunk_s = max(0, first_ns - host.start_ns) / NS_PER_S
-    if not keep_name:
+    if take_name:
         host.model = other.model
     host.failed = host.failed or other.failed

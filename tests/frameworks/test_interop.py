@@ -163,7 +163,7 @@ def test_beside_both_peers_at_once_each_tool_call_and_model_call_counts_once(bot
     assert (tool["tool"], tool["calls"]) == ("fetch_page", 3)
     assert tool["executors"] == ["ThreadPoolExecutor"]  # agent-otel's spans, with the queue split, were kept
     assert (report["inputs"]["peer_tool_spans"], report["inputs"]["peer_tool_spans_merged"]) == (6, 6)
-    (model,) = report["models"]
+    (model,) = report["models"]  # one name for both of its calls, whichever span kept each
     assert model["calls"] == 2
     assert (model["input_tokens"], model["output_tokens"]) == (20, 6)  # not doubled
     turns_found = report["turns"]

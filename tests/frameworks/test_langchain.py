@@ -624,3 +624,40 @@ def test_a_graph_run_inside_a_tool_call_nests_in_it(hooked, spans, tmp_path):
     assert runs["researcher"].parent.span_id == research_span.context.span_id
     turns_found = report_json(traces)["turns"]
     assert (turns_found["count"], turns_found["slowest"][0]["name"]) == (1, "lead")  # the sub-agent is part of it
+
+
+@pytest.mark.parametrize("answer", ["text", "tool call"])
+@pytest.mark.parametrize("api", ["chat completions", "responses"])
+def test_time_to_first_token_of_a_streamed_chat_model_call_is_its_first_output(hooked, spans, api, answer):
+    """ChatOpenAI against a local OpenAI-compatible server that sends the
+    chunks without output at once (the role, an empty content; the Responses
+    API's events before the output, the function call's item naming the
+    tool) and the first token (text, or the call's arguments) 150 ms in."""
+    from frameworks.fake_openai import FIRST_TOKEN_S, MODEL, serve
+    from frameworks.langchain_scripted import fetch_page
+
+    require_framework("langchain", "langchain_openai")
+    from langchain_openai import ChatOpenAI
+
+    hooked("langchain")
+    tool_call = ("fetch_page", '{"url": "a.example"}') if answer == "tool call" else None
+    with serve(tool_call=tool_call) as url:
+        model = ChatOpenAI(
+            model=MODEL, base_url=url, api_key="test", max_retries=0, use_responses_api=api == "responses"
+        )
+        if tool_call:
+            model = model.bind_tools([fetch_page])
+        chunks = list(model.stream("fetch a page"))
+
+    reply = chunks[0]
+    for chunk in chunks[1:]:
+        reply = reply + chunk
+    if tool_call:
+        assert reply.tool_calls[0]["name"] == "fetch_page"
+    else:
+        assert reply.text == "Hello there"
+    (span,) = spans.models(MODEL)
+    first_token_s = span.attributes["gen_ai.response.time_to_first_chunk"]
+    duration_s = (span.end_time - span.start_time) / 1e9
+    assert first_token_s >= FIRST_TOKEN_S * 0.95  # not the chunks before it
+    assert first_token_s < duration_s

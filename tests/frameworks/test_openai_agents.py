@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from frameworks.framework_support import (
     ASYNCIO_DEFAULT_WORKERS,
     assert_one_turn_as_engineered,
@@ -257,3 +259,46 @@ def test_a_run_in_the_applications_agent_span_is_that_span_and_a_sub_agent_run_n
     (research,) = spans.tools("research")
     assert research.parent.span_id == runs["invoke_agent my-app"].context.span_id
     assert runs["invoke_agent researcher"].parent.span_id == research.context.span_id
+
+
+@pytest.mark.parametrize("answer", ["text", "tool call"])
+@pytest.mark.parametrize("api", ["responses", "chat completions"])
+def test_time_to_first_token_of_a_streamed_model_call_is_its_first_output(hooked, spans, api, answer):
+    """The SDK's OpenAI models against a local OpenAI-compatible server that
+    sends the events without output at once and the first token 150 ms in."""
+    import frameworks.openai_agents_scripted  # noqa: F401  # turns the SDK's own tracing off
+    from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner
+    from frameworks.fake_openai import FIRST_TOKEN_S, MODEL, USAGE, serve
+    from frameworks.openai_agents_scripted import ask_database
+    from openai import AsyncOpenAI
+
+    hooked("openai_agents")
+    tool_call = ("ask_database", '{"query": "orders"}') if answer == "tool call" else None
+    with serve(tool_call=tool_call) as url:
+        client = AsyncOpenAI(base_url=url, api_key="test", max_retries=0)
+        model_class = OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel
+        agent = Agent(
+            name="support",
+            model=model_class(model=MODEL, openai_client=client),
+            tools=[ask_database],
+            tool_use_behavior="stop_on_first_tool",
+        )
+
+        async def main():
+            result = Runner.run_streamed(agent, "help me")
+            async for _event in result.stream_events():
+                pass
+            return result.final_output
+
+        output = asyncio.run(main())
+
+    assert output == ("rows for orders" if tool_call else "Hello there")
+    (span,) = spans.models(MODEL)
+    first_token_s = span.attributes["gen_ai.response.time_to_first_chunk"]
+    duration_s = (span.end_time - span.start_time) / 1e9
+    assert first_token_s >= FIRST_TOKEN_S * 0.95  # not the events before it
+    assert first_token_s < duration_s
+    if api == "responses":  # the SDK reads usage from response.completed
+        assert span.attributes["gen_ai.usage.input_tokens"] == USAGE["input_tokens"]
+    (run,) = spans.runs()  # run_streamed is a run too, until its loop ends
+    assert run.name == "invoke_agent support" and run.end_time >= span.end_time

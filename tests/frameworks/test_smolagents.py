@@ -236,3 +236,22 @@ def test_a_managed_agents_run_nests_in_its_managers(hooked, spans):
     runs = {span.name: span for span in spans.runs()}
     assert sorted(runs) == ["invoke_agent helper", "invoke_agent my-app"]
     assert runs["invoke_agent helper"].parent.span_id == runs["invoke_agent my-app"].context.span_id
+
+
+@pytest.mark.parametrize("answer", ["text", "tool call"])
+def test_time_to_first_token_of_a_streamed_model_call_is_its_first_output(hooked, spans, answer):
+    """smolagents' OpenAIModel against a local OpenAI-compatible server that
+    sends the chunks without output at once and the first token 150 ms in."""
+    from frameworks.fake_openai import FIRST_TOKEN_S, MODEL, serve
+    from smolagents import OpenAIModel
+
+    hooked("smolagents")
+    tool_call = ("fetch_page", '{"url": "a.example"}') if answer == "tool call" else None
+    with serve(tool_call=tool_call) as url:
+        model = OpenAIModel(model_id=MODEL, api_base=url, api_key="test")
+        deltas = list(model.generate_stream([{"role": "user", "content": [{"type": "text", "text": "hi"}]}]))
+
+    assert deltas
+    (span,) = spans.models(MODEL)
+    first_token_s = span.attributes["gen_ai.response.time_to_first_chunk"]
+    assert FIRST_TOKEN_S * 0.95 <= first_token_s < (span.end_time - span.start_time) / 1e9

@@ -42,7 +42,10 @@ call as a GenAI model span (``chat {model}`` / ``text_completion {model}``): the
 from LangChain's ``ls_model_name`` metadata or the invocation parameters
 (else the model's class name), ``gen_ai.provider.name`` from
 ``ls_provider``, token usage from the message's ``usage_metadata`` or the
-provider's ``token_usage``, time to first chunk when the answer streams.
+provider's ``token_usage``, time to first token when the answer streams
+(the first chunk with text or a piece of a tool call's arguments: not the
+role-only chunk a chat completions stream opens with, nor a Responses API
+event before the output).
 Only while ``agent_otel.capture.models.hooks_record()`` (the
 ``model_spans`` setting).
 
@@ -500,9 +503,9 @@ def _model_call_handler_class():
         def on_llm_start(self, serialized, prompts, *, run_id, metadata=None, **kwargs):
             self._start(run_id, GEN_AI_OPERATION_TEXT_COMPLETION, serialized, metadata, kwargs)
 
-        def on_llm_new_token(self, token, *, run_id, **kwargs):
+        def on_llm_new_token(self, token, *, run_id, chunk=None, **kwargs):
             call = self.calls.get(run_id)
-            if call is not None:
+            if call is not None and not call.first_chunk_ns and _carries_output(token, chunk):
                 call.first_chunk()
 
         def on_llm_end(self, response, *, run_id, **kwargs):
@@ -536,6 +539,24 @@ def _model_call_handler_class():
                 self.calls[run_id] = call
 
     return ModelCalls
+
+
+def _carries_output(token: Any, chunk: Any) -> bool:
+    """Whether a streamed chunk is a token of the answer: text, or a piece of a
+    tool call's arguments (``models.RESPONSE_OUTPUT_DELTAS`` says why).
+
+    Chat models stream chunks that carry none too (the role, the tool's name
+    before its arguments, a Responses API event before the output, the usage
+    at the end): they are not the first token.
+    """
+    message = getattr(chunk, "message", None)
+    if not isinstance(token, str):  # content blocks (the Responses API's): their text
+        token = getattr(message, "text", None)
+        if callable(token):  # (a method before langchain-core 1)
+            token = token()
+    if token and isinstance(token, str):
+        return True
+    return any(piece.get("args") for piece in getattr(message, "tool_call_chunks", None) or ())
 
 
 def _read_usage(call, response) -> None:

@@ -17,8 +17,9 @@ dispatcher turns each LLM chat or completion call (``LLMChatStartEvent`` to
 ``LLMChatEndEvent``, the completion events alike) into a GenAI model span
 ``chat {model}`` / ``text_completion {model}``: the model name from the
 LLM's payload (``model``, else its class name), token usage from the
-response where the provider reports it, time to first chunk when it
-streams, and an error when the call's dispatcher span is dropped. An LLM
+response where the provider reports it, time to first token when it
+streams (the first in-progress event with a text delta or a tool call's
+arguments), and an error when the call's dispatcher span is dropped. An LLM
 method that calls another of the same LLM (``achat`` running ``chat``) is
 one call. Only while ``agent_otel.capture.models.hooks_record()`` (the
 ``model_spans`` setting).
@@ -90,6 +91,24 @@ def _wrap_agent_run(original):
         )
 
     return run
+
+
+def _carries_output(response) -> bool:
+    """Whether a streamed response is a token of the answer: a text delta, or a
+    tool call's arguments (``models.RESPONSE_OUTPUT_DELTAS`` says why)."""
+    if getattr(response, "delta", None):
+        return True
+    message = getattr(response, "message", None)
+    for block in getattr(message, "blocks", None) or ():
+        if getattr(block, "tool_kwargs", None):
+            return True
+    calls = (getattr(message, "additional_kwargs", None) or {}).get("tool_calls") or ()
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else getattr(call, "function", None)
+        arguments = function.get("arguments") if isinstance(function, dict) else getattr(function, "arguments", None)
+        if arguments:
+            return True
+    return False
 
 
 def _describe(tool):
@@ -207,8 +226,9 @@ def _model_call_handler_class():
                 _start(event, operation)
             elif kind in progress:
                 entry = _open_calls.get(event.span_id)
-                if entry is not None and entry[0] is not None:
-                    entry[0].first_chunk()
+                if entry is not None and entry[0] is not None and not entry[0].first_chunk_ns:
+                    if _carries_output(getattr(event, "response", None)):
+                        entry[0].first_chunk()
             elif kind in ends:
                 entry = _open_calls.pop(event.span_id, None)
                 if entry is not None and entry[0] is not None:

@@ -17,7 +17,7 @@ Model calls: ``generate`` and ``generate_stream`` of ``smolagents.models.Model``
 and of every subclass that overrides them (each model class does; ones
 defined later too) become GenAI model spans ``chat {model_id}`` with the
 token usage the model reports and, when streamed, the time to the first
-delta. A model method calling another of the same model is one call. Only
+token (the first delta with content or a tool call's arguments). A model method calling another of the same model is one call. Only
 while ``agent_otel.capture.models.hooks_record()`` (the ``model_spans``
 setting).
 
@@ -67,6 +67,18 @@ def instrument() -> None:
 
 def uninstrument() -> None:
     _patches.restore()
+
+
+def _carries_output(delta) -> bool:
+    """Whether a stream delta is a token of the answer: content, or a tool call's
+    arguments (``models.RESPONSE_OUTPUT_DELTAS`` says why); a delta with only
+    the usage is not."""
+    if getattr(delta, "content", None):
+        return True
+    for call in getattr(delta, "tool_calls", None) or ():
+        if getattr(getattr(call, "function", None), "arguments", None):
+            return True
+    return False
 
 
 def _agent_name(agent) -> str:
@@ -182,7 +194,8 @@ def _wrap_generate_stream(original):
                     break
                 finally:
                     _in_model_call.reset(inner)
-                call.first_chunk()
+                if not call.first_chunk_ns and _carries_output(delta):
+                    call.first_chunk()
                 usage = getattr(delta, "token_usage", None)
                 if usage is not None:
                     reported = True
