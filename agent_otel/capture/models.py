@@ -45,6 +45,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from agent_otel import forks
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.recorder import error_type_of
 from agent_otel.clock import now_ns
@@ -179,7 +180,7 @@ class ModelSpan:
     it current.
     """
 
-    __slots__ = ("span", "start_ns", "first_chunk_ns", "input_tokens", "output_tokens", "response_model")
+    __slots__ = ("span", "start_ns", "first_chunk_ns", "input_tokens", "output_tokens", "response_model", "loop")
 
     def __init__(self, span, start_ns: int):
         self.span = span
@@ -188,6 +189,20 @@ class ModelSpan:
         self.input_tokens: Optional[int] = None
         self.output_tokens: Optional[int] = None
         self.response_model: Optional[str] = None
+        # The asyncio loop the call was made on (None: none running): while it
+        # is in flight, a block of that loop keeps it waiting (in_flight_on).
+        asyncio = sys.modules.get("asyncio")
+        self.loop = asyncio._get_running_loop() if asyncio is not None else None
+        if self.loop is not None and len(_in_flight) < MAX_IN_FLIGHT:
+            _in_flight[id(self)] = self
+
+    @property
+    def trace_id(self) -> int:
+        return self.span.get_span_context().trace_id
+
+    @property
+    def span_id(self) -> int:
+        return self.span.get_span_context().span_id
 
     @classmethod
     def start(
@@ -255,6 +270,25 @@ class ModelSpan:
         if attributes:
             span.set_attributes(attributes)
         span.end(end_time=now)
+        _in_flight.pop(id(self), None)
+
+
+# The model calls in flight on an asyncio loop, by id (at most MAX_IN_FLIGHT:
+# one a hook never ended stays until the process ends, or a fork).
+_in_flight: dict[int, ModelSpan] = {}
+MAX_IN_FLIGHT = 10_000
+
+
+def in_flight_on(loop: Any) -> list[ModelSpan]:
+    """The model calls made on ``loop`` and in flight now (the loop monitor links a block of it to them)."""
+    return [call for call in list(_in_flight.values()) if call.loop is loop]
+
+
+def _forget_in_flight_after_fork() -> None:
+    _in_flight.clear()  # the parent's calls, not the child's
+
+
+forks.after_fork_in_child(_forget_in_flight_after_fork)
 
 
 class _Unrecorded:

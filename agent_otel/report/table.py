@@ -227,11 +227,13 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
     parts = " + ".join(
         f"{label} {_sec1(turns[key])} s ({_percent(turns[key] / total)})"
         for label, key in (
+            ("client CPU", "client_cpu_s"),
             ("model", "model_s"),
             ("tool queue", "tool_queue_s"),
             ("tool exec", "tool_exec_s"),
             ("other", "other_s"),
         )
+        if key != "client_cpu_s" or turns[key]  # shown where the client blocked its loop at all
     )
     lines = _wrap(
         f"  {count} turn{'s' if count != 1 else ''} ({source}): {_sec1(turns['end_to_end_s'])} s end "

@@ -7,6 +7,7 @@ asks for four tool calls at once, its second answers.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -302,3 +303,31 @@ def test_time_to_first_token_of_a_streamed_model_call_is_its_first_output(hooked
         assert span.attributes["gen_ai.usage.input_tokens"] == USAGE["input_tokens"]
     (run,) = spans.runs()  # run_streamed is a run too, until its loop ends
     assert run.name == "invoke_agent support" and run.end_time >= span.end_time
+
+
+def test_a_model_call_that_blocks_the_event_loop_shows_that_time_as_client_cpu(hooked, spans, tmp_path):
+    """A model whose client holds the event loop for 300 ms (as the openai
+    client building its schemas on a process's first call does) before the
+    answer's 200 ms: the turn shows the 300 ms as client CPU, not model time."""
+    from frameworks.openai_agents_scripted import Agent, Runner, ScriptedModel, answer
+
+    class ColdModel(ScriptedModel):
+        async def get_response(self, *args, **kwargs):
+            time.sleep(0.3)  # the client's own work, on the loop's thread
+            return await super().get_response(*args, **kwargs)
+
+    traces = tmp_path / "traces.jsonl"
+    hooked("openai_agents", traces_file=str(traces), loop_monitor=True, loop_block_threshold=0.1)
+    agent = Agent(name="support", model=ColdModel([[answer("done")]], delay_s=0.2))
+
+    assert Runner.run_sync(agent, "help me").final_output == "done"
+    agent_otel.uninstrument()  # flushes the traces file
+
+    (model,) = spans.models()
+    model_call_s = (model.end_time - model.start_time) / 1e9
+    (block,) = [s for s in spans.all() if s.name == "asyncio.loop.blocked"]
+    assert [link.context.span_id for link in block.links] == [model.context.span_id]  # the call waited on it
+    (turn,) = report_json(traces)["turns"]["slowest"]
+    # the block is seen from the heartbeat it missed: up to threshold / 2 after it began
+    assert 0.3 - 0.05 - 0.02 <= turn["client_cpu_s"] <= model_call_s - 0.2 * 0.95
+    assert turn["client_cpu_s"] + turn["model_s"] == pytest.approx(model_call_s, abs=1e-5)
