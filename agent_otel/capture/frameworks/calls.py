@@ -47,6 +47,7 @@ from agent_otel.capture.payloads import UNREPRESENTABLE
 from agent_otel.semconv import (
     ERROR_TYPE,
     ERROR_TYPE_TOOL_ERROR,
+    EXECUTOR_ANYIO,
     EXECUTOR_ASYNCIO_DEFAULT,
     EXECUTOR_DIRECT,
     GEN_AI_TOOL_CALL_ARGUMENTS,
@@ -479,6 +480,29 @@ def hook_event_loop() -> None:
 
 def unhook_event_loop() -> None:
     _event_loop.release()
+
+
+def anyio_run_sync_hook(original: Callable) -> Callable:
+    """``anyio.to_thread.run_sync`` (or a framework's own import of it) that lets
+    ``async_call`` see its hand-offs to anyio's worker threads (executor
+    ``anyio``, ``max_workers`` the capacity limiter's tokens)."""
+
+    @functools.wraps(original)
+    async def run_sync(func, *args, limiter=None, **kwargs):
+        handoff = pending_handoff(func)
+        if handoff is not None:
+            try:
+                if limiter is None:
+                    import anyio.to_thread
+
+                    limiter = anyio.to_thread.current_default_thread_limiter()
+                tokens = limiter.total_tokens
+                func = hand_off(handoff, func, EXECUTOR_ANYIO, lambda: tokens)
+            except Exception:
+                pass  # timing only: the tool must run
+        return await original(func, *args, limiter=limiter, **kwargs)
+
+    return run_sync
 
 
 class MarkedWork:
