@@ -259,7 +259,9 @@ def test_one_run_of_a_function_agent_is_one_turn_with_instrument_alone(hooked, s
     report = report_json(traces)
     assert_one_turn_as_engineered(report, spans, "support", model_calls=2, tool_calls=1)
     (turn,) = report["turns"]["slowest"]
-    assert turn["model_s"] >= 2 * MODEL_S * 0.95
+    # the scripted LLM sleeps on the loop's thread: on a busy machine past the
+    # loop monitor's threshold, part of that is client CPU
+    assert turn["model_s"] + turn["client_cpu_s"] >= 2 * MODEL_S * 0.95
     assert turn["tool_exec_s"] >= SLEEP_S * 0.95
 
 
