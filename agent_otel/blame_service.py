@@ -16,24 +16,70 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import resource
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from agent_otel.attribution.service import DEFAULT_WATERMARK_S, PoolTimeline
+from agent_otel.attribution.service import DEFAULT_WATERMARK_S, Intake, PoolTimeline
 from agent_otel.clock import now_ns
-from agent_otel.config import Settings
+from agent_otel.config import DEFAULTS, SETTINGS, Settings
 from agent_otel.errors import ConfigError
 from agent_otel.exporters.prometheus import BlameServiceMetrics
 from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.instrumentation import Instrumentation, declared_gpu_pool, start
 from agent_otel.receiver.decode import tool_calls
 from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
-from agent_otel.receiver.server import OtlpReceiver, Outcome
+from agent_otel.receiver.server import DEFAULT_LIMITS, Limits, OtlpReceiver, Outcome
+from agent_otel.problems import Problems
 from agent_otel.records import NS_PER_S
+from agent_otel.semconv import METRIC_LATE_SPANS
 
 logger = logging.getLogger("agent_otel.blame_service")
+EXPORT_INTERVAL_VARIABLE = SETTINGS["export_interval"].declaration.env[0]
+
+
+class LateSpans:
+    """Says that tool spans arrive late: one line naming the likely cause and
+    the setting to change, then at most one a minute with how many since."""
+
+    def __init__(self, pool: str, watermark_s: float, clock: Callable[[], float] = time.monotonic):
+        self.pool = pool
+        self.watermark_s = watermark_s
+        self._problems = Problems(logger, clock=clock)
+
+    def report(self, intake: Intake) -> None:
+        if intake.late_example is None:
+            return
+        tool, lasted_s, delay_s = intake.late_example
+        # Late: it began more than the watermark before it arrived (lasted + delay).
+        exported_late = delay_s >= lasted_s
+        if exported_late:
+            cause = (
+                f"likely cause: the agents' export interval (export_interval, {EXPORT_INTERVAL_VARIABLE}: "
+                f"{DEFAULTS.export_interval:g} s by default) plus the Collector's batching is longer than the "
+                "watermark: raise --watermark well above it, or make the agents export sooner"
+            )
+        else:
+            cause = (
+                "likely cause: tool calls that last longer than the watermark (less their export delay): "
+                "raise --watermark to blame calls that long in full"
+            )
+        self._problems.report(
+            ("late", exported_late),
+            "agent-otel: tool spans arrive late at the blame service of GPU pool %r (e.g. %r, %.1f s long, "
+            "received %.1f s after it ended; watermark %g s): their GPU time before the blame reached them "
+            "stays unblamed (counted in %s); %s",
+            self.pool,
+            tool,
+            lasted_s,
+            delay_s,
+            self.watermark_s,
+            METRIC_LATE_SPANS,
+            cause,
+            count=sum(intake.late.values()),
+        )
 
 
 class BlameService:
@@ -47,6 +93,7 @@ class BlameService:
         grpc_endpoint: Optional[str],
         http_endpoint: Optional[str],
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        limits: Limits = DEFAULT_LIMITS,
     ):
         self.timeline = timeline
         self.metrics = metrics
@@ -55,8 +102,10 @@ class BlameService:
             grpc_endpoint=grpc_endpoint,
             http_endpoint=http_endpoint,
             max_request_bytes=max_request_bytes,
+            limits=limits,
             on_refused=self._refused_request,
         )
+        self._late = LateSpans(timeline.pool, timeline.watermark_ns / NS_PER_S)
 
     def start(self) -> None:
         self.receiver.start()
@@ -83,6 +132,7 @@ class BlameService:
             metrics.refused_spans.labels(reason).inc(count)
         for tool, count in intake.late.items():
             metrics.late_spans(tool, count)
+        self._late.report(intake)
         examples = {**decoded.examples, **intake.examples}
         rejected = sum(refused.values())
         message = (
@@ -175,8 +225,15 @@ def _pool_service(
         dropped_calls=lambda: timeline.engine.horizon.dropped,
         lag_s=timeline.lag_s,
     )
+    limits = limits_of(settings)
+    _allow_files(2 * limits.max_connections + 256)
     service = BlameService(
-        timeline, metrics, grpc_endpoint=grpc_endpoint, http_endpoint=http_endpoint, max_request_bytes=max_request_bytes
+        timeline,
+        metrics,
+        grpc_endpoint=grpc_endpoint,
+        http_endpoint=http_endpoint,
+        max_request_bytes=max_request_bytes,
+        limits=limits,
     )
     service.start()
     handle.background.append(service)
@@ -184,4 +241,27 @@ def _pool_service(
     return service
 
 
-__all__ = ["BlameService", "start_blame_service"]
+def limits_of(settings: Settings) -> Limits:
+    """The receivers' limits, from the settings."""
+    return Limits(
+        request_timeout_s=settings.blame_request_timeout,
+        idle_timeout_s=settings.blame_idle_timeout,
+        max_connections=settings.blame_max_connections,
+        max_rpcs=settings.blame_max_rpcs,
+        memory_bytes=settings.blame_memory_limit,
+    )
+
+
+def _allow_files(wanted: int) -> None:
+    """Raise this process's open-file limit towards ``wanted`` (within the hard
+    limit): each connection is a file, and past the limit accepting fails."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError) as exc:
+        logger.info("blame service: could not raise the open-file limit to %d (%s)", wanted, exc)
+
+
+__all__ = ["BlameService", "LateSpans", "limits_of", "start_blame_service"]

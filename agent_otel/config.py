@@ -80,7 +80,9 @@ class Settings:
     )
     otlp_endpoint: Optional[str] = setting(
         None,
-        "where OTLP sends traces (gRPC: `host:4317`; HTTP: the full `.../v1/traces` URL); "
+        "where OTLP sends traces (gRPC: `http://host:4317` for a receiver without TLS, such as the "
+        "Collector and blame service as shipped, `https://host:4317` for TLS; a bare `host:4317` means TLS "
+        "([endpoints](docs/telemetry.md#otlp-endpoints)); HTTP: the full `.../v1/traces` URL); "
         "`OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL) is read by the exporter as usual",
         env=("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",),
         shown_default="the SDK's (localhost)",
@@ -243,6 +245,49 @@ class Settings:
         "([docs/attribution.md](docs/attribution.md#gpu-pools))",
         env=("AGENT_OTEL_GPU_POOL",),
         shown_default="none: this process's own GPUs",
+    )
+    blame_memory_limit: int = setting(
+        256 * 1024 * 1024,
+        "the blame service: bytes it may hold for OTLP requests being received and decoded (both transports); "
+        "past it a request is refused with 503 / `UNAVAILABLE` and retried by its sender "
+        '(`agent_otel_refused_requests_total{reason="memory"}`; [deploy.md](docs/deploy.md#limits-of-the-blame-service))',
+        env=("AGENT_OTEL_BLAME_MEMORY_LIMIT",),
+        low=16 * 1024 * 1024,
+        high=1 << 40,
+        shown_default="`268435456` (256 MiB)",
+    )
+    blame_request_timeout: float = setting(
+        10.0,
+        "the blame service: seconds an OTLP request may take to arrive whole, from its first byte (headers and "
+        'body); a client that stalls longer is cut off (408 / `DEADLINE_EXCEEDED`, `reason="timeout"`)',
+        env=("AGENT_OTEL_BLAME_REQUEST_TIMEOUT",),
+        low=0.1,
+        high=3600,
+        unit="s",
+    )
+    blame_idle_timeout: float = setting(
+        15.0,
+        "the blame service: seconds a connection may wait for its next OTLP request before it is closed",
+        env=("AGENT_OTEL_BLAME_IDLE_TIMEOUT",),
+        low=0.1,
+        high=3600,
+        unit="s",
+    )
+    blame_max_connections: int = setting(
+        4096,
+        "the blame service: open connections per OTLP transport; past it an HTTP connection takes the place "
+        "of the one idle longest (none idle: it is closed at once)",
+        env=("AGENT_OTEL_BLAME_MAX_CONNECTIONS",),
+        low=1,
+        high=1_000_000,
+    )
+    blame_max_rpcs: int = setting(
+        64,
+        "the blame service: OTLP/gRPC calls in progress at once (`maximum_concurrent_rpcs`); past it a call is "
+        'refused with `UNAVAILABLE` (`reason="busy"`) and retried by its sender',
+        env=("AGENT_OTEL_BLAME_MAX_RPCS",),
+        low=1,
+        high=100_000,
     )
     loop_monitor: bool = setting(
         True,

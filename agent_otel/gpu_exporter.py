@@ -50,6 +50,14 @@ OPTIONS = {
     "--min-idle": ("gpu_min_idle", "S"),
     "--traces-file": ("traces_file", "FILE"),
 }
+# The blame service's limits (with --pool).
+SERVICE_OPTIONS = {
+    "--memory-limit": ("blame_memory_limit", "BYTES"),
+    "--request-timeout": ("blame_request_timeout", "S"),
+    "--idle-timeout": ("blame_idle_timeout", "S"),
+    "--max-connections": ("blame_max_connections", "N"),
+    "--max-rpcs": ("blame_max_rpcs", "N"),
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,13 +101,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"largest OTLP request taken, decompressed (default: {DEFAULT_MAX_REQUEST_BYTES})",
     )
+    for option, (name, metavar) in SERVICE_OPTIONS.items():
+        config.add_argument(service, option, name, metavar=metavar)
     parser.add_argument("--duration", type=float, default=None, metavar="S", help="stop after this many seconds")
 
 
 def run(args: argparse.Namespace) -> int:
     given = {
         name: config.parse(name, getattr(args, name), option)
-        for option, (name, _) in [*OPTIONS.items(), ("--pool", ("gpu_pool", "POOL"))]
+        for option, (name, _) in [*OPTIONS.items(), *SERVICE_OPTIONS.items(), ("--pool", ("gpu_pool", "POOL"))]
         if getattr(args, name) is not None
     }
     settings = config.load_settings({**given, **FIXED}, defaults=DEFAULTS)

@@ -237,6 +237,14 @@ GPU_SOURCE_NVML: Final = "nvml"
 GPU_SOURCE_SIMULATED: Final = "simulated"
 GPU_SOURCE_REPLAY: Final = "replay"
 GPU_SOURCES: Final = (GPU_SOURCE_NVML, GPU_SOURCE_SIMULATED, GPU_SOURCE_REPLAY)
+# A GPU's sampling state (the state label of agent_otel_gpu_state): sampled;
+# failing (each poll raises, or its samples are refused); no longer sampled
+# (lost, no permission); or its sampler stuck in a call that does not return.
+GPU_STATE_OK: Final = "ok"
+GPU_STATE_ERROR: Final = "error"
+GPU_STATE_LOST: Final = "lost"
+GPU_STATE_STUCK: Final = "stuck"
+GPU_STATES: Final = (GPU_STATE_OK, GPU_STATE_ERROR, GPU_STATE_LOST, GPU_STATE_STUCK)
 # How the simulated GPU names itself (gpu.uuid, and the name and uuid columns
 # of the GPU log the live path writes): the report tells it by them too.
 SIMULATED_GPU_NAME: Final = "Simulated GPU"
@@ -265,6 +273,7 @@ LABEL_EXECUTOR: Final = "executor"
 LABEL_PHASE: Final = "phase"
 LABEL_GPU: Final = "gpu"
 LABEL_REASON: Final = "reason"
+LABEL_STATE: Final = "state"  # of agent_otel_gpu_state: one of GPU_STATES
 LABEL_THREAD: Final = "thread"
 LABEL_KIND: Final = "kind"  # of agent_otel_spans_dropped_total: one of SPAN_KINDS
 LABEL_TRANSPORT: Final = "transport"  # the blame service's OTLP receiver: "grpc" or "http"
@@ -327,6 +336,7 @@ METRIC_GPU_UNDERUSED_UNATTRIBUTED: Final = "agent_gpu_underused_unattributed_sec
 METRIC_SPANS_DROPPED: Final = "agent_otel_spans_dropped_total"
 METRIC_GPU_ERRORS: Final = "agent_otel_gpu_errors_total"
 METRIC_GPU_MISSING: Final = "agent_otel_gpu_missing_seconds_total"
+METRIC_GPU_STATE: Final = "agent_otel_gpu_state"
 METRIC_LOOP_BLOCKED: Final = "agent_asyncio_loop_blocked_seconds_total"
 METRIC_LOOP_LAG: Final = "agent_asyncio_loop_lag_seconds"
 # remedies
@@ -421,6 +431,12 @@ METRICS: Final[dict[str, MetricSpec]] = {
         MetricSpec(METRIC_GPU_ERRORS, COUNTER, (LABEL_REASON,), "GPU sampling problems, by reason."),
         MetricSpec(
             METRIC_GPU_MISSING, COUNTER, _GPU, "GPU time whose utilization samples were lost: neither idle nor busy."
+        ),
+        MetricSpec(
+            METRIC_GPU_STATE,
+            GAUGE,
+            (LABEL_GPU, LABEL_STATE, LABEL_REASON),
+            "1 for each sampled GPU, in its sampling state now (ok, error, lost, stuck) and why.",
         ),
         MetricSpec(
             METRIC_LOOP_BLOCKED,

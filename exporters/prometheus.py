@@ -230,6 +230,7 @@ class _LiveGauges:
             semconv.METRIC_EXECUTOR_ACTIVE_WORKERS,
             semconv.METRIC_EXECUTOR_MAX_WORKERS,
             semconv.METRIC_LOOP_LAG,
+            semconv.METRIC_GPU_STATE,
         )
     )
 
@@ -246,7 +247,7 @@ class _LiveGauges:
         metrics = self._metrics
         if metrics.before_collect is not None:
             metrics.before_collect()
-        inflight_spec, queue_depth_spec, active_spec, max_workers_spec, lag_spec = self.SPECS
+        inflight_spec, queue_depth_spec, active_spec, max_workers_spec, lag_spec, gpu_state_spec = self.SPECS
         inflight = _gauge_family(inflight_spec)
         counts: dict[tuple[str, str], int] = {}
         for call in metrics.inflight_calls():
@@ -281,6 +282,11 @@ class _LiveGauges:
         for thread, seconds in sorted(lags.items()):
             lag.add_metric([thread], seconds)
         yield lag
+
+        gpu_state = _gauge_family(gpu_state_spec)
+        for gpu, state, reason in metrics.gpu_states():
+            gpu_state.add_metric([metrics.gpu_label(gpu), state, metrics.reason_label(reason) if reason else ""], 1)
+        yield gpu_state
 
 
 class _NullMetric:
@@ -373,6 +379,8 @@ class Metrics:
         self.inflight_calls: Callable[[], Iterable[ToolCall]] = lambda: ()
         self.executor_stats: Callable[[], Iterable] = lambda: ()
         self.loop_lags: Callable[[], Iterable[tuple[str, float]]] = lambda: ()
+        # (gpu, state, reason) of each sampled GPU, set by the GPU timeline.
+        self.gpu_states: Callable[[], Iterable[tuple[str, str, str]]] = lambda: ()
         self.thread_label: Callable[[str], str] = str
         self.before_collect: Optional[Callable[[], None]] = None
         self._children: dict[tuple, tuple] = {}

@@ -12,7 +12,8 @@ on them while it lasts), and each idle window that closes leaves as
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Protocol
+import threading
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Optional, Protocol
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import SpanLimits
@@ -57,7 +58,15 @@ logger = logging.getLogger("agent_otel.gpu")
 # The SDK's default link limit per span (OTEL_SPAN_LINK_COUNT_LIMIT).
 DEFAULT_LINK_LIMIT = 128
 
-__all__ = ["MAX_HORIZON_CALLS", "CallsInFlight", "FinishedCalls", "GpuMetrics", "LiveTimeline", "start_live_timeline"]
+__all__ = [
+    "MAX_HORIZON_CALLS",
+    "CallsInFlight",
+    "FinishedCalls",
+    "GpuMetrics",
+    "LiveTimeline",
+    "open_source",
+    "start_live_timeline",
+]
 
 
 class CallsInFlight(Protocol):
@@ -107,6 +116,9 @@ class GpuMetrics(Protocol):
     def gpu_label(self) -> Callable[[str], str]: ...
     @property
     def reason_label(self) -> Callable[[str], str]: ...
+
+    # Read at each scrape: (gpu, state, reason) of each sampled GPU (agent_otel_gpu_state).
+    gpu_states: Callable[[], Iterable[tuple[str, str, str]]]
 
 
 class LiveTimeline:
@@ -165,11 +177,16 @@ class LiveTimeline:
         )
         self._problems = Problems(logger)
         self._reported_errors: dict[str, int] = {}
+        self._errors_lock = threading.Lock()  # the sampler's thread, and shutdown's
         if pipeline is not None:
             pipeline.consumers.append(self.engine.add_finished)
+            pipeline.consumers.append(self._check_stuck)  # a stuck sampler is said while it lasts
         # Before the sampler's own hook: in a child, the log is gone before sampling restarts.
         forks.after_fork_in_child(self.reinit_after_fork)
-        self.sampler = GpuSampler(source, poll_interval_s, self.on_samples)
+        # The source's errors are counted after every poll, with samples or
+        # without (a lost GPU gives none): they show on /metrics at once.
+        self.sampler = GpuSampler(source, poll_interval_s, self.on_samples, self._count_source_errors)
+        metrics.gpu_states = self.gpu_states
 
     def start(self) -> None:
         self.sampler.start()
@@ -180,6 +197,7 @@ class LiveTimeline:
         log, self.log = self.log, None
         if log is not None:
             log.close()  # the child's copy of the file only
+        self._errors_lock = threading.Lock()
 
     def shutdown(self, timeout_s: float = 2.0) -> bool:
         """Stop sampling, close the open windows; True if the sampler stopped within ``timeout_s``."""
@@ -208,7 +226,14 @@ class LiveTimeline:
                     exc.strerror or exc,
                 )
         self.apply(self.engine.feed(samples, self._in_flight(), self._blocks()))
-        self._count_source_errors()
+
+    def gpu_states(self) -> list[tuple[str, str, str]]:
+        """``(gpu, state, reason)`` of each sampled GPU now (``GpuSampler.states``)."""
+        self.sampler.check_stuck()
+        return [(gpu, state, reason) for gpu, (state, reason) in sorted(self.sampler.states().items())]
+
+    def _check_stuck(self, calls: list[ToolCall]) -> None:
+        self.sampler.check_stuck()
 
     def show_utilization(self, samples) -> None:
         """Set the utilization gauge from the latest sample of each GPU."""
@@ -329,11 +354,12 @@ class LiveTimeline:
             child.end(end_time=share.end_ns)
 
     def _count_source_errors(self) -> None:
-        for reason, count in self.sampler.stats()["errors"].items():
-            new = count - self._reported_errors.get(reason, 0)
-            if new > 0:
-                self.metrics.gpu_errors.labels(self.metrics.reason_label(reason)).inc(new)
-                self._reported_errors[reason] = count
+        with self._errors_lock:
+            for reason, count in self.sampler.stats()["errors"].items():
+                new = count - self._reported_errors.get(reason, 0)
+                if new > 0:
+                    self.metrics.gpu_errors.labels(self.metrics.reason_label(reason)).inc(new)
+                    self._reported_errors[reason] = count
 
 
 def _context_of(call: ToolCall) -> SpanContext:
@@ -359,6 +385,11 @@ def link_limit() -> int:
     return DEFAULT_LINK_LIMIT if limit is None else limit
 
 
+def open_source(settings: Settings) -> Optional[GpuSource]:
+    """The GPU source ``settings`` name (``gpu``, ``gpu_devices``); None for none."""
+    return open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None)
+
+
 def start_live_timeline(
     settings: Settings,
     *,
@@ -368,6 +399,7 @@ def start_live_timeline(
     pipeline: Optional[FinishedCalls],
     loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None,
     default_log: Optional[tuple[str, int]] = None,
+    source: Optional[GpuSource] = None,
 ) -> Optional[LiveTimeline]:
     """Open the GPU source ``settings`` name and start the timeline; None without a GPU.
 
@@ -375,9 +407,11 @@ def start_live_timeline(
     ``default_log``: ``(path, max_bytes)`` of the GPU log to write when
     ``settings.gpu_log_file`` names none (next to the traces file agent-otel
     chose, ``agent_otel.sinks``); sampling goes on without it if it cannot be
-    written.
+    written. ``source``: the source, opened already (``open_source``; NVML's
+    initialisation can hang on a wedged driver), else opened here.
     """
-    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None)
+    if source is None:  # else opened by the caller (open_source)
+        source = open_source(settings)
     if source is None:
         return None
     if not source.devices():

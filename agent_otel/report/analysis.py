@@ -173,6 +173,8 @@ class Analysis:
     gpu_logs: list[GpuLogInfo] = field(default_factory=list)
     span_count: int = 0
     duplicate_spans: int = 0  # spans seen again (the same trace and span id), counted once
+    skipped_spans: int = 0  # spans left out for a field the report cannot read (one warning per input)
+    first_skipped: Optional[tuple[str, int, str]] = None  # the first of them (input, line, why)
     empty_inputs: list[str] = field(default_factory=list)  # trace inputs with nothing in them
     warnings: list[str] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
@@ -277,6 +279,8 @@ def _analyse(
         min_idle_s=min_idle_s,
         span_count=traces.span_count,
         duplicate_spans=traces.duplicate_count,
+        skipped_spans=traces.skipped_spans,
+        first_skipped=traces.first_skipped,
         empty_inputs=traces.empty_inputs,
         warnings=list(traces.warnings),
         services=traces.services,

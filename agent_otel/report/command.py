@@ -146,6 +146,10 @@ def _require_spans(analysis: Analysis, paths: list[str]) -> None:
     """No spans at all is an error: there is nothing to report."""
     if analysis.span_count or analysis.duplicate_spans:
         return
+    first = analysis.first_skipped
+    if first is not None:  # every span was left out: the first one's problem is the error
+        more = analysis.skipped_spans - 1
+        raise InputError(*first[:2], first[2] + (f" ({more} more span(s) left out)" if more else ""))
     names = [input_name(path) for path in paths]
     if len(analysis.empty_inputs) == len(names):
         raise InputError(", ".join(names), None, "empty input: no spans to report")

@@ -82,7 +82,9 @@ from agent_otel.errors import InputError
 if TYPE_CHECKING:
     import numpy as np
 from agent_otel.exporters.otlp_json import (
+    OUT_OF_RANGE,
     STATUS_ERROR,
+    WRONG_TYPE,
     JsonEvent,
     JsonKeyValue,
     JsonLink,
@@ -90,6 +92,7 @@ from agent_otel.exporters.otlp_json import (
     JsonStatus,
     JsonValue,
     SpanFormatError,
+    Unreadable,
     decode_traces,
     hex_id,
     input_name,
@@ -265,6 +268,8 @@ class TraceData:
     timeouts: dict[str, float] = field(default_factory=dict)
     span_count: int = 0
     duplicate_count: int = 0
+    skipped_spans: int = 0  # spans left out for a field the report cannot read
+    first_skipped: Optional[tuple[str, int, str]] = None  # the first of them: input, line, why
     # earliest start and latest end over every span read (0 when none)
     start_ns: int = 0
     end_ns: int = 0
@@ -325,9 +330,11 @@ def read_traces(
     A span seen twice (the same trace and span id, e.g. files that overlap)
     counts once, and so does a call seen from two sides: a tool span whose
     parent is a tool span of the same tool (an MCP client's span and the
-    server's own span under it) is the same call. Raises ``InputError``
-    naming the file and line for a malformed line or a span field the
-    report needs and cannot read.
+    server's own span under it) is the same call. A span with a field the
+    report needs and cannot read (a number out of range, a value of the
+    wrong type, a broken id) is left out alone, with one warning per input
+    (how many, and the first); raises ``InputError`` naming the file and
+    line for a malformed line or request.
     """
     reader = TraceReader(call_ids)
     data = reader.data
@@ -336,7 +343,8 @@ def read_traces(
         for path in paths:
             name = input_name(path)
             reader.name = name
-            documents = spans_before = 0
+            documents = spans_before = skipped = 0
+            first_skipped: Optional[tuple[str, int, str]] = None
             spans_before = data.span_count + data.duplicate_count
             for number, request in iter_requests(path, progress, data.warnings.append, decode_traces):
                 documents += 1
@@ -344,13 +352,25 @@ def read_traces(
                     for resource, count, spans in typed_resource_spans(request):
                         pool = reader.resource(resource, count)
                         for span in spans:  # decoded one at a time
-                            add(span, number, pool)
+                            try:
+                                add(span, number, pool)
+                            except SpanFormatError as exc:
+                                skipped += 1
+                                if first_skipped is None:
+                                    first_skipped = (name, number, str(exc))
                 except SpanFormatError as exc:
                     raise InputError(name, number, str(exc)) from None
+            if first_skipped is not None:
+                data.skipped_spans += skipped
+                data.first_skipped = data.first_skipped or first_skipped
+                data.warnings.append(
+                    f"{name}: {skipped} span(s) left out: a field the report reads is out of range, "
+                    f"of the wrong type or malformed (the first, line {first_skipped[1]}: {first_skipped[2]})"
+                )
             if not documents:
                 data.empty_inputs.append(name)
                 data.warnings.append(f"{name} is empty")
-            elif data.span_count + data.duplicate_count == spans_before:
+            elif data.span_count + data.duplicate_count + skipped == spans_before:
                 data.warnings.append(f"no spans in {name}")
         reader.finish()
     return data
@@ -434,7 +454,9 @@ class TraceReader:
         if not self._seen.add(key):
             data.duplicate_count += 1
             return
-        data.span_count += 1
+        # (from here on, what raises SpanFormatError leaves no trace of the
+        # span: each kind's reader adds its record after everything that can
+        # raise, and the span is counted at the end)
         start_ns, end_ns = span.startTimeUnixNano, span.endTimeUnixNano
         if type(start_ns) is str and type(end_ns) is str and len(start_ns) <= 20 and len(end_ns) <= 20:
             try:
@@ -446,10 +468,6 @@ class TraceReader:
                     start_ns, end_ns = _span_times(span)
         else:
             start_ns, end_ns = _span_times(span)
-        if start_ns < data.start_ns or not data.start_ns:
-            data.start_ns = start_ns
-        if end_ns > data.end_ns:
-            data.end_ns = end_ns
         items = span.attributes
         found: dict[Any, Any]  # key -> JsonValue, or what typed_span kept of another shape
         if items:
@@ -479,6 +497,7 @@ class TraceReader:
                 self._live_share(span, found, key)
             else:
                 self._idle_window(span, found, start_ns, end_ns, pool)
+            self._counted(start_ns, end_ns)
             return  # the GPU timeline's traces hold no turn
         elif span.name == SPAN_LOOP_BLOCKED:
             self._loop_block(span, found, start_ns, end_ns, pool)
@@ -487,10 +506,24 @@ class TraceReader:
         # A new kind of span: recognise it here and turn it into a record.
         else:
             self._other_span(span, key, start_ns, end_ns)
+        data.span_count += 1
+        if start_ns < data.start_ns or not data.start_ns:
+            data.start_ns = start_ns
+        if end_ns > data.end_ns:
+            data.end_ns = end_ns
         if not span.parentSpanId:
             if run is None:
                 run = AgentRun(self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
             data.roots[run.trace_id] = run
+
+    def _counted(self, start_ns: int, end_ns: int) -> None:
+        """A span read: counted, and the time window widened to it."""
+        data = self.data
+        data.span_count += 1
+        if start_ns < data.start_ns or not data.start_ns:
+            data.start_ns = start_ns
+        if end_ns > data.end_ns:
+            data.end_ns = end_ns
 
     def _other_span(self, span: JsonSpan, key: int, start_ns: int, end_ns: int) -> None:
         """A span of no kind above that failed under a parent: kept, in case the parent is a tool call."""
@@ -571,7 +604,11 @@ class TraceReader:
             value = self._value(found, key)
             if value is not None:
                 if type(value) is bool or type(value) not in (int, float) or not 0 <= value < 1e15:  # type: ignore[operator]
-                    raise SpanFormatError(f"span {_name_of(span)!r}: {key} is not a token count: {value!r}")
+                    wrong = type(value) is bool or type(value) not in (int, float)
+                    raise SpanFormatError(
+                        f"span {_name_of(span)!r}: {key} is not a token count: {value!r}",
+                        WRONG_TYPE if wrong else OUT_OF_RANGE,
+                    )
                 return int(value)  # type: ignore[call-overload]  # an int or float, checked above
         return None
 
@@ -602,8 +639,9 @@ class TraceReader:
         if outcome is None:
             code = _status_code(span)
             outcome = OUTCOME_ERROR if code == STATUS_ERROR else OUTCOME_OK
-        if AGENT_TOOL_UNFINISHED in found and value_of(found[AGENT_TOOL_UNFINISHED], AGENT_TOOL_UNFINISHED) is True:
-            self.data.unfinished[tool] = self.data.unfinished.get(tool, 0) + 1
+        unfinished = (
+            AGENT_TOOL_UNFINISHED in found and value_of(found[AGENT_TOOL_UNFINISHED], AGENT_TOOL_UNFINISHED) is True
+        )
         workers = found.get(AGENT_EXECUTOR_MAX_WORKERS)
         if workers is not None:
             raw = workers.intValue if type(workers) is JsonValue else None
@@ -658,6 +696,8 @@ class TraceReader:
             parent = self._parent(span)
         ours = AGENT_TOOL_EXEC_DURATION in found
         exceptions = self._exceptions(events, end_ns) if events and AGENT_TOOL_RETRIES not in found else None
+        if unfinished:
+            data.unfinished[tool] = data.unfinished.get(tool, 0) + 1
         data.calls.add(  # a ToolCall's fields
             tool,
             executor,
@@ -742,12 +782,17 @@ class TraceReader:
             uuid=self._text(found, GPU_UUID),
             pool=pool,
         )
+        blame = self._window_blame(span, found) if GPU_IDLE_BLOCKED_TOOLS in found else None
+        simulated = self._text(found, AGENT_GPU_SOURCE)
         self.data.idle_windows.append(window)
-        if GPU_IDLE_BLOCKED_TOOLS in found:
-            self._window_blame(span, found)
-        if self._text(found, AGENT_GPU_SOURCE) == GPU_SOURCE_SIMULATED or (window.uuid or "").startswith(
-            SIMULATED_GPU_UUID_PREFIX
-        ):
+        if blame:
+            totals = self._window_live
+            if totals is None:
+                totals = self._window_live = {}
+            for tool, seconds in blame:
+                tool = self._name(tool)
+                totals[tool] = totals.get(tool, 0.0) + seconds
+        if simulated == GPU_SOURCE_SIMULATED or (window.uuid or "").startswith(SIMULATED_GPU_UUID_PREFIX):
             self.data.simulated_gpus.add(gpu_key(window))
 
     def _loop_block(self, span: JsonSpan, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
@@ -791,7 +836,7 @@ class TraceReader:
             )
         )
 
-    def _window_blame(self, span: JsonSpan, found: dict) -> None:
+    def _window_blame(self, span: JsonSpan, found: dict) -> list[tuple[str, float]]:
         """A window's per-tool totals: what the live path blamed, every share."""
         raw = found[GPU_IDLE_BLOCKED_TOOLS]
         tools: object = _plain_array(raw, "stringValue", str)
@@ -806,18 +851,13 @@ class TraceReader:
             or type(durations) is not list
             or len(tools) != len(durations)
             or not all(type(tool) is str for tool in tools)
-            or not all(type(s) in (int, float) and 0 <= s < _INF for s in durations)
+            or not all(type(s) in (int, float) and 0 <= s <= _MAX_SECONDS for s in durations)
         ):
             raise SpanFormatError(
                 f"span {_name_of(span)!r}: {GPU_IDLE_BLOCKED_TOOLS} and {GPU_IDLE_BLOCKED_DURATIONS} are not "
                 f"arrays of tool names and of seconds of one length (got {repr(tools)[:80]} and {repr(durations)[:80]})"
             )
-        totals = self._window_live
-        if totals is None:
-            totals = self._window_live = {}
-        for tool, seconds in zip(tools, durations):
-            tool = self._name(tool)
-            totals[tool] = totals.get(tool, 0.0) + seconds
+        return list(zip(tools, durations))
 
     def _live_share(self, span: JsonSpan, found: dict, key: int) -> None:
         self._gpu(span, found)  # a child span names its GPU, like a window
@@ -1041,19 +1081,26 @@ class TraceReader:
             return None
         if type(value) is JsonValue:
             number = value.doubleValue
-            if type(number) is float and 0.0 <= number < _INF:
+            if type(number) is float and 0.0 <= number <= _MAX_SECONDS:
                 return number
         value = value_of(value, key)
         if value is None:
             return None
-        if type(value) is bool or type(value) not in (int, float) or not value >= 0 or math.isinf(value):  # type: ignore[operator,arg-type]
-            raise SpanFormatError(f"span {_name_of(span)!r}: {key} is not a non-negative number: {value!r}")
+        if type(value) is bool or type(value) not in (int, float):
+            raise SpanFormatError(f"span {_name_of(span)!r}: {key} is not a non-negative number: {value!r}", WRONG_TYPE)
+        if not 0 <= value <= _MAX_SECONDS:  # type: ignore[operator]
+            raise SpanFormatError(
+                f"span {_name_of(span)!r}: {key} is not a number of seconds from 0 to {_MAX_SECONDS:g}: {value!r}",
+                OUT_OF_RANGE,
+            )
         return float(value)  # type: ignore[arg-type]
 
 
 _NOTHING: dict = {}
 _UINT64_END = 1 << 64
-_INF = math.inf
+# The largest number of seconds a span may carry: its nanoseconds fit a
+# signed 64-bit integer (292 years).
+_MAX_SECONDS = 9.2e9
 _OUTCOMES = {outcome: outcome for outcome in OUTCOMES}
 _SPAN_ID_MASK = (1 << 64) - 1
 
@@ -1127,6 +1174,8 @@ def _rows_in(column: array, ids: np.ndarray) -> list[int]:
 
 def _key(span: JsonSpan) -> int:
     """trace id << 64 | span id, validated (empty ids are 0)."""
+    if type(span.traceId) is Unreadable:
+        raise SpanFormatError(span.traceId.message)
     return hex_id(span.traceId, 32, "traceId") << 64 | hex_id(span.spanId, 16, "spanId")
 
 
@@ -1186,7 +1235,9 @@ def _span_times(span: JsonSpan) -> tuple[int, int]:
     if not start_ns:
         raise SpanFormatError(f"span {span.name!r} has no startTimeUnixNano")
     if end_ns < start_ns:
-        raise SpanFormatError(f"span {span.name!r} ends (endTimeUnixNano {end_ns}) before it starts ({start_ns})")
+        raise SpanFormatError(
+            f"span {span.name!r} ends (endTimeUnixNano {end_ns}) before it starts ({start_ns})", OUT_OF_RANGE
+        )
     return start_ns, end_ns
 
 
