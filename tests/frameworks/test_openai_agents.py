@@ -325,9 +325,14 @@ def test_a_model_call_that_blocks_the_event_loop_shows_that_time_as_client_cpu(h
 
     (model,) = spans.models()
     model_call_s = (model.end_time - model.start_time) / 1e9
-    (block,) = [s for s in spans.all() if s.name == "asyncio.loop.blocked"]
-    assert [link.context.span_id for link in block.links] == [model.context.span_id]  # the call waited on it
+    blocks = [
+        s
+        for s in spans.all()
+        if s.name == "asyncio.loop.blocked" and model.context.span_id in [link.context.span_id for link in s.links]
+    ]
+    assert blocks  # the call waited on the blocked loop
+    blocked_s = sum((s.end_time - s.start_time) / 1e9 for s in blocks)
     (turn,) = report_json(traces)["turns"]["slowest"]
     # the block is seen from the heartbeat it missed: up to threshold / 2 after it began
-    assert 0.3 - 0.05 - 0.02 <= turn["client_cpu_s"] <= model_call_s - 0.2 * 0.95
+    assert 0.3 - 0.05 - 0.02 <= turn["client_cpu_s"] <= blocked_s + 1e-5
     assert turn["client_cpu_s"] + turn["model_s"] == pytest.approx(model_call_s, abs=1e-5)
