@@ -212,6 +212,20 @@ def test_the_default_react_agent_queues_each_tool_call_for_the_runners_workers(h
         assert timing(span)[0] < SLEEP_S * 0.5
 
 
+def test_the_default_react_agent_run_async_queues_sync_tools_for_the_loops_executor(hooked, spans):
+    from frameworks.langchain_scripted import SLEEP_S, fetch_page, react_agent, three_page_turns
+    from langchain_core.messages import HumanMessage
+
+    require_framework("langchain", "langgraph")
+    hooked("langchain")
+    agent = react_agent([fetch_page], three_page_turns())
+
+    state = run_with_one_worker(lambda: agent.ainvoke({"messages": [HumanMessage("fetch")]}))
+
+    assert state["messages"][-1].content == "all fetched"
+    assert_queued_one_after_another(spans.tools("fetch_page"), SLEEP_S)
+
+
 def test_langgraph_async_graph_runs_sync_tools_on_the_default_executor(hooked, spans):
     from frameworks.langchain_scripted import SLEEP_S, fetch_page, react_graph, three_page_turns
     from langchain_core.messages import HumanMessage
@@ -256,7 +270,16 @@ def test_uninstrument_restores_langchain_exactly(spans):
     from langchain_core.tools import BaseTool, StructuredTool, Tool
     from langchain_core.tracers import context
 
-    hooked_points = [(BaseTool, "run"), (BaseTool, "arun"), (StructuredTool, "ainvoke"), (Tool, "ainvoke")]
+    from langgraph.pregel import Pregel
+
+    hooked_points = [
+        (BaseTool, "run"),
+        (BaseTool, "arun"),
+        (StructuredTool, "ainvoke"),
+        (Tool, "ainvoke"),
+        (Pregel, "stream"),
+        (Pregel, "astream"),
+    ]
     before = [vars(owner)[name] for owner, name in hooked_points]
     configure_hooks_before = list(context._configure_hooks)
     run_in_executor_before = vars(asyncio.BaseEventLoop)["run_in_executor"]
