@@ -32,6 +32,7 @@ from agent_otel.instrumentation import Instrumentation, declared_gpu_pool, start
 from agent_otel.receiver.decode import tool_calls
 from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
 from agent_otel.receiver.server import DEFAULT_LIMITS, Limits, OtlpReceiver, Outcome
+from agent_otel.prices import parse_prices
 from agent_otel.problems import Problems
 from agent_otel.records import NS_PER_S
 from agent_otel.semconv import METRIC_LATE_SPANS
@@ -122,11 +123,13 @@ class BlameService:
         arrived = now_ns()
         decoded = tool_calls(request)
         metrics = self.metrics
-        metrics.received.labels(transport).inc(len(decoded.calls) + decoded.duplicates + sum(decoded.refused.values()))
+        metrics.received.labels(transport).inc(
+            len(decoded.calls) + len(decoded.models) + decoded.duplicates + sum(decoded.refused.values())
+        )
         for call in decoded.calls:
             # Before its end by this host's clock: the sender's clock is ahead (le="0").
             metrics.delay.observe(max(0.0, (arrived - call.end_ns) / NS_PER_S))
-        intake = self.timeline.add_calls(decoded.calls)
+        intake = self.timeline.add_calls(decoded.calls, decoded.models)
         refused = decoded.refused + intake.refused
         for reason, count in refused.items():
             metrics.refused_spans.labels(reason).inc(count)
@@ -196,7 +199,11 @@ def _pool_service(
     http_endpoint: Optional[str],
     max_request_bytes: int,
 ) -> Optional[BlameService]:
-    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None)
+    source = open_gpu_source(
+        settings.gpu,
+        list(settings.gpu_devices) if settings.gpu_devices else None,
+        model_server=settings.model_server_metrics,
+    )
     if source is None or not source.devices():
         for reason, count in getattr(source, "errors", {}).items():
             handle.metrics.gpu_errors.labels(reason).inc(count)
@@ -216,6 +223,8 @@ def _pool_service(
         log_path=settings.gpu_log_file,
         share_min_s=settings.gpu_idle_share_min,
         children=settings.gpu_idle_children,
+        prices=parse_prices(settings.gpu_hour_price),
+        price_pool=pool,
         clock=now_ns,
     )
     metrics = BlameServiceMetrics(

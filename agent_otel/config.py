@@ -15,7 +15,8 @@ this module reads only the ones that decide what ``instrument()`` sets up,
 and validates them so a typo fails at start-up, not silently.
 
 Importing this module loads nothing else of the toolkit (only
-``agent_otel.errors``), so the dashboards and the GPU modules may use it.
+``agent_otel.errors`` and ``agent_otel.prices``, which loads only the
+errors), so the dashboards and the GPU modules may use it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Union, get_args, get_origin, get_type_hints
 
+from agent_otel import prices
 from agent_otel.errors import AgentOtelError, ConfigError
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -49,6 +51,8 @@ class Declaration:
     choices: tuple[str, ...] = ()  # the values a text or list setting may take
     if_empty: Any = ()  # the value of a list setting given as an empty list (_KEEP_DEFAULT: its default)
     shown_default: Optional[str] = None  # the README's default, when the value alone does not say it
+    # A text setting's own check: what was expected when the text is wrong, else None.
+    check: Optional[Callable[[str], Optional[str]]] = None
 
 
 def setting(default: Any, help: str, **declaration: Any) -> Any:
@@ -56,7 +60,7 @@ def setting(default: Any, help: str, **declaration: Any) -> Any:
     return field(default=default, metadata={_KEY: Declaration(help, **declaration)})
 
 
-GPU_SOURCES = ("auto", "nvml", "simulated", REPLAY_PREFIX + "PATH", "off")
+GPU_SOURCES = ("auto", "nvml", "simulated", REPLAY_PREFIX + "PATH", "model_server", "off")
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,8 @@ class Settings:
     )
     gpu: str = setting(
         "auto",
-        "`auto` (NVML if a GPU is found, else off), `nvml`, `simulated`, `replay:PATH`, `off`",
+        "`auto` (NVML if a GPU is found, else the model server's metrics if `model_server_metrics` names them, "
+        "else off), `nvml`, `simulated`, `replay:PATH`, `model_server` (its metrics alone), `off`",
         env=("AGENT_OTEL_GPU",),
         choices=GPU_SOURCES,
     )
@@ -229,6 +234,22 @@ class Settings:
         "curve, dips that are not idle included); when none is named and the spans go to the file agent-otel "
         "chose, beside it (`<that file>-gpu.csv`, up to 100 MB)",
         env=("AGENT_OTEL_GPU_LOG",),
+    )
+    model_server_metrics: Optional[str] = setting(
+        None,
+        "a serving engine's Prometheus endpoint (vLLM, SGLang, TGI), e.g. `http://vllm-a.internal:8000/metrics`: "
+        "read every `gpu_poll_interval` beside the GPU source (its queue and KV cache on the timeline), or "
+        "alone as the GPU signal when `gpu` is `auto` and finds no GPU "
+        "([docs/model-servers.md](docs/model-servers.md))",
+        env=("AGENT_OTEL_MODEL_SERVER_METRICS",),
+    )
+    gpu_hour_price: Optional[str] = setting(
+        None,
+        "what a GPU-hour costs, to show blamed idle time as money: `2.5` (every GPU), `H100=3.1` (by GPU "
+        "model), `pool:POOL=2.2` (a GPU pool), `table` (a default table per GPU model, with its source), "
+        "comma-separated ([docs/report.md](docs/report.md#what-idle-costs)); none: no money shown",
+        env=("AGENT_OTEL_GPU_HOUR_PRICE",),
+        check=prices.problem,
     )
     attribution_horizon: float = setting(
         120.0,
@@ -454,6 +475,9 @@ def parse(name: str, value: object, where: Optional[str] = None, *, from_environ
         text = str(value).strip()
         if not text:
             raise ConfigError(where, value, "a non-empty string")
+        expected = info.declaration.check(text) if info.declaration.check else None
+        if expected is not None:
+            raise ConfigError(where, value, expected)
         return text
     if value is not None and not callable(value):  # redact: code only
         raise ConfigError(where, value, "a callable (attribute, text) -> text")

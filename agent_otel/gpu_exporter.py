@@ -2,7 +2,9 @@
 blame service of its GPU pool.
 
 When the agents run elsewhere (or in containers that cannot see NVML), run
-this next to the GPU. It samples every GPU, exports window-level
+this next to the GPU. ``--model-server URL`` reads a serving engine's own
+metrics too (beside NVML, or alone with ``--gpu model_server``: a managed
+endpoint whose host you cannot run on; docs/model-servers.md). It samples every GPU, exports window-level
 ``gpu.idle`` spans over OTLP (the standard ``OTEL_*`` variables say where)
 and serves the GPU metrics on /metrics.
 
@@ -43,6 +45,7 @@ FIXED = {"instrument_executors": False, "frameworks": ()}
 OPTIONS = {
     "--gpu": ("gpu", "SOURCE"),
     "--devices": ("gpu_devices", "LIST"),
+    "--model-server": ("model_server_metrics", "URL"),
     "--prometheus-port": ("prometheus_port", "PORT"),
     "--prometheus-address": ("prometheus_address", "ADDRESS"),
     "--poll-interval": ("gpu_poll_interval", "S"),

@@ -36,7 +36,14 @@ from agent_otel.capture.recorder import Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor, SpanLosses
 from agent_otel.exporters.deferred import DeferredExporter
 from agent_otel.exporters.prometheus import Metrics, MetricsServer
-from agent_otel.semconv import AGENT_GPU_POOL, AGENT_PROCESS_CPU_COUNT, SCOPE_NAME, SERVICE_NAME, SPAN_KIND_TOOL
+from agent_otel.semconv import (
+    AGENT_GPU_POOL,
+    AGENT_PROCESS_CPU_COUNT,
+    GPU_SOURCE_SIMULATED,
+    SCOPE_NAME,
+    SERVICE_NAME,
+    SPAN_KIND_TOOL,
+)
 from agent_otel.version import __version__
 
 if TYPE_CHECKING:
@@ -613,6 +620,9 @@ def _start_gpu_timeline(handle: Instrumentation) -> None:
         )
         if timeline is None:
             return
+        if timeline.source.kind == GPU_SOURCE_SIMULATED and handle.tracer_provider is not None:
+            # A simulated GPU follows the peers' model spans too (docs/gpu.md).
+            models.watch_peers(handle.tracer_provider)
         with _lock:
             closed = handle._closed
             if not closed:

@@ -39,6 +39,7 @@ from agent_otel.semconv import (
     GPU_STATE_OK,
     LABEL_STATE,
     METRIC_GPU_IDLE_BLOCKED,
+    METRIC_GPU_IDLE_MODEL,
     METRIC_GPU_STATE,
     METRIC_GPU_UTILIZATION,
     METRIC_LOOP_BLOCKED,
@@ -211,6 +212,36 @@ def gpu_blocked_rule(runbook_base: str) -> dict:
     }
 
 
+def model_server_rule(runbook_base: str) -> dict:
+    """The model server is stalling: its GPU idle while model calls of its pool
+    were in flight (not the tools: the rule gives them none of that time)."""
+    name = "AgentModelServerStalling"
+    window = GPU_BLOCKED_WINDOW
+    top_model = (
+        '{{ with printf "topk(1, sum by (model, phase) (rate('
+        + METRIC_GPU_IDLE_MODEL
+        + "{instance=%q,gpu=%q}["
+        + window
+        + '])))" $labels.instance $labels.gpu | query }}'
+        '{{ . | first | label "model" }} ({{ . | first | label "phase" }}){{ end }}'
+    )
+    return {
+        "alert": name,
+        "expr": f"sum by (job, instance, gpu) (rate({METRIC_GPU_IDLE_MODEL}[{window}]))\n> {GPU_BLOCKED_RATIO:g}",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "GPU {{ $labels.gpu }} on {{ $labels.instance }} sits idle while the model server has requests",
+            "description": (
+                f"GPU {{{{ $labels.gpu }}}} was idle {{{{ $value | humanizePercentage }}}} of the last {window} "
+                f"while model calls were in flight (alert above {format_percent(GPU_BLOCKED_RATIO)}): the model "
+                "server stalls (requests queued behind a scheduler decision, preempted, tokenized on the CPU, "
+                f"the network), not the tools. The model and phase most of it went to: {top_model}."
+            ),
+            "runbook_url": runbook_url(runbook_base, name),
+        },
+    }
+
+
 def pool_recording_rules() -> list[dict]:
     """The live view of each GPU pool; evaluated in order, each from the ones before."""
     pool = LABEL_GPU_POOL
@@ -329,6 +360,7 @@ def rule_groups(
                     *(rule for alert in BURN_RATE_ALERTS for rule in burn_rate_rules(slo, alert, runbook_base)),
                     executor_saturated_rule(runbook_base),
                     gpu_blocked_rule(runbook_base),
+                    model_server_rule(runbook_base),
                     gpu_blocked_live_rule(runbook_base, stall_for),
                     loop_blocked_rule(runbook_base),
                 ],

@@ -318,8 +318,16 @@ _CLIENT_ATTRIBUTES = frozenset(
         "gpu_underused",
         "gpu_underused_blocked",
         "gpu_underused_unattributed",
+        "gpu_idle_model",
+        "gpu_underused_model",
+        "gpu_model_idle_ratio",
         "gpu_errors",
         "gpu_missing",
+        "gpu_hour_price",
+        "server_running",
+        "server_waiting",
+        "server_kv_cache",
+        "gpu_idle_kv_cache_held",
         "spans_dropped",
         "loop_blocked",
     }
@@ -343,8 +351,16 @@ class Metrics:
     gpu_underused: Counter
     gpu_underused_blocked: Counter
     gpu_underused_unattributed: Counter
+    gpu_idle_model: Counter
+    gpu_underused_model: Counter
+    gpu_model_idle_ratio: Gauge
     gpu_errors: Counter
     gpu_missing: Counter
+    gpu_hour_price: Gauge
+    server_running: Gauge  # a model server's metrics, where they are read (agent_otel.gpu.server)
+    server_waiting: Gauge
+    server_kv_cache: Gauge
+    gpu_idle_kv_cache_held: Counter
     spans_dropped: Counter
     loop_blocked: Counter
 
@@ -363,6 +379,7 @@ class Metrics:
         self.tool_label = LabelValues(tool_name_limit)
         self.executor_label = LabelValues(executor_name_limit)
         self.gpu_label = LabelValues(GPU_LABEL_LIMIT)
+        self.model_label = LabelValues(tool_name_limit)  # gen_ai.request.model, capped as tool names are
         self.reason_label = LabelValues(REASON_LABEL_LIMIT)
         self.thread_values = LabelValues(THREAD_LABEL_LIMIT)  # after thread_label's folding
         spec = semconv.METRICS
@@ -440,13 +457,21 @@ class Metrics:
                 "gpu_underused": _counter(spec[semconv.METRIC_GPU_UNDERUSED], None),
                 "gpu_underused_blocked": _counter(spec[semconv.METRIC_GPU_UNDERUSED_BLOCKED], None),
                 "gpu_underused_unattributed": _counter(spec[semconv.METRIC_GPU_UNDERUSED_UNATTRIBUTED], None),
+                "gpu_idle_model": _counter(spec[semconv.METRIC_GPU_IDLE_MODEL], None),
+                "gpu_underused_model": _counter(spec[semconv.METRIC_GPU_UNDERUSED_MODEL], None),
                 "gpu_missing": _counter(spec[semconv.METRIC_GPU_MISSING], None),
             }
             r.register(_Locked(list(blame.values()), self))
             made: dict[str, Any] = {
                 **blame,
                 "gpu_utilization": _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r),
+                "gpu_model_idle_ratio": _gauge(spec[semconv.METRIC_GPU_MODEL_IDLE_RATIO], r),
                 "gpu_errors": _counter(spec[semconv.METRIC_GPU_ERRORS], r),
+                "gpu_hour_price": _gauge(spec[semconv.METRIC_GPU_HOUR_PRICE], r),
+                "server_running": _gauge(spec[semconv.METRIC_SERVER_RUNNING], r),
+                "server_waiting": _gauge(spec[semconv.METRIC_SERVER_WAITING], r),
+                "server_kv_cache": _gauge(spec[semconv.METRIC_SERVER_KV_CACHE], r),
+                "gpu_idle_kv_cache_held": _counter(spec[semconv.METRIC_GPU_IDLE_KV_CACHE_HELD], r),
                 "spans_dropped": _counter(spec[semconv.METRIC_SPANS_DROPPED], r),
                 "loop_blocked": _counter(spec[semconv.METRIC_LOOP_BLOCKED], r),
             }

@@ -59,6 +59,7 @@ FOUNDATION = {
     "agent_otel.inputs",
     "agent_otel.host",
     "agent_otel.slo",
+    "agent_otel.prices",
 }
 WIRING = {
     "agent_otel",

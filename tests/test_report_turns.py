@@ -67,6 +67,11 @@ def test_a_turn_splits_into_model_queue_exec_and_other(one_turn, capsys):
         "time_to_first_chunk_p50_s": pytest.approx(0.3),
         "input_tokens": 1700,
         "output_tokens": 100,
+        # the GPU was busy whenever a model call was in flight: nothing is the model server's
+        "gpu_idle_blocked_s": 0.0,
+        "gpu_idle_blocked_queued_s": 0.0,
+        "gpu_idle_blocked_decode_s": 0.0,
+        "gpu_underused_blocked_s": pytest.approx(0.0, abs=1e-6),
     }
     assert report["inputs"]["model_calls"] == 2
     assert report["inputs"]["agent_runs"] == 1
@@ -76,7 +81,9 @@ def test_the_table_says_it_as_a_sentence(one_turn, capsys):
     assert main(["report", str(one_turn / "traces.jsonl"), "--gpu-log", str(one_turn / "gpu.csv"), "--tz", "UTC"]) == 0
     text = capsys.readouterr().out
 
-    assert "search idles the GPU 4.0 s per call, 40 % of end-to-end latency" in text
+    assert (
+        "search idles the GPU 4.0 s per call (4.0 s blamed over 1 call), in flight for 40 % of the turns' time" in text
+    )
     assert (
         "1 turn (invoke_agent spans): 10.0 s end to end = model 4.0 s (40 %) + tool queue 1.0 s (10 %)"
         " + tool exec 3.0 s (30 %) + other 2.0 s (20 %)" in text

@@ -9,14 +9,17 @@ OTLP/JSON shape it reads (hex ids, camelCase keys, ``AnyValue`` objects),
 with only the fields it reads (ids, name, times, the attributes it looks
 at, events, status).
 
-Spans that are not tool spans, and spans with a field the reader cannot
-read, are refused one by one (the sender hears how many, and why, in the
-OTLP partial success): one bad span costs that span, never its request.
-Why (the ``reason`` label of ``agent_otel_refused_spans_total``):
-``not_a_tool_span``, ``out_of_range`` (a number outside its range, e.g. a
-duration of 1e300 s), ``wrong_type`` (a value of another type than its
-attribute's) or ``malformed`` (any other broken field: ids, times). A span
-sent twice counts once.
+Model-call spans (the ``chat`` / ``text_completion`` / ``generate_content``
+spans, OpenInference's and OpenLLMetry's LLM spans) are taken too, as
+``ModelCall`` records: the model server's share of the blame
+(docs/attribution.md). Spans that are neither, and spans with a field the
+reader cannot read, are refused one by one (the sender hears how many, and
+why, in the OTLP partial success): one bad span costs that span, never its
+request. Why (the ``reason`` label of ``agent_otel_refused_spans_total``):
+``not_a_tool_span`` (neither a tool nor a model call), ``out_of_range`` (a
+number outside its range, e.g. a duration of 1e300 s), ``wrong_type`` (a
+value of another type than its attribute's) or ``malformed`` (any other
+broken field: ids, times). A span sent twice counts once.
 
 Every text a call keeps (its tool, executor, call id, exception type,
 thread, pool) is cut to ``text.NAME_LIMIT`` characters here, where it
@@ -34,7 +37,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from agent_otel.exporters.otlp_json import MALFORMED, OUT_OF_RANGE, WRONG_TYPE, SpanFormatError, typed_span
-from agent_otel.records import ToolCall
+from agent_otel.records import ModelCall, ToolCall
 from agent_otel.report.reader import WANTED_ATTRIBUTES, TraceReader
 from agent_otel.semconv import AGENT_GPU_POOL, GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME
 from agent_otel.text import NAME_LIMIT, valid_text
@@ -55,6 +58,7 @@ class Decoded:
     (with one example message per reason)."""
 
     calls: list[ToolCall] = field(default_factory=list)
+    models: list[ModelCall] = field(default_factory=list)
     refused: Counter = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)
     duplicates: int = 0
@@ -82,7 +86,7 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                         f"trace_id and a {len(span.span_id)}-byte span_id (OTLP: 16 and 8)",
                     )
                     continue
-                calls, duplicates = len(data.calls), data.duplicate_count
+                calls, duplicates, models = len(data.calls), data.duplicate_count, len(data.model_calls)
                 try:
                     reader.add(typed_span(_span_json(span)), 0, pool)
                 except SpanFormatError as exc:
@@ -99,15 +103,17 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                     continue
                 if data.duplicate_count > duplicates:
                     decoded.duplicates += 1
-                elif len(data.calls) == calls:
+                elif len(data.calls) == calls and len(data.model_calls) == models:
                     decoded.refuse(
                         NOT_A_TOOL_SPAN,
-                        f"span {_short_name(span.name)!r} has no {GEN_AI_OPERATION_NAME}={GEN_AI_OPERATION_EXECUTE_TOOL}",
+                        f"span {_short_name(span.name)!r} has no {GEN_AI_OPERATION_NAME}={GEN_AI_OPERATION_EXECUTE_TOOL} "
+                        "and is no model call",
                     )
     before = data.duplicate_count
     reader.finish()  # a call seen from two sides counts once
     decoded.duplicates += data.duplicate_count - before
     decoded.calls = data.calls.keep()
+    decoded.models = data.model_calls
     return decoded
 
 

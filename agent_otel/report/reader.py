@@ -102,11 +102,14 @@ from agent_otel.exporters.otlp_json import (
     value_of,
 )
 from agent_otel.attribution import gpu_key
-from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
+from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ServerRequest
+from agent_otel.report.kv_cache import KvWindow
 from agent_otel.report.calls import CallTable
 from agent_otel.report.peers import FAMILY_GENAI, family_of, merge_model_calls, merge_tool_spans
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
+    AGENT_MODEL_SERVER_KV_CACHE_USAGE,
+    AGENT_MODEL_SERVER_WAITING_MAX,
     AGENT_PROCESS_CPU_COUNT,
     AGENT_TOOL_RETRIES,
     EVENT_EXCEPTION,
@@ -122,6 +125,12 @@ from agent_otel.semconv import (
     LOOP_ROLE_BLOCKING,
     LOOP_ROLE_WAITING,
     SPAN_LOOP_BLOCKED,
+    SPAN_VLLM_REQUEST,
+    VLLM_E2E,
+    VLLM_TIME_IN_DECODE,
+    VLLM_TIME_IN_PREFILL,
+    VLLM_TIME_IN_QUEUE,
+    VLLM_TIME_TO_FIRST_TOKEN,
     AGENT_GPU_POOL,
     AGENT_TOOL_EXEC_DURATION,
     AGENT_TOOL_EXECUTOR,
@@ -278,6 +287,10 @@ class TraceData:
     warnings: list[str] = field(default_factory=list)
     model_calls: list[ModelCall] = field(default_factory=list)
     agent_runs: list[AgentRun] = field(default_factory=list)
+    # model servers' own spans of the requests (vLLM's llm_request), joined to model calls by report.server_spans
+    server_requests: list[ServerRequest] = field(default_factory=list)
+    # the model server's readings on the gpu.idle windows (KV cache, queue), for report.kv_cache
+    kv_windows: list[KvWindow] = field(default_factory=list)
     # trace id -> its root span (a span with no parent), gpu.idle traces aside
     roots: dict[int, AgentRun] = field(default_factory=dict)
     # tool spans of other instrumentations: read, and how many were one of agent-otel's calls
@@ -489,7 +502,7 @@ class TraceReader:
         if operation == GEN_AI_OPERATION_EXECUTE_TOOL:
             self._tool_call(span, found, key, start_ns, end_ns, pool)
         elif operation in MODEL_OPERATIONS:
-            self._model_call(span, found, key, start_ns, end_ns, operation)
+            self._model_call(span, found, key, start_ns, end_ns, operation, pool)
         elif operation == GEN_AI_OPERATION_INVOKE_AGENT:
             run = self._agent_run(span, found, key, start_ns, end_ns)
         elif span.name == SPAN_GPU_IDLE:
@@ -501,6 +514,8 @@ class TraceReader:
             return  # the GPU timeline's traces hold no turn
         elif span.name == SPAN_LOOP_BLOCKED:
             self._loop_block(span, found, start_ns, end_ns, pool)
+        elif span.name == SPAN_VLLM_REQUEST:
+            self._server_request(span, found, key, start_ns, end_ns)
         elif OPENINFERENCE_SPAN_KIND in found or TRACELOOP_SPAN_KIND in found or MCP_METHOD_NAME in found:
             run = self._other_instrumentation(span, found, key, start_ns, end_ns, pool)
         # A new kind of span: recognise it here and turn it into a record.
@@ -554,12 +569,14 @@ class TraceReader:
         elif kind in _PEER_TOOL_KINDS:
             self._tool_call(span, found, key, start_ns, end_ns, pool)
         elif kind in _MODEL_KINDS:
-            self._model_call(span, found, key, start_ns, end_ns, "chat")
+            self._model_call(span, found, key, start_ns, end_ns, "chat", pool)
         elif kind in _AGENT_KINDS:
             return self._agent_run(span, found, key, start_ns, end_ns)
         return None
 
-    def _model_call(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, operation: str) -> None:
+    def _model_call(
+        self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, operation: str, pool: str
+    ) -> None:
         model = None
         for attribute in (GEN_AI_REQUEST_MODEL, OPENINFERENCE_MODEL_NAME, GEN_AI_RESPONSE_MODEL):
             model = self._text(found, attribute)
@@ -579,12 +596,32 @@ class TraceReader:
             self._count(span, found, GEN_AI_USAGE_OUTPUT_TOKENS, OPENINFERENCE_COMPLETION_TOKENS),
             self._seconds(span, found, GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK),
             _status_code(span) == STATUS_ERROR,
+            pool,
         )
         parent = self._parent(span)
         self.data.model_calls.append(call)
         self._model_parents.append(parent)
         self._model_families.append(family_of(found))
         self._model_named.append(named)
+
+    def _server_request(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int) -> None:
+        """A model server's span of one request (vLLM's ``llm_request``)."""
+        model = self._text(found, GEN_AI_RESPONSE_MODEL) or self._text(found, GEN_AI_REQUEST_MODEL) or ""
+        self.data.server_requests.append(
+            ServerRequest(
+                model,
+                start_ns,
+                end_ns,
+                self._trace_id(key),
+                key & _SPAN_ID_MASK,
+                self._parent(span),
+                self._seconds(span, found, VLLM_TIME_IN_QUEUE),
+                self._seconds(span, found, VLLM_TIME_TO_FIRST_TOKEN),
+                self._seconds(span, found, VLLM_TIME_IN_PREFILL),
+                self._seconds(span, found, VLLM_TIME_IN_DECODE),
+                self._seconds(span, found, VLLM_E2E),
+            )
+        )
 
     def _agent_run(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int) -> AgentRun:
         value = found.get(GEN_AI_AGENT_NAME)  # read inline where it is printable ASCII, as a tool's name
@@ -785,6 +822,11 @@ class TraceReader:
         blame = self._window_blame(span, found) if GPU_IDLE_BLOCKED_TOOLS in found else None
         simulated = self._text(found, AGENT_GPU_SOURCE)
         self.data.idle_windows.append(window)
+        if AGENT_MODEL_SERVER_KV_CACHE_USAGE in found:
+            usage = self._seconds(span, found, AGENT_MODEL_SERVER_KV_CACHE_USAGE)  # a number >= 0
+            if usage is not None and usage <= 1.0:
+                waiting = self._seconds(span, found, AGENT_MODEL_SERVER_WAITING_MAX)
+                self.data.kv_windows.append(KvWindow(gpu_key(window), start_ns, end_ns, usage, waiting))
         if blame:
             totals = self._window_live
             if totals is None:
