@@ -217,7 +217,7 @@ AGENT_PROCESS_CPU_COUNT: Final = "agent.process.cpu.count"
 # On asyncio.loop.blocked spans (and their links)
 ASYNCIO_LOOP_BLOCKED_BY: Final = "asyncio.loop.blocked_by"  # the blocking tool, or BLOCKED_BY_UNKNOWN
 ASYNCIO_LOOP_BLOCKED_DURATION: Final = "asyncio.loop.blocked.duration"  # s
-ASYNCIO_LOOP_WAITING_CALLS: Final = "asyncio.loop.waiting_calls"  # tool calls that waited for the loop
+ASYNCIO_LOOP_WAITING_CALLS: Final = "asyncio.loop.waiting_calls"  # tool and model calls that waited for the loop
 ASYNCIO_LOOP_ROLE: Final = "asyncio.loop.role"  # on each link: LOOP_ROLE_BLOCKING or LOOP_ROLE_WAITING
 
 # ---------------------------------------------------------------- values

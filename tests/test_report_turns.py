@@ -289,3 +289,32 @@ def test_a_session_of_many_turns_in_one_trace_splits_each_turn(tmp_path, capsys)
     assert turns["other_s"] == pytest.approx(40 * 5.0 - 40.0 - 20.0 - 76.0)
     slowest = turns["slowest"][0]
     assert (slowest["tool_calls"], slowest["model_calls"]) == (2, 1)  # each turn its own calls, not the trace's
+
+
+def test_the_client_blocking_its_loop_during_a_call_is_client_cpu_not_model_time(tmp_path, capsys):
+    """A model call 0-3 s during which the process's own code held its event
+    loop 0.5-2.0 s (the loop monitor's block, with no tool call holding it,
+    linked to the model call waiting): 1.5 s of client CPU, 1.5 s of model.
+    A block a tool call held is that tool's own time (exec)."""
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    turn = run.invoke_agent("support", 0.0, 8.0)
+    model = run.model_call("gpt-4o", 0.0, 3.0, parent=turn)
+    tool = run.tool_call("parse", 3.0, 3.0, 6.0, parent=turn)
+    other = run.invoke_agent("elsewhere", 0.0, 8.0)  # another turn, on another loop: not blocked
+    run.model_call("gpt-4o", 0.0, 3.0, parent=other)
+    run.loop_block(0.5, 2.0, waiting=[model], stack='  File "openai/_models.py", line 1, in construct\n')
+    run.loop_block(4.0, 5.0, blocker=tool)
+    run.close()
+
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+
+    slowest = {turn["name"]: turn for turn in report["turns"]["slowest"]}
+    support = slowest["support"]
+    assert support["client_cpu_s"] == pytest.approx(1.5)
+    assert support["model_s"] == pytest.approx(1.5)
+    assert support["tool_exec_s"] == pytest.approx(3.0)
+    assert support["other_s"] == pytest.approx(2.0)
+    assert (slowest["elsewhere"]["client_cpu_s"], slowest["elsewhere"]["model_s"]) == (0.0, pytest.approx(3.0))
+    assert report["turns"]["client_cpu_s"] == pytest.approx(1.5)
+    assert main(["report", str(tmp_path / "traces.jsonl")]) == 0
+    assert "client CPU 1.5 s" in capsys.readouterr().out

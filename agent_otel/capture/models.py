@@ -28,6 +28,11 @@ never. ``model_span`` and ``agent_span`` are the application's own calls
 and always record while instrumented. Without ``instrument()`` everything
 here calls straight through.
 
+The hooks also make one run of a framework's agent an ``invoke_agent``
+span (``FrameworkRun``) where the application opened none around it: the
+application's own ``agent_span`` wins, and a run inside another run's call
+(a sub-agent run by a tool) is a run of its own, under that call.
+
 Every model call recorded here, and every peer instrumentation's model
 span the process's tracer provider ends (``PeerModelSpans``), is also
 kept in ``model_calls`` (``ModelCallLog``): in flight, and the recent
@@ -42,7 +47,7 @@ import collections
 import dataclasses
 import sys
 import threading
-from contextvars import Token
+from contextvars import ContextVar, Token
 from typing import Any, Callable, Literal, Optional
 
 from opentelemetry import context as context_api
@@ -318,6 +323,31 @@ def hooks_record() -> bool:
     return _mode == "on" or peer_instrumentation() is None
 
 
+# Time to first token is the time to the first piece of output: text (or a
+# refusal, or audio), or a piece of a tool call's arguments; a chunk or event
+# that carries none (a chat completions stream's role-only first chunk and
+# its usage-only last one, the chunk naming a tool before its arguments, the
+# Responses API's response.created, in_progress, output_item.added, ...) is
+# not it. The Responses API stream events that carry output:
+RESPONSE_OUTPUT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+        "response.mcp_call_arguments.delta",
+        "response.code_interpreter_call_code.delta",
+        "response.audio.delta",
+        "response.audio.transcript.delta",
+    }
+)
+
+
+def response_event_has_output(event: Any) -> bool:
+    """Whether a Responses API stream event is a token of the answer: an output delta, not empty."""
+    return getattr(event, "type", None) in RESPONSE_OUTPUT_DELTAS and bool(getattr(event, "delta", None))
+
+
 class ModelSpan:
     """One model call's span, from ``start`` to ``end``.
 
@@ -326,7 +356,7 @@ class ModelSpan:
     it current.
     """
 
-    __slots__ = ("span", "start_ns", "first_chunk_ns", "input_tokens", "output_tokens", "response_model")
+    __slots__ = ("span", "start_ns", "first_chunk_ns", "input_tokens", "output_tokens", "response_model", "loop")
 
     def __init__(self, span, start_ns: int):
         self.span = span
@@ -335,6 +365,20 @@ class ModelSpan:
         self.input_tokens: Optional[int] = None
         self.output_tokens: Optional[int] = None
         self.response_model: Optional[str] = None
+        # The asyncio loop the call was made on (None: none running): while it
+        # is in flight, a block of that loop keeps it waiting (in_flight_on).
+        asyncio = sys.modules.get("asyncio")
+        self.loop = asyncio._get_running_loop() if asyncio is not None else None
+        if self.loop is not None and len(_in_flight) < MAX_IN_FLIGHT:
+            _in_flight[id(self)] = self
+
+    @property
+    def trace_id(self) -> int:
+        return self.span.get_span_context().trace_id
+
+    @property
+    def span_id(self) -> int:
+        return self.span.get_span_context().span_id
 
     @classmethod
     def start(
@@ -381,7 +425,8 @@ class ModelSpan:
         return carrier
 
     def first_chunk(self) -> None:
-        """The first chunk of a streamed answer arrived (later calls change nothing)."""
+        """The first chunk of a streamed answer that carries output (a token) arrived
+        (later calls change nothing). The hooks call it for such chunks only."""
         if not self.first_chunk_ns:
             self.first_chunk_ns = max(now_ns(), self.start_ns)  # the timeline may have followed the wall clock back
             model_calls.first_token(id(self), self.first_chunk_ns)
@@ -418,6 +463,25 @@ class ModelSpan:
             span.set_attributes(attributes)
         span.end(end_time=now)
         model_calls.end(id(self), now)
+        _in_flight.pop(id(self), None)
+
+
+# The model calls in flight on an asyncio loop, by id (at most MAX_IN_FLIGHT:
+# one a hook never ended stays until the process ends, or a fork).
+_in_flight: dict[int, ModelSpan] = {}
+MAX_IN_FLIGHT = 10_000
+
+
+def in_flight_on(loop: Any) -> list[ModelSpan]:
+    """The model calls made on ``loop`` and in flight now (the loop monitor links a block of it to them)."""
+    return [call for call in list(_in_flight.values()) if call.loop is loop]
+
+
+def _forget_in_flight_after_fork() -> None:
+    _in_flight.clear()  # the parent's calls, not the child's
+
+
+forks.after_fork_in_child(_forget_in_flight_after_fork)
 
 
 class _Unrecorded:
@@ -496,6 +560,85 @@ class model_span:
         return self.__exit__(exc_type, exc, tb)
 
 
+# The agent run whose span is current in this context, as (owner, span): the
+# object a framework hook opened it for, or None for the application's agent_span.
+_current_run: ContextVar[Optional[tuple[Any, Any]]] = ContextVar("agent_otel_agent_run", default=None)
+
+
+class FrameworkRun:
+    """One run of a framework's agent as an ``invoke_agent {name}`` span, for the hooks.
+
+    ``start(name, owner)`` where a run of the agent or graph ``owner``
+    begins; None when not instrumented, or when this run is already one
+    (the run this hook opened for the same ``owner``: a graph's ``invoke``
+    running its own ``stream``). Directly inside the application's own
+    ``agent_span`` the run is that span (it wins: no span of its own). A run
+    of another agent started inside a run (a sub-agent: inside a tool call,
+    a subgraph in a node, a managed agent its manager calls) is a run of its
+    own, a child of the span current there. ``enter()`` makes the span
+    current (and ``exit(tokens)`` undoes it) while the framework's own code
+    runs, so what it starts meanwhile is in the run's trace; ``end(exc)``
+    ends it.
+    """
+
+    __slots__ = ("span", "owner", "own")
+
+    def __init__(self, span: trace_api.Span, owner: Any, own: bool = True):
+        self.span = span
+        self.owner = owner
+        self.own = own  # False: the application's agent_span, which this run is
+
+    @classmethod
+    def start(cls, name: Any, owner: Any) -> Optional["FrameworkRun"]:
+        rec = _recorder.current
+        if rec is None:
+            return None
+        try:
+            run = _current_run.get()
+            if run is not None:
+                current = trace_api.get_current_span()
+                if run[1] is current:
+                    if run[0] is None:  # right inside the application's agent_span: the run is that span
+                        return cls(current, owner, own=False)
+                    if run[0] is owner:  # this very run, entered again
+                        return None
+            name = str(name) if name else "agent"
+            span = rec.tracer.start_span(
+                agent_span_name(name),
+                attributes={GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_INVOKE_AGENT, GEN_AI_AGENT_NAME: name},
+                start_time=now_ns(),
+            )
+        except Exception:  # telemetry only: the run goes on untraced
+            return None
+        return cls(span, owner)
+
+    def enter(self) -> tuple[Optional[Token[Context]], Token]:
+        token = context_api.attach(trace_api.set_span_in_context(self.span)) if self.own else None
+        return token, _current_run.set((self.owner, self.span))
+
+    def exit(self, tokens: tuple[Optional[Token[Context]], Token]) -> None:
+        try:
+            _current_run.reset(tokens[1])
+        except ValueError:  # (a token of another context: the framework's code switched contexts)
+            pass
+        if tokens[0] is not None:
+            context_api.detach(tokens[0])
+
+    def end(self, exc: Optional[BaseException] = None) -> None:
+        if self.own:
+            _end_run(self.span, exc)
+
+
+def _end_run(span: trace_api.Span, exc: Optional[BaseException]) -> None:
+    """End an agent run's span; ``exc``, the exception that ended the run, is recorded."""
+    now = max(now_ns(), getattr(span, "start_time", None) or 0)  # as in ModelSpan.end
+    if exc is not None and not isinstance(exc, GeneratorExit):  # (a consumer that stopped early is no error)
+        span.set_attribute(ERROR_TYPE, error_type_of(exc))
+        span.record_exception(exc, timestamp=now, escaped=True)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    span.end(end_time=now)
+
+
 class agent_span:
     """One agent run (a turn, a request) as an ``invoke_agent {name}`` span, current while the block runs.
 
@@ -509,12 +652,13 @@ class agent_span:
     passes through unchanged.
     """
 
-    __slots__ = ("_name", "_span", "_token")
+    __slots__ = ("_name", "_span", "_token", "_run_token")
 
     def __init__(self, name: str):
         self._name = str(name)
         self._span: Optional[trace_api.Span] = None
         self._token: Optional[Token[Context]] = None
+        self._run_token: Optional[Token] = None
 
     def __enter__(self):
         rec = _recorder.current
@@ -526,19 +670,21 @@ class agent_span:
             start_time=now_ns(),
         )
         self._token = context_api.attach(trace_api.set_span_in_context(span))
+        self._run_token = _current_run.set((None, span))  # a framework's run inside is this one
         return span
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         span, self._span = self._span, None
         if span is not None:
+            if self._run_token is not None:
+                try:
+                    _current_run.reset(self._run_token)
+                except ValueError:
+                    pass
+                self._run_token = None
             if self._token is not None:
                 context_api.detach(self._token)
-            now = max(now_ns(), getattr(span, "start_time", None) or 0)  # as in ModelSpan.end
-            if exc is not None:
-                span.set_attribute(ERROR_TYPE, error_type_of(exc))
-                span.record_exception(exc, timestamp=now, escaped=True)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-            span.end(end_time=now)
+            _end_run(span, exc)
         return False
 
     async def __aenter__(self):

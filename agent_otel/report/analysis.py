@@ -423,7 +423,7 @@ def _turn_inputs(analysis: Analysis, traces: TraceData, keep: bool) -> None:
     analysis.agent_runs = sorted(traces.agent_runs, key=_START)
     analysis.models = model_stats(analysis.model_calls)
     analysis.turns, analysis.turn_totals = find_turns(
-        analysis.calls, analysis.model_calls, analysis.agent_runs, traces.roots, keep
+        analysis.calls, analysis.model_calls, analysis.agent_runs, traces.roots, keep, traces.loop_blocks
     )
     if traces.server_requests:
         analysis.server_spans = join_server_requests(analysis.model_calls, traces.server_requests)
@@ -1134,6 +1134,7 @@ def _turns_json(analysis: Analysis) -> dict:
         "end_to_end_s": _s(totals.end_to_end_s),
         "end_to_end_p50_s": _s(percentile(durations, 50)),
         "end_to_end_p95_s": _s(percentile(durations, 95)),
+        "client_cpu_s": _s(totals.client_cpu_s),
         "model_s": _s(totals.model_s),
         "tool_queue_s": _s(totals.tool_queue_s),
         "tool_exec_s": _s(totals.tool_exec_s),
@@ -1146,6 +1147,7 @@ def _turns_json(analysis: Analysis) -> dict:
                 "trace_id": f"{turn.trace_id:032x}",
                 "start": rfc3339(turn.start_ns),
                 "seconds": _s(turn.seconds),
+                "client_cpu_s": _s(turn.client_cpu_s),
                 "model_s": _s(turn.model_s),
                 "tool_queue_s": _s(turn.tool_queue_s),
                 "tool_exec_s": _s(turn.tool_exec_s),

@@ -49,10 +49,10 @@ One call seen by several spans counts once: a tool span under a tool span
 of the same tool (an MCP client's span, the MCP SDK's server span under it,
 the server's own span under that; the MCP SDK's client request span in
 between is looked through) is the same call, and agent-otel's span is kept
-(the outermost of them); another instrumentation's tool span in the same
-trace, for the same tool, that lies within one of agent-otel's calls
-(OpenInference's and OpenLLMetry's LangChain spans beside ours) is that
-call. A model span under a model span is the same model call.
+(the outermost of them). A model span under a model span is the same model
+call. The spans several instrumentations made side by side of one tool or
+model call (OpenInference's and OpenLLMetry's LangChain spans beside ours
+and each other's) are merged by ``report.peers``.
 
 Every record carries the GPU pool its process declared: the resource
 attribute ``agent.gpu.pool`` ("" for none). From the resources the reader
@@ -71,10 +71,8 @@ import gc
 import math
 import re
 from array import array
-from bisect import bisect_left, bisect_right
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 from msgspec import UNSET
@@ -107,6 +105,7 @@ from agent_otel.attribution import gpu_key
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ServerRequest
 from agent_otel.report.kv_cache import KvWindow
 from agent_otel.report.calls import CallTable
+from agent_otel.report.peers import FAMILY_GENAI, family_of, merge_model_calls, merge_tool_spans
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
     AGENT_MODEL_SERVER_KV_CACHE_USAGE,
@@ -247,8 +246,6 @@ TRACE_IDS = 1 << 14
 
 # How far (ns) another instrumentation's tool span may reach beyond one of
 # agent-otel's and still be the same call: their clocks are read apart.
-PEER_SLACK_NS = 5_000_000
-PEER_SCAN_MAX = 16  # a trace's calls of one tool that a peer span is checked against one by one; more: bisected
 _PEER_TOOL_KINDS = {OPENINFERENCE_TOOL, TRACELOOP_TOOL}
 _MODEL_KINDS = {OPENINFERENCE_LLM, TRACELOOP_LLM}
 _AGENT_KINDS = {OPENINFERENCE_AGENT, TRACELOOP_AGENT, TRACELOOP_WORKFLOW}
@@ -425,8 +422,11 @@ class TraceReader:
         self._strings: dict[str, str] = {}
         self._trace_ids: dict[int, int] = {}  # recent trace ids: one int object per trace for its records
         self._ours = bytearray()  # per call: 1 when agent-otel made the span (it has the timing)
+        self._families = bytearray()  # per call: which instrumentation made the span (peers.family_of)
         self._hops: dict[int, int] = {}  # MCP client request span -> its parent (trace_id << 64 | span id)
         self._model_parents = array("Q")  # per model call, as _parents
+        self._model_families: list[int] = []  # per model call, as _families
+        self._model_named: list[bool] = []  # per model call: its model's name came from an attribute
         # trace_id << 64 | parent span id -> failed child spans (name, start, end)
         self._failed_children: dict[int, list[tuple[str, int, int]]] = {}
         self._policy_tools: set[str] = set()  # tools with the toolkit's own retries (agent.tool.retries)
@@ -609,7 +609,8 @@ class TraceReader:
             model = self._text(found, attribute)
             if model and model != UNKNOWN_MODEL:
                 break
-        if not model or model == UNKNOWN_MODEL:
+        named = model is not None and model != "" and model != UNKNOWN_MODEL
+        if model is None or not named:
             model = self._name(_name_of(span))
         call = ModelCall(
             model,
@@ -627,6 +628,8 @@ class TraceReader:
         parent = self._parent(span)
         self.data.model_calls.append(call)
         self._model_parents.append(parent)
+        self._model_families.append(family_of(found))
+        self._model_named.append(named)
 
     def _server_request(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int) -> None:
         """A model server's span of one request (vLLM's ``llm_request``)."""
@@ -778,7 +781,10 @@ class TraceReader:
         self._parents.append(parent)
         self._call_id_hashes.append((hash(call_id) or 1) if call_id else 0)
         self._ours.append(ours)
-        if not ours:
+        if ours:
+            self._families.append(FAMILY_GENAI)
+        else:
+            self._families.append(family_of(found))
             data.peer_tool_spans += 1
         if timeout is not None and timeout > 0:
             data.timeouts[tool] = min(timeout, data.timeouts.get(tool, math.inf))
@@ -965,8 +971,11 @@ class TraceReader:
                     data.live_blocked_s[tool] = data.live_blocked_s.get(tool, 0.0) + seconds
         self._parents = array("Q")
         self._ours = bytearray()
+        self._families = bytearray()
         self._hops = {}
         self._model_parents = array("Q")
+        self._model_families = []
+        self._model_named = []
         self._call_id_hashes = array("q")
 
     def _dedupe_tool_calls(self) -> dict[int, str]:
@@ -1029,69 +1038,45 @@ class TraceReader:
         return tool_of
 
     def _merge_peer_tool_spans(self, keep: bytearray) -> None:
-        """Another instrumentation's tool span within one of agent-otel's calls of the same tool, in
-        the same trace, is that call: drop it (each of ours absorbs one)."""
-        calls, ours, ids = self.data.calls, self._ours, self._call_id_hashes  # ids: hashes, 0 for none
-        traces, tools, submits, ends = calls.trace_id, calls.tool, calls.submit_ns, calls.end_ns
-        peers = [i for i in range(len(calls)) if keep[i] and not ours[i]]
-        by_tool: dict[tuple[int, str], list[int]] = {}
+        """Other instrumentations' tool spans of a call agent-otel (or another of them) also saw:
+        dropped, the call kept once (``peers.merge_tool_spans``)."""
+        calls, ours = self.data.calls, self._ours
+        traces, tools = calls.trace_id, calls.tool
+        peer_keys = {(traces[i], tools[i]) for i in range(len(calls)) if keep[i] and not ours[i]}
+        groups: dict[tuple[int, str], list[int]] = {}
         for i, (trace, tool) in enumerate(zip(traces, tools)):
-            if keep[i] and ours[i]:
-                by_tool.setdefault((trace, tool), []).append(i)
-        # Each (trace, tool)'s calls by request, with how far the slack lets
-        # them reach (the latest end so far): a peer looks only at those
-        # that can hold it, not at every call of a trace of a whole session.
-        # (Only for the groups large enough to need it: a trace per turn has
-        # a few calls of each tool, and three lists each took 100 MB at 1M spans.)
-        windows: dict[tuple[int, str], tuple[list[int], list[int], list[int]]] = {}
-        for key, rows in by_tool.items():
-            if len(rows) > PEER_SCAN_MAX:
+            if keep[i] and (trace, tool) in peer_keys:
+                groups.setdefault((trace, tool), []).append(i)
+
+        def drop(row: int) -> None:
+            keep[row] = 0
+
+        submits, ends = calls.submit_ns, calls.end_ns
+        for rows in groups.values():
+            if len(rows) > 1:
                 rows.sort(key=submits.__getitem__)
-                windows[key] = (
-                    rows,
-                    [submits[j] - PEER_SLACK_NS for j in rows],
-                    list(accumulate((ends[j] + PEER_SLACK_NS for j in rows), max)),
+                self.data.peer_tool_spans_merged += merge_tool_spans(
+                    rows, ours, self._families, self._call_id_hashes, submits, ends, drop
                 )
-        taken: set[int] = set()
-        nothing: list[int] = []
-        for i in sorted(peers, key=submits.__getitem__):
-            peer_submit, peer_end = submits[i], ends[i]
-            best: Optional[int] = None
-            key = (traces[i], tools[i])
-            window = windows.get(key)
-            if window is None:
-                candidates = by_tool.get(key, nothing)
-            else:
-                rows, lows, reach = window
-                candidates = rows[bisect_left(reach, peer_submit) : bisect_right(lows, peer_end)]
-            for j in candidates:
-                if j in taken:
-                    continue
-                if ids[i] and ids[j] and ids[i] != ids[j]:
-                    continue
-                low, high = submits[j] - PEER_SLACK_NS, ends[j] + PEER_SLACK_NS
-                overlap = min(high, peer_end) - max(low, peer_submit)
-                if overlap < 0 or overlap * 2 < peer_end - peer_submit:
-                    continue
-                if best is None or (ends[j], j) < (ends[best], best):  # the first to end, then the first read
-                    best = j
-            if best is not None:
-                taken.add(best)
-                keep[i] = 0
-                self.data.peer_tool_spans_merged += 1
 
     def _dedupe_model_calls(self) -> None:
-        """A model span under a model span (a framework's call, and a client library's under it) is one call."""
+        """A model span under a model span (a framework's call, and a client library's under it) is one
+        call; so are the spans several instrumentations made of one call side by side (``peers``)."""
         data = self.data
         models = data.model_calls
         if not models:
             return
         keys = {call.trace_id << 64 | call.span_id for call in models}
-        kept = [
-            call
-            for call, parent in zip(models, self._model_parents)
-            if not parent or call.trace_id << 64 | parent not in keys
-        ]
+        kept, families, named = [], [], []
+        for call, parent, family, from_attribute in zip(
+            models, self._model_parents, self._model_families, self._model_named
+        ):
+            if not parent or call.trace_id << 64 | parent not in keys:
+                kept.append(call)
+                families.append(family)
+                named.append(from_attribute)
+        if len(set(families)) > 1:
+            kept = merge_model_calls(kept, families, named)
         data.duplicate_count += len(models) - len(kept)
         data.model_calls = kept
 

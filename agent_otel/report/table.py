@@ -243,11 +243,13 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
     parts = " + ".join(
         f"{label} {_sec1(turns[key])} s ({percent(turns[key] / total)})"
         for label, key in (
+            ("client CPU", "client_cpu_s"),
             ("model", "model_s"),
             ("tool queue", "tool_queue_s"),
             ("tool exec", "tool_exec_s"),
             ("other", "other_s"),
         )
+        if key != "client_cpu_s" or turns[key]  # shown where the client blocked its loop at all
     )
     summed = (
         f"{_sec1(turns['end_to_end_s'])} s summed over turns that ran at once (the run lasted {_sec1(wall)} s)"
