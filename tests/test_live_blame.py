@@ -354,10 +354,11 @@ def test_an_idle_stretch_is_counted_once_it_lasts_the_minimum_and_each_stretch_i
     engine.add_finished(calls)
     busy = {0, 4, 5, 14, 15}
     samples = [GpuSample("0", t0 + i * step, 1.0 if i in busy else 0.0) for i in range(16)]
-    blamed = []
+    blamed, settled = [], []
     for batch in (samples[:8], samples[8:10], samples[10:12], samples[12:]):
         update = engine.feed(batch)
         blamed.append(sum(update.idle.blocked_s.values()))
+        settled.append(len(update.settled))
     # The short stretch is never counted; the window is counted once it lasts
     # 0.5 s (what it accrued before at once), then as it comes.
     per_call = 1e-9  # each call in flight 1 ns, alone
@@ -366,7 +367,10 @@ def test_an_idle_stretch_is_counted_once_it_lasts_the_minimum_and_each_stretch_i
     assert blamed[3] == pytest.approx(2 * per_call)  # 1.1-1.3 s, and the window closes
     [closed] = update.closed
     assert closed.idle_s == pytest.approx(0.8)
-    assert sum(share.blocked_s for share in closed.attribution.shares) == pytest.approx(8 * per_call)
+    # Each call's share was handed out once, when final: none of the too-short stretch.
+    assert settled == [0, 0, 6, 2]
+    assert sum(share.blocked_s for share in closed.attribution.shares) == 0.0  # no call has a span to link
+    assert closed.linkable == 0
     # Each batch looked at the calls of its own stretches only (not at the
     # window's earlier ones again, nor at those of a fully used GPU).
     assert seen == [7, 2, 2, 2]
