@@ -209,20 +209,15 @@ class _OpenWindow:
         totals.unattributed_s[label] = totals.unattributed_s.get(label, 0.0) + self.unattributed_s
         _add_blocked(totals.blocked_s, label, self.blocked)
 
-    def settle(
-        self, settled: list[SettledShare], share_min_s: float, max_links: int, busy: frozenset = frozenset()
-    ) -> None:
+    def settle(self, settled: list[SettledShare], share_min_s: float, max_links: int) -> None:
         """Hand out the shares that can no longer grow: of calls that have
         ended (the original record, which the hot path finishes) no later
-        than the blame has reached, and that block no event loop past it
-        (``busy``: (trace id, span id) of blockers of blocks going on, or
-        ending after ``accrued_to``)."""
+        than the blame has reached. No later stretch can reach such a call
+        (the horizon gives only calls ending after a stretch's start; a
+        block it caused past its end is blamed on a stand-in for it, as
+        before: ``rule._cut_at_blocks``)."""
         to = self.accrued_to
-        final = [
-            key
-            for key, original in self.originals.items()
-            if 0 < original.end_ns <= to and (not busy or (original.trace_id, original.span_id) not in busy)
-        ]
+        final = [key for key, original in self.originals.items() if 0 < original.end_ns <= to]
         if final:
             self._hand_out(final, settled, share_min_s, max_links)
 
@@ -258,17 +253,6 @@ class _OpenWindow:
         out.sort(key=_CALL_SUBMIT)  # by submit, then start
         gpu, start = self.gpu, self.start_ns
         settled.extend(SettledShare(gpu, start, share) for share in out)
-
-
-def _busy_blockers(blocks: list[LoopBlock], after_ns: int) -> frozenset:
-    """(trace id, span id) of the calls blocking an event loop after ``after_ns``
-    (a block still going on, or ending later): the rule blames a blocker for
-    its whole block, past the call's own end."""
-    if not blocks:
-        return frozenset()
-    return frozenset(
-        block.blocker for block in blocks if block.blocker and (not block.end_ns or block.end_ns > after_ns)
-    )
 
 
 def _add_blocked(
@@ -353,7 +337,6 @@ class BlameEngine:
         self, step, in_flight: Iterable[ToolCall], blocks: Iterable[LoopBlock], *, flushing: bool
     ) -> BlameUpdate:
         update = BlameUpdate()
-        blocks = list(blocks)
         closed = list(step.windows)
         if flushing:
             closed += self.detector.flush()
@@ -398,7 +381,7 @@ class BlameEngine:
             if not current.counted and self.detector.open_window(gpu) is not None:
                 current.count(update.idle)  # it has lasted the minimum idle time
             if current.counted:
-                current.settle(settled, share_min_s, max_links, _busy_blockers(blocks, current.accrued_to))
+                current.settle(settled, share_min_s, max_links)
         self.horizon.keep_from(self._needed_from())
         return update
 
