@@ -14,15 +14,25 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 import random
+import tracemalloc
 from dataclasses import dataclass
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from agent_otel.attribution import attribute
 from agent_otel.attribution.engine import BlameEngine
+from agent_otel.attribution.live import LiveTimeline
 from agent_otel.attribution.rule import CallShare
+from agent_otel.attribution.service import PoolTimeline
+from agent_otel.exporters.prometheus import Metrics
+from agent_otel.gpu.simulated import SimulatedGpu
+from agent_otel.pipeline import Pipeline
 from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, LoopBlock, ToolCall
+from tests.helpers.nvml_driver import VirtualClock
 
 PERIOD_NS = NS_PER_S // 6
 POLL_NS = NS_PER_S // 2
@@ -210,3 +220,139 @@ def test_with_a_blocked_event_loop_the_shares_handed_out_add_up_to_the_rule_per_
         got[item.share.call.span_id] += item.share.blocked_s
     assert got == pytest.approx({share.call.span_id: share.blocked_s for share in expected.shares}, abs=1e-9)
     assert got[1] == pytest.approx(1.5, abs=1e-9)  # the whole block (10.0-11.5 s), alone
+
+
+# ---------------------------------------------------------------- the soak, on a virtual clock
+
+
+class CountingExporter(SpanExporter):
+    """Spans counted and let go (an in-memory exporter would be the growth)."""
+
+    def __init__(self) -> None:
+        self.names: collections.Counter = collections.Counter()
+
+    def export(self, spans) -> SpanExportResult:
+        for span in spans:
+            self.names[(span.name, span.parent is None)] += 1
+        return SpanExportResult.SUCCESS
+
+
+class HotPathTables:
+    """The recorder's tables the live timeline reads (as tests/test_live_blame.py's FakeRecorder)."""
+
+    def __init__(self) -> None:
+        self.inflight: dict[int, ToolCall] = {}
+        self.finished: collections.deque = collections.deque()
+        self.spans: collections.deque = collections.deque()
+
+
+def traced_mb() -> float:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0] / 1e6
+
+
+SOAK_S = 600  # virtual seconds with the GPU idle throughout
+RATE = 200  # calls a second
+
+
+@pytest.mark.slow
+def test_an_agent_on_an_idle_gpu_holds_no_more_memory_after_ten_minutes_than_after_one():
+    # The real LiveTimeline, polled every 0.5 s of a virtual clock, as the
+    # idle-agent soak of bench/reliability.py runs it in real time: 200 calls
+    # a second of 60 ms each (12 in flight), through the recorder's tables and
+    # the pipeline, the simulated GPU idle from start to end.
+    clock = VirtualClock()
+    exporter = CountingExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tables = HotPathTables()
+    metrics = Metrics()
+    timeline = LiveTimeline(
+        SimulatedGpu([], clock=clock),
+        tracer=provider.get_tracer("soak"),
+        metrics=metrics,
+        recorder=tables,
+        pipeline=Pipeline(tables, None, metrics),  # type: ignore[arg-type]  # the tables it reads
+        share_min_s=0.001,  # every share a child span: the spans leave as they are made
+    )
+    origin = clock()
+    running: collections.deque = collections.deque()
+    serial = 0
+    readings = {}
+    tracemalloc.start()
+    try:
+        for poll in range(1, SOAK_S * 2 + 1):
+            now = origin + poll * POLL_NS
+            for k in range(RATE // 2):  # the calls submitted in this half second
+                serial += 1
+                submit = now - POLL_NS + k * POLL_NS // (RATE // 2)
+                call = ToolCall("search", "direct", submit, submit, trace_id=serial, span_id=serial)
+                tables.inflight[id(call)] = call
+                running.append(call)
+            while running and running[0].submit_ns + 60_000_000 <= now:
+                call = running.popleft()
+                call.end_ns = call.submit_ns + 60_000_000
+                tables.finished.append(call)
+                del tables.inflight[id(call)]
+            clock.advance_to(now)
+            timeline.on_samples(timeline.source.poll())
+            if poll % 120 == 0:  # every minute
+                readings[poll // 120] = traced_mb()
+    finally:
+        tracemalloc.stop()
+    growth = max(readings.values()) - readings[1]
+    assert growth < 3.0, f"traced MB by minute: {readings}"
+    idle_s = metrics.registry.get_sample_value("agent_gpu_idle_seconds_total", {"gpu": "0"})
+    assert idle_s == pytest.approx(SOAK_S, abs=1.0)  # one window, open from start to end
+    assert exporter.names[("gpu.idle", False)] > 0.9 * serial  # a child span per call, as it settled
+
+
+@pytest.mark.slow
+def test_a_blame_service_on_an_idle_gpu_holds_no_more_memory_after_ten_minutes_than_after_two():
+    # The real PoolTimeline (watermark 30 s), polled every 0.5 s of a virtual
+    # clock: 200 tool spans a second arriving 1 s after their call ended, as
+    # the idle-service soak of bench/reliability.py sends them in real time.
+    clock = VirtualClock()
+    rng = random.Random(1)
+    metrics = Metrics()
+    timeline = PoolTimeline(
+        SimulatedGpu([], clock=clock),
+        pool="vllm-a:8000",
+        watermark_s=30.0,
+        tracer=TracerProvider().get_tracer("soak"),  # no processor: spans made and let go
+        metrics=metrics,
+        clock=clock,
+    )
+    origin = clock()
+    serial = 0
+    readings = {}
+    tracemalloc.start()
+    try:
+        for poll in range(1, SOAK_S * 2 + 1):
+            now = origin + poll * POLL_NS
+            calls = []
+            for _ in range(RATE // 2):  # ended 1-1.5 s ago, lasted 0.05-1 s
+                serial += 1
+                end = now - NS_PER_S - rng.randrange(POLL_NS)
+                submit = end - rng.randrange(50_000_000, NS_PER_S)
+                calls.append(
+                    ToolCall(
+                        "search", "direct", submit, submit, end, trace_id=serial, span_id=serial, pool="vllm-a:8000"
+                    )
+                )
+            clock.advance_to(now)
+            intake = timeline.add_calls(calls)
+            assert intake.accepted == len(calls) and not intake.late
+            released = timeline.source.poll()
+            if released:
+                timeline.on_samples(released)
+            if poll % 120 == 0:
+                readings[poll // 120] = traced_mb()
+    finally:
+        tracemalloc.stop()
+    growth = max(readings.values()) - readings[2]
+    assert growth < 3.0, f"traced MB by minute: {readings}"
+    assert timeline.engine.horizon.dropped == 0
+    assert metrics.registry.get_sample_value("agent_gpu_idle_seconds_total", {"gpu": "0"}) == pytest.approx(
+        SOAK_S - 30, abs=1.0
+    )  # blamed a watermark behind
