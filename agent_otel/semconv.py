@@ -505,7 +505,7 @@ METRICS: Final[dict[str, MetricSpec]] = {
             METRIC_BLAME_CALLS_DROPPED,
             COUNTER,
             (),
-            "Finished tool calls dropped to stay within the memory bound.",
+            "Finished tool calls dropped to stay within the memory bound before they were blamed in full.",
             blame_service=True,
         ),
         MetricSpec(
