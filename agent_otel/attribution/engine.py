@@ -126,6 +126,26 @@ class BlameUpdate:
     settled: list[SettledShare] = field(default_factory=list)
 
 
+class WholeWindows:
+    """Each closed window with every call's share, gathered from the updates
+    (``add`` returns the windows an update closed). For checks and
+    benchmarks: it holds a window's shares until the window closes, which
+    the engine does not."""
+
+    def __init__(self) -> None:
+        self._settling: dict[tuple[str, int], list[CallShare]] = {}
+
+    def add(self, update: BlameUpdate) -> list[WindowAttribution]:
+        for gpu, start_ns, share in update.settled:
+            self._settling.setdefault((gpu, start_ns), []).append(share)
+        whole = []
+        for closed in update.closed:
+            window = closed.attribution.window
+            shares = self._settling.pop((window.gpu, window.start_ns), [])
+            whole.append(WindowAttribution(window, shares, closed.attribution.unattributed_s))
+        return whole
+
+
 _CALL_SUBMIT, _CALL_START = attrgetter("call.submit_ns"), attrgetter("call.start_ns")
 
 
