@@ -300,6 +300,7 @@ def test_an_agent_on_an_idle_gpu_holds_no_more_memory_after_ten_minutes_than_aft
                 readings[poll // 120] = traced_mb()
     finally:
         tracemalloc.stop()
+    print(f"traced MB by minute: {readings}")  # for docs/performance.md (pytest -s)
     growth = max(readings.values()) - readings[1]
     assert growth < 3.0, f"traced MB by minute: {readings}"
     idle_s = metrics.registry.get_sample_value("agent_gpu_idle_seconds_total", {"gpu": "0"})
@@ -350,6 +351,7 @@ def test_a_blame_service_on_an_idle_gpu_holds_no_more_memory_after_ten_minutes_t
                 readings[poll // 120] = traced_mb()
     finally:
         tracemalloc.stop()
+    print(f"traced MB by minute: {readings}")  # for docs/performance.md (pytest -s)
     growth = max(readings.values()) - readings[2]
     assert growth < 3.0, f"traced MB by minute: {readings}"
     assert timeline.engine.horizon.dropped == 0
