@@ -192,10 +192,7 @@ class _OpenWindow:
         self.gpu = gpu  # IdleWindow.gpu
 
     def add(
-        self,
-        result: WindowAttribution,
-        blocked: dict[tuple[str, str], float],
-        originals: dict[int, ToolCall],
+        self, result: WindowAttribution, blocked: dict[tuple[str, str], float], originals: dict[int, ToolCall]
     ) -> None:
         """A stretch's blame (``blocked``: its shares summed by tool and phase)."""
         self.unattributed_s += result.unattributed_s
