@@ -17,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from agent_otel.attribution.service import DEFAULT_WATERMARK_S, PoolTimeline
+from agent_otel.attribution.service import DEFAULT_WATERMARK_S, Intake, PoolTimeline
 from agent_otel.clock import now_ns
-from agent_otel.config import Settings
+from agent_otel.config import DEFAULTS, SETTINGS, Settings
 from agent_otel.errors import ConfigError
 from agent_otel.exporters.prometheus import BlameServiceMetrics
 from agent_otel.gpu.sources import open_gpu_source
@@ -31,9 +31,54 @@ from agent_otel.instrumentation import Instrumentation, declared_gpu_pool, start
 from agent_otel.receiver.decode import tool_calls
 from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
 from agent_otel.receiver.server import OtlpReceiver, Outcome
+from agent_otel.problems import Problems
 from agent_otel.records import NS_PER_S
+from agent_otel.semconv import METRIC_LATE_SPANS
 
 logger = logging.getLogger("agent_otel.blame_service")
+EXPORT_INTERVAL_VARIABLE = SETTINGS["export_interval"].declaration.env[0]
+
+
+class LateSpans:
+    """Says that tool spans arrive late: one line naming the likely cause and
+    the setting to change, then at most one a minute with how many since."""
+
+    def __init__(self, pool: str, watermark_s: float, clock: Callable[[], float] = time.monotonic):
+        self.pool = pool
+        self.watermark_s = watermark_s
+        self._problems = Problems(logger, clock=clock)
+
+    def report(self, intake: Intake) -> None:
+        if intake.late_example is None:
+            return
+        tool, lasted_s, delay_s = intake.late_example
+        # Late: it began more than the watermark before it arrived (lasted + delay).
+        exported_late = delay_s >= lasted_s
+        if exported_late:
+            cause = (
+                f"likely cause: the agents' export interval (export_interval, {EXPORT_INTERVAL_VARIABLE}: "
+                f"{DEFAULTS.export_interval:g} s by default) plus the Collector's batching is longer than the "
+                "watermark: raise --watermark well above it, or make the agents export sooner"
+            )
+        else:
+            cause = (
+                "likely cause: tool calls that last longer than the watermark (less their export delay): "
+                "raise --watermark to blame calls that long in full"
+            )
+        self._problems.report(
+            ("late", exported_late),
+            "agent-otel: tool spans arrive late at the blame service of GPU pool %r (e.g. %r, %.1f s long, "
+            "received %.1f s after it ended; watermark %g s): their GPU time before the blame reached them "
+            "stays unblamed (counted in %s); %s",
+            self.pool,
+            tool,
+            lasted_s,
+            delay_s,
+            self.watermark_s,
+            METRIC_LATE_SPANS,
+            cause,
+            count=sum(intake.late.values()),
+        )
 
 
 class BlameService:
@@ -57,6 +102,7 @@ class BlameService:
             max_request_bytes=max_request_bytes,
             on_refused=self._refused_request,
         )
+        self._late = LateSpans(timeline.pool, timeline.watermark_ns / NS_PER_S)
 
     def start(self) -> None:
         self.receiver.start()
@@ -83,6 +129,7 @@ class BlameService:
             metrics.refused_spans.labels(reason).inc(count)
         for tool, count in intake.late.items():
             metrics.late_spans(tool, count)
+        self._late.report(intake)
         examples = {**decoded.examples, **intake.examples}
         rejected = sum(refused.values())
         message = (
@@ -184,4 +231,4 @@ def _pool_service(
     return service
 
 
-__all__ = ["BlameService", "start_blame_service"]
+__all__ = ["BlameService", "LateSpans", "start_blame_service"]

@@ -80,7 +80,9 @@ class Settings:
     )
     otlp_endpoint: Optional[str] = setting(
         None,
-        "where OTLP sends traces (gRPC: `host:4317`; HTTP: the full `.../v1/traces` URL); "
+        "where OTLP sends traces (gRPC: `http://host:4317` for a receiver without TLS, such as the "
+        "Collector and blame service as shipped, `https://host:4317` for TLS; a bare `host:4317` means TLS "
+        "([endpoints](docs/telemetry.md#otlp-endpoints)); HTTP: the full `.../v1/traces` URL); "
         "`OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL) is read by the exporter as usual",
         env=("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",),
         shown_default="the SDK's (localhost)",

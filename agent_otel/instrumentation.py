@@ -348,6 +348,7 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
             interval_s=settings.export_interval,
             losses=handle.losses,
             sink=_sink_name(exporter, settings),
+            advice=sinks.grpc_tls_advice(settings) if isinstance(exporter, DeferredExporter) else None,
         )
         provider.add_span_processor(processor)
         handle.span_processors.append(processor)

@@ -41,8 +41,9 @@ class Problems:
         self._lock = threading.Lock()
         forks.after_fork_in_child(self.reinit_after_fork)
 
-    def report(self, key: Hashable, message: str, *args: object) -> bool:
-        """Note one occurrence of ``key``; log ``message % args`` if it is due. Returns whether it logged."""
+    def report(self, key: Hashable, message: str, *args: object, count: int = 1) -> bool:
+        """Note ``count`` occurrences of ``key``; log ``message % args`` if it is due (the repeat line
+        counts occurrences). Returns whether it logged."""
         now = self._clock()
         with self._lock:
             state = self._seen.get(key)
@@ -51,10 +52,10 @@ class Problems:
                     key = ("too many kinds of problem",)
                     state = self._seen.get(key)
                 if state is None:
-                    self._seen[key] = [now, 0]
+                    self._seen[key] = [now, 0]  # the line about to be logged covers these
                     repeats = -1
             if state is not None:
-                state[1] += 1
+                state[1] += count
                 if now - state[0] < self._interval_s:
                     return False
                 repeats, since = state[1], now - state[0]

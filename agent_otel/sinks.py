@@ -32,7 +32,7 @@ import re
 import socket
 import time
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 logger = logging.getLogger("agent_otel")
 
@@ -79,6 +79,58 @@ def plan(settings, environ: Optional[Mapping[str, str]] = None) -> Plan:
             tempfile.gettempdir(),
         )
     return Plan((), default_file=path, reason=reason)
+
+
+# What gRPC says when the other side of a TLS connection does not speak TLS
+# ("Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: ...
+# WRONG_VERSION_NUMBER" against a plain-text receiver).
+_TLS_FAILURE = re.compile(r"handshake failed|WRONG_VERSION_NUMBER|SSL_ERROR|TSI_PROTOCOL_FAILURE", re.IGNORECASE)
+
+
+def grpc_tls_advice(settings, environ: Optional[Mapping[str, str]] = None) -> Optional[Callable[[str], str]]:
+    """When the OTLP/gRPC exporter will open TLS: what to add to an export
+    failure that is a failed TLS handshake (how to write the endpoint); None
+    when it speaks plain text or the protocol is HTTP.
+
+    The exporter decides as OpenTelemetry says: ``http://`` is plain text;
+    ``https://`` and an endpoint without a scheme (``host:4317``) are TLS
+    unless ``OTEL_EXPORTER_OTLP_TRACES_INSECURE``/``OTEL_EXPORTER_OTLP_INSECURE``
+    is true. A plain-text receiver (the blame service, a Collector as
+    shipped) then fails every export in the handshake.
+    """
+    environ = os.environ if environ is None else environ
+    if settings.otlp_protocol != "grpc":
+        return None
+    endpoint = (
+        settings.otlp_endpoint
+        or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+        or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+        or "http://localhost:4317"
+    )
+    scheme, _, rest = endpoint.partition("://")
+    if not rest:
+        scheme, rest = "", endpoint
+    if scheme.lower() == "http":
+        return None
+    if scheme.lower() != "https":
+        for name in ("OTEL_EXPORTER_OTLP_TRACES_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE"):
+            value = environ.get(name)
+            if value is not None:
+                if value.strip().lower() == "true":
+                    return None
+                break
+    address = rest.split("/", 1)[0]
+    how = "https:// means TLS" if scheme.lower() == "https" else "an endpoint without http:// means TLS"
+    advice = (
+        f"; the TLS handshake with {address} failed: the receiver speaks plain text? For gRPC, {how}: "
+        f"write http://{address} for a receiver without TLS (the blame service, a Collector as shipped), "
+        f"or keep TLS and give the receiver a certificate"
+    )
+
+    def advise(failure: str) -> str:
+        return advice if _TLS_FAILURE.search(failure) else ""
+
+    return advise
 
 
 def collector_answers(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:

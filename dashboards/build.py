@@ -21,13 +21,15 @@ from pathlib import Path
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from agent_otel.errors import AgentOtelError
-from dashboards import executors, latency, pools, rules, tools_gpu
+from dashboards import executors, kubernetes, latency, pools, rules, tools_gpu
 from agent_otel.slo import Slo, Slos
 from dashboards.slo import DEFAULT_OBJECTIVE, DEFAULT_THRESHOLD_S, LatencySLO, ToolSLOs
 
 HERE = Path(__file__).resolve().parent
 JSON_DIR = HERE / "json"
 RULES_FILE = HERE / "rules" / "agent-otel-rules.yml"
+# The Kubernetes base: the same rules and dashboards as Prometheus Operator and Grafana sidecar objects.
+KUBERNETES_DIR = HERE.parent / "deploy" / "kubernetes" / "base"
 
 
 def dashboard_json(dashboard) -> str:
@@ -37,12 +39,17 @@ def dashboard_json(dashboard) -> str:
 def artefacts(slo: LatencySLO | ToolSLOs, runbook_base: str = rules.DEFAULT_RUNBOOK_BASE) -> dict[Path, str]:
     """Every generated file, by path, with its exact text."""
     default = slo.default if isinstance(slo, ToolSLOs) else slo
+    dashboards = {
+        "agent-tools-vs-gpu.json": dashboard_json(tools_gpu.build()),
+        "tool-latency-and-slos.json": dashboard_json(latency.build(default)),
+        "executors.json": dashboard_json(executors.build()),
+        "gpu-pools.json": dashboard_json(pools.build()),
+    }
     return {
-        JSON_DIR / "agent-tools-vs-gpu.json": dashboard_json(tools_gpu.build()),
-        JSON_DIR / "tool-latency-and-slos.json": dashboard_json(latency.build(default)),
-        JSON_DIR / "executors.json": dashboard_json(executors.build()),
-        JSON_DIR / "gpu-pools.json": dashboard_json(pools.build()),
+        **{JSON_DIR / name: text for name, text in dashboards.items()},
         RULES_FILE: rules.render(slo, runbook_base),
+        KUBERNETES_DIR / "prometheus-rule.yaml": kubernetes.prometheus_rule(slo, runbook_base),
+        KUBERNETES_DIR / "grafana-dashboards.yaml": kubernetes.dashboard_config_maps(dashboards),
     }
 
 

@@ -177,9 +177,12 @@ class BatchSpanProcessor(SpanProcessor):
         losses: Optional[SpanLosses] = None,
         sink: Optional[str] = None,
         name: str = "agent-otel-span-export",
+        advice: Optional[Callable[[str], str]] = None,
     ):
         self.exporter = exporter
         self.sink = sink or type(exporter).__name__
+        # What to add to the failure line, given its text (how to fix it), if anything.
+        self._advice = advice
         self._max_queue_size = max_queue_size
         # Past three quarters of the queue, derived spans are dropped: the
         # rest is kept for tool spans (see _crowded).
@@ -358,6 +361,8 @@ class BatchSpanProcessor(SpanProcessor):
         self._retry_at = time.monotonic() + self._retry_delay_s
         if failure is None:
             failure = _what_failed(held)
+        if self._advice is not None:
+            failure += self._advice(failure)
         # Once shutdown has begun nothing tries again (an abandoned thread's last export included).
         then = "not trying again (shut down)" if self._stopping else "trying again with back-off"
         self._problems.report(

@@ -50,7 +50,7 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 from agent_otel.attribution.live import LiveTimeline
 from agent_otel.config import DEFAULTS
@@ -138,6 +138,8 @@ class Intake:
     refused: collections.Counter = field(default_factory=collections.Counter)
     late: collections.Counter = field(default_factory=collections.Counter)  # tool -> late spans
     examples: dict[str, str] = field(default_factory=dict)  # reason -> one message
+    # The latest late call: (tool, seconds it lasted, seconds from its end to its arrival).
+    late_example: Optional[tuple[str, float, float]] = None
 
 
 class PoolTimeline(LiveTimeline):
@@ -212,6 +214,11 @@ class PoolTimeline(LiveTimeline):
                 intake.accepted += 1
                 if call.submit_ns < frontier:
                     intake.late[call.tool] += 1
+                    intake.late_example = (
+                        call.tool,
+                        (call.end_ns - call.submit_ns) / NS_PER_S,
+                        max(0, now - call.end_ns) / NS_PER_S,
+                    )
                 if call.end_ns <= frontier:
                     continue  # wholly before the frontier: nothing of it can still be blamed
                 call.pool = ""  # the engine's pool (see __init__)
