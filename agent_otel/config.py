@@ -232,7 +232,7 @@ class Settings:
     )
     attribution_horizon: float = setting(
         120.0,
-        "seconds of finished tool calls kept for live attribution",
+        "how long finished tool calls wait for GPU samples that lag behind (calls already blamed go at once)",
         env=("AGENT_OTEL_ATTRIBUTION_HORIZON",),
         low=1,
         high=86400,
