@@ -50,10 +50,11 @@ COMMON = r"""
 import http.server, json, os, signal, sys, threading, time
 import agent_otel
 
-def rss_mb():
-    with open("/proc/self/status") as status:
+def rss_mb(pid="self", field="VmRSS"):
+    # RssAnon: the heap alone, without the shared libraries' pages as they are touched (RssFile)
+    with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -125,8 +126,8 @@ while True:
     shares = sum(len(window.shares) for window in list(engine._open.values()))
     rss = round(rss_mb(), 1)
     samples.append((round(t, 1), rss))
-    progress(t=round(t), rss_mb=rss, calls=sum(calls), shares_held=shares, horizon_calls=len(engine.horizon),
-             open_windows=len(engine.open_windows()))
+    progress(t=round(t), rss_mb=rss, anon_mb=round(rss_mb(field="RssAnon"), 1), calls=sum(calls),
+             shares_held=shares, horizon_calls=len(engine.horizon), open_windows=len(engine.open_windows()))
     if t >= seconds:
         break
     time.sleep(min(ARGS["every"], max(0.0, seconds - t)))
@@ -147,13 +148,6 @@ sys.path.insert(0, ARGS["repo"])
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from bench.blame_service import GRPC_SERVICE, request_of, start_service
-
-def rss_of(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 def scrape(url):
     values = {}
@@ -180,10 +174,11 @@ try:
             now = time.monotonic()
             t = now - started
             if now >= next_sample:
-                rss = round(rss_of(process.pid), 1)
+                rss = round(rss_mb(process.pid), 1)
                 samples.append((round(t, 1), rss))
                 figures = scrape(metrics_url)
-                progress(t=round(t), rss_mb=rss, sent=sent, held=figures.get("agent_otel_blame_calls"),
+                progress(t=round(t), rss_mb=rss, anon_mb=round(rss_mb(process.pid, "RssAnon"), 1), sent=sent,
+                         held=figures.get("agent_otel_blame_calls"),
                          dropped=figures.get("agent_otel_blame_calls_dropped_total"),
                          late=figures.get("agent_otel_late_spans_total"),
                          idle_s=figures.get("agent_gpu_idle_seconds_total"))
