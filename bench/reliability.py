@@ -82,13 +82,16 @@ def progress(**figures):
 
 def soak_figures(samples, first_s=60.0):
     # RSS growth after the first minute: from the last sample at or before
-    # first_s to the largest and to the last sample after it.
-    base = [rss for t, rss in samples if t <= first_s]
-    after = [rss for t, rss in samples if t > first_s]
+    # first_s to the largest and to the last sample after it; and the same of RssAnon.
+    base = [s for s in samples if s[0] <= first_s]
+    after = [s for s in samples if s[0] > first_s]
     if not base or not after:
         return {}
-    return {"rss_at_first_s": base[-1], "rss_max_after": max(after), "rss_last": after[-1],
-            "growth_max_mb": round(max(after) - base[-1], 1), "growth_last_mb": round(after[-1] - base[-1], 1)}
+    rss = [s[1] for s in after]
+    anon = [s[2] for s in after]
+    return {"rss_at_first_s": base[-1][1], "rss_max_after": max(rss), "rss_last": rss[-1],
+            "growth_max_mb": round(max(rss) - base[-1][1], 1), "growth_last_mb": round(rss[-1] - base[-1][1], 1),
+            "anon_growth_max_mb": round(max(anon) - base[-1][2], 1)}
 """
 
 IDLE_AGENT = r"""
@@ -125,8 +128,9 @@ while True:
     t = time.monotonic() - started
     shares = sum(len(window.shares) for window in list(engine._open.values()))
     rss = round(rss_mb(), 1)
-    samples.append((round(t, 1), rss))
-    progress(t=round(t), rss_mb=rss, anon_mb=round(rss_mb(field="RssAnon"), 1), calls=sum(calls),
+    anon = round(rss_mb(field="RssAnon"), 1)
+    samples.append((round(t, 1), rss, anon))
+    progress(t=round(t), rss_mb=rss, anon_mb=anon, calls=sum(calls),
              shares_held=shares, horizon_calls=len(engine.horizon), open_windows=len(engine.open_windows()))
     if t >= seconds:
         break
@@ -175,9 +179,10 @@ try:
             t = now - started
             if now >= next_sample:
                 rss = round(rss_mb(process.pid), 1)
-                samples.append((round(t, 1), rss))
+                anon = round(rss_mb(process.pid, "RssAnon"), 1)
+                samples.append((round(t, 1), rss, anon))
                 figures = scrape(metrics_url)
-                progress(t=round(t), rss_mb=rss, anon_mb=round(rss_mb(process.pid, "RssAnon"), 1), sent=sent,
+                progress(t=round(t), rss_mb=rss, anon_mb=anon, sent=sent,
                          held=figures.get("agent_otel_blame_calls"),
                          dropped=figures.get("agent_otel_blame_calls_dropped_total"),
                          late=figures.get("agent_otel_late_spans_total"),
@@ -474,13 +479,14 @@ def idle_summary(name: str, figures: dict) -> str:
         else f"{figures['spans']:,} spans sent ({figures['spans_per_s']:,}/s), {figures['refused']} refused, "
         f"held at the end {figures['held']:,.0f}, dropped {figures['dropped']:,.0f}"
     )
-    rss = [round(value) for _, value in figures["samples"]]
+    rss = [round(sample[1]) for sample in figures["samples"]]
     step = max(1, len(rss) // 20)
     return (
         f"{figures['seconds']} s with the GPU idle throughout ({figures['idle_s'] or 0:.0f} s idle counted): {what}\n"
         f"RSS MB: at 60 s {figures.get('rss_at_first_s')}, max after {figures.get('rss_max_after')}, "
         f"last {figures.get('rss_last')}: growth after the first minute {figures.get('growth_max_mb')} MB "
-        f"(max), {figures.get('growth_last_mb')} MB (last)\n"
+        f"(max), {figures.get('growth_last_mb')} MB (last); of the heap alone (RssAnon) "
+        f"{figures.get('anon_growth_max_mb')} MB (max)\n"
         f"RSS MB over the run: {' '.join(map(str, rss[::step]))}"
     )
 
