@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Optional
 
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
@@ -39,6 +40,36 @@ class AppendFile:
         except OSError:
             return  # keep writing through the inherited one
         os.close(old)
+
+    def moved(self) -> Optional[str]:
+        """``"deleted"`` or ``"replaced"`` when ``path`` no longer names the file
+        being written (removed, or renamed away and another put in its place:
+        a log rotation), so that lines written now would be lost to readers of
+        ``path``; None while it does (or when that cannot be told)."""
+        if self._fd < 0:
+            return None
+        try:
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            return "deleted"
+        except OSError:
+            return None
+        try:
+            own = os.fstat(self._fd)
+        except OSError:
+            return None
+        return None if (named.st_dev, named.st_ino) == (own.st_dev, own.st_ino) else "replaced"
+
+    def open_again(self) -> None:
+        """Open ``path`` anew (created if missing) and write there from now on;
+        raises ``OSError`` (and keeps the open file) when it cannot be opened."""
+        fd = os.open(self.path, _FLAGS, 0o644)
+        old, self._fd = self._fd, fd
+        if old >= 0:
+            os.close(old)
+
+    def fileno(self) -> int:
+        return self._fd
 
     @property
     def closed(self) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import resource
 import time
 from typing import Callable, Optional
 
@@ -30,7 +31,8 @@ from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.instrumentation import Instrumentation, declared_gpu_pool, start
 from agent_otel.receiver.decode import tool_calls
 from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
-from agent_otel.receiver.server import OtlpReceiver, Outcome
+from agent_otel.receiver.server import DEFAULT_LIMITS, Limits, OtlpReceiver, Outcome
+from agent_otel.prices import parse_prices
 from agent_otel.problems import Problems
 from agent_otel.records import NS_PER_S
 from agent_otel.semconv import METRIC_LATE_SPANS
@@ -92,6 +94,7 @@ class BlameService:
         grpc_endpoint: Optional[str],
         http_endpoint: Optional[str],
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        limits: Limits = DEFAULT_LIMITS,
     ):
         self.timeline = timeline
         self.metrics = metrics
@@ -100,6 +103,7 @@ class BlameService:
             grpc_endpoint=grpc_endpoint,
             http_endpoint=http_endpoint,
             max_request_bytes=max_request_bytes,
+            limits=limits,
             on_refused=self._refused_request,
         )
         self._late = LateSpans(timeline.pool, timeline.watermark_ns / NS_PER_S)
@@ -119,11 +123,13 @@ class BlameService:
         arrived = now_ns()
         decoded = tool_calls(request)
         metrics = self.metrics
-        metrics.received.labels(transport).inc(len(decoded.calls) + decoded.duplicates + sum(decoded.refused.values()))
+        metrics.received.labels(transport).inc(
+            len(decoded.calls) + len(decoded.models) + decoded.duplicates + sum(decoded.refused.values())
+        )
         for call in decoded.calls:
             # Before its end by this host's clock: the sender's clock is ahead (le="0").
             metrics.delay.observe(max(0.0, (arrived - call.end_ns) / NS_PER_S))
-        intake = self.timeline.add_calls(decoded.calls)
+        intake = self.timeline.add_calls(decoded.calls, decoded.models)
         refused = decoded.refused + intake.refused
         for reason, count in refused.items():
             metrics.refused_spans.labels(reason).inc(count)
@@ -193,7 +199,11 @@ def _pool_service(
     http_endpoint: Optional[str],
     max_request_bytes: int,
 ) -> Optional[BlameService]:
-    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None)
+    source = open_gpu_source(
+        settings.gpu,
+        list(settings.gpu_devices) if settings.gpu_devices else None,
+        model_server=settings.model_server_metrics,
+    )
     if source is None or not source.devices():
         for reason, count in getattr(source, "errors", {}).items():
             handle.metrics.gpu_errors.labels(reason).inc(count)
@@ -213,6 +223,8 @@ def _pool_service(
         log_path=settings.gpu_log_file,
         share_min_s=settings.gpu_idle_share_min,
         children=settings.gpu_idle_children,
+        prices=parse_prices(settings.gpu_hour_price),
+        price_pool=pool,
         clock=now_ns,
     )
     metrics = BlameServiceMetrics(
@@ -222,8 +234,15 @@ def _pool_service(
         dropped_calls=lambda: timeline.engine.horizon.dropped,
         lag_s=timeline.lag_s,
     )
+    limits = limits_of(settings)
+    _allow_files(2 * limits.max_connections + 256)
     service = BlameService(
-        timeline, metrics, grpc_endpoint=grpc_endpoint, http_endpoint=http_endpoint, max_request_bytes=max_request_bytes
+        timeline,
+        metrics,
+        grpc_endpoint=grpc_endpoint,
+        http_endpoint=http_endpoint,
+        max_request_bytes=max_request_bytes,
+        limits=limits,
     )
     service.start()
     handle.background.append(service)
@@ -231,4 +250,27 @@ def _pool_service(
     return service
 
 
-__all__ = ["BlameService", "LateSpans", "start_blame_service"]
+def limits_of(settings: Settings) -> Limits:
+    """The receivers' limits, from the settings."""
+    return Limits(
+        request_timeout_s=settings.blame_request_timeout,
+        idle_timeout_s=settings.blame_idle_timeout,
+        max_connections=settings.blame_max_connections,
+        max_rpcs=settings.blame_max_rpcs,
+        memory_bytes=settings.blame_memory_limit,
+    )
+
+
+def _allow_files(wanted: int) -> None:
+    """Raise this process's open-file limit towards ``wanted`` (within the hard
+    limit): each connection is a file, and past the limit accepting fails."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError) as exc:
+        logger.info("blame service: could not raise the open-file limit to %d (%s)", wanted, exc)
+
+
+__all__ = ["BlameService", "LateSpans", "limits_of", "start_blame_service"]

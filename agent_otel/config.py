@@ -15,7 +15,8 @@ this module reads only the ones that decide what ``instrument()`` sets up,
 and validates them so a typo fails at start-up, not silently.
 
 Importing this module loads nothing else of the toolkit (only
-``agent_otel.errors``), so the dashboards and the GPU modules may use it.
+``agent_otel.errors`` and ``agent_otel.prices``, which loads only the
+errors), so the dashboards and the GPU modules may use it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Union, get_args, get_origin, get_type_hints
 
+from agent_otel import prices
 from agent_otel.errors import AgentOtelError, ConfigError
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -49,6 +51,8 @@ class Declaration:
     choices: tuple[str, ...] = ()  # the values a text or list setting may take
     if_empty: Any = ()  # the value of a list setting given as an empty list (_KEEP_DEFAULT: its default)
     shown_default: Optional[str] = None  # the README's default, when the value alone does not say it
+    # A text setting's own check: what was expected when the text is wrong, else None.
+    check: Optional[Callable[[str], Optional[str]]] = None
 
 
 def setting(default: Any, help: str, **declaration: Any) -> Any:
@@ -56,7 +60,7 @@ def setting(default: Any, help: str, **declaration: Any) -> Any:
     return field(default=default, metadata={_KEY: Declaration(help, **declaration)})
 
 
-GPU_SOURCES = ("auto", "nvml", "simulated", REPLAY_PREFIX + "PATH", "off")
+GPU_SOURCES = ("auto", "nvml", "simulated", REPLAY_PREFIX + "PATH", "model_server", "off")
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,8 @@ class Settings:
     )
     gpu: str = setting(
         "auto",
-        "`auto` (NVML if a GPU is found, else off), `nvml`, `simulated`, `replay:PATH`, `off`",
+        "`auto` (NVML if a GPU is found, else the model server's metrics if `model_server_metrics` names them, "
+        "else off), `nvml`, `simulated`, `replay:PATH`, `model_server` (its metrics alone), `off`",
         env=("AGENT_OTEL_GPU",),
         choices=GPU_SOURCES,
     )
@@ -230,9 +235,25 @@ class Settings:
         "chose, beside it (`<that file>-gpu.csv`, up to 100 MB)",
         env=("AGENT_OTEL_GPU_LOG",),
     )
+    model_server_metrics: Optional[str] = setting(
+        None,
+        "a serving engine's Prometheus endpoint (vLLM, SGLang, TGI), e.g. `http://vllm-a.internal:8000/metrics`: "
+        "read every `gpu_poll_interval` beside the GPU source (its queue and KV cache on the timeline), or "
+        "alone as the GPU signal when `gpu` is `auto` and finds no GPU "
+        "([docs/model-servers.md](docs/model-servers.md))",
+        env=("AGENT_OTEL_MODEL_SERVER_METRICS",),
+    )
+    gpu_hour_price: Optional[str] = setting(
+        None,
+        "what a GPU-hour costs, to show blamed idle time as money: `2.5` (every GPU), `H100=3.1` (by GPU "
+        "model), `pool:POOL=2.2` (a GPU pool), `table` (a default table per GPU model, with its source), "
+        "comma-separated ([docs/report.md](docs/report.md#what-idle-costs)); none: no money shown",
+        env=("AGENT_OTEL_GPU_HOUR_PRICE",),
+        check=prices.problem,
+    )
     attribution_horizon: float = setting(
         120.0,
-        "how long finished tool calls wait for GPU samples that lag behind (calls already blamed go at once)",
+        "seconds finished calls are kept for live attribution while GPU samples lag behind (tool calls already blamed go at once)",
         env=("AGENT_OTEL_ATTRIBUTION_HORIZON",),
         low=1,
         high=86400,
@@ -245,6 +266,49 @@ class Settings:
         "([docs/attribution.md](docs/attribution.md#gpu-pools))",
         env=("AGENT_OTEL_GPU_POOL",),
         shown_default="none: this process's own GPUs",
+    )
+    blame_memory_limit: int = setting(
+        256 * 1024 * 1024,
+        "the blame service: bytes it may hold for OTLP requests being received and decoded (both transports); "
+        "past it a request is refused with 503 / `UNAVAILABLE` and retried by its sender "
+        '(`agent_otel_refused_requests_total{reason="memory"}`; [deploy.md](docs/deploy.md#limits-of-the-blame-service))',
+        env=("AGENT_OTEL_BLAME_MEMORY_LIMIT",),
+        low=16 * 1024 * 1024,
+        high=1 << 40,
+        shown_default="`268435456` (256 MiB)",
+    )
+    blame_request_timeout: float = setting(
+        10.0,
+        "the blame service: seconds an OTLP request may take to arrive whole, from its first byte (headers and "
+        'body); a client that stalls longer is cut off (408 / `DEADLINE_EXCEEDED`, `reason="timeout"`)',
+        env=("AGENT_OTEL_BLAME_REQUEST_TIMEOUT",),
+        low=0.1,
+        high=3600,
+        unit="s",
+    )
+    blame_idle_timeout: float = setting(
+        15.0,
+        "the blame service: seconds a connection may wait for its next OTLP request before it is closed",
+        env=("AGENT_OTEL_BLAME_IDLE_TIMEOUT",),
+        low=0.1,
+        high=3600,
+        unit="s",
+    )
+    blame_max_connections: int = setting(
+        4096,
+        "the blame service: open connections per OTLP transport; past it an HTTP connection takes the place "
+        "of the one idle longest (none idle: it is closed at once)",
+        env=("AGENT_OTEL_BLAME_MAX_CONNECTIONS",),
+        low=1,
+        high=1_000_000,
+    )
+    blame_max_rpcs: int = setting(
+        64,
+        "the blame service: OTLP/gRPC calls in progress at once (`maximum_concurrent_rpcs`); past it a call is "
+        'refused with `UNAVAILABLE` (`reason="busy"`) and retried by its sender',
+        env=("AGENT_OTEL_BLAME_MAX_RPCS",),
+        low=1,
+        high=100_000,
     )
     loop_monitor: bool = setting(
         True,
@@ -411,6 +475,9 @@ def parse(name: str, value: object, where: Optional[str] = None, *, from_environ
         text = str(value).strip()
         if not text:
             raise ConfigError(where, value, "a non-empty string")
+        expected = info.declaration.check(text) if info.declaration.check else None
+        if expected is not None:
+            raise ConfigError(where, value, expected)
         return text
     if value is not None and not callable(value):  # redact: code only
         raise ConfigError(where, value, "a callable (attribute, text) -> text")

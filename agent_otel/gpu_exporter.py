@@ -2,7 +2,9 @@
 blame service of its GPU pool.
 
 When the agents run elsewhere (or in containers that cannot see NVML), run
-this next to the GPU. It samples every GPU, exports window-level
+this next to the GPU. ``--model-server URL`` reads a serving engine's own
+metrics too (beside NVML, or alone with ``--gpu model_server``: a managed
+endpoint whose host you cannot run on; docs/model-servers.md). It samples every GPU, exports window-level
 ``gpu.idle`` spans over OTLP (the standard ``OTEL_*`` variables say where)
 and serves the GPU metrics on /metrics.
 
@@ -43,12 +45,21 @@ FIXED = {"instrument_executors": False, "frameworks": ()}
 OPTIONS = {
     "--gpu": ("gpu", "SOURCE"),
     "--devices": ("gpu_devices", "LIST"),
+    "--model-server": ("model_server_metrics", "URL"),
     "--prometheus-port": ("prometheus_port", "PORT"),
     "--prometheus-address": ("prometheus_address", "ADDRESS"),
     "--poll-interval": ("gpu_poll_interval", "S"),
     "--idle-threshold": ("gpu_idle_threshold", "R"),
     "--min-idle": ("gpu_min_idle", "S"),
     "--traces-file": ("traces_file", "FILE"),
+}
+# The blame service's limits (with --pool).
+SERVICE_OPTIONS = {
+    "--memory-limit": ("blame_memory_limit", "BYTES"),
+    "--request-timeout": ("blame_request_timeout", "S"),
+    "--idle-timeout": ("blame_idle_timeout", "S"),
+    "--max-connections": ("blame_max_connections", "N"),
+    "--max-rpcs": ("blame_max_rpcs", "N"),
 }
 
 
@@ -93,13 +104,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"largest OTLP request taken, decompressed (default: {DEFAULT_MAX_REQUEST_BYTES})",
     )
+    for option, (name, metavar) in SERVICE_OPTIONS.items():
+        config.add_argument(service, option, name, metavar=metavar)
     parser.add_argument("--duration", type=float, default=None, metavar="S", help="stop after this many seconds")
 
 
 def run(args: argparse.Namespace) -> int:
     given = {
         name: config.parse(name, getattr(args, name), option)
-        for option, (name, _) in [*OPTIONS.items(), ("--pool", ("gpu_pool", "POOL"))]
+        for option, (name, _) in [*OPTIONS.items(), *SERVICE_OPTIONS.items(), ("--pool", ("gpu_pool", "POOL"))]
         if getattr(args, name) is not None
     }
     settings = config.load_settings({**given, **FIXED}, defaults=DEFAULTS)

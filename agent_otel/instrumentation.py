@@ -15,7 +15,6 @@ import atexit
 import dataclasses
 import logging
 import os
-import sys
 import threading
 import time
 import warnings
@@ -37,7 +36,14 @@ from agent_otel.capture.recorder import Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor, SpanLosses
 from agent_otel.exporters.deferred import DeferredExporter
 from agent_otel.exporters.prometheus import Metrics, MetricsServer
-from agent_otel.semconv import AGENT_GPU_POOL, AGENT_PROCESS_CPU_COUNT, SCOPE_NAME, SERVICE_NAME, SPAN_KIND_TOOL
+from agent_otel.semconv import (
+    AGENT_GPU_POOL,
+    AGENT_PROCESS_CPU_COUNT,
+    GPU_SOURCE_SIMULATED,
+    SCOPE_NAME,
+    SERVICE_NAME,
+    SPAN_KIND_TOOL,
+)
 from agent_otel.version import __version__
 
 if TYPE_CHECKING:
@@ -100,8 +106,8 @@ class Instrumentation:
         return tuple(self.refused.problems or ())
 
     def wait_for_gpu(self, timeout_s: Optional[float] = None) -> Optional[LiveTimeline]:
-        """``gpu_timeline`` once the GPU is found: with ``gpu="auto"`` it is looked
-        for on a thread of its own after ``instrument()`` returns (``GpuStart``);
+        """``gpu_timeline`` once the GPU is found: with ``gpu="auto"`` or ``"nvml"`` it is
+        looked for on a thread of its own after ``instrument()`` returns (``GpuStart``);
         this waits for that search (at most ``timeout_s``). None without a GPU."""
         for part in list(self.background):
             if isinstance(part, GpuStart):
@@ -174,9 +180,12 @@ class Instrumentation:
                 [("the /metrics server", self.metrics_server.shutdown)], max(deadline, time.monotonic() + 0.5)
             )
         if unfinished:
+            # The time it really took: the GPU timeline and the other background
+            # parts are given up on at half of shutdown_timeout.
             logger.warning(
-                "agent-otel: shutdown did not finish within %.1f s: %s still running; spans "
+                "agent-otel: shutdown gave up after %.1f s (shutdown_timeout %.1f s): %s still running; spans "
                 "not exported by then are counted in agent_otel_spans_dropped_total",
+                time.monotonic() - start,
                 timeout_s,
                 ", ".join(unfinished),
             )
@@ -188,21 +197,13 @@ class Instrumentation:
         parent's; a ``multiprocessing`` child flushes its spans when it exits."""
         self.metrics_server = None
         if not self._closed:
-            _flush_when_multiprocessing_child_exits(self)
+            self.flush_at_worker_exit()
 
-
-def _flush_when_multiprocessing_child_exits(handle: Instrumentation) -> None:
-    """A ``multiprocessing`` child ends with ``os._exit``, which runs no ``atexit``
-    hook: ask multiprocessing to flush the child's spans as it finishes."""
-    mp_util = sys.modules.get("multiprocessing.util")
-    if mp_util is None:
-        return
-
-    def finalize_at_exit(handle: Instrumentation) -> None:
-        # Called by multiprocessing in the child, after it cleared the parent's finalizers.
-        mp_util.Finalize(handle, handle.shutdown, exitpriority=10)
-
-    mp_util.register_after_fork(handle, finalize_at_exit)
+    def flush_at_worker_exit(self) -> None:
+        """A ``multiprocessing`` worker ends with ``os._exit`` (fork, forkserver),
+        which runs no ``atexit`` hook, or by its pool's SIGTERM: shut down
+        (flush) at either (``forks.at_worker_exit``)."""
+        forks.at_worker_exit(self, self.shutdown, self.settings.shutdown_timeout + 0.5)
 
 
 def _flush_within(processor: BatchSpanProcessor) -> Callable[[float], bool]:
@@ -468,6 +469,7 @@ def start(settings: Settings, problems: Optional[list[AgentOtelError]] = None) -
             raise
         _handle = handle
         _at_exit_once(handle)
+        handle.flush_at_worker_exit()
         return handle
 
 
@@ -564,46 +566,68 @@ def _setup(handle: Instrumentation) -> None:
     if handle.loop_monitor is not None:
         handle.background.append(handle.loop_monitor)
         handle.loop_monitor.install()  # hooks asyncio now, or when the application imports it
-    if settings.gpu == "auto" and not handle.gpu_pool:
-        # Whether there is a GPU is NVML's answer, and loading NVML takes tens
-        # of milliseconds: asked on a thread of its own, instrument() returns first.
+    if settings.gpu in ("auto", "nvml") and not handle.gpu_pool:
+        # Whether there is a GPU is NVML's answer: loading NVML takes tens of
+        # milliseconds, and a wedged driver never answers. Asked on a thread
+        # of its own: instrument() returns first, and never waits for it.
         starter = GpuStart(handle)
         handle.background.append(starter)
         starter.start()
     elif settings.gpu != "off" and not handle.gpu_pool:
-        try:
-            _start_gpu_timeline(handle)  # a source asked for by name: opened now, its errors said here
-        except AgentOtelError as error:  # a replay file it cannot read; a GPU log it cannot write
-            handle.refused(error)
-            if isinstance(error, ConfigError) and error.setting == "gpu_log_file":  # sample without the log
-                handle.settings = dataclasses.replace(settings, gpu_log_file=None)
-                _start_gpu_timeline(handle)
+        _start_named_gpu(handle)  # a simulated GPU, a replayed log: opened now, its errors said here
     # Last, so that in a forked child it runs after every part above put itself right.
     forks.after_fork_in_child(handle.reinit_after_fork)
 
 
+def _start_named_gpu(handle: Instrumentation) -> None:
+    """``_start_gpu_timeline``, a setting it cannot use refused (``handle.refused``)."""
+    try:
+        _start_gpu_timeline(handle)
+    except AgentOtelError as error:  # a replay file it cannot read; a GPU log it cannot write
+        handle.refused(error)
+        if isinstance(error, ConfigError) and error.setting == "gpu_log_file":  # sample without the log
+            handle.settings = dataclasses.replace(handle.settings, gpu_log_file=None)
+            _start_gpu_timeline(handle)
+
+
 def _start_gpu_timeline(handle: Instrumentation) -> None:
     """Open the GPU source and start the live timeline (``agent_otel.attribution.live``);
-    none without a GPU. A handle shut down meanwhile gets none either."""
-    from agent_otel.attribution.live import start_live_timeline
+    none without a GPU. A handle shut down meanwhile gets none either.
+
+    Opening NVML may hang (a wedged driver): nothing waits for that, not even
+    a fork. Making and starting the timeline from the opened source is short,
+    and a fork waits for it (``forks.background_import``), so that a child
+    has the parent's timeline (and restarts its sampling) or none, and then
+    looks for the GPU itself (``GpuStart``), never both.
+    """
+    from agent_otel.attribution.live import open_source, start_live_timeline
 
     assert handle.tracer is not None
-    timeline = start_live_timeline(
-        handle.settings,
-        tracer=handle.tracer,
-        metrics=handle.metrics,
-        recorder=handle.recorder,
-        pipeline=handle.pipeline,
-        loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor is not None else None,
-        default_log=sinks.default_gpu_log(handle.sinks),
-    )
-    if timeline is None:
+    tracer = handle.tracer
+    source = open_source(handle.settings)
+    if source is None:
         return
-    with _lock:
-        closed = handle._closed
-        if not closed:
-            handle.background.append(timeline)
-            handle.gpu_timeline = timeline
+    with forks.background_import():
+        timeline = start_live_timeline(
+            handle.settings,
+            tracer=tracer,
+            metrics=handle.metrics,
+            recorder=handle.recorder,
+            pipeline=handle.pipeline,
+            loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor is not None else None,
+            default_log=sinks.default_gpu_log(handle.sinks),
+            source=source,
+        )
+        if timeline is None:
+            return
+        if timeline.source.kind == GPU_SOURCE_SIMULATED and handle.tracer_provider is not None:
+            # A simulated GPU follows the peers' model spans too (docs/gpu.md).
+            models.watch_peers(handle.tracer_provider)
+        with _lock:
+            closed = handle._closed
+            if not closed:
+                handle.background.append(timeline)
+                handle.gpu_timeline = timeline
     if closed:
         timeline.shutdown(1.0)
 
@@ -623,22 +647,32 @@ def _import_gpu_modules() -> None:
 
 class GpuStart:
     """The ``Instrumentation.background`` part that looks for a GPU with ``gpu="auto"``
-    on its own thread (``agent-otel-gpu-start``) and starts the timeline if it finds one.
+    or ``"nvml"`` on its own thread (``agent-otel-gpu-start``) and starts the
+    timeline if it finds one.
 
-    A fork waits until a search under way is over (``forks.background_import``),
-    so a child inherits its outcome; a child forked after ``start()`` but before
-    the search began (gunicorn's workers, forked right after the application
-    loaded) searches again itself.
+    A fork waits for the search's imports and for the start of the timeline
+    (``forks.background_import``), never for NVML (whose initialisation hangs
+    on a wedged driver): a child has the parent's timeline, or, forked before
+    the search found it (gunicorn's workers, forked right after the
+    application loaded), searches again itself.
     """
 
     part_name = "the GPU search"
     THREAD_NAME = "agent-otel-gpu-start"
+    # A search (NVML's initialisation) still running after this long is stuck:
+    # said in one line, and counted (agent_otel_gpu_errors_total{reason}).
+    STUCK_S = 5.0
+    STUCK_REASON = "nvml_init_stuck"
 
     def __init__(self, handle: Instrumentation):
         self._handle = handle
         self._started = False
         self._done = False
+        self._opening_since: Optional[float] = None  # monotonic, while the source is being opened
+        self._said_stuck = False
         self._thread = threading.Thread(target=self._run, name=self.THREAD_NAME, daemon=True)
+        if handle.pipeline is not None:
+            handle.pipeline.consumers.append(self._check_stuck)  # every 0.25 s, on the pipeline's thread
         forks.after_fork_in_child(self.reinit_after_fork)
 
     def start(self) -> None:
@@ -647,17 +681,41 @@ class GpuStart:
 
     def _run(self) -> None:
         try:
-            with forks.background_import():  # a fork waits until the search is over
+            with forks.background_import():  # a fork waits until the imports are done
                 _import_gpu_modules()
-                _start_gpu_timeline(self._handle)
+            self._opening_since = time.monotonic()
+            _start_named_gpu(self._handle)  # a fork waits for no NVML call (_start_gpu_timeline)
         except Exception as exc:  # never the agent's problem: no GPU sampling, one line
             logger.warning("agent-otel: GPU sampling is off (%s: %s)", type(exc).__name__, exc)
         finally:
+            self._opening_since = None
             self._done = True
+            if self._said_stuck:
+                logger.warning(
+                    "agent-otel: the GPU search ended, %s",
+                    "GPU sampling is on" if self._handle.gpu_timeline else "no GPU sampled",
+                )
+
+    def _check_stuck(self, calls: list) -> None:
+        """Say it, once, when opening the GPU source has taken ``STUCK_S``."""
+        since = self._opening_since
+        if since is None or self._said_stuck or time.monotonic() - since < self.STUCK_S:
+            return
+        self._said_stuck = True
+        metrics = self._handle.metrics
+        metrics.gpu_errors.labels(metrics.reason_label(self.STUCK_REASON)).inc()
+        logger.warning(
+            "agent-otel: NVML has not answered for %.0f s (nvmlInit: a wedged GPU driver?); GPU sampling is "
+            "off until it does, and nothing else waits for it (counted as %s)",
+            self.STUCK_S,
+            self.STUCK_REASON,
+        )
 
     def reinit_after_fork(self) -> None:
-        """In a forked child: search again if the parent's search had not begun."""
+        """In a forked child: search again if the parent's search had not found the GPU."""
         self._thread = threading.Thread(target=self._run, name=self.THREAD_NAME, daemon=True)
+        self._opening_since = None
+        self._said_stuck = False
         handle = self._handle
         if self._started and not self._done and handle.gpu_timeline is None and not handle._closed:
             self._thread.start()

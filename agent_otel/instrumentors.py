@@ -91,6 +91,14 @@ class SmolagentsInstrumentor(FrameworkInstrumentor):
     module = "smolagents"
 
 
+class PydanticAIInstrumentor(FrameworkInstrumentor):
+    """``opentelemetry-instrument`` entry point ``agent_otel_pydantic_ai``."""
+
+    framework = "pydantic_ai"
+    requirement = "pydantic-ai-slim >= 2.68, < 3"
+    module = "pydantic_ai"
+
+
 class CrewAIInstrumentor(FrameworkInstrumentor):
     """``opentelemetry-instrument`` entry point ``agent_otel_crewai``."""
 

@@ -78,6 +78,9 @@ class ModelCall:
 
     ``first_chunk_s`` is the time to the first chunk of a streamed answer;
     token counts and it are None when the span did not report them.
+    ``end_ns`` is 0 while the call is in flight (the live path's calls).
+    ``pool`` is the GPU pool of the process that made the call, as
+    ``ToolCall.pool``: the blame joins a model call with its pool's GPUs.
     """
 
     model: str
@@ -90,10 +93,50 @@ class ModelCall:
     output_tokens: Optional[int] = None
     first_chunk_s: Optional[float] = None
     failed: bool = False
+    pool: str = ""
 
     @property
     def seconds(self) -> float:
         return (self.end_ns - self.start_ns) / NS_PER_S
+
+    @property
+    def first_token_ns(self) -> int:
+        """When its first token arrived (the end of its ``queued`` phase); 0
+        when not known (an answer not streamed, or none yet): then the call
+        is ``queued`` until its end (docs/attribution.md, the model server)."""
+        if self.first_chunk_s is None or not self.first_chunk_s >= 0.0:
+            return 0
+        return self.start_ns + round(self.first_chunk_s * NS_PER_S)
+
+
+@dataclass(slots=True)
+class ServerRequest:
+    """A model server's own span of one request (vLLM's ``llm_request``),
+    started from the caller's ``traceparent``: its times are the server's.
+
+    ``parent_span_id`` is the span the request came from (the model call's,
+    or an HTTP client span under it). The latencies (seconds) are None where
+    the span did not report them: ``queue_s`` waiting to be scheduled,
+    ``prefill_s`` from scheduled to the first token, ``decode_s`` from the
+    first token to the last, ``e2e_s`` the server's whole time.
+    """
+
+    model: str
+    start_ns: int
+    end_ns: int
+    trace_id: int = 0
+    span_id: int = 0
+    parent_span_id: int = 0
+    queue_s: Optional[float] = None
+    time_to_first_token_s: Optional[float] = None
+    prefill_s: Optional[float] = None
+    decode_s: Optional[float] = None
+    e2e_s: Optional[float] = None
+
+    @property
+    def seconds(self) -> float:
+        """The server's time: its e2e latency, else the span's duration."""
+        return self.e2e_s if self.e2e_s is not None else (self.end_ns - self.start_ns) / NS_PER_S
 
 
 @dataclass(slots=True)
@@ -130,6 +173,25 @@ class GpuSample(NamedTuple):
     gpu: str
     timestamp_ns: int
     utilization: float
+
+
+class ServerSample(NamedTuple):
+    """One scrape of a model server's own metrics (``agent_otel.gpu.server``):
+    its requests running and queued, and the share of its KV cache in use, at
+    ``timestamp_ns``.
+
+    ``server`` is the endpoint's ``host:port`` (the Prometheus label value),
+    ``engine`` the serving engine whose metric families were read (``vllm``,
+    ``sglang``, ``tgi``). ``kv_cache_usage`` is a ratio in 0..1, None where
+    the engine reports none (TGI).
+    """
+
+    server: str
+    timestamp_ns: int
+    running: float
+    waiting: float
+    kv_cache_usage: Optional[float]
+    engine: str
 
 
 class UtilizationSegment(NamedTuple):

@@ -196,9 +196,21 @@ GPU_IDLE_UNLINKED_CALLS: Final = "gpu.idle.unlinked_calls"  # int
 GPU_IDLE_BLOCKED_TOOLS: Final = "gpu.idle.blocked_tools"  # string[]
 GPU_IDLE_BLOCKED_PHASES: Final = "gpu.idle.blocked_phases"  # string[], each one of PHASES
 GPU_IDLE_BLOCKED_DURATIONS: Final = "gpu.idle.blocked_durations"  # double[], s
+# On window-level gpu.idle spans: the share of the model server, the model
+# calls in flight (docs/attribution.md), by model and phase, as
+# agent_gpu_idle_model_seconds_total received it; parallel arrays.
+GPU_IDLE_MODEL_DURATION: Final = "gpu.idle.model_duration"  # s, the model calls' share in all
+GPU_IDLE_MODELS: Final = "gpu.idle.models"  # string[]
+GPU_IDLE_MODEL_PHASES: Final = "gpu.idle.model_phases"  # string[], each one of MODEL_PHASES
+GPU_IDLE_MODEL_DURATIONS: Final = "gpu.idle.model_durations"  # double[], s
 # On window-level gpu.idle spans: where the samples came from (GPU_SOURCE_*), so
 # a simulated GPU's windows are never read as a real GPU's.
 AGENT_GPU_SOURCE: Final = "agent.gpu.source"
+# On window-level gpu.idle spans, where a model server's metrics are read
+# (agent_otel.gpu.server): what the serving engine reported during the window.
+AGENT_MODEL_SERVER_WAITING_MAX: Final = "agent.model_server.requests.waiting.max"  # requests queued, most seen
+AGENT_MODEL_SERVER_RUNNING_MAX: Final = "agent.model_server.requests.running.max"  # requests running, most seen
+AGENT_MODEL_SERVER_KV_CACHE_USAGE: Final = "agent.model_server.kv_cache.usage"  # 0..1, mean over the window
 
 # On the resource: the GPU pool a process's tool calls can block (docs/telemetry.md, GPU pools)
 AGENT_GPU_POOL: Final = "agent.gpu.pool"
@@ -208,7 +220,7 @@ AGENT_PROCESS_CPU_COUNT: Final = "agent.process.cpu.count"
 # On asyncio.loop.blocked spans (and their links)
 ASYNCIO_LOOP_BLOCKED_BY: Final = "asyncio.loop.blocked_by"  # the blocking tool, or BLOCKED_BY_UNKNOWN
 ASYNCIO_LOOP_BLOCKED_DURATION: Final = "asyncio.loop.blocked.duration"  # s
-ASYNCIO_LOOP_WAITING_CALLS: Final = "asyncio.loop.waiting_calls"  # tool calls that waited for the loop
+ASYNCIO_LOOP_WAITING_CALLS: Final = "asyncio.loop.waiting_calls"  # tool and model calls that waited for the loop
 ASYNCIO_LOOP_ROLE: Final = "asyncio.loop.role"  # on each link: LOOP_ROLE_BLOCKING or LOOP_ROLE_WAITING
 
 # ---------------------------------------------------------------- values
@@ -227,6 +239,10 @@ PHASE_EXEC: Final = "exec"  # running
 PHASE_MIXED: Final = "mixed"  # a gpu.idle share that covers both (span attribute only)
 PHASES: Final = (PHASE_QUEUE, PHASE_EXEC)  # the phase label's values
 SPAN_PHASES: Final = (PHASE_QUEUE, PHASE_EXEC, PHASE_MIXED)  # agent.tool.phase's values
+# A model call's phases, as the blame sees them (docs/attribution.md, the model server):
+MODEL_PHASE_QUEUED: Final = "queued"  # in flight, no first token yet (queued, prefill, network)
+MODEL_PHASE_DECODE: Final = "decode"  # streaming its answer
+MODEL_PHASES: Final = (MODEL_PHASE_QUEUED, MODEL_PHASE_DECODE)  # the model phase label's values
 
 EXECUTOR_DIRECT: Final = "direct"  # a call not submitted to an executor
 EXECUTOR_ASYNCIO_DEFAULT: Final = "asyncio-default"  # asyncio's default pool
@@ -239,7 +255,47 @@ POOL_REJECTION_CALLER_RUNS: Final = "caller_runs"
 GPU_SOURCE_NVML: Final = "nvml"
 GPU_SOURCE_SIMULATED: Final = "simulated"
 GPU_SOURCE_REPLAY: Final = "replay"
-GPU_SOURCES: Final = (GPU_SOURCE_NVML, GPU_SOURCE_SIMULATED, GPU_SOURCE_REPLAY)
+GPU_SOURCE_SERVER: Final = "model_server"  # a serving engine's /metrics, alone (agent_otel.gpu.server)
+GPU_SOURCES: Final = (GPU_SOURCE_NVML, GPU_SOURCE_SIMULATED, GPU_SOURCE_REPLAY, GPU_SOURCE_SERVER)
+# A GPU's sampling state (the state label of agent_otel_gpu_state): sampled;
+# failing (each poll raises, or its samples are refused); no longer sampled
+# (lost, no permission); or its sampler stuck in a call that does not return.
+GPU_STATE_OK: Final = "ok"
+GPU_STATE_ERROR: Final = "error"
+GPU_STATE_LOST: Final = "lost"
+GPU_STATE_STUCK: Final = "stuck"
+GPU_STATES: Final = (GPU_STATE_OK, GPU_STATE_ERROR, GPU_STATE_LOST, GPU_STATE_STUCK)
+# The GPU label of a model server read alone: the engine sees its GPUs as one.
+SERVER_GPU_INDEX: Final = "server"
+
+# ---------------------------------------------------------------- the serving engines' names (read, not ours)
+
+# The metric families each serving engine documents on its /metrics
+# (agent_otel.gpu.server reads them; docs/model-servers.md lists where each
+# comes from). Counters are named as scraped, with ``_total``.
+VLLM_RUNNING: Final = "vllm:num_requests_running"
+VLLM_WAITING: Final = "vllm:num_requests_waiting"
+VLLM_KV_CACHE_USAGE: Final = "vllm:kv_cache_usage_perc"  # V1 engine, 0..1
+VLLM_KV_CACHE_USAGE_V0: Final = "vllm:gpu_cache_usage_perc"  # before V1, 0..1
+VLLM_PROMPT_TOKENS: Final = "vllm:prompt_tokens_total"
+VLLM_GENERATION_TOKENS: Final = "vllm:generation_tokens_total"
+SGLANG_RUNNING: Final = "sglang:num_running_reqs"
+SGLANG_WAITING: Final = "sglang:num_queue_reqs"
+SGLANG_KV_CACHE_USAGE: Final = "sglang:token_usage"  # 0..1 of the KV pool's tokens
+SGLANG_PROMPT_TOKENS: Final = "sglang:prompt_tokens_total"
+SGLANG_GENERATION_TOKENS: Final = "sglang:generation_tokens_total"
+TGI_RUNNING: Final = "tgi_batch_current_size"
+TGI_WAITING: Final = "tgi_queue_size"
+TGI_INFERENCE_COUNT: Final = "tgi_batch_inference_count"  # counter, per method (prefill, decode)
+
+# vLLM's span per request (vllm/tracing.py, v1/engine/output_processor.py), a
+# SERVER span started from the caller's traceparent, and its latencies (s).
+SPAN_VLLM_REQUEST: Final = "llm_request"
+VLLM_TIME_IN_QUEUE: Final = "gen_ai.latency.time_in_queue"
+VLLM_TIME_TO_FIRST_TOKEN: Final = "gen_ai.latency.time_to_first_token"
+VLLM_TIME_IN_PREFILL: Final = "gen_ai.latency.time_in_model_prefill"
+VLLM_TIME_IN_DECODE: Final = "gen_ai.latency.time_in_model_decode"
+VLLM_E2E: Final = "gen_ai.latency.e2e"
 # How the simulated GPU names itself (gpu.uuid, and the name and uuid columns
 # of the GPU log the live path writes): the report tells it by them too.
 SIMULATED_GPU_NAME: Final = "Simulated GPU"
@@ -267,10 +323,13 @@ LABEL_OUTCOME: Final = "outcome"
 LABEL_EXECUTOR: Final = "executor"
 LABEL_PHASE: Final = "phase"
 LABEL_GPU: Final = "gpu"
+LABEL_MODEL: Final = "model"  # gen_ai.request.model of a model call
 LABEL_REASON: Final = "reason"
+LABEL_STATE: Final = "state"  # of agent_otel_gpu_state: one of GPU_STATES
 LABEL_THREAD: Final = "thread"
 LABEL_KIND: Final = "kind"  # of agent_otel_spans_dropped_total: one of SPAN_KINDS
 LABEL_TRANSPORT: Final = "transport"  # the blame service's OTLP receiver: "grpc" or "http"
+LABEL_SERVER: Final = "server"  # a model server's /metrics address (host:port), agent_otel.gpu.server
 # target_info: the resource attributes of a process, as the OpenTelemetry
 # Prometheus exporters expose them (dots become underscores); agent-otel
 # puts the GPU pool there, and the pool rules join on it.
@@ -327,11 +386,25 @@ METRIC_GPU_IDLE_UNATTRIBUTED: Final = "agent_gpu_idle_unattributed_seconds_total
 METRIC_GPU_UNDERUSED: Final = "agent_gpu_underused_seconds_total"
 METRIC_GPU_UNDERUSED_BLOCKED: Final = "agent_gpu_underused_blocked_seconds_total"
 METRIC_GPU_UNDERUSED_UNATTRIBUTED: Final = "agent_gpu_underused_unattributed_seconds_total"
+# The model server's share: GPU time idle (or capacity unused) while a model
+# call of the pool was in flight, by model and phase (queued, decode).
+METRIC_GPU_IDLE_MODEL: Final = "agent_gpu_idle_model_seconds_total"
+METRIC_GPU_UNDERUSED_MODEL: Final = "agent_gpu_underused_model_seconds_total"
+# The share of the time model calls were in flight that the GPU read idle
+# (a contradiction above ~20%: docs/gpu.md).
+METRIC_GPU_MODEL_IDLE_RATIO: Final = "agent_gpu_model_idle_ratio"
 METRIC_SPANS_DROPPED: Final = "agent_otel_spans_dropped_total"
 METRIC_GPU_ERRORS: Final = "agent_otel_gpu_errors_total"
 METRIC_GPU_MISSING: Final = "agent_otel_gpu_missing_seconds_total"
+METRIC_GPU_STATE: Final = "agent_otel_gpu_state"
 METRIC_LOOP_BLOCKED: Final = "agent_asyncio_loop_blocked_seconds_total"
 METRIC_LOOP_LAG: Final = "agent_asyncio_loop_lag_seconds"
+METRIC_GPU_HOUR_PRICE: Final = "agent_gpu_hour_price"  # the gpu_hour_price setting, per GPU
+# a model server's metrics, read (agent_otel.gpu.server)
+METRIC_SERVER_RUNNING: Final = "agent_model_server_requests_running"
+METRIC_SERVER_WAITING: Final = "agent_model_server_requests_waiting"
+METRIC_SERVER_KV_CACHE: Final = "agent_model_server_kv_cache_usage_ratio"
+METRIC_GPU_IDLE_KV_CACHE_HELD: Final = "agent_gpu_idle_kv_cache_held_seconds_total"
 # remedies
 METRIC_TOOL_FALLBACKS: Final = "agent_tool_fallbacks_total"
 METRIC_TOOL_RETRIES: Final = "agent_tool_retries_total"
@@ -399,7 +472,25 @@ METRICS: Final[dict[str, MetricSpec]] = {
             (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
             "GPU idle time while tool calls were in flight, by tool and phase.",
         ),
-        MetricSpec(METRIC_GPU_IDLE_UNATTRIBUTED, COUNTER, _GPU, "GPU idle time with no tool call in flight."),
+        MetricSpec(
+            METRIC_GPU_IDLE_UNATTRIBUTED,
+            COUNTER,
+            _GPU,
+            "GPU idle time with neither a model call nor a tool call in flight.",
+        ),
+        MetricSpec(
+            METRIC_GPU_IDLE_MODEL,
+            COUNTER,
+            (LABEL_GPU, LABEL_MODEL, LABEL_PHASE),
+            "GPU idle time while model calls of its pool were in flight (the model server's share), by model and phase.",
+        ),
+        MetricSpec(
+            METRIC_GPU_MODEL_IDLE_RATIO,
+            GAUGE,
+            _GPU,
+            "Share of the time model calls were in flight that the GPU read idle (over ~0.2: the GPU data contradicts "
+            "the model calls).",
+        ),
         MetricSpec(
             METRIC_GPU_UNDERUSED,
             COUNTER,
@@ -413,7 +504,16 @@ METRICS: Final[dict[str, MetricSpec]] = {
             "Unused GPU capacity while tool calls were in flight, by tool and phase.",
         ),
         MetricSpec(
-            METRIC_GPU_UNDERUSED_UNATTRIBUTED, COUNTER, _GPU, "Unused GPU capacity with no tool call in flight."
+            METRIC_GPU_UNDERUSED_UNATTRIBUTED,
+            COUNTER,
+            _GPU,
+            "Unused GPU capacity with neither a model call nor a tool call in flight.",
+        ),
+        MetricSpec(
+            METRIC_GPU_UNDERUSED_MODEL,
+            COUNTER,
+            (LABEL_GPU, LABEL_MODEL, LABEL_PHASE),
+            "Unused GPU capacity while model calls of its pool were in flight, by model and phase.",
         ),
         MetricSpec(
             METRIC_SPANS_DROPPED,
@@ -426,6 +526,12 @@ METRICS: Final[dict[str, MetricSpec]] = {
             METRIC_GPU_MISSING, COUNTER, _GPU, "GPU time whose utilization samples were lost: neither idle nor busy."
         ),
         MetricSpec(
+            METRIC_GPU_STATE,
+            GAUGE,
+            (LABEL_GPU, LABEL_STATE, LABEL_REASON),
+            "1 for each sampled GPU, in its sampling state now (ok, error, lost, stuck) and why.",
+        ),
+        MetricSpec(
             METRIC_LOOP_BLOCKED,
             COUNTER,
             _TOOL,
@@ -436,6 +542,37 @@ METRICS: Final[dict[str, MetricSpec]] = {
             GAUGE,
             (LABEL_THREAD,),
             "How late the event loop's latest heartbeat ran; while it is blocked, how long so far.",
+        ),
+        MetricSpec(
+            METRIC_GPU_HOUR_PRICE,
+            GAUGE,
+            _GPU,
+            "What an hour of the GPU costs (the gpu_hour_price setting); absent without a price.",
+        ),
+        MetricSpec(
+            METRIC_SERVER_RUNNING,
+            GAUGE,
+            (LABEL_SERVER,),
+            "Requests the model server is running, at its latest scrape.",
+        ),
+        MetricSpec(
+            METRIC_SERVER_WAITING,
+            GAUGE,
+            (LABEL_SERVER,),
+            "Requests queued at the model server (waiting to run), at its latest scrape.",
+        ),
+        MetricSpec(
+            METRIC_SERVER_KV_CACHE,
+            GAUGE,
+            (LABEL_SERVER,),
+            "Share of the model server's KV cache in use (0..1), at its latest scrape.",
+        ),
+        MetricSpec(
+            METRIC_GPU_IDLE_KV_CACHE_HELD,
+            COUNTER,
+            (LABEL_GPU, LABEL_TOOL),
+            "The model server's KV cache in use while the GPU idled (share, 0..1) times the idle time blamed on "
+            "each tool: cache held by requests waiting on that tool, in cache-seconds.",
         ),
         MetricSpec(METRIC_TOOL_FALLBACKS, COUNTER, _TOOL, "Tool calls answered by their fallback.", remedy=True),
         MetricSpec(

@@ -55,7 +55,8 @@ def build():
     overview = [
         stat_panel(
             "GPUs idle now",
-            f"GPUs of the selected pools whose last sample is at or below {format_percent(IDLE_THRESHOLD)} utilization.",
+            f"GPUs of the selected pools whose last sample is at or below {format_percent(IDLE_THRESHOLD)} utilization "
+            "(a GPU whose sampling fails, agent_otel_gpu_state not ok, is unknown: not counted).",
             "short",
             query(f"sum({POOL_GPU_IDLE}{POOL}) or vector(0)", "idle GPUs", "A"),
             thresholds(GOOD, (1, WARN)),

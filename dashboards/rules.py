@@ -36,7 +36,11 @@ from agent_otel.semconv import (
     METRIC_EXECUTOR_ACTIVE_WORKERS,
     METRIC_EXECUTOR_MAX_WORKERS,
     METRIC_EXECUTOR_QUEUE_DEPTH,
+    GPU_STATE_OK,
+    LABEL_STATE,
     METRIC_GPU_IDLE_BLOCKED,
+    METRIC_GPU_IDLE_MODEL,
+    METRIC_GPU_STATE,
     METRIC_GPU_UTILIZATION,
     METRIC_LOOP_BLOCKED,
     METRIC_TOOL_DURATION,
@@ -66,6 +70,8 @@ POOL_INFLIGHT = "agent_gpu_pool:tool_inflight:sum"
 POOL_GPU_IDLE = "agent_gpu_pool:gpu_idle:bool"
 POOL_BLOCKED_LIVE = "agent_gpu_pool:gpu_idle_blocked_live:ratio"
 POOL_GPU_BLOCKED = "agent_gpu_pool:gpu_blocked_live:bool"
+# GPUs whose sampling is not ok now (failing, lost, stuck).
+GPU_NOT_OK = f'{METRIC_GPU_STATE}{{{LABEL_STATE}!="{GPU_STATE_OK}"}} == 1'
 # The processes of a pool: the pool joined onto their series.
 IN_A_POOL = f'on (job, instance) group_left ({LABEL_GPU_POOL}) {TARGET_INFO}{{{LABEL_GPU_POOL}!=""}}'
 
@@ -206,6 +212,36 @@ def gpu_blocked_rule(runbook_base: str) -> dict:
     }
 
 
+def model_server_rule(runbook_base: str) -> dict:
+    """The model server is stalling: its GPU idle while model calls of its pool
+    were in flight (not the tools: the rule gives them none of that time)."""
+    name = "AgentModelServerStalling"
+    window = GPU_BLOCKED_WINDOW
+    top_model = (
+        '{{ with printf "topk(1, sum by (model, phase) (rate('
+        + METRIC_GPU_IDLE_MODEL
+        + "{instance=%q,gpu=%q}["
+        + window
+        + '])))" $labels.instance $labels.gpu | query }}'
+        '{{ . | first | label "model" }} ({{ . | first | label "phase" }}){{ end }}'
+    )
+    return {
+        "alert": name,
+        "expr": f"sum by (job, instance, gpu) (rate({METRIC_GPU_IDLE_MODEL}[{window}]))\n> {GPU_BLOCKED_RATIO:g}",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "GPU {{ $labels.gpu }} on {{ $labels.instance }} sits idle while the model server has requests",
+            "description": (
+                f"GPU {{{{ $labels.gpu }}}} was idle {{{{ $value | humanizePercentage }}}} of the last {window} "
+                f"while model calls were in flight (alert above {format_percent(GPU_BLOCKED_RATIO)}): the model "
+                "server stalls (requests queued behind a scheduler decision, preempted, tokenized on the CPU, "
+                f"the network), not the tools. The model and phase most of it went to: {top_model}."
+            ),
+            "runbook_url": runbook_url(runbook_base, name),
+        },
+    }
+
+
 def pool_recording_rules() -> list[dict]:
     """The live view of each GPU pool; evaluated in order, each from the ones before."""
     pool = LABEL_GPU_POOL
@@ -216,9 +252,14 @@ def pool_recording_rules() -> list[dict]:
             "expr": f"sum by ({pool}, tool, phase) (\n  {METRIC_TOOL_INFLIGHT}\n  * {IN_A_POOL}\n)",
         },
         {
-            # 1 while a GPU of the pool is idle (its last sample), else 0.
+            # 1 while a GPU of the pool is idle (its last sample), else 0; none
+            # while its sampling is not ok (agent_otel_gpu_state: failing, lost,
+            # stuck): its last sample is old, so the GPU is unknown, not idle.
             "record": POOL_GPU_IDLE,
-            "expr": f"({METRIC_GPU_UTILIZATION} <= bool {IDLE_THRESHOLD:g})\n* {IN_A_POOL}",
+            "expr": (
+                f"(\n  ({METRIC_GPU_UTILIZATION} <= bool {IDLE_THRESHOLD:g})\n"
+                f"  unless on (job, instance, gpu) {GPU_NOT_OK}\n)\n* {IN_A_POOL}"
+            ),
         },
         {
             # The rule at this instant: the pool's idle GPUs, split equally
@@ -319,6 +360,7 @@ def rule_groups(
                     *(rule for alert in BURN_RATE_ALERTS for rule in burn_rate_rules(slo, alert, runbook_base)),
                     executor_saturated_rule(runbook_base),
                     gpu_blocked_rule(runbook_base),
+                    model_server_rule(runbook_base),
                     gpu_blocked_live_rule(runbook_base, stall_for),
                     loop_blocked_rule(runbook_base),
                 ],

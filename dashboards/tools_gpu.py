@@ -2,7 +2,7 @@
 
 Utilization and idle windows per GPU on top, then the idle time each
 tool (and phase: queued for a worker, or executing) is blamed for, the
-idle time nobody is blamed for, the GPU capacity left unused (idle or
+model server's share beside the tools', the idle time nobody is blamed for, the GPU capacity left unused (idle or
 partly busy) and who is blamed for it, the calls in flight, and a ranking.
 """
 
@@ -12,7 +12,10 @@ from agent_otel.config import DEFAULTS
 from agent_otel.semconv import (
     LABEL_KIND,
     METRIC_GPU_IDLE,
+    METRIC_GPU_HOUR_PRICE,
     METRIC_GPU_IDLE_BLOCKED,
+    METRIC_GPU_IDLE_MODEL,
+    METRIC_GPU_IDLE_KV_CACHE_HELD,
     METRIC_GPU_IDLE_UNATTRIBUTED,
     METRIC_GPU_UNDERUSED,
     METRIC_GPU_UNDERUSED_BLOCKED,
@@ -20,6 +23,9 @@ from agent_otel.semconv import (
     METRIC_GPU_UTILIZATION,
     METRIC_LOOP_BLOCKED,
     METRIC_LOOP_LAG,
+    METRIC_SERVER_KV_CACHE,
+    METRIC_SERVER_RUNNING,
+    METRIC_SERVER_WAITING,
     METRIC_SPANS_DROPPED,
     METRIC_TOOL_CALLS,
     METRIC_TOOL_INFLIGHT,
@@ -66,6 +72,19 @@ def blamed(phase: str | None = None) -> str:
     return f"sum by (tool) (increase({METRIC_GPU_IDLE_BLOCKED}{matchers}[{RANGE}]))"
 
 
+# Each GPU's blamed idle seconds priced at its own agent_gpu_hour_price (the
+# gpu_hour_price setting, exported by the process that blames it): without a
+# price there is no such series, and the cost panels stay empty.
+PRICED = f"* on (job, instance, gpu) group_left () {METRIC_GPU_HOUR_PRICE}"
+
+
+def cost(window: str) -> str:
+    """Money per tool: over the range (``increase``), or per hour (``rate``) with ``RATE``."""
+    if window == RANGE:
+        return f"sum by (tool) (increase({METRIC_GPU_IDLE_BLOCKED}{GPU_TOOL}[{RANGE}]) {PRICED}) / 3600"
+    return f"sum by (tool) (rate({METRIC_GPU_IDLE_BLOCKED}{GPU_TOOL}[{window}]) {PRICED})"
+
+
 def unused(phase: str | None = None) -> str:
     matchers = GPU_TOOL if phase is None else selector('gpu=~"$gpu"', 'tool=~"$tool"', f'phase="{phase}"')
     return f"sum by (tool) (increase({METRIC_GPU_UNDERUSED_BLOCKED}{matchers}[{RANGE}]))"
@@ -93,7 +112,8 @@ def build():
         ),
         stat_panel(
             "Idle time with no tool in flight",
-            "Share of the GPUs' idle time over the dashboard range with no tool call in flight (the model, the network or the agent itself).",
+            "Share of the GPUs' idle time over the dashboard range with neither a tool call nor a model call in flight "
+            "(the agent itself, or calls agent-otel does not see).",
             "percentunit",
             query(
                 f"sum(increase({METRIC_GPU_IDLE_UNATTRIBUTED}{GPU}[{RANGE}])) / {IDLE_TOTAL}",
@@ -146,8 +166,26 @@ def build():
             stacked=True,
         ),
         timeseries_panel(
+            "GPU idle: the model server vs the tools",
+            "Idle GPU time while model calls of the GPU's pool were in flight (the model server's share, by model and "
+            "phase: queued before the first token, decode while streaming) beside the idle time blamed on tool calls. "
+            "A model call in flight takes the instant from the tools (docs/attribution.md): a growing model-server "
+            "series means the server stalls (queued requests, preemption, tokenizing, the network), a growing tools "
+            "series that tools block the GPU. 100% = one GPU fully idle.",
+            "percentunit",
+            [
+                query(
+                    f"sum by (model, phase) (rate({METRIC_GPU_IDLE_MODEL}{GPU}[{RATE}]))",
+                    "model server: {{model}} ({{phase}})",
+                    "A",
+                ),
+                query(f"sum(rate({METRIC_GPU_IDLE_BLOCKED}{GPU}[{RATE}]))", "tools", "B"),
+            ],
+            stacked=True,
+        ),
+        timeseries_panel(
             "Unattributed GPU idle",
-            "Idle GPU time with no tool call in flight, per GPU.",
+            "Idle GPU time with neither a model call nor a tool call in flight, per GPU.",
             "percentunit",
             [
                 query(
@@ -247,6 +285,51 @@ def build():
             },
             # GPU-seconds over the range: a minute is worth a look, five minutes a fix.
             steps=thresholds(GOOD, (60, WARN), (300, BAD)),
+        ),
+        timeseries_panel(
+            "Model server: requests running and queued",
+            "Where a model server's metrics are read (model_server_metrics, docs/model-servers.md): the requests "
+            "it runs and the requests queued at it, at each scrape. An idle GPU with requests queued is the server "
+            "stalling, not a tool.",
+            "short",
+            [
+                query(f"sum by (server) ({METRIC_SERVER_RUNNING}{selector()})", "{{server}} running", "A"),
+                query(f"sum by (server) ({METRIC_SERVER_WAITING}{selector()})", "{{server}} queued", "B"),
+            ],
+            min_value=0,
+        ),
+        timeseries_panel(
+            "KV cache held while tools block the GPU",
+            "Per tool: the share of the model server's KV cache (GPU memory) in use while the GPU idled with the "
+            "tool's calls in flight, weighted by the idle time blamed on it: memory held by requests waiting on "
+            "that tool, which limits how many requests the server can run. 100% = the whole cache, all the time. "
+            "Next to it, the share of the cache in use.",
+            "percentunit",
+            [
+                query(f"sum by (tool) (rate({METRIC_GPU_IDLE_KV_CACHE_HELD}{GPU_TOOL}[{RATE}]))", "{{tool}}", "A"),
+                query(f"max by (server) ({METRIC_SERVER_KV_CACHE}{selector()})", "{{server}} in use", "B"),
+            ],
+            min_value=0,
+        ),
+        timeseries_panel(
+            "Cost of GPU idle blamed per tool",
+            "What the GPU idle time blamed on each tool costs, per hour of wall time, at each GPU's price per "
+            "GPU-hour (gpu_hour_price, docs/report.md). Empty when no price is set.",
+            "currencyUSD",
+            [query(cost(RATE), "{{tool}}", "A")],
+            stacked=True,
+            min_value=0,
+        ),
+        table_panel(
+            "Cost of GPU idle per tool over the range",
+            "Over the dashboard range: the GPU idle time blamed on each tool, priced at each GPU's price per "
+            "GPU-hour (gpu_hour_price). Empty when no price is set.",
+            [query(cost(RANGE), "", "A", table_format=True)],
+            columns={"tool": "Tool", "Value #A": "Cost of GPU idle"},
+            sort_by="Cost of GPU idle",
+            units={"Cost of GPU idle": "currencyUSD"},
+            steps=thresholds(GOOD, (10, WARN), (100, BAD)),
+            width=12,
         ),
         stat_panel(
             "Spans dropped by the toolkit",

@@ -43,6 +43,7 @@ import base64
 import binascii
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Union
 
@@ -76,11 +77,28 @@ EXPECTED = "OTLP/JSON lines"
 # A pretty-printed document is read whole: this much at most.
 MAX_DOCUMENT = 128 * MiB
 
+_FLOAT_MAX = sys.float_info.max
+
 _GPU_LOG_HINT = "this looks like an nvidia-smi GPU log, not traces: pass it to agent-otel report with --gpu-log"
 
 
+# Why a span was refused (``SpanFormatError.reason``; the blame service
+# counts refused spans by it): a number outside its range, a value of
+# another type than its field's, or any other broken field.
+OUT_OF_RANGE = "out_of_range"
+WRONG_TYPE = "wrong_type"
+MALFORMED = "malformed"
+
+
 class SpanFormatError(ValueError):
-    """A span field that OTLP/JSON does not allow; the reader adds file and line."""
+    """A span field that OTLP/JSON does not allow; the reader adds file and line.
+
+    ``reason``: ``OUT_OF_RANGE``, ``WRONG_TYPE`` or ``MALFORMED``.
+    """
+
+    def __init__(self, message: str, reason: str = MALFORMED):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -214,9 +232,10 @@ def request_spans(request: object) -> list[dict]:
     return [span for _resource, spans in resource_spans(request) for span in spans]
 
 
-def resource_spans(request: object) -> list[tuple[list, list[dict]]]:
+def resource_spans(request: object, any_span: bool = False) -> list[tuple[list, list[dict]]]:
     """(the resource's attributes array, its span objects) for each
-    resource of one ``ExportTraceServiceRequest``."""
+    resource of one ``ExportTraceServiceRequest``. ``any_span``: an entry
+    of ``spans`` that is no object is kept, for the caller to refuse alone."""
     if type(request) is not dict:
         raise SpanFormatError("not an OTLP ExportTraceServiceRequest (expected a JSON object)")
     entries = request.get("resourceSpans")
@@ -233,7 +252,7 @@ def resource_spans(request: object) -> list[tuple[list, list[dict]]]:
         for scope_spans in _list(entry, "scopeSpans"):
             scope_found = _list(_object(scope_spans, "scopeSpans[]"), "spans")
             for span in scope_found:
-                if type(span) is not dict:
+                if type(span) is not dict and not any_span:
                     raise SpanFormatError("spans[] is not a JSON object")
             spans.extend(scope_found)
         found.append((resource_attributes, spans))
@@ -284,7 +303,8 @@ def nanos(value: object, where: str) -> int:
             return value
     elif type(value) is float and value.is_integer() and 0 <= value < 2.0**64:
         return int(value)
-    raise SpanFormatError(f"{where} is not an unsigned 64-bit integer: {_short(value)}")
+    reason = OUT_OF_RANGE if type(value) in (int, float) or (type(value) is str and value.isdigit()) else WRONG_TYPE
+    raise SpanFormatError(f"{where} is not an unsigned 64-bit integer: {_short(value)}", reason)
 
 
 def hex_id(value: object, digits: int, where: str) -> int:
@@ -334,17 +354,23 @@ def any_value(value: object, key: str) -> object:
             return raw
         if type(raw) is str and 0 < len(raw) <= 20 and raw.lstrip("-").isascii() and raw.lstrip("-").isdigit():
             return int(raw)
-        raise SpanFormatError(f"attribute {key!r}: intValue is not an integer: {_short(raw)}")
+        raise SpanFormatError(f"attribute {key!r}: intValue is not an integer: {_short(raw)}", WRONG_TYPE)
     if "doubleValue" in value:
         raw = value["doubleValue"]
-        if type(raw) in (float, int):
-            return float(raw)
+        if type(raw) is float:
+            return raw
+        if type(raw) is int:
+            if -_FLOAT_MAX <= raw <= _FLOAT_MAX:
+                return float(raw)
+            raise SpanFormatError(
+                f"attribute {key!r}: doubleValue is out of a double's range: {_short(raw)}", OUT_OF_RANGE
+            )
         if type(raw) is str and len(raw) <= 40:
             try:
                 return float(raw)  # also "NaN", "Infinity", "-Infinity"
             except ValueError:
                 pass
-        raise SpanFormatError(f"attribute {key!r}: doubleValue is not a number: {_short(raw)}")
+        raise SpanFormatError(f"attribute {key!r}: doubleValue is not a number: {_short(raw)}", WRONG_TYPE)
     if "arrayValue" in value:
         array = _object(value["arrayValue"], f"attribute {key!r} arrayValue")
         return [any_value(item, key) for item in _list(array, "values")]
@@ -506,14 +532,20 @@ def typed_resource_spans(request: object) -> list[tuple[list, int, Iterator[Json
             found.append((resource, len(raws), _typed_spans(raws)))
         return found
     return [
-        ([_typed_key_value(item) for item in resource], len(spans), map(typed_span, spans))
-        for resource, spans in resource_spans(request)
+        ([_typed_key_value(item) for item in resource], len(spans), map(_typed_or_unreadable, spans))
+        for resource, spans in resource_spans(request, any_span=True)
     ]
+
+
+def _typed_or_unreadable(span: object) -> JsonSpan:
+    return typed_span(span) if type(span) is dict else unreadable_span("spans[] is not a JSON object")
 
 
 def _typed_spans(raws: list[msgspec.Raw]) -> Iterator[JsonSpan]:
     """Each span's JSON text as a ``JsonSpan``; one the typed decoder refuses
-    is parsed as JSON and converted (``typed_span``), as a line is."""
+    is parsed as JSON and converted (``typed_span``), as a line is. One that
+    is no JSON object comes as an ``unreadable_span``: the spans after it
+    are still read."""
     decode = _SPAN_DECODER.decode
     for raw in raws:
         try:
@@ -522,11 +554,25 @@ def _typed_spans(raws: list[msgspec.Raw]) -> Iterator[JsonSpan]:
             try:
                 value = _loads(bytes(raw))
             except _NotJson as exc:
-                raise SpanFormatError(f"not JSON ({exc})") from None
-            if type(value) is not dict:
-                raise SpanFormatError("spans[] is not a JSON object") from None
-            span = typed_span(value)
+                span = unreadable_span(f"not JSON ({exc})")
+            else:
+                span = typed_span(value) if type(value) is dict else unreadable_span("spans[] is not a JSON object")
         yield span
+
+
+class Unreadable:
+    """The trace id of a span that could not be read at all: reading its ids
+    raises ``SpanFormatError`` with ``message`` (``unreadable_span``)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+def unreadable_span(message: str) -> JsonSpan:
+    """A stand-in for a span that is no span: its reader refuses it with ``message``, alone."""
+    return JsonSpan(Unreadable(message), None, None, "", 0, 0, None, None, None, None)
 
 
 def typed_span(span: dict) -> JsonSpan:

@@ -39,6 +39,9 @@ from agent_otel.appending import AppendFile
 from agent_otel.errors import ConfigError
 
 _logger = logging.getLogger(__name__)
+# What is said while an export succeeds: agent-otel's span processor holds
+# back what this module's logger says while it exports (exporters.batch).
+_notices = logging.getLogger("agent_otel.traces_file")
 
 # OTLP's intValue is an int64; a Python int outside it is written as its
 # decimal text (stringValue), which every reader takes, not as an intValue
@@ -667,7 +670,11 @@ class OtlpJsonFileExporter(SpanExporter):
     counts the spans, and says it once, then once a minute). Each line is
     one ``write()`` to a file opened with ``O_APPEND``, so a crash loses at
     most the batch in flight, and processes forked from the one that opened
-    it append whole lines to the same file.
+    it append whole lines to the same file. Before each write the path is
+    checked (one ``stat``): a file deleted or replaced meanwhile (a log
+    rotation, a clean-up) is created or opened anew, with one log line; if
+    that fails the spans are refused (``FAILURE``: counted), not written
+    where nobody reads them.
     """
 
     def __init__(self, path: str, max_bytes: Optional[int] = None):
@@ -696,6 +703,9 @@ class OtlpJsonFileExporter(SpanExporter):
         with self._lock:
             if self._file.closed:
                 return SpanExportResult.FAILURE
+            moved = self._file.moved()
+            if moved is not None and not self._open_again(moved):
+                return SpanExportResult.FAILURE
             if self.max_bytes is not None and self._size + len(line) > self.max_bytes:
                 _logger.warning(
                     "%s reached its limit of %d MB; later spans are not written",
@@ -710,6 +720,26 @@ class OtlpJsonFileExporter(SpanExporter):
                 return SpanExportResult.FAILURE
             self._size += len(line)
         return SpanExportResult.SUCCESS
+
+    def _open_again(self, moved: str) -> bool:
+        """The file was deleted or replaced: write to ``path`` again (under ``_lock``)."""
+        try:
+            self._file.open_again()
+            self._size = os.fstat(self._file.fileno()).st_size
+        except OSError as exc:
+            _logger.warning(
+                "%s was %s and cannot be created again (%s); spans are not written",
+                self.path,
+                moved,
+                exc.strerror or exc,
+            )
+            return False
+        _notices.warning(
+            "%s was %s while spans were written to it; opened it again: later spans are in the file at that path",
+            self.path,
+            moved,
+        )
+        return True
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True  # every line is written when exported

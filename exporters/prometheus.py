@@ -230,6 +230,7 @@ class _LiveGauges:
             semconv.METRIC_EXECUTOR_ACTIVE_WORKERS,
             semconv.METRIC_EXECUTOR_MAX_WORKERS,
             semconv.METRIC_LOOP_LAG,
+            semconv.METRIC_GPU_STATE,
         )
     )
 
@@ -246,7 +247,7 @@ class _LiveGauges:
         metrics = self._metrics
         if metrics.before_collect is not None:
             metrics.before_collect()
-        inflight_spec, queue_depth_spec, active_spec, max_workers_spec, lag_spec = self.SPECS
+        inflight_spec, queue_depth_spec, active_spec, max_workers_spec, lag_spec, gpu_state_spec = self.SPECS
         inflight = _gauge_family(inflight_spec)
         counts: dict[tuple[str, str], int] = {}
         for call in metrics.inflight_calls():
@@ -282,6 +283,11 @@ class _LiveGauges:
             lag.add_metric([thread], seconds)
         yield lag
 
+        gpu_state = _gauge_family(gpu_state_spec)
+        for gpu, state, reason in metrics.gpu_states():
+            gpu_state.add_metric([metrics.gpu_label(gpu), state, metrics.reason_label(reason) if reason else ""], 1)
+        yield gpu_state
+
 
 class _NullMetric:
     """Stands for a prometheus_client metric when the client cannot be imported."""
@@ -312,8 +318,16 @@ _CLIENT_ATTRIBUTES = frozenset(
         "gpu_underused",
         "gpu_underused_blocked",
         "gpu_underused_unattributed",
+        "gpu_idle_model",
+        "gpu_underused_model",
+        "gpu_model_idle_ratio",
         "gpu_errors",
         "gpu_missing",
+        "gpu_hour_price",
+        "server_running",
+        "server_waiting",
+        "server_kv_cache",
+        "gpu_idle_kv_cache_held",
         "spans_dropped",
         "loop_blocked",
     }
@@ -337,8 +351,16 @@ class Metrics:
     gpu_underused: Counter
     gpu_underused_blocked: Counter
     gpu_underused_unattributed: Counter
+    gpu_idle_model: Counter
+    gpu_underused_model: Counter
+    gpu_model_idle_ratio: Gauge
     gpu_errors: Counter
     gpu_missing: Counter
+    gpu_hour_price: Gauge
+    server_running: Gauge  # a model server's metrics, where they are read (agent_otel.gpu.server)
+    server_waiting: Gauge
+    server_kv_cache: Gauge
+    gpu_idle_kv_cache_held: Counter
     spans_dropped: Counter
     loop_blocked: Counter
 
@@ -357,6 +379,7 @@ class Metrics:
         self.tool_label = LabelValues(tool_name_limit)
         self.executor_label = LabelValues(executor_name_limit)
         self.gpu_label = LabelValues(GPU_LABEL_LIMIT)
+        self.model_label = LabelValues(tool_name_limit)  # gen_ai.request.model, capped as tool names are
         self.reason_label = LabelValues(REASON_LABEL_LIMIT)
         self.thread_values = LabelValues(THREAD_LABEL_LIMIT)  # after thread_label's folding
         spec = semconv.METRICS
@@ -373,6 +396,8 @@ class Metrics:
         self.inflight_calls: Callable[[], Iterable[ToolCall]] = lambda: ()
         self.executor_stats: Callable[[], Iterable] = lambda: ()
         self.loop_lags: Callable[[], Iterable[tuple[str, float]]] = lambda: ()
+        # (gpu, state, reason) of each sampled GPU, set by the GPU timeline.
+        self.gpu_states: Callable[[], Iterable[tuple[str, str, str]]] = lambda: ()
         self.thread_label: Callable[[str], str] = str
         self.before_collect: Optional[Callable[[], None]] = None
         self._children: dict[tuple, tuple] = {}
@@ -432,13 +457,21 @@ class Metrics:
                 "gpu_underused": _counter(spec[semconv.METRIC_GPU_UNDERUSED], None),
                 "gpu_underused_blocked": _counter(spec[semconv.METRIC_GPU_UNDERUSED_BLOCKED], None),
                 "gpu_underused_unattributed": _counter(spec[semconv.METRIC_GPU_UNDERUSED_UNATTRIBUTED], None),
+                "gpu_idle_model": _counter(spec[semconv.METRIC_GPU_IDLE_MODEL], None),
+                "gpu_underused_model": _counter(spec[semconv.METRIC_GPU_UNDERUSED_MODEL], None),
                 "gpu_missing": _counter(spec[semconv.METRIC_GPU_MISSING], None),
             }
             r.register(_Locked(list(blame.values()), self))
             made: dict[str, Any] = {
                 **blame,
                 "gpu_utilization": _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r),
+                "gpu_model_idle_ratio": _gauge(spec[semconv.METRIC_GPU_MODEL_IDLE_RATIO], r),
                 "gpu_errors": _counter(spec[semconv.METRIC_GPU_ERRORS], r),
+                "gpu_hour_price": _gauge(spec[semconv.METRIC_GPU_HOUR_PRICE], r),
+                "server_running": _gauge(spec[semconv.METRIC_SERVER_RUNNING], r),
+                "server_waiting": _gauge(spec[semconv.METRIC_SERVER_WAITING], r),
+                "server_kv_cache": _gauge(spec[semconv.METRIC_SERVER_KV_CACHE], r),
+                "gpu_idle_kv_cache_held": _counter(spec[semconv.METRIC_GPU_IDLE_KV_CACHE_HELD], r),
                 "spans_dropped": _counter(spec[semconv.METRIC_SPANS_DROPPED], r),
                 "loop_blocked": _counter(spec[semconv.METRIC_LOOP_BLOCKED], r),
             }

@@ -97,6 +97,10 @@ class Spans:
             found = [s for s in found if s.attributes.get("gen_ai.request.model") == model]
         return found
 
+    def runs(self):
+        """Agent-run spans (``invoke_agent``)."""
+        return [s for s in self.all() if s.attributes.get("gen_ai.operation.name") == "invoke_agent"]
+
     def clear(self) -> None:
         self._exporter.clear()
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from agent_otel.attribution import BlameTotals, CallShare, attribute, attribute_underuse
-from agent_otel.records import NS_PER_S, IdleWindow, ToolCall, UtilizationSegment
+from agent_otel.records import NS_PER_S, IdleWindow, ModelCall, ToolCall, UtilizationSegment
 
 T0 = 1_700_000_000 * NS_PER_S  # an epoch-like origin, as real spans have
 
@@ -165,19 +165,39 @@ def test_blame_totals_sum_per_gpu_tool_and_phase():
     assert totals.unattributed_s == {"0": pytest.approx(1.0), "1": pytest.approx(0.0, abs=1e-12)}
 
 
-def brute_force(window: IdleWindow, calls: list[ToolCall]) -> tuple[dict[int, tuple[float, float]], float]:
-    """The rule applied literally, instant by instant between boundaries."""
+def brute_force(
+    window: IdleWindow,
+    calls: list[ToolCall],
+    models: list[ModelCall] = (),  # type: ignore[assignment]
+    served: dict[int, list[float]] | None = None,
+) -> tuple[dict[int, tuple[float, float]], float]:
+    """The rule applied literally, instant by instant between boundaries:
+    at an instant with model calls (``models``, all of the window's pool) in
+    flight, the time is theirs, split equally, into ``served[i]`` as
+    [queued, decode] (docs/attribution.md, the model server); else the tool
+    calls', split equally, by phase; else unattributed."""
     cuts = {window.start_ns, window.end_ns}
     for c in calls:
         for t in (c.submit_ns, c.start_ns, c.end_ns):
+            if window.start_ns < t < window.end_ns:
+                cuts.add(t)
+    for m in models:
+        for t in (m.start_ns, m.end_ns, m.first_token_ns):
             if window.start_ns < t < window.end_ns:
                 cuts.add(t)
     cuts = sorted(cuts)
     shares: dict[int, list[float]] = {}
     unattributed = 0.0
     for a, b in zip(cuts, cuts[1:]):
-        in_flight = [i for i, c in enumerate(calls) if c.submit_ns <= a and (c.end_ns == 0 or c.end_ns >= b)]
         seconds = (b - a) / NS_PER_S
+        generating = [i for i, m in enumerate(models) if m.start_ns <= a and (m.end_ns == 0 or m.end_ns >= b)]
+        if generating:
+            assert served is not None
+            for i in generating:
+                first = models[i].first_token_ns
+                served.setdefault(i, [0.0, 0.0])[1 if first and first <= a else 0] += seconds / len(generating)
+            continue
+        in_flight = [i for i, c in enumerate(calls) if c.submit_ns <= a and (c.end_ns == 0 or c.end_ns >= b)]
         if not in_flight:
             unattributed += seconds
         for i in in_flight:

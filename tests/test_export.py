@@ -430,3 +430,70 @@ def test_a_disk_that_fills_up_leaves_no_half_line(tmp_path):
         assert len(lines) == results.index(SpanExportResult.FAILURE)
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def names_in(path) -> list[str]:
+    return [
+        span["name"]
+        for line in path.read_text().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for span in ss["spans"]
+    ]
+
+
+def test_a_deleted_or_replaced_traces_file_is_opened_again_with_one_line(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    path = tmp_path / "traces.jsonl"
+    exporter = OtlpJsonFileExporter(str(path))
+    t = tracer()
+    assert exporter.export([tool_span(t, "first")]) == SpanExportResult.SUCCESS
+    path.unlink()  # a clean-up deletes it while the agent runs
+    assert exporter.export([tool_span(t, "second")]) == SpanExportResult.SUCCESS
+    assert names_in(path) == ["execute_tool second"]
+    path.rename(tmp_path / "traces.jsonl.1")  # a log rotation: renamed away, a new file put in its place
+    path.write_text("")
+    assert exporter.export([tool_span(t, "third")]) == SpanExportResult.SUCCESS
+    assert exporter.export([tool_span(t, "fourth")]) == SpanExportResult.SUCCESS
+    assert names_in(path) == ["execute_tool third", "execute_tool fourth"]
+    assert names_in(tmp_path / "traces.jsonl.1") == ["execute_tool second"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "was deleted" in lines[0] and "was replaced" in lines[1], lines
+    exporter.shutdown()
+
+
+def test_a_traces_file_that_cannot_be_made_again_refuses_its_spans(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    exporter = OtlpJsonFileExporter(str(folder / "traces.jsonl"))
+    (folder / "traces.jsonl").unlink()
+    folder.rmdir()
+    assert exporter.export([tool_span(tracer(), "lost")]) == SpanExportResult.FAILURE  # counted by the processor
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "was deleted and cannot be created again" in line
+    exporter.shutdown()
+
+
+def test_an_agent_whose_traces_file_is_deleted_keeps_its_spans(tmp_path, caplog, spans):
+    path = tmp_path / "traces.jsonl"
+    handle = agent_otel.instrument(traces_file=str(path), traces_exporters="none", gpu="off", frameworks=())
+
+    @agent_otel.tool
+    def search(i):
+        return i
+
+    try:
+        for i in range(50):
+            search(i)
+        assert handle.force_flush(5.0)
+        path.unlink()
+        with caplog.at_level(logging.WARNING):
+            for i in range(70):
+                search(i)
+            assert handle.force_flush(5.0)
+    finally:
+        handle.shutdown()
+    assert names_in(path).count("execute_tool search") == 70
+    assert handle.metrics.registry.get_sample_value("agent_otel_spans_dropped_total", {"kind": "tool"}) == 0
+    assert len([r for r in caplog.records if "was deleted" in r.getMessage()]) == 1

@@ -59,6 +59,7 @@ FOUNDATION = {
     "agent_otel.inputs",
     "agent_otel.host",
     "agent_otel.slo",
+    "agent_otel.prices",
 }
 WIRING = {
     "agent_otel",
@@ -80,7 +81,17 @@ ALLOWED_PRIVATE = {
     ("opentelemetry.context", "_SUPPRESS_INSTRUMENTATION_KEY"),
 }
 # Modules whose private names the framework hooks must reach: the code they hook.
-HOOKED_LIBRARIES = ("langchain_core", "langgraph", "agents", "llama_index", "mcp", "smolagents", "crewai", "anyio")
+HOOKED_LIBRARIES = (
+    "langchain_core",
+    "langgraph",
+    "agents",
+    "llama_index",
+    "mcp",
+    "smolagents",
+    "crewai",
+    "pydantic_ai",
+    "anyio",
+)
 
 
 def room_of(module: str) -> str:

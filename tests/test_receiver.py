@@ -24,7 +24,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from agent_otel.receiver.decode import MALFORMED_SPAN, NOT_A_TOOL_SPAN, tool_calls
+from agent_otel.exporters.otlp_json import WRONG_TYPE
+from agent_otel.receiver.decode import NOT_A_TOOL_SPAN, tool_calls
 from agent_otel.receiver.server import GRPC_SERVICE, HTTP_PATH, OtlpReceiver, Outcome
 
 T0 = 1_767_000_000_000_000_000
@@ -209,8 +210,8 @@ def test_a_tool_span_with_an_unreadable_attribute_is_refused_alone(receiver):
     attribute.key, attribute.value.string_value = "agent.tool.queue.duration", "soon"
     decoded = tool_calls(request)
     assert len(decoded.calls) == 1
-    assert decoded.refused == {MALFORMED_SPAN: 1}
-    assert "agent.tool.queue.duration is not a non-negative number: 'soon'" in decoded.examples[MALFORMED_SPAN]
+    assert decoded.refused == {WRONG_TYPE: 1}
+    assert "agent.tool.queue.duration is not a non-negative number: 'soon'" in decoded.examples[WRONG_TYPE]
 
 
 def test_an_oversized_request_is_refused_before_it_is_read(receiver):

@@ -74,6 +74,13 @@ ADDED_KEYS = {
         "missing_s",
         "utilization_avg",
         "simulated",
+        "idle_model_s",
+        "underused_model_s",
+        "model_in_flight_s",
+        "model_idle_ratio",
+        "idle_samples_s",
+        "busy_samples_s",
+        "edges_moved",
     },
 }
 
@@ -143,7 +150,16 @@ def test_idle_time_is_blamed_on_the_calls_in_flight_queue_and_exec_apart(stalled
 
 def test_json_keys_are_the_contracts(stalled_run, capsys):
     report = report_of(capsys, stalled_run / "traces.jsonl", "--gpu-log", stalled_run / "gpu.csv", "--tz", "UTC")
-    assert set(report) == set(CONTRACT_KEYS) | {"inputs", "event_loops", "models", "turns", "slos"}
+    assert set(report) == set(CONTRACT_KEYS) | {
+        "inputs",
+        "event_loops",
+        "models",
+        "turns",
+        "slos",
+        "cost",
+        "model_server",
+        "kv_cache",
+    }
     assert set(report["window"]) == CONTRACT_KEYS["window"]
     for section in ("tools", "executors", "gpus"):
         assert report[section], section

@@ -319,6 +319,23 @@ def test_hostile_traces_are_one_line_errors(tmp_path, capsys, content, complaint
     assert line.startswith(f"agent-otel report: error: {tmp_path / 'bad.jsonl'}{complaint}")
 
 
+def test_a_span_out_of_range_is_left_out_alone_with_one_warning_and_exit_0(traces):
+    """A queue duration or CPU time of 1e300 s (OverflowError before: a traceback, exit 1)."""
+    with open(traces, "a") as handle:
+        for number, key in enumerate(["agent.tool.queue.duration", "agent.tool.exec.cpu_time"]):
+            span = json.loads(span_line(tool='"search"'))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+            span["spanId"] = f"{number + 1:016x}"
+            span["attributes"].append({"key": key, "value": {"doubleValue": 1e300}})
+            handle.write(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}) + "\n")
+    result = run_cli("report", traces, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert calls_by_tool(report) == EXPECTED_CALLS  # the good spans, all of them
+    (warning,) = [w for w in report["inputs"]["warnings"] if "left out" in w]
+    assert warning.startswith(f"{traces}: 2 span(s) left out") and "agent.tool.queue.duration" in warning
+    assert b"Traceback" not in result.stderr
+
+
 def test_a_lone_surrogate_in_a_name_reaches_table_html_and_perfetto_as_u_fffd(tmp_path, capsys):
     (tmp_path / "t.jsonl").write_text(span_line(tool='"bad\\udcffname"'))
     html_path, perfetto_path = tmp_path / "r.html", tmp_path / "t.json"

@@ -67,6 +67,11 @@ def test_a_turn_splits_into_model_queue_exec_and_other(one_turn, capsys):
         "time_to_first_chunk_p50_s": pytest.approx(0.3),
         "input_tokens": 1700,
         "output_tokens": 100,
+        # the GPU was busy whenever a model call was in flight: nothing is the model server's
+        "gpu_idle_blocked_s": 0.0,
+        "gpu_idle_blocked_queued_s": 0.0,
+        "gpu_idle_blocked_decode_s": 0.0,
+        "gpu_underused_blocked_s": pytest.approx(0.0, abs=1e-6),
     }
     assert report["inputs"]["model_calls"] == 2
     assert report["inputs"]["agent_runs"] == 1
@@ -76,7 +81,9 @@ def test_the_table_says_it_as_a_sentence(one_turn, capsys):
     assert main(["report", str(one_turn / "traces.jsonl"), "--gpu-log", str(one_turn / "gpu.csv"), "--tz", "UTC"]) == 0
     text = capsys.readouterr().out
 
-    assert "search idles the GPU 4.0 s per call, 40 % of end-to-end latency" in text
+    assert (
+        "search idles the GPU 4.0 s per call (4.0 s blamed over 1 call), in flight for 40 % of the turns' time" in text
+    )
     assert (
         "1 turn (invoke_agent spans): 10.0 s end to end = model 4.0 s (40 %) + tool queue 1.0 s (10 %)"
         " + tool exec 3.0 s (30 %) + other 2.0 s (20 %)" in text
@@ -258,3 +265,32 @@ def test_every_kind_of_model_and_agent_span_is_read(tmp_path, capsys):
     assert (turns["count"], turns["from_agent_spans"]) == (2, 2)
     assert turns["model_s"] == pytest.approx(5.0)
     assert turns["end_to_end_s"] == pytest.approx(9.0)
+
+
+def test_the_client_blocking_its_loop_during_a_call_is_client_cpu_not_model_time(tmp_path, capsys):
+    """A model call 0-3 s during which the process's own code held its event
+    loop 0.5-2.0 s (the loop monitor's block, with no tool call holding it,
+    linked to the model call waiting): 1.5 s of client CPU, 1.5 s of model.
+    A block a tool call held is that tool's own time (exec)."""
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    turn = run.invoke_agent("support", 0.0, 8.0)
+    model = run.model_call("gpt-4o", 0.0, 3.0, parent=turn)
+    tool = run.tool_call("parse", 3.0, 3.0, 6.0, parent=turn)
+    other = run.invoke_agent("elsewhere", 0.0, 8.0)  # another turn, on another loop: not blocked
+    run.model_call("gpt-4o", 0.0, 3.0, parent=other)
+    run.loop_block(0.5, 2.0, waiting=[model], stack='  File "openai/_models.py", line 1, in construct\n')
+    run.loop_block(4.0, 5.0, blocker=tool)
+    run.close()
+
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+
+    slowest = {turn["name"]: turn for turn in report["turns"]["slowest"]}
+    support = slowest["support"]
+    assert support["client_cpu_s"] == pytest.approx(1.5)
+    assert support["model_s"] == pytest.approx(1.5)
+    assert support["tool_exec_s"] == pytest.approx(3.0)
+    assert support["other_s"] == pytest.approx(2.0)
+    assert (slowest["elsewhere"]["client_cpu_s"], slowest["elsewhere"]["model_s"]) == (0.0, pytest.approx(3.0))
+    assert report["turns"]["client_cpu_s"] == pytest.approx(1.5)
+    assert main(["report", str(tmp_path / "traces.jsonl")]) == 0
+    assert "client CPU 1.5 s" in capsys.readouterr().out

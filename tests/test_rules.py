@@ -30,6 +30,7 @@ CONTRACT_ALERTS = {
     "AgentToolLatencySLOSlowBurn",
     "AgentExecutorSaturated",
     "AgentGPUIdleBlockedByTools",
+    "AgentModelServerStalling",
     "AgentEventLoopBlocked",
 }
 
@@ -47,7 +48,7 @@ def promtool(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 def test_promtool_accepts_the_rules():
     result = promtool("check", "rules", str(RULES_FILE))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 14 rules found" in result.stdout
+    assert "SUCCESS: 15 rules found" in result.stdout
 
 
 def test_alerts_fire_when_they_should_and_stay_silent_otherwise():

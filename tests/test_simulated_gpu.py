@@ -116,6 +116,8 @@ def test_a_pause_between_two_model_calls_becomes_one_idle_window():
 def test_phases_and_specs_are_checked():
     with pytest.raises(ValueError, match="utilization in 0..1"):
         SimulatedGpu([(1.0, 90)])
-    with pytest.raises(ConfigError, match='\'nvidia\'.*"auto", "nvml", "simulated", "replay:PATH" or "off"'):
+    with pytest.raises(
+        ConfigError, match='\'nvidia\'.*"auto", "nvml", "simulated", "replay:PATH", "model_server" or "off"'
+    ):
         open_gpu_source("nvidia")
     assert open_gpu_source("off") is None

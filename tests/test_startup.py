@@ -107,18 +107,18 @@ def test_the_loop_monitor_watches_loops_of_an_asyncio_imported_after_instrument(
 
 @pytest.fixture
 def held_gpu_search(monkeypatch):
-    """``gpu="auto"`` whose search waits for ``release`` and then finds a simulated GPU."""
+    """``gpu="auto"`` whose search (opening NVML) waits for ``release`` and then finds a simulated GPU."""
     import agent_otel.attribution.live as live
 
     release, entered = threading.Event(), threading.Event()
-    real = live.start_live_timeline
+    real = live.open_source
 
-    def held(settings, **kwargs):
+    def held(settings):
         entered.set()
         assert release.wait(30)
-        return real(instrumentation.load_settings({"gpu": "simulated"}), **kwargs)
+        return real(instrumentation.load_settings({"gpu": "simulated"}))
 
-    monkeypatch.setattr(live, "start_live_timeline", held)
+    monkeypatch.setattr(live, "open_source", held)
     yield release, entered
     release.set()
 

@@ -170,6 +170,21 @@ def test_builtin_error_type_is_short(agent, spans):
     assert attrs(spans.tools("parse")[0])["error.type"] == "ValueError"
 
 
+def test_an_error_type_of_a_huge_class_name_is_cut_and_the_exception_passes_through(agent, spans):
+    huge = type("Quota" + "x" * 1_900_000, (Exception,), {})  # a class made at run time: any name
+    error = huge("limit")
+
+    @agent_otel.tool
+    def quote(symbol):
+        raise error
+
+    with pytest.raises(huge) as caught:
+        quote("NVDA")
+    assert caught.value is error
+    error_type = attrs(spans.tools("quote")[0])["error.type"]
+    assert len(error_type) == 512 and error_type.startswith(f"{__name__}.Quotaxxx") and error_type.endswith("…")
+
+
 def test_timeout_inside_and_around_the_tool(agent, spans):
     @agent_otel.tool
     def slow_api():

@@ -64,10 +64,11 @@ from agent_otel.attribution.rule import (
     WindowAttribution,
     attribute,
     gpu_key,
+    model_by_phase,
 )
 from agent_otel.config import DEFAULTS
 from agent_otel.gpu.timeline import IdleDetector, is_missing
-from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, LoopBlock, ToolCall, UtilizationSegment
+from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, LoopBlock, ModelCall, ToolCall, UtilizationSegment
 
 # Finished calls kept for attribution: enough for a busy agent, small
 # enough to bound memory (~330 bytes a call: ~17 MB).
@@ -94,6 +95,7 @@ class ClosedWindow(NamedTuple):
     attribution: WindowAttribution
     idle_s: float
     blocked: dict[tuple[str, str], float]
+    models: dict[tuple[str, str], float] = {}  # the model server's share, by (model, phase), as counted
     linkable: int = 0
 
 
@@ -123,6 +125,9 @@ class BlameUpdate:
     underused: UnderuseTotals = field(default_factory=UnderuseTotals)
     missing_s: dict[str, float] = field(default_factory=dict)
     closed: list[ClosedWindow] = field(default_factory=list)
+    # per GPU: seconds some model call was in flight, and of those the GPU read idle
+    model_in_flight_s: dict[str, float] = field(default_factory=dict)
+    model_idle_s: dict[str, float] = field(default_factory=dict)
     settled: list[SettledShare] = field(default_factory=list)
 
 
@@ -173,6 +178,7 @@ class _OpenWindow:
         "counted",
         "label",
         "gpu",
+        "models",
     )
 
     def __init__(self, start_ns: int, label: str, gpu: str):
@@ -190,6 +196,7 @@ class _OpenWindow:
         self.counted = False
         self.label = label  # gpu_key of its GPU: the counters' gpu label
         self.gpu = gpu  # IdleWindow.gpu
+        self.models: dict[tuple[str, str], float] = {}  # (model, phase) -> seconds so far
 
     def add(
         self, result: WindowAttribution, blocked: dict[tuple[str, str], float], originals: dict[int, ToolCall]
@@ -199,6 +206,10 @@ class _OpenWindow:
         totals = self.blocked
         for tool_phase, seconds in blocked.items():
             totals[tool_phase] = totals.get(tool_phase, 0.0) + seconds
+        if result.models:
+            models = self.models
+            for model_phase, seconds in model_by_phase(result.models).items():
+                models[model_phase] = models.get(model_phase, 0.0) + seconds
         shares, kept, order = self.shares, self.originals, self.order
         for share in result.shares:
             call = share.call
@@ -225,6 +236,7 @@ class _OpenWindow:
         totals.idle_s[label] = totals.idle_s.get(label, 0.0) + self.idle_s
         totals.unattributed_s[label] = totals.unattributed_s.get(label, 0.0) + self.unattributed_s
         _add_blocked(totals.blocked_s, label, self.blocked)
+        _add_blocked(totals.model_s, label, self.models)
 
     def settle(self, settled: list[SettledShare], share_min_s: float, max_links: int) -> None:
         """Hand out the shares that can no longer grow: of calls that have
@@ -245,7 +257,7 @@ class _OpenWindow:
         self._hand_out(list(self.shares), settled, share_min_s, max_links)
         links = [share for *_, share in sorted(self.links)]  # smallest first (by share, submit, start, order)
         return ClosedWindow(
-            WindowAttribution(window, links, self.unattributed_s), self.idle_s, self.blocked, self.linkable
+            WindowAttribution(window, links, self.unattributed_s), self.idle_s, self.blocked, self.models, self.linkable
         )
 
     def _hand_out(self, keys: list[int], settled: list[SettledShare], share_min_s: float, max_links: int) -> None:
@@ -332,17 +344,24 @@ class BlameEngine:
         self.horizon.add_many(calls)
 
     def feed(
-        self, samples: Sequence[GpuSample], in_flight: Iterable[ToolCall] = (), blocks: Iterable[LoopBlock] = ()
+        self,
+        samples: Sequence[GpuSample],
+        in_flight: Iterable[ToolCall] = (),
+        blocks: Iterable[LoopBlock] = (),
+        models: Sequence[ModelCall] = (),
     ) -> BlameUpdate:
         """Add a batch of samples; ``in_flight`` are the calls not finished now
         (read before the finished calls were last added, so none falls between);
         ``blocks`` the event-loop blocks that may overlap the new stretches
-        (``attribute`` refines the rule with them)."""
-        return self._update(self.detector.step(samples), in_flight, blocks, flushing=False)
+        (``attribute`` refines the rule with them); ``models`` the model calls
+        that may overlap them (in flight: ``end_ns`` 0), the model server's share."""
+        return self._update(self.detector.step(samples), in_flight, blocks, models, flushing=False)
 
-    def flush(self, in_flight: Iterable[ToolCall] = (), blocks: Iterable[LoopBlock] = ()) -> BlameUpdate:
+    def flush(
+        self, in_flight: Iterable[ToolCall] = (), blocks: Iterable[LoopBlock] = (), models: Sequence[ModelCall] = ()
+    ) -> BlameUpdate:
         """Close the windows still open (at shutdown): each ends at its last idle sample."""
-        return self._update(self.detector.step(()), in_flight, blocks, flushing=True)
+        return self._update(self.detector.step(()), in_flight, blocks, models, flushing=True)
 
     def open_windows(self) -> dict[str, tuple[int, int]]:
         """The idle windows still open, by GPU: (start_ns, blamed up to ns)."""
@@ -351,7 +370,13 @@ class BlameEngine:
     # -- the work --------------------------------------------------------
 
     def _update(
-        self, step, in_flight: Iterable[ToolCall], blocks: Iterable[LoopBlock], *, flushing: bool
+        self,
+        step,
+        in_flight: Iterable[ToolCall],
+        blocks: Iterable[LoopBlock],
+        models: Sequence[ModelCall] = (),
+        *,
+        flushing: bool,
     ) -> BlameUpdate:
         update = BlameUpdate()
         closed = list(step.windows)
@@ -364,7 +389,7 @@ class BlameEngine:
             if is_missing(segment.utilization):
                 key = gpu_key(segment)
                 update.missing_s[key] = update.missing_s.get(key, 0.0) + segment.seconds
-            elif segment.utilization >= 1.0 and segment.utilization > threshold:
+            elif segment.utilization >= 1.0 and segment.utilization > threshold and not models:
                 # No capacity unused: nothing to blame, and no call to look at.
                 update.underused.add(WindowAttribution(segment, [], 0.0))
             elif segment.end_ns > segment.start_ns:
@@ -372,11 +397,20 @@ class BlameEngine:
         # Every stretch is blamed once, for its unused capacity; an idle
         # stretch's same shares, unweighted, are its idle window's blame.
         calls, originals = self._calls(segments, in_flight) if segments else ([], {})
-        results = attribute(segments, calls, blocks, shares_from=self.share_min_s) if segments else []
+        results = (
+            attribute(segments, calls, blocks, shares_from=self.share_min_s, models=self._models(segments, models))
+            if segments
+            else []
+        )
         ended: dict[tuple[str, int], _OpenWindow] = {}  # stretches that ended in this batch
         for segment, result in zip(segments, results):
             blocked = result.blocked_by_tool_phase()
             update.underused.add(result, blocked)
+            if result.models:
+                key, serving = gpu_key(segment), result.model_s
+                update.model_in_flight_s[key] = update.model_in_flight_s.get(key, 0.0) + serving
+                if segment.utilization <= threshold:
+                    update.model_idle_s[key] = update.model_idle_s.get(key, 0.0) + serving
             if segment.utilization <= threshold:
                 self._accrue(segment, result, blocked, originals, update, ended)
         share_min_s, max_links, settled = self.share_min_s, self.max_links, update.settled
@@ -424,9 +458,20 @@ class BlameEngine:
             idle.idle_s[label] = idle.idle_s.get(label, 0.0) + seconds
             idle.unattributed_s[label] = idle.unattributed_s.get(label, 0.0) + result.unattributed_s
             _add_blocked(idle.blocked_s, label, blocked)
+            if result.models:
+                _add_blocked(idle.model_s, label, model_by_phase(result.models))
         current.add(result, blocked, originals)
         current.idle_s += seconds
         current.accrued_to = segment.end_ns
+
+    def _models(self, intervals: list, models: Sequence[ModelCall]) -> list[ModelCall]:
+        """The model calls of this engine's pool that overlap ``intervals``."""
+        if not models:
+            return []
+        start = min(interval.start_ns for interval in intervals)
+        end = max(interval.end_ns for interval in intervals)
+        pool = self.pool
+        return [m for m in models if m.start_ns < end and (not m.end_ns or m.end_ns > start) and m.pool == pool]
 
     def _calls(self, intervals: list, in_flight: Iterable[ToolCall]) -> tuple[list[ToolCall], dict[int, ToolCall]]:
         """The calls that may overlap ``intervals``: finished ones from the

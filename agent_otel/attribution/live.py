@@ -16,7 +16,8 @@ the calls of a window that lasts hours.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Protocol
+import threading
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Optional, Protocol
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import SpanLimits
@@ -33,6 +34,7 @@ from agent_otel.attribution.engine import (
     SettledShare,
 )
 from agent_otel.attribution.rule import largest_share
+from agent_otel.capture.models import model_calls, peer_model_spans
 from agent_otel.errors import ConfigError
 from agent_otel.gpu.logs import GpuLogWriter
 from agent_otel.clock import now_ns
@@ -41,9 +43,16 @@ from agent_otel.gpu.device import GpuSource
 from agent_otel.gpu.sampler import GpuSampler
 from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
-from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
+from agent_otel.records import NS_PER_S, LoopBlock, ModelCall, ServerSample, ToolCall
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
+    AGENT_MODEL_SERVER_KV_CACHE_USAGE,
+    AGENT_MODEL_SERVER_RUNNING_MAX,
+    AGENT_MODEL_SERVER_WAITING_MAX,
+    GPU_IDLE_MODEL_DURATION,
+    GPU_IDLE_MODEL_DURATIONS,
+    GPU_IDLE_MODEL_PHASES,
+    GPU_IDLE_MODELS,
     AGENT_TOOL_PHASE,
     GPU_IDLE_BLOCKED_BY,
     GPU_IDLE_BLOCKED_DURATION,
@@ -54,22 +63,40 @@ from agent_otel.semconv import (
     GPU_IDLE_UNATTRIBUTED_DURATION,
     GPU_IDLE_UNLINKED_CALLS,
     GPU_INDEX,
+    GPU_SOURCE_SIMULATED,
     GPU_UTILIZATION_AVG,
     GPU_UUID,
     SPAN_GPU_IDLE,
 )
+from agent_otel.prices import GpuPrices, parse_prices
 from agent_otel.problems import Problems
 from agent_otel.text import NAME_LIMIT, valid_text
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge
 
+    from agent_otel.gpu.server import ServerTimeline
+
 logger = logging.getLogger("agent_otel.gpu")
 
 # The SDK's default link limit per span (OTEL_SPAN_LINK_COUNT_LIMIT).
 DEFAULT_LINK_LIMIT = DEFAULT_MAX_LINKS
+# Over this share of the time model calls were in flight read idle, the GPU
+# data contradicts the model calls (logged once per GPU; the gauge shows it).
+MODEL_IDLE_WARN_RATIO = 0.2
+# ... once model calls were in flight this long on that GPU (a first call's
+# edge, a sample period, is no contradiction).
+MODEL_IDLE_WARN_AFTER_S = 2.0
 
-__all__ = ["MAX_HORIZON_CALLS", "CallsInFlight", "FinishedCalls", "GpuMetrics", "LiveTimeline", "start_live_timeline"]
+__all__ = [
+    "MAX_HORIZON_CALLS",
+    "CallsInFlight",
+    "FinishedCalls",
+    "GpuMetrics",
+    "LiveTimeline",
+    "open_source",
+    "start_live_timeline",
+]
 
 
 class CallsInFlight(Protocol):
@@ -110,15 +137,36 @@ class GpuMetrics(Protocol):
     @property
     def gpu_underused_blocked(self) -> Counter: ...
     @property
+    def gpu_idle_model(self) -> Counter: ...
+    @property
+    def gpu_underused_model(self) -> Counter: ...
+    @property
+    def gpu_model_idle_ratio(self) -> Gauge: ...
+    @property
+    def model_label(self) -> Callable[[str], str]: ...
+    @property
     def gpu_missing(self) -> Counter: ...
     @property
     def gpu_errors(self) -> Counter: ...
+    @property
+    def gpu_hour_price(self) -> Gauge: ...
+    @property
+    def server_running(self) -> Gauge: ...
+    @property
+    def server_waiting(self) -> Gauge: ...
+    @property
+    def server_kv_cache(self) -> Gauge: ...
+    @property
+    def gpu_idle_kv_cache_held(self) -> Counter: ...
     @property
     def tool_label(self) -> Callable[[str], str]: ...
     @property
     def gpu_label(self) -> Callable[[str], str]: ...
     @property
     def reason_label(self) -> Callable[[str], str]: ...
+
+    # Read at each scrape: (gpu, state, reason) of each sampled GPU (agent_otel_gpu_state).
+    gpu_states: Callable[[], Iterable[tuple[str, str, str]]]
 
 
 class LiveTimeline:
@@ -144,6 +192,8 @@ class LiveTimeline:
         log_max_bytes: Optional[int] = None,
         share_min_s: float = DEFAULTS.gpu_idle_share_min,
         children: bool = DEFAULTS.gpu_idle_children,
+        prices: Optional[GpuPrices] = None,
+        price_pool: str = "",
     ):
         # First: a log that cannot be written (ConfigError) leaves nothing behind.
         self.log = GpuLogWriter(log_path, source.devices(), log_max_bytes) if log_path else None
@@ -178,11 +228,39 @@ class LiveTimeline:
         )
         self._problems = Problems(logger)
         self._reported_errors: dict[str, int] = {}
+        self._errors_lock = threading.Lock()  # the sampler's thread, and shutdown's
+        # A model server's readings (agent_otel.gpu.server), where the source
+        # reads one: its queue and KV cache on the timeline, for the rules
+        # and the gpu.idle spans (``server.load(start_ns, end_ns)``).
+        self._server_samples: Optional[Callable[[], list[ServerSample]]] = getattr(source, "server_samples", None)
+        self.server: Optional[ServerTimeline] = None
+        if self._server_samples is not None:
+            from agent_otel.gpu.server import ServerTimeline  # here: loaded only where a server is read
+
+            self.server = ServerTimeline()
+        if prices is not None:  # what an hour of each GPU costs, for the cost panels (docs/report.md)
+            for device in source.devices():
+                price = prices.price(price_pool, device.name)
+                if price is not None:
+                    metrics.gpu_hour_price.labels(metrics.gpu_label(device.index)).set(price)
         if pipeline is not None:
             pipeline.consumers.append(self.engine.add_finished)
+            pipeline.consumers.append(self._check_stuck)  # a stuck sampler is said while it lasts
+        # per GPU: seconds model calls were in flight, and of those the GPU read idle
+        self._model_in_flight_s: dict[str, float] = {}
+        self._model_idle_s: dict[str, float] = {}
+        self._warned: set[str] = set()  # GPUs whose contradiction was logged
+        # A simulated GPU follows the model calls of the process (docs/gpu.md).
+        self._follows = getattr(source, "model_call", None) if source.kind == GPU_SOURCE_SIMULATED else None
+        if self._follows is not None:
+            model_calls.follow(self._follows)
+            peer_model_spans.enabled = True  # where wiring added it (watch_peers): peers' model spans too
         # Before the sampler's own hook: in a child, the log is gone before sampling restarts.
         forks.after_fork_in_child(self.reinit_after_fork)
-        self.sampler = GpuSampler(source, poll_interval_s, self.on_samples)
+        # The source's errors are counted after every poll, with samples or
+        # without (a lost GPU gives none): they show on /metrics at once.
+        self.sampler = GpuSampler(source, poll_interval_s, self.on_samples, self._count_source_errors)
+        metrics.gpu_states = self.gpu_states
 
     def start(self) -> None:
         self.sampler.start()
@@ -193,12 +271,16 @@ class LiveTimeline:
         log, self.log = self.log, None
         if log is not None:
             log.close()  # the child's copy of the file only
+        self._errors_lock = threading.Lock()
 
     def shutdown(self, timeout_s: float = 2.0) -> bool:
         """Stop sampling, close the open windows; True if the sampler stopped within ``timeout_s``."""
         stopped = self.sampler.shutdown(timeout_s)
+        if self._follows is not None:
+            model_calls.unfollow(self._follows)
+            peer_model_spans.enabled = False
         # Close the windows still open: the stall at the end of a run counts too.
-        self.apply(self.engine.flush(self._in_flight(), self._blocks()))
+        self.apply(self.engine.flush(self._in_flight(), self._blocks(), self._models()))
         self._count_source_errors()
         if self.log is not None:
             self.log.close()
@@ -210,6 +292,7 @@ class LiveTimeline:
 
     def on_samples(self, samples) -> None:
         self.show_utilization(samples)
+        self.take_server_samples()
         if self.log is not None:
             try:
                 self.log.write(samples)
@@ -220,8 +303,15 @@ class LiveTimeline:
                     self.log.path,
                     exc.strerror or exc,
                 )
-        self.apply(self.engine.feed(samples, self._in_flight(), self._blocks()))
-        self._count_source_errors()
+        self.apply(self.engine.feed(samples, self._in_flight(), self._blocks(), self._models()))
+
+    def gpu_states(self) -> list[tuple[str, str, str]]:
+        """``(gpu, state, reason)`` of each sampled GPU now (``GpuSampler.states``)."""
+        self.sampler.check_stuck()
+        return [(gpu, state, reason) for gpu, (state, reason) in sorted(self.sampler.states().items())]
+
+    def _check_stuck(self, calls: list[ToolCall]) -> None:
+        self.sampler.check_stuck()
 
     def show_utilization(self, samples) -> None:
         """Set the utilization gauge from the latest sample of each GPU."""
@@ -231,6 +321,21 @@ class LiveTimeline:
                 latest[sample.gpu] = sample.utilization
         for gpu, utilization in latest.items():
             self.metrics.gpu_utilization.labels(self.metrics.gpu_label(gpu)).set(utilization)
+
+    def take_server_samples(self) -> None:
+        """Move the model server's new readings onto the timeline, and its latest into the gauges."""
+        if self._server_samples is None or self.server is None:
+            return
+        readings = self._server_samples()
+        if not readings:
+            return
+        self.server.add(readings)
+        latest = readings[-1]
+        server = self.metrics.gpu_label(latest.server)
+        self.metrics.server_running.labels(server).set(latest.running)
+        self.metrics.server_waiting.labels(server).set(latest.waiting)
+        if latest.kv_cache_usage is not None:
+            self.metrics.server_kv_cache.labels(server).set(latest.kv_cache_usage)
 
     def apply(self, update: BlameUpdate) -> None:
         """Counters first, then the child spans of the shares now final, then the spans of the windows that closed."""
@@ -248,6 +353,13 @@ class LiveTimeline:
             return []
         now = now_ns()
         return self.loop_blocks(now - round(self.horizon_s * NS_PER_S), now + NS_PER_S)
+
+    def _models(self) -> list[ModelCall]:
+        """The model calls of this process that a batch of samples can blame
+        (in flight, and finished within the attribution horizon)."""
+        if self.recorder is None:
+            return []
+        return model_calls.overlapping(now_ns() - round(self.horizon_s * NS_PER_S))
 
     def _in_flight(self) -> list[ToolCall]:
         """The calls in flight, read before the finished ones are drained
@@ -281,6 +393,32 @@ class LiveTimeline:
             metrics.gpu_underused_blocked.labels(gpu_label(gpu), label(tool), phase).inc(seconds)
         for gpu, seconds in update.missing_s.items():
             metrics.gpu_missing.labels(gpu_label(gpu)).inc(seconds)
+        if idle.model_s or underused.model_s or update.model_in_flight_s:
+            self._count_models(update)
+
+    def _count_models(self, update: BlameUpdate) -> None:
+        """The model server's share, and the share of the model calls' time the GPU read idle."""
+        metrics, label, gpu_label = self.metrics, self.metrics.model_label, self.metrics.gpu_label
+        for (gpu, model, phase), seconds in update.idle.model_s.items():
+            metrics.gpu_idle_model.labels(gpu_label(gpu), label(model), phase).inc(seconds)
+        for (gpu, model, phase), seconds in update.underused.model_s.items():
+            metrics.gpu_underused_model.labels(gpu_label(gpu), label(model), phase).inc(seconds)
+        for gpu, seconds in update.model_in_flight_s.items():
+            in_flight = self._model_in_flight_s[gpu] = self._model_in_flight_s.get(gpu, 0.0) + seconds
+            idle = self._model_idle_s[gpu] = self._model_idle_s.get(gpu, 0.0) + update.model_idle_s.get(gpu, 0.0)
+            ratio = idle / in_flight if in_flight > 0 else 0.0
+            metrics.gpu_model_idle_ratio.labels(gpu_label(gpu)).set(ratio)
+            if ratio > MODEL_IDLE_WARN_RATIO and in_flight >= MODEL_IDLE_WARN_AFTER_S and gpu not in self._warned:
+                self._warned.add(gpu)  # once per GPU: the gauge goes on showing it
+                logger.warning(
+                    "agent-otel: GPU %s read idle for %.0f%% of the %.1f s model calls were in flight: the GPU "
+                    "data contradicts the model calls (a simulated GPU nobody drives, another GPU than the one "
+                    "serving the model, clocks apart, or a model served elsewhere); that idle time is blamed on "
+                    "the model server (docs/gpu.md)",
+                    gpu,
+                    100 * ratio,
+                    in_flight,
+                )
 
     def _emit_window(self, closed: ClosedWindow) -> None:
         """The window's ``gpu.idle`` span, with the per-tool totals of every
@@ -307,6 +445,19 @@ class LiveTimeline:
             attributes[GPU_UUID] = valid_text(window.uuid, NAME_LIMIT)
         if closed.linkable > len(links):
             attributes[GPU_IDLE_UNLINKED_CALLS] = closed.linkable - len(links)
+        if closed.models:  # the model server's share, as agent_gpu_idle_model_seconds_total got it
+            ordered_models = sorted(closed.models.items(), key=_largest_first)
+            attributes[GPU_IDLE_MODEL_DURATION] = sum(closed.models.values())
+            attributes[GPU_IDLE_MODELS] = [valid_text(model, NAME_LIMIT) for (model, _), _ in ordered_models]
+            attributes[GPU_IDLE_MODEL_PHASES] = [phase for (_, phase), _ in ordered_models]
+            attributes[GPU_IDLE_MODEL_DURATIONS] = [seconds for _, seconds in ordered_models]
+        load = self.server.load(window.start_ns, window.end_ns) if self.server is not None else None
+        if load is not None:
+            attributes[AGENT_MODEL_SERVER_WAITING_MAX] = load.waiting_max
+            attributes[AGENT_MODEL_SERVER_RUNNING_MAX] = load.running_max
+            if load.kv_cache_usage is not None:
+                attributes[AGENT_MODEL_SERVER_KV_CACHE_USAGE] = load.kv_cache_usage
+                self._count_kv_held(gpu, load.kv_cache_usage, totals)
         if totals:
             by_tool: dict[str, float] = {}
             for (tool, _), seconds in totals.items():
@@ -346,12 +497,25 @@ class LiveTimeline:
             )
             child.end(end_time=share.end_ns)
 
+    def _count_kv_held(self, gpu: str, usage: float, blocked: dict[tuple[str, str], float]) -> None:
+        """The KV cache in use while the window idled, held by the requests
+        waiting on the tools blamed for it: each tool's idle seconds x the
+        window's mean usage (docs/model-servers.md)."""
+        by_tool: dict[str, float] = {}
+        for (tool, _phase), seconds in blocked.items():
+            by_tool[tool] = by_tool.get(tool, 0.0) + seconds
+        metrics, label = self.metrics, self.metrics.tool_label
+        for tool, seconds in by_tool.items():
+            if seconds > 0.0 and usage > 0.0:
+                metrics.gpu_idle_kv_cache_held.labels(metrics.gpu_label(gpu), label(tool)).inc(seconds * usage)
+
     def _count_source_errors(self) -> None:
-        for reason, count in self.sampler.stats()["errors"].items():
-            new = count - self._reported_errors.get(reason, 0)
-            if new > 0:
-                self.metrics.gpu_errors.labels(self.metrics.reason_label(reason)).inc(new)
-                self._reported_errors[reason] = count
+        with self._errors_lock:
+            for reason, count in self.sampler.stats()["errors"].items():
+                new = count - self._reported_errors.get(reason, 0)
+                if new > 0:
+                    self.metrics.gpu_errors.labels(self.metrics.reason_label(reason)).inc(new)
+                    self._reported_errors[reason] = count
 
 
 def _context_of(call: ToolCall) -> SpanContext:
@@ -373,6 +537,15 @@ def link_limit() -> int:
     return DEFAULT_LINK_LIMIT if limit is None else limit
 
 
+def open_source(settings: Settings) -> Optional[GpuSource]:
+    """The GPU source ``settings`` name (``gpu``, ``gpu_devices``, ``model_server_metrics``); None for none."""
+    return open_gpu_source(
+        settings.gpu,
+        list(settings.gpu_devices) if settings.gpu_devices else None,
+        model_server=settings.model_server_metrics,
+    )
+
+
 def start_live_timeline(
     settings: Settings,
     *,
@@ -382,6 +555,7 @@ def start_live_timeline(
     pipeline: Optional[FinishedCalls],
     loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None,
     default_log: Optional[tuple[str, int]] = None,
+    source: Optional[GpuSource] = None,
 ) -> Optional[LiveTimeline]:
     """Open the GPU source ``settings`` name and start the timeline; None without a GPU.
 
@@ -389,9 +563,11 @@ def start_live_timeline(
     ``default_log``: ``(path, max_bytes)`` of the GPU log to write when
     ``settings.gpu_log_file`` names none (next to the traces file agent-otel
     chose, ``agent_otel.sinks``); sampling goes on without it if it cannot be
-    written.
+    written. ``source``: the source, opened already (``open_source``; NVML's
+    initialisation can hang on a wedged driver), else opened here.
     """
-    source = open_gpu_source(settings.gpu, list(settings.gpu_devices) if settings.gpu_devices else None)
+    if source is None:  # else opened by the caller (open_source)
+        source = open_source(settings)
     if source is None:
         return None
     if not source.devices():
@@ -421,6 +597,7 @@ def start_live_timeline(
             share_min_s=settings.gpu_idle_share_min,
             children=settings.gpu_idle_children,
             log_max_bytes=log_max_bytes,
+            prices=parse_prices(settings.gpu_hour_price),
         )
 
     try:

@@ -32,6 +32,21 @@ Pairing windows with the calls they overlap is a sweep too (one pass over
 the sorted calls per GPU), so the whole thing costs O((W + C) log(W + C))
 plus one step per (window, call) overlap, which is the size of the answer.
 
+The model server comes first (``models``, ``ModelCall`` records):
+
+    At each instant at which a model call of the window's pool is in
+    flight, the idle time is split equally among the model calls in
+    flight, and within one call goes to its phase (``queued`` before its
+    first token, ``decode`` after); the tool calls in flight then get
+    nothing. The rule above applies to the other instants.
+
+It is applied to the input as the loop blocks are: the tool calls are cut
+out of every instant a model call of their pool is in flight
+(``_cut_at_models``), the rule runs on the pieces, and the model calls are
+attributed by the same integrals, as calls whose ``queue`` phase is
+``queued`` and whose ``exec`` phase is ``decode``. Without model calls
+nothing is cut and nothing costs more.
+
 Blocked event loops (``LoopBlock`` records, the ``asyncio.loop.blocked``
 spans) refine who is in flight, by the same rule:
 
@@ -54,8 +69,8 @@ from itertools import accumulate, compress, repeat
 from operator import and_, attrgetter, ge, le, lshift, mul, not_, or_, rshift, sub, truediv
 from typing import Iterable, Iterator, Optional, Protocol, Sequence
 
-from agent_otel.records import NS_PER_S, IdleWindow, LoopBlock, ToolCall, UtilizationSegment
-from agent_otel.semconv import PHASE_EXEC, PHASE_MIXED, PHASE_QUEUE
+from agent_otel.records import NS_PER_S, IdleWindow, LoopBlock, ModelCall, ToolCall, UtilizationSegment
+from agent_otel.semconv import MODEL_PHASE_DECODE, MODEL_PHASE_QUEUED, PHASE_EXEC, PHASE_MIXED, PHASE_QUEUE
 
 # end_ns of a call still in flight: later than any real timestamp.
 _OPEN_END = 1 << 63
@@ -118,12 +133,42 @@ class CallShare:
 
 
 @dataclass(slots=True)
+class ModelShare:
+    """One model call's share of one idle window: the model server's
+    blame (``queued_s`` before its first token, ``decode_s`` after).
+    ``start_ns``/``end_ns``: the overlap of the call with the window."""
+
+    call: ModelCall
+    start_ns: int
+    end_ns: int
+    queued_s: float
+    decode_s: float
+
+    @property
+    def blocked_s(self) -> float:
+        return self.queued_s + self.decode_s
+
+
+def model_by_phase(shares: Iterable[ModelShare]) -> dict[tuple[str, str], float]:
+    """The model shares' seconds summed by (model, phase), ``queued`` and ``decode``."""
+    sums: dict[tuple[str, str], float] = {}
+    for share in shares:
+        for phase, seconds in ((MODEL_PHASE_QUEUED, share.queued_s), (MODEL_PHASE_DECODE, share.decode_s)):
+            if seconds > 0.0:
+                key = (share.call.model, phase)
+                sums[key] = sums.get(key, 0.0) + seconds
+    return sums
+
+
+@dataclass(slots=True)
 class WindowAttribution:
     """The blame for one idle window (or any ``Interval``): every
     overlapping call's share (in the order the calls were submitted) and
     the time no call was in flight.
 
-    The shares plus ``unattributed_s`` add up to the window's seconds.
+    ``models`` are the model calls' shares (the model server's blame, in
+    the order the calls started). The tool shares, the model shares and
+    ``unattributed_s`` add up to the window's seconds.
 
     ``blocked``, when set (``attribute(..., shares_from=...)``), is every
     call's share summed by (tool, phase), as ``blocked_by_tool_phase``
@@ -135,6 +180,12 @@ class WindowAttribution:
     shares: list[CallShare]
     unattributed_s: float
     blocked: Optional[dict[tuple[str, str], float]] = None
+    models: list[ModelShare] = field(default_factory=list)
+
+    @property
+    def model_s(self) -> float:
+        """The model server's share: the seconds blamed on model calls."""
+        return sum(share.blocked_s for share in self.models)
 
     @property
     def blocked_by(self) -> Optional[str]:
@@ -188,6 +239,8 @@ class BlameTotals:
     idle_s: dict[str, float] = field(default_factory=dict)
     blocked_s: dict[tuple[str, str, str], float] = field(default_factory=dict)
     unattributed_s: dict[str, float] = field(default_factory=dict)
+    # the model server's share, by (gpu, model, phase): queued or decode
+    model_s: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
     def add(self, attribution: WindowAttribution) -> None:
         gpu = gpu_key(attribution.window)
@@ -198,6 +251,17 @@ class BlameTotals:
                 if seconds > 0.0:
                     key = (gpu, share.call.tool, phase)
                     self.blocked_s[key] = self.blocked_s.get(key, 0.0) + seconds
+        if attribution.models:
+            _add_by_gpu(self.model_s, gpu, model_by_phase(attribution.models))
+
+
+def _add_by_gpu(
+    totals: dict[tuple[str, str, str], float], gpu: str, seconds_by: dict[tuple[str, str], float], weight: float = 1.0
+) -> None:
+    """Add seconds by (name, phase) to ``totals`` by (gpu, name, phase)."""
+    for (name, phase), seconds in seconds_by.items():
+        key = (gpu, name, phase)
+        totals[key] = totals.get(key, 0.0) + weight * seconds
 
 
 @dataclass
@@ -206,13 +270,14 @@ class UnderuseTotals:
     the rule: what the ``agent_gpu_underused_*`` metrics and the report's
     ``gpu_underused_*`` fields show, in GPU-seconds.
 
-    ``underused_s`` per GPU equals the sum of its ``blocked_s`` entries and
-    its ``unattributed_s``. Keys as in ``BlameTotals``.
+    ``underused_s`` per GPU equals the sum of its ``blocked_s`` and
+    ``model_s`` entries and its ``unattributed_s``. Keys as in ``BlameTotals``.
     """
 
     underused_s: dict[str, float] = field(default_factory=dict)
     blocked_s: dict[tuple[str, str, str], float] = field(default_factory=dict)
     unattributed_s: dict[str, float] = field(default_factory=dict)
+    model_s: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
     def add(self, attribution: WindowAttribution, blocked: Optional[dict[tuple[str, str], float]] = None) -> None:
         """Add one attributed ``UtilizationSegment``, weighted by its unused ratio
@@ -229,6 +294,8 @@ class UnderuseTotals:
         self.unattributed_s[gpu] = self.unattributed_s.get(gpu, 0.0) + unused * attribution.unattributed_s
         if not unused > 0.0:
             return
+        if attribution.models:
+            _add_by_gpu(self.model_s, gpu, model_by_phase(attribution.models), unused)
         if blocked is None:
             blocked = attribution.blocked_by_tool_phase()
         blocked_s = self.blocked_s
@@ -238,16 +305,20 @@ class UnderuseTotals:
 
 
 def attribute_underuse(
-    segments: Sequence[UtilizationSegment], calls: Iterable[ToolCall], blocks: Iterable[LoopBlock] = ()
+    segments: Sequence[UtilizationSegment],
+    calls: Iterable[ToolCall],
+    blocks: Iterable[LoopBlock] = (),
+    models: Iterable[ModelCall] = (),
 ) -> UnderuseTotals:
     """Blame the unused capacity of ``segments`` on ``calls`` by the rule
-    (refined by the event loops' ``blocks``, as for idle windows).
+    (refined by the event loops' ``blocks`` and the ``models`` in flight,
+    as for idle windows).
 
     Segments whose utilization is unknown (NaN: missing data) count
     nowhere: they are neither used nor unused.
     """
     totals = UnderuseTotals()
-    for attribution in attribute(segments, calls, blocks):
+    for attribution in attribute(segments, calls, blocks, models=models):
         totals.add(attribution)
     return totals
 
@@ -329,8 +400,9 @@ def attribute(
     blocks: Iterable[LoopBlock] = (),
     *,
     shares_from: float = 0.0,
+    models: Iterable[ModelCall] = (),
 ) -> list[WindowAttribution]:
-    """Blame each idle window (or any ``Interval``) on the tool calls in flight during it.
+    """Blame each idle window (or any ``Interval``) on the model calls, else the tool calls, in flight during it.
 
     Returns one ``WindowAttribution`` per window, in the order given. A
     window only needs the calls that overlap it (and the loop blocks that
@@ -343,16 +415,36 @@ def attribute(
     is in each result's ``blocked`` sums. Where no two of the calls are
     ever in flight at once (a sequential agent) the sums are then made per
     window, not per call (``_Sequential``). Ignored where event-loop blocks
-    cut calls into pieces.
+    or model calls cut calls into pieces.
+
+    ``models``: the model calls (``ModelCall``, ``end_ns`` 0 while in
+    flight); while one of a window's pool is in flight, the window's time
+    is theirs (``WindowAttribution.models``), not the tool calls'.
     """
     windows = list(windows)
     calls = list(calls)
     blocks = list(blocks)
+    stand_ins: list[ToolCall] = [
+        _stand_in(model) for model in models if not model.end_ns or model.end_ns > model.start_ns
+    ]
     pieces_of: dict[int, ToolCall] = {}
     if blocks:
         calls, pieces_of = _cut_at_blocks(calls, blocks)
+    if stand_ins:
+        calls, pieces_of = _cut_at_models(calls, stand_ins, pieces_of)
+    if blocks or pieces_of:
         shares_from = 0.0  # a piece's share merges into its call's: every piece keeps one
-    elif shares_from > 0.0:
+    results = _attribute_calls(windows, calls, pieces_of, shares_from)
+    if stand_ins:
+        return _with_models(results, _attribute_calls(windows, stand_ins, {}, 0.0))
+    return results
+
+
+def _attribute_calls(
+    windows: list[Interval], calls: list[ToolCall], pieces_of: dict[int, ToolCall], shares_from: float
+) -> list[WindowAttribution]:
+    """The rule over tool calls alone (the pieces merged back into their calls)."""
+    if shares_from > 0.0 and not pieces_of:
         sequential = _Sequential.of(calls, windows)
         if sequential is not None:
             return [sequential.attribute(window, shares_from) for window in windows]
@@ -558,6 +650,97 @@ class _Sequential:
             m = min(max(starts[position], a), b)
             shares.append(CallShare(self.calls[position], a, b, (m - a) / NS_PER_S, (b - m) / NS_PER_S))
         return WindowAttribution(window, shares, (end - start - in_flight) / NS_PER_S, blocked)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the model server
+
+
+class _ModelStandIn(ToolCall):
+    """A model call as the rule's integrals see a call: in flight from its
+    start to its end, ``queue`` (``queued``) until its first token and
+    ``exec`` (``decode``) after; ``model`` is the record it stands for."""
+
+    __slots__ = ("model",)
+    model: ModelCall
+
+
+def _stand_in(model: ModelCall) -> _ModelStandIn:
+    first = model.first_token_ns
+    end = model.end_ns
+    if first and end:
+        first = min(max(first, model.start_ns), end)
+    stand_in = _ModelStandIn(
+        model.model,
+        "model",
+        model.start_ns,
+        first,  # 0: no first token known, queued until its end
+        end,
+        trace_id=model.trace_id,
+        span_id=model.span_id,
+        pool=model.pool,
+    )
+    stand_in.model = model
+    return stand_in
+
+
+def _cut_at_models(
+    calls: list[ToolCall], models: list[ToolCall], pieces_of: dict[int, ToolCall]
+) -> tuple[list[ToolCall], dict[int, ToolCall]]:
+    """The tool calls as the rule sees them beside the model calls: each is
+    out of flight wherever a model call of its pool is in flight (its life
+    cut into the pieces outside them, as ``_cut_at_blocks`` cuts). Returns
+    the calls and pieces, and for each piece (by id) the original call,
+    following ``pieces_of`` (pieces of pieces cut at loop blocks)."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for model in models:
+        spans.setdefault(model.pool, []).append((model.submit_ns, model.end_ns or _OPEN_END))
+    unions: dict[str, tuple[list[int], list[int]]] = {}
+    for pool, intervals in spans.items():
+        intervals.sort()
+        starts: list[int] = []
+        ends: list[int] = []
+        for start, end in intervals:
+            if ends and start <= ends[-1]:
+                ends[-1] = max(ends[-1], end)
+            else:
+                starts.append(start)
+                ends.append(end)
+        unions[pool] = (starts, ends)
+    result: list[ToolCall] = []
+    cut_pieces = dict(pieces_of)
+    for call in calls:
+        union = unions.get(call.pool)
+        if union is None:
+            result.append(call)
+            continue
+        starts, ends = union
+        submit, end = call.submit_ns, call.end_ns or _OPEN_END
+        first = bisect_right(ends, submit)  # the model stretches ending after the call is submitted...
+        last = bisect_left(starts, end, first)  # ...and starting before it ends
+        if first >= last:
+            result.append(call)
+            continue
+        original = pieces_of.get(id(call), call)
+        for piece in _pieces(call, list(zip(starts[first:last], ends[first:last]))):
+            cut_pieces[id(piece)] = original
+            result.append(piece)
+    return result, cut_pieces
+
+
+def _with_models(results: list[WindowAttribution], by_models: list[WindowAttribution]) -> list[WindowAttribution]:
+    """Each window's tool blame with its model calls' shares beside it; the
+    unattributed time is what neither explains."""
+    for result, model_result in zip(results, by_models):
+        if not model_result.shares:
+            continue
+        result.models = [
+            ModelShare(share.call.model, share.start_ns, share.end_ns, share.queue_s, share.exec_s)  # type: ignore[attr-defined]
+            for share in model_result.shares
+        ]
+        seconds = (result.window.end_ns - result.window.start_ns) / NS_PER_S
+        covered = seconds - model_result.unattributed_s  # some model call in flight
+        result.unattributed_s = max(0.0, result.unattributed_s - covered)
+    return results
 
 
 # ---------------------------------------------------------------- blocked event loops

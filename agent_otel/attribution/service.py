@@ -34,6 +34,12 @@ that lasts longer than the watermark minus its export delay is always
 late. A check of "late" and the blame of a batch of samples never
 interleave (one lock), so a call is either blamed in full or counted late.
 
+Model-call spans of the pool (``add_calls(calls, models)``) are held the
+same way, at most ``MAX_MODEL_CALLS``: while one is in flight, the GPU's
+idle time is the model server's (docs/attribution.md), not the tools'. A
+model span arrives once its call has ended, so the watermark must cover the
+model calls too.
+
 Memory is bounded whatever the order spans arrive in: held samples by the
 watermark (and ``MAX_HELD_SAMPLES``), calls by the engine's horizon
 (``max_calls``; more are dropped and counted: calls not yet blamed in
@@ -54,7 +60,7 @@ from typing import Callable, Iterable, Optional
 
 from agent_otel.attribution.live import LiveTimeline
 from agent_otel.config import DEFAULTS
-from agent_otel.records import NS_PER_S, GpuSample, ToolCall
+from agent_otel.records import NS_PER_S, GpuSample, ModelCall, ToolCall
 
 # Refusal reasons (the ``reason`` label of agent_otel_refused_spans_total).
 OTHER_POOL = "other_pool"
@@ -67,6 +73,8 @@ DEFAULT_WATERMARK_S = 30.0
 MAX_HELD_SAMPLES = 200_000
 # Calls kept for attribution at most (~330 bytes each: ~66 MB).
 MAX_CALLS = 200_000
+# Model calls kept at most (~250 bytes each).
+MAX_MODEL_CALLS = 50_000
 
 
 class WatermarkSource:
@@ -95,10 +103,23 @@ class WatermarkSource:
         self._clock = clock
         self._held: list[GpuSample] = []
         self.overflowed = 0  # samples released early to stay within MAX_HELD_SAMPLES
+        server_samples = getattr(source, "server_samples", None)
+        if server_samples is not None:  # a model server's readings pass through as they come
+            self.server_samples = server_samples
 
     @property
     def errors(self) -> collections.Counter:
         return self.source.errors
+
+    def states(self) -> dict[str, tuple[str, str]]:
+        """The wrapped source's GPU states now (``GpuSampler.states``), not a watermark late."""
+        states = getattr(self.source, "states", None)
+        return states() if states is not None else {}
+
+    @property
+    def calling(self) -> Optional[str]:
+        """The NVML call the wrapped source is in, if any (what a stuck poll is stuck in)."""
+        return getattr(self.source, "calling", None)
 
     def devices(self):
         return self.source.devices()
@@ -171,6 +192,8 @@ class PoolTimeline(LiveTimeline):
         self._lock = threading.Lock()
         self.frontier_ns = 0  # the newest sample time the engine has blamed up to
         self._seen: dict[tuple[int, int], int] = {}  # (trace id, span id) -> end, of the calls kept
+        self._model_calls: collections.deque[ModelCall] = collections.deque(maxlen=MAX_MODEL_CALLS)
+        self._model_seen: set[tuple[int, int]] = set()
         self._started_ns = clock()
         delayed = self.delayed = WatermarkSource(source, watermark_s, on_fresh=self.show_utilization_now, clock=clock)
         # The horizon must reach from the frontier (a watermark behind now)
@@ -182,13 +205,14 @@ class PoolTimeline(LiveTimeline):
 
     # -- calls, from the receiver's threads ------------------------------
 
-    def add_calls(self, calls: Iterable[ToolCall]) -> Intake:
-        """Take the received tool calls of this pool; see the module docstring."""
+    def add_calls(self, calls: Iterable[ToolCall], models: Iterable[ModelCall] = ()) -> Intake:
+        """Take the received tool calls (and model calls) of this pool; see the module docstring."""
         intake = Intake()
         now = self._clock()
         kept: list[ToolCall] = []
         with self._lock:
             frontier = self.frontier_ns
+            self._add_models(models, frontier, now)
             for call in calls:
                 if call.pool != self.pool:
                     intake.refused[OTHER_POOL] += 1
@@ -229,6 +253,27 @@ class PoolTimeline(LiveTimeline):
                 self._bound_seen()
         return intake
 
+    def _add_models(self, models: Iterable[ModelCall], frontier: int, now: int) -> None:
+        """The model calls of this pool that can still be blamed, each once (under the lock)."""
+        for model in models:
+            key = (model.trace_id, model.span_id)
+            if model.pool != self.pool or model.end_ns <= frontier or model.end_ns > now + self.watermark_ns:
+                continue
+            if key in self._model_seen:
+                continue
+            if len(self._model_seen) >= 2 * MAX_MODEL_CALLS:
+                self._model_seen = {(m.trace_id, m.span_id) for m in self._model_calls}
+            self._model_seen.add(key)
+            model.pool = ""  # the engine's pool (see __init__)
+            self._model_calls.append(model)
+
+    def _models(self) -> list[ModelCall]:
+        """The model calls received that may overlap the samples the engine gets now (under the lock)."""
+        if not self._model_calls:
+            return []
+        since = self.frontier_ns - self.engine.horizon.horizon_ns
+        return [model for model in self._model_calls if model.end_ns > since]
+
     def lag_s(self) -> float:
         """Seconds between now and the frontier (since start, before the first blame)."""
         return (self._clock() - (self.frontier_ns or self._started_ns)) / NS_PER_S
@@ -261,7 +306,7 @@ class PoolTimeline(LiveTimeline):
         if held:
             self.on_samples(held)
         with self._lock:
-            self.apply(self.engine.flush())
+            self.apply(self.engine.flush(models=self._models()))
         self._count_source_errors()
         if self.log is not None:
             self.log.close()
@@ -269,6 +314,10 @@ class PoolTimeline(LiveTimeline):
 
     def _forget_before(self, frontier: int) -> None:
         """Dedup keys are needed only while their call can still be blamed."""
+        horizon = frontier - self.engine.horizon.horizon_ns
+        while self._model_calls and self._model_calls[0].end_ns <= horizon:
+            old = self._model_calls.popleft()
+            self._model_seen.discard((old.trace_id, old.span_id))
         if len(self._seen) > 2 * max(1, len(self.engine.horizon)) + 1024:
             self._seen = {key: end for key, end in self._seen.items() if end > frontier}
 

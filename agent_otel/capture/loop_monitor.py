@@ -13,7 +13,9 @@ watchdog thread (``agent-otel-loop-monitor``) wakes when a heartbeat is
 ``threshold / 2`` overdue: the loop is blocked right now, so it reads the
 loop thread's stack (``sys._current_frames``). The innermost tool call on
 it is the blocker; the other tool calls on it, and those of the coroutines
-suspended on the loop, are waiting for the loop (``stacks.py``). It reads
+suspended on the loop, are waiting for the loop (``stacks.py``), and so are
+the model calls made on that loop and in flight (``models.in_flight_on``):
+the answer they stream cannot be read while the loop is held. It reads
 the stack again every ``threshold / 2`` while the block lasts, and starts a
 new segment when another tool call holds the loop. When the overdue
 heartbeat runs, the block is over; if it lasted ``threshold`` or more, each
@@ -46,13 +48,13 @@ import time
 import traceback
 from collections import deque
 from types import CodeType, FrameType, ModuleType
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from agent_otel import forks
-from agent_otel.capture import stacks
+from agent_otel.capture import models, stacks
 from agent_otel.capture.on_import import when_imported
 from agent_otel.capture.patching import Patches
 from agent_otel import clock
@@ -107,7 +109,7 @@ class _Episode:
     def __init__(self, due_ns: int):
         self.due_ns = due_ns
         self.segments: list[_Segment] = []
-        self.waiting: dict[int, ToolCall] = {}  # id -> call
+        self.waiting: dict[int, Union[ToolCall, models.ModelSpan]] = {}  # id -> call
 
 
 class _Watch:
@@ -374,6 +376,8 @@ class LoopMonitor:
             episode.waiting[id(call)] = call
         for call in self._suspended_calls(watch.loop):
             episode.waiting.setdefault(id(call), call)
+        for model_call in models.in_flight_on(watch.loop):  # model calls waiting for the loop to read their answer
+            episode.waiting.setdefault(id(model_call), model_call)
         blocker, sync = on_stack[0] if on_stack else (None, False)
         offset = clock.OFFSET_NS
         start = due + offset
@@ -541,7 +545,9 @@ class LoopMonitor:
         return True
 
 
-def _blocks(thread: str, segments: list[_Segment], waiting: dict[int, ToolCall], end_ns: int) -> list[LoopBlock]:
+def _blocks(
+    thread: str, segments: list[_Segment], waiting: dict[int, Union[ToolCall, "models.ModelSpan"]], end_ns: int
+) -> list[LoopBlock]:
     """One block's segments as ``LoopBlock`` records (the last one open when
     ``end_ns`` is 0), each with the stack text when no tool call held the loop."""
     waiting_keys = tuple((call.trace_id, call.span_id) for call in waiting.values() if call.span_id)

@@ -4,7 +4,7 @@ Usage::
 
     with agent_otel.agent_span("support"):                   # one turn: invoke_agent support
         with agent_otel.model_span("llama-3-70b", provider="vllm") as call:
-            for chunk in client.stream(prompt):
+            for chunk in client.stream(prompt, headers=call.headers()):  # traceparent: the server's span joins
                 call.first_chunk()                           # time to first token (once)
                 ...
             call.usage(input_tokens=812, output_tokens=64)
@@ -27,22 +27,40 @@ OpenTelemetry contrib's GenAI instrumentations), ``on`` always, ``off``
 never. ``model_span`` and ``agent_span`` are the application's own calls
 and always record while instrumented. Without ``instrument()`` everything
 here calls straight through.
+
+The hooks also make one run of a framework's agent an ``invoke_agent``
+span (``FrameworkRun``) where the application opened none around it: the
+application's own ``agent_span`` wins, and a run inside another run's call
+(a sub-agent run by a tool) is a run of its own, under that call.
+
+Every model call recorded here, and every peer instrumentation's model
+span the process's tracer provider ends (``PeerModelSpans``), is also
+kept in ``model_calls`` (``ModelCallLog``): in flight, and the recent
+finished ones (bounded). The live blame reads it (the model server's
+share, docs/attribution.md), and a simulated GPU follows it: busy while a
+model call is in flight (``ModelCallLog.follow``, docs/gpu.md).
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import sys
-from contextvars import Token
-from typing import Any, Literal, Optional
+import threading
+from contextvars import ContextVar, Token
+from typing import Any, Callable, Literal, Optional
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
+from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from agent_otel import forks
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.recorder import error_type_of
 from agent_otel.clock import now_ns
+from agent_otel.records import NS_PER_S, ModelCall
 from agent_otel.semconv import (
     ERROR_TYPE,
     GEN_AI_AGENT_NAME,
@@ -56,6 +74,13 @@ from agent_otel.semconv import (
     GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
     GEN_AI_USAGE_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
+    MODEL_OPERATIONS,
+    OPENINFERENCE_LLM,
+    OPENINFERENCE_MODEL_NAME,
+    OPENINFERENCE_SPAN_KIND,
+    SCOPE_NAME,
+    TRACELOOP_LLM,
+    TRACELOOP_SPAN_KIND,
     agent_span_name,
     model_span_name,
 )
@@ -96,6 +121,163 @@ _PEER_MODULES = frozenset(
         "litellm",
     )
 )
+
+
+# Finished model calls kept for the live blame (a few hundred bytes each).
+MAX_FINISHED_MODEL_CALLS = 4096
+# Model calls in flight kept at most: a span whose end never comes (a hook
+# that missed it) does not grow the table for ever.
+MAX_MODEL_CALLS_IN_FLIGHT = 4096
+
+
+class ModelCallLog:
+    """The model calls of this process: in flight, by key, and the recent
+    finished ones (at most ``MAX_FINISHED_MODEL_CALLS``, oldest dropped).
+
+    ``follow(listener)``: ``listener(True)`` when a model call starts and
+    ``listener(False)`` when one ends, from the thread that started or
+    ended it (a simulated GPU's ``model_started`` / ``model_ended``).
+    Thread-safe; survives ``os.fork()`` (a child starts with no call in
+    flight: the parent's threads that made them are not there).
+    """
+
+    def __init__(self, max_finished: int = MAX_FINISHED_MODEL_CALLS):
+        self._lock = threading.Lock()
+        self._in_flight: dict[object, ModelCall] = {}
+        self._finished: collections.deque[ModelCall] = collections.deque(maxlen=max_finished)
+        self._listeners: list[Callable[[bool], None]] = []
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    def reinit_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight = {}
+
+    def start(self, key: object, call: ModelCall) -> None:
+        """A model call began (``call.end_ns`` 0)."""
+        with self._lock:
+            if len(self._in_flight) >= MAX_MODEL_CALLS_IN_FLIGHT:
+                self._in_flight.pop(next(iter(self._in_flight)))
+            self._in_flight[key] = call
+            listeners = list(self._listeners)
+        for listener in listeners:
+            _tell(listener, True)
+
+    def first_token(self, key: object, at_ns: int) -> None:
+        with self._lock:
+            call = self._in_flight.get(key)
+            if call is not None and call.first_chunk_s is None:
+                call.first_chunk_s = max(0, at_ns - call.start_ns) / NS_PER_S
+
+    def end(self, key: object, end_ns: int) -> None:
+        """A model call ended (one not started here, or dropped, is ignored)."""
+        with self._lock:
+            call = self._in_flight.pop(key, None)
+            if call is None:
+                return
+            call.end_ns = max(end_ns, call.start_ns + 1)
+            self._finished.append(call)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            _tell(listener, False)
+
+    def overlapping(self, since_ns: int) -> list[ModelCall]:
+        """Copies of the calls in flight now and of the finished ones that ended after ``since_ns``."""
+        with self._lock:
+            calls = [dataclasses.replace(call) for call in self._in_flight.values()]
+            calls += [call for call in self._finished if call.end_ns > since_ns]
+        return calls
+
+    def in_flight_count(self) -> int:
+        return len(self._in_flight)
+
+    def follow(self, listener: Callable[[bool], None]) -> None:
+        """Call ``listener(True)`` at each model call's start, ``listener(False)`` at its end."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def unfollow(self, listener: Callable[[bool], None]) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+
+def _tell(listener: Callable[[bool], None], started: bool) -> None:
+    try:
+        listener(started)
+    except Exception:  # a listener's fault never breaks the agent's model call
+        pass
+
+
+model_calls = ModelCallLog()
+
+
+class PeerModelSpans(SpanProcessor):
+    """A span processor that puts other instrumentations' model spans
+    (OpenTelemetry GenAI ``chat`` / ``text_completion`` / ``generate_content``
+    spans, OpenInference and OpenLLMetry LLM spans) in ``model_calls`` while
+    they are in flight, when ``enabled``. agent-otel's own model spans are
+    there already.
+
+    Added to the tracer provider only where a simulated GPU follows the
+    model calls (``watch_peers``). It acts on model spans only: a tool
+    span, started with its attributes or without them (deferred,
+    ``capture.sdk_span``), is never one, so it declares itself
+    ``blind_to_tool_spans`` and the tool spans keep their fast path.
+    """
+
+    enabled = False
+    blind_to_tool_spans = True
+
+    def on_start(self, span, parent_context=None) -> None:
+        if not self.enabled:
+            return
+        try:
+            model = _peer_model(span)
+            if model is not None:
+                context = span.get_span_context()
+                start = getattr(span, "start_time", None) or now_ns()
+                model_calls.start(
+                    ("peer", context.trace_id, context.span_id),
+                    ModelCall(model, start, 0, context.trace_id, context.span_id),
+                )
+        except Exception:
+            pass
+
+    def on_end(self, span) -> None:
+        if not self.enabled:
+            return
+        try:
+            context = span.get_span_context()
+            model_calls.end(("peer", context.trace_id, context.span_id), span.end_time or now_ns())
+        except Exception:
+            pass
+
+
+peer_model_spans = PeerModelSpans()
+_watched: list[Any] = []  # the providers peer_model_spans was added to (each once)
+
+
+def watch_peers(provider) -> None:
+    """Add ``peer_model_spans`` to ``provider`` (an SDK ``TracerProvider``), once."""
+    if any(watched is provider for watched in _watched) or not hasattr(provider, "add_span_processor"):
+        return
+    provider.add_span_processor(peer_model_spans)
+    _watched.append(provider)
+    del _watched[:-8]  # a few providers at most (one per instrument() that made one)
+
+
+def _peer_model(span) -> Optional[str]:
+    """The model of a peer's model span, or None for any other span."""
+    scope = getattr(span, "instrumentation_scope", None)
+    if scope is not None and scope.name == SCOPE_NAME:
+        return None  # agent-otel's own: ModelSpan has it
+    attributes = span.attributes or {}
+    operation = attributes.get(GEN_AI_OPERATION_NAME)
+    kind = attributes.get(OPENINFERENCE_SPAN_KIND) or attributes.get(TRACELOOP_SPAN_KIND)
+    if operation not in MODEL_OPERATIONS and kind not in (OPENINFERENCE_LLM, TRACELOOP_LLM):
+        return None
+    model = attributes.get(GEN_AI_REQUEST_MODEL) or attributes.get(OPENINFERENCE_MODEL_NAME)
+    return str(model) if model else str(span.name)
 
 
 def configure(mode: str) -> None:
@@ -141,6 +323,31 @@ def hooks_record() -> bool:
     return _mode == "on" or peer_instrumentation() is None
 
 
+# Time to first token is the time to the first piece of output: text (or a
+# refusal, or audio), or a piece of a tool call's arguments; a chunk or event
+# that carries none (a chat completions stream's role-only first chunk and
+# its usage-only last one, the chunk naming a tool before its arguments, the
+# Responses API's response.created, in_progress, output_item.added, ...) is
+# not it. The Responses API stream events that carry output:
+RESPONSE_OUTPUT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+        "response.mcp_call_arguments.delta",
+        "response.code_interpreter_call_code.delta",
+        "response.audio.delta",
+        "response.audio.transcript.delta",
+    }
+)
+
+
+def response_event_has_output(event: Any) -> bool:
+    """Whether a Responses API stream event is a token of the answer: an output delta, not empty."""
+    return getattr(event, "type", None) in RESPONSE_OUTPUT_DELTAS and bool(getattr(event, "delta", None))
+
+
 class ModelSpan:
     """One model call's span, from ``start`` to ``end``.
 
@@ -149,7 +356,7 @@ class ModelSpan:
     it current.
     """
 
-    __slots__ = ("span", "start_ns", "first_chunk_ns", "input_tokens", "output_tokens", "response_model")
+    __slots__ = ("span", "start_ns", "first_chunk_ns", "input_tokens", "output_tokens", "response_model", "loop")
 
     def __init__(self, span, start_ns: int):
         self.span = span
@@ -158,6 +365,20 @@ class ModelSpan:
         self.input_tokens: Optional[int] = None
         self.output_tokens: Optional[int] = None
         self.response_model: Optional[str] = None
+        # The asyncio loop the call was made on (None: none running): while it
+        # is in flight, a block of that loop keeps it waiting (in_flight_on).
+        asyncio = sys.modules.get("asyncio")
+        self.loop = asyncio._get_running_loop() if asyncio is not None else None
+        if self.loop is not None and len(_in_flight) < MAX_IN_FLIGHT:
+            _in_flight[id(self)] = self
+
+    @property
+    def trace_id(self) -> int:
+        return self.span.get_span_context().trace_id
+
+    @property
+    def span_id(self) -> int:
+        return self.span.get_span_context().span_id
 
     @classmethod
     def start(
@@ -186,12 +407,29 @@ class ModelSpan:
             attributes=attributes,
             start_time=start_ns,
         )
-        return cls(span, start_ns)
+        call = cls(span, start_ns)
+        context = span.get_span_context()
+        model_calls.start(id(call), ModelCall(model, start_ns, 0, context.trace_id, context.span_id, operation))
+        return call
+
+    def headers(self, carrier: Optional[dict] = None) -> dict:
+        """This call's trace context as HTTP headers (``traceparent``, and
+        ``tracestate`` when set; the process's propagators): put them on the
+        request to the model server, whose own span of the request (vLLM's
+        ``llm_request``) then joins this call in ``agent-otel report``
+        (docs/model-servers.md). Adds them to ``carrier`` when given."""
+        from opentelemetry import propagate  # here: loading the propagators is for the calls that send headers
+
+        carrier = {} if carrier is None else carrier
+        propagate.inject(carrier, context=trace_api.set_span_in_context(self.span))
+        return carrier
 
     def first_chunk(self) -> None:
-        """The first chunk of a streamed answer arrived (later calls change nothing)."""
+        """The first chunk of a streamed answer that carries output (a token) arrived
+        (later calls change nothing). The hooks call it for such chunks only."""
         if not self.first_chunk_ns:
             self.first_chunk_ns = max(now_ns(), self.start_ns)  # the timeline may have followed the wall clock back
+            model_calls.first_token(id(self), self.first_chunk_ns)
 
     def usage(self, input_tokens: Optional[int] = None, output_tokens: Optional[int] = None) -> None:
         """The tokens the model reported using."""
@@ -224,6 +462,26 @@ class ModelSpan:
         if attributes:
             span.set_attributes(attributes)
         span.end(end_time=now)
+        model_calls.end(id(self), now)
+        _in_flight.pop(id(self), None)
+
+
+# The model calls in flight on an asyncio loop, by id (at most MAX_IN_FLIGHT:
+# one a hook never ended stays until the process ends, or a fork).
+_in_flight: dict[int, ModelSpan] = {}
+MAX_IN_FLIGHT = 10_000
+
+
+def in_flight_on(loop: Any) -> list[ModelSpan]:
+    """The model calls made on ``loop`` and in flight now (the loop monitor links a block of it to them)."""
+    return [call for call in list(_in_flight.values()) if call.loop is loop]
+
+
+def _forget_in_flight_after_fork() -> None:
+    _in_flight.clear()  # the parent's calls, not the child's
+
+
+forks.after_fork_in_child(_forget_in_flight_after_fork)
 
 
 class _Unrecorded:
@@ -234,6 +492,9 @@ class _Unrecorded:
 
     def first_chunk(self) -> None:
         pass
+
+    def headers(self, carrier: Optional[dict] = None) -> dict:
+        return {} if carrier is None else carrier
 
     def usage(self, input_tokens: Optional[int] = None, output_tokens: Optional[int] = None) -> None:
         pass
@@ -254,7 +515,8 @@ class model_span:
     ``operation``: ``chat`` (default), ``text_completion`` or
     ``generate_content``. Yields the call: ``call.first_chunk()`` when a
     streamed answer's first chunk arrives, ``call.usage(input_tokens=,
-    output_tokens=)``, ``call.response_model = ...``. An exception is
+    output_tokens=)``, ``call.response_model = ...``, ``call.headers()``
+    (the ``traceparent`` to send to the model server). An exception is
     recorded (``error.type``) and passes through unchanged. Works with
     ``with`` and ``async with``.
     """
@@ -298,6 +560,85 @@ class model_span:
         return self.__exit__(exc_type, exc, tb)
 
 
+# The agent run whose span is current in this context, as (owner, span): the
+# object a framework hook opened it for, or None for the application's agent_span.
+_current_run: ContextVar[Optional[tuple[Any, Any]]] = ContextVar("agent_otel_agent_run", default=None)
+
+
+class FrameworkRun:
+    """One run of a framework's agent as an ``invoke_agent {name}`` span, for the hooks.
+
+    ``start(name, owner)`` where a run of the agent or graph ``owner``
+    begins; None when not instrumented, or when this run is already one
+    (the run this hook opened for the same ``owner``: a graph's ``invoke``
+    running its own ``stream``). Directly inside the application's own
+    ``agent_span`` the run is that span (it wins: no span of its own). A run
+    of another agent started inside a run (a sub-agent: inside a tool call,
+    a subgraph in a node, a managed agent its manager calls) is a run of its
+    own, a child of the span current there. ``enter()`` makes the span
+    current (and ``exit(tokens)`` undoes it) while the framework's own code
+    runs, so what it starts meanwhile is in the run's trace; ``end(exc)``
+    ends it.
+    """
+
+    __slots__ = ("span", "owner", "own")
+
+    def __init__(self, span: trace_api.Span, owner: Any, own: bool = True):
+        self.span = span
+        self.owner = owner
+        self.own = own  # False: the application's agent_span, which this run is
+
+    @classmethod
+    def start(cls, name: Any, owner: Any) -> Optional["FrameworkRun"]:
+        rec = _recorder.current
+        if rec is None:
+            return None
+        try:
+            run = _current_run.get()
+            if run is not None:
+                current = trace_api.get_current_span()
+                if run[1] is current:
+                    if run[0] is None:  # right inside the application's agent_span: the run is that span
+                        return cls(current, owner, own=False)
+                    if run[0] is owner:  # this very run, entered again
+                        return None
+            name = str(name) if name else "agent"
+            span = rec.tracer.start_span(
+                agent_span_name(name),
+                attributes={GEN_AI_OPERATION_NAME: GEN_AI_OPERATION_INVOKE_AGENT, GEN_AI_AGENT_NAME: name},
+                start_time=now_ns(),
+            )
+        except Exception:  # telemetry only: the run goes on untraced
+            return None
+        return cls(span, owner)
+
+    def enter(self) -> tuple[Optional[Token[Context]], Token]:
+        token = context_api.attach(trace_api.set_span_in_context(self.span)) if self.own else None
+        return token, _current_run.set((self.owner, self.span))
+
+    def exit(self, tokens: tuple[Optional[Token[Context]], Token]) -> None:
+        try:
+            _current_run.reset(tokens[1])
+        except ValueError:  # (a token of another context: the framework's code switched contexts)
+            pass
+        if tokens[0] is not None:
+            context_api.detach(tokens[0])
+
+    def end(self, exc: Optional[BaseException] = None) -> None:
+        if self.own:
+            _end_run(self.span, exc)
+
+
+def _end_run(span: trace_api.Span, exc: Optional[BaseException]) -> None:
+    """End an agent run's span; ``exc``, the exception that ended the run, is recorded."""
+    now = max(now_ns(), getattr(span, "start_time", None) or 0)  # as in ModelSpan.end
+    if exc is not None and not isinstance(exc, GeneratorExit):  # (a consumer that stopped early is no error)
+        span.set_attribute(ERROR_TYPE, error_type_of(exc))
+        span.record_exception(exc, timestamp=now, escaped=True)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    span.end(end_time=now)
+
+
 class agent_span:
     """One agent run (a turn, a request) as an ``invoke_agent {name}`` span, current while the block runs.
 
@@ -311,12 +652,13 @@ class agent_span:
     passes through unchanged.
     """
 
-    __slots__ = ("_name", "_span", "_token")
+    __slots__ = ("_name", "_span", "_token", "_run_token")
 
     def __init__(self, name: str):
         self._name = str(name)
         self._span: Optional[trace_api.Span] = None
         self._token: Optional[Token[Context]] = None
+        self._run_token: Optional[Token] = None
 
     def __enter__(self):
         rec = _recorder.current
@@ -328,19 +670,21 @@ class agent_span:
             start_time=now_ns(),
         )
         self._token = context_api.attach(trace_api.set_span_in_context(span))
+        self._run_token = _current_run.set((None, span))  # a framework's run inside is this one
         return span
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         span, self._span = self._span, None
         if span is not None:
+            if self._run_token is not None:
+                try:
+                    _current_run.reset(self._run_token)
+                except ValueError:
+                    pass
+                self._run_token = None
             if self._token is not None:
                 context_api.detach(self._token)
-            now = max(now_ns(), getattr(span, "start_time", None) or 0)  # as in ModelSpan.end
-            if exc is not None:
-                span.set_attribute(ERROR_TYPE, error_type_of(exc))
-                span.record_exception(exc, timestamp=now, escaped=True)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-            span.end(end_time=now)
+            _end_run(span, exc)
         return False
 
     async def __aenter__(self):

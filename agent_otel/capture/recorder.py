@@ -122,10 +122,11 @@ def outcome_of(exc: BaseException) -> str:
 
 
 def error_type_of(exc: BaseException) -> str:
+    """The exception's type as ``error.type`` names it, cut to ``NAME_LIMIT``
+    (a class made at run time may have any name; only a failed call pays the check)."""
     cls = type(exc)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return name if len(name) <= NAME_LIMIT and name.isascii() else valid_text(name, NAME_LIMIT)
 
 
 class RemedyCounts(Protocol):

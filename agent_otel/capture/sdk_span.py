@@ -154,7 +154,9 @@ class StartAttributes:
     (which decide without reading them: ``ALWAYS_ON``, ``ALWAYS_OFF``,
     ``TraceIdRatioBased``, ``ParentBased`` over those) and every span
     processor's ``on_start`` does nothing (``pass`` or a docstring alone: the
-    SDK's and agent-otel's batch and simple processors), nothing can tell
+    SDK's and agent-otel's batch and simple processors; or agent-otel's own
+    processor declares ``blind_to_tool_spans``: it acts on other spans only,
+    whatever a tool span starts with), nothing can tell
     whether the span started with them; ``get()`` is then None, and the
     caller writes them with the attributes of the span's end (``add``),
     before any ``on_end`` (and ``_on_ending``) sees the span. Otherwise
@@ -191,7 +193,11 @@ class StartAttributes:
         processors = holder._span_processors
         checked, start = self._state
         if processors is not checked:
-            blind = all(_does_nothing(getattr(processor, "on_start", None)) for processor in processors)
+            blind = all(
+                getattr(processor, "blind_to_tool_spans", False) is True
+                or _does_nothing(getattr(processor, "on_start", None))
+                for processor in processors
+            )
             start = None if blind else self.attributes
             self._state = (processors, start)
         return start

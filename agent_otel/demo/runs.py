@@ -61,7 +61,10 @@ def run_scenario(
 
 
 def model_kernel(handle, gpu: GpuChoice) -> Callable[[float], None]:
-    """What a model step runs: matmuls on the real GPU, or the simulated GPU ``instrument()`` samples."""
+    """What a model step runs: matmuls on the real GPU; on the simulated GPU
+    ``instrument()`` samples, a wait: the model call's span (``model_span``)
+    keeps that GPU busy while it is in flight, as it does in any agent's
+    process (docs/gpu.md)."""
     if gpu.real is not None:
         return gpu.real.run_kernel
     timeline = handle.gpu_timeline
@@ -70,7 +73,7 @@ def model_kernel(handle, gpu: GpuChoice) -> Callable[[float], None]:
             "the demo needs instrument() to sample its simulated GPU, and it does not "
             "(was instrument() already called with other settings?)"
         )
-    return timeline.source.run_kernel
+    return time.sleep
 
 
 def gpu_name(handle) -> str:

@@ -63,7 +63,7 @@ from agent_otel.clock import now_ns
 from agent_otel.gpu.device import GpuDevice
 from agent_otel.gpu.timeline import is_gap
 from agent_otel.records import MISSING, GpuSample
-from agent_otel.semconv import GPU_SOURCE_NVML
+from agent_otel.semconv import GPU_SOURCE_NVML, GPU_STATE_ERROR, GPU_STATE_LOST, GPU_STATE_OK
 
 log = logging.getLogger("agent_otel.gpu")
 
@@ -75,6 +75,12 @@ DEFAULT_IDLE_AFTER_S = 1.0
 UNMEASURED_PERIOD_NS = 1_000_000_000
 # Spacings kept per device to measure its sample period.
 PERIOD_SPACINGS = 64
+# A sample stamped later than the poll's own clock read plus this is refused
+# (a driver's bad timestamp): a sample's time is the end of a period already over.
+AHEAD_LIMIT_NS = 1_000_000_000
+# Refused raw timestamps remembered per device, so a bad sample the driver
+# returns on every poll (it stays in its ring) is counted once.
+REFUSED_KEPT = 64
 
 # NVML error class -> the kind counted in ``errors`` (a Prometheus label).
 _ERROR_KINDS = {
@@ -148,6 +154,9 @@ class _Device:
         "polled_ns",
         "lost_s",
         "active",
+        "refused",
+        "unknown",
+        "state",
     )
 
     def __init__(self, handle, info: GpuDevice):
@@ -164,6 +173,11 @@ class _Device:
         self.polled_ns = 0  # when GetSamples last answered (samples, or a dry buffer)
         self.lost_s = 0.0  # seconds of samples lost to ring overflows
         self.active = True
+        self.refused: collections.deque[int] = collections.deque(maxlen=REFUSED_KEPT)  # raw stamps
+        # Samples were refused since the last good one: the gap before the
+        # next good sample is unknown, not idle.
+        self.unknown = False
+        self.state = (GPU_STATE_OK, "")  # (state, reason)
 
     def measure(self, spacing_ns: int) -> None:
         """Add one spacing between consecutive real samples to the period estimate."""
@@ -198,6 +212,9 @@ class NvmlSource:
     ):
         self.errors: collections.Counter = collections.Counter()
         self.reason: Optional[str] = None
+        # The NVML function running now, if any: what a poll that does not
+        # return is stuck in (``GpuSampler`` shows it).
+        self.calling: Optional[str] = None
         self._clock = clock
         self._idle_after_ns = round(idle_after_s * 1e9)
         self._opened_ns = clock()
@@ -232,6 +249,12 @@ class NvmlSource:
             for device in self._devices
         }
 
+    def states(self) -> dict[str, tuple[str, str]]:
+        """Each device's state after the last poll, by index: ``("ok", "")``,
+        ``("error", kind)`` (the poll raised, or its samples were refused) or
+        ``("lost", kind)`` (no longer sampled); ``kind`` is the ``errors`` key."""
+        return {device.info.index: device.state for device in self._devices}
+
     def poll(self) -> list[GpuSample]:
         samples: list[GpuSample] = []
         for device in self._devices:
@@ -241,16 +264,19 @@ class NvmlSource:
                 samples.extend(self._poll_device(device))
             except Exception as exc:
                 self._device_error(device, exc)
+        self.calling = None
         return samples
 
     def close(self) -> None:
         nvml, self._nvml = self._nvml, None
         self._devices = []
         if nvml is not None:
+            self.calling = "nvmlShutdown"
             try:
                 nvml.nvmlShutdown()
             except Exception:
                 pass  # shutting down: nothing left to protect
+            self.calling = None
 
     # -- opening ---------------------------------------------------------
 
@@ -264,11 +290,14 @@ class NvmlSource:
         except ImportError:
             self._fail("bindings_missing", "the nvidia-ml-py package is not installed (pip install 'agent-otel[gpu]')")
             return
+        self.calling = "nvmlInit"
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
             self._fail(error_kind(exc), f"NVML did not initialise: {exc}")
             return
+        finally:
+            self.calling = None
         self._nvml = pynvml
         if wanted is None:
             labels = [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
@@ -313,6 +342,7 @@ class NvmlSource:
         nvml: Any = self._nvml  # pynvml, loaded when the source opened
         now_ns = self._clock()
         if device.mode == "samples":
+            self.calling = "nvmlDeviceGetSamples"
             try:
                 value_type, raw = nvml.nvmlDeviceGetSamples(
                     device.handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, device.last_seen
@@ -328,12 +358,21 @@ class NvmlSource:
                     "keeps no utilization samples; reading its utilization rate each poll instead",
                 )
                 device.mode = "rates"
+        self.calling = "nvmlDeviceGetUtilizationRates"
         return self._from_rate(device, nvml.nvmlDeviceGetUtilizationRates(device.handle).gpu, now_ns)
 
     def _from_samples(self, device: _Device, value_type, raw, now_ns: int) -> list[GpuSample]:
         polled_before, device.polled_ns = device.polled_ns, now_ns
-        fresh = sorted((s for s in raw if s.timeStamp > device.last_seen), key=lambda s: s.timeStamp)
+        device.state = (GPU_STATE_OK, "")
+        for sample in raw:  # NVML returns only samples after last_seen: an older one is a bad timestamp
+            if sample.timeStamp < device.last_seen:
+                self._refuse(device, sample.timeStamp, "timestamp_behind", "before the last sample read")
+        fresh = self._in_window(
+            device, sorted((s for s in raw if s.timeStamp > device.last_seen), key=lambda s: s.timeStamp), now_ns
+        )
         if not fresh:
+            if device.state[0] != GPU_STATE_OK:
+                return self._unknown(device, now_ns)
             return self._silence(device, now_ns)
         # The ring held at least as many samples as the largest batch before
         # this one; a batch that large, after a poll later than that many
@@ -345,15 +384,11 @@ class NvmlSource:
         )
         device.depth = max(device.depth, len(raw))
         first_read = device.last_seen == 0
-        device.last_seen = fresh[-1].timeStamp
-        if device.clock is None:
-            device.clock = detect_clock(device.last_seen)
-            log.info("GPU %s: NVML sample timestamps are on the %s clock", device.info.index, device.clock)
-        offset = clock_offset_ns(device.clock)
+        device.last_seen = fresh[-1][0].timeStamp
         field = _VALUE_FIELDS.get(value_type, "uiVal")
         samples: list[GpuSample] = []
-        for position, sample in enumerate(fresh):
-            t = sample.timeStamp * 1000 + offset
+        unknown, device.unknown = device.unknown, False
+        for position, (sample, t) in enumerate(fresh):
             previous = device.last_real_ns
             gap = bool(previous) and is_gap(t - previous, device.period_ns)
             period_start = t - device.period_ns
@@ -365,7 +400,10 @@ class NvmlSource:
             if t < self._opened_ns or t <= device.last_emitted_ns:
                 continue
             if gap and period_start > device.last_emitted_ns:
-                if position == 0 and full and not first_read:
+                if position == 0 and unknown:
+                    # Samples were refused in the gap: the GPU was not idle, nor known busy.
+                    samples.append(GpuSample(device.info.index, period_start, MISSING))
+                elif position == 0 and full and not first_read:
                     # The ring came back full: what was before it was overwritten.
                     self._lost(device, period_start - max(previous, device.last_emitted_ns), now_ns - polled_before)
                     samples.append(GpuSample(device.info.index, period_start, MISSING))
@@ -375,6 +413,63 @@ class NvmlSource:
             device.last_emitted_ns = t
             samples.append(GpuSample(device.info.index, t, _ratio(getattr(sample.sampleValue, field))))
         return samples
+
+    def _in_window(self, device: _Device, fresh: list, now_ns: int) -> list[tuple[Any, int]]:
+        """The new samples with their times on the timeline, but those stamped
+        outside the poll's window: later than now (plus ``AHEAD_LIMIT_NS``),
+        or before the previous sample. Those are a driver's bad timestamps:
+        refused, counted once each (``timestamp_ahead``, ``timestamp_behind``),
+        logged once per device, and the device's state says so. Taken, one
+        hour ahead would read as an hour of idle GPU, and 2**64-1 as the newest
+        sample for good (nothing after it would ever be read)."""
+        kept: list[tuple[Any, int]] = []
+        offsets: dict[str, int] = {}
+        previous = device.last_real_ns
+        for sample in fresh:
+            stamp = sample.timeStamp
+            clock = device.clock or detect_clock(stamp)
+            offset = offsets.get(clock)
+            if offset is None:
+                offset = offsets[clock] = clock_offset_ns(clock)
+            t = stamp * 1000 + offset
+            if t > now_ns + AHEAD_LIMIT_NS:
+                self._refuse(device, stamp, "timestamp_ahead", f"{(t - now_ns) / 1e9:.3g} s after the poll")
+                continue
+            if previous and t < previous:
+                self._refuse(
+                    device, stamp, "timestamp_behind", f"{(previous - t) / 1e9:.3g} s before the one before it"
+                )
+                continue
+            if device.clock is None:
+                device.clock = clock
+                log.info("GPU %s: NVML sample timestamps are on the %s clock", device.info.index, clock)
+            kept.append((sample, t))
+            previous = t
+        return kept
+
+    def _refuse(self, device: _Device, stamp: int, kind: str, how: str) -> None:
+        if stamp in device.refused:
+            return  # counted when first seen (the driver returns it again while its ring holds it)
+        device.refused.append(stamp)
+        device.state = (GPU_STATE_ERROR, kind)
+        device.unknown = True
+        self.errors[kind] += 1
+        self._log_once(
+            device,
+            kind,
+            f"NVML returned a sample stamped {stamp} µs, {how}: refused, and counted as {kind} "
+            "(logged once; counted for each such sample)",
+        )
+
+    def _unknown(self, device: _Device, now_ns: int) -> list[GpuSample]:
+        """Every new sample was refused: the stretch up to one period before
+        now is missing data, neither idle nor busy (the GPU made samples)."""
+        at = now_ns - device.period_ns
+        if at <= device.last_emitted_ns:
+            return []
+        device.last_emitted_ns = at
+        device.last_real_ns = max(device.last_real_ns, at)
+        return [GpuSample(device.info.index, at, MISSING)]
 
     def _silence(self, device: _Device, now_ns: int) -> list[GpuSample]:
         """No new sample: once silent for ``idle_after_s``, a synthetic idle
@@ -401,6 +496,7 @@ class NvmlSource:
 
     def _from_rate(self, device: _Device, percent, now_ns: int) -> list[GpuSample]:
         # One read per poll stands for the whole poll interval: no gaps to read.
+        device.state = (GPU_STATE_OK, "")
         if now_ns <= device.last_emitted_ns:
             return []
         device.last_emitted_ns = now_ns
@@ -411,8 +507,10 @@ class NvmlSource:
         self.errors[kind] += 1
         if kind in _FATAL_KINDS:
             device.active = False
+            device.state = (GPU_STATE_LOST, kind)
             self._log_once(device, kind, f"{exc} ({kind}); no longer sampled")
         else:
+            device.state = (GPU_STATE_ERROR, kind)
             self._log_once(device, kind, f"{exc!r} ({kind}); counted, sampling continues")
 
     def _log_once(self, device: _Device, kind: str, message: str) -> None:

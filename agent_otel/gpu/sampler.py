@@ -10,9 +10,16 @@ Usage::
 
 One named daemon thread ("agent-otel-gpu-sampler") polls the source every
 ``interval_s`` on a fixed schedule and hands each non-empty batch to
-``on_samples``, on that same thread. Nothing it does raises into the
-application: an exception from the source or the callback is logged once
-per kind on ``agent_otel.gpu``, counted, and the loop carries on.
+``on_samples``, on that same thread, then calls ``after_poll``. Nothing it
+does raises into the application: an exception from the source or the
+callback is logged once per kind on ``agent_otel.gpu``, counted, and the
+loop carries on.
+
+A poll that does not return (a wedged driver) holds only this thread:
+``states()`` shows every GPU of the source ``stuck`` once a poll has run
+for ``STUCK_POLLS`` intervals (at least ``STUCK_MIN_S``), with the call it
+is stuck in, and ``check_stuck()`` says so in one log line (and another
+when it returns).
 """
 
 from __future__ import annotations
@@ -21,15 +28,20 @@ import collections
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 from agent_otel import forks
 from agent_otel.config import check
 from agent_otel.records import GpuSample
+from agent_otel.semconv import GPU_STATE_OK, GPU_STATE_STUCK
 
 log = logging.getLogger("agent_otel.gpu")
 
 THREAD_NAME = "agent-otel-gpu-sampler"
+# A poll (or the hand-off of its samples) running this many poll intervals,
+# and at least STUCK_MIN_S, is stuck.
+STUCK_POLLS = 4
+STUCK_MIN_S = 1.0
 
 
 class GpuSampler:
@@ -45,11 +57,21 @@ class GpuSampler:
         source,
         interval_s: float,
         on_samples: Callable[[list[GpuSample]], None],
+        after_poll: Optional[Callable[[], None]] = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ):
         check("gpu_poll_interval", interval_s, "interval_s")
         self.source = source
         self.interval_s = interval_s
         self.on_samples = on_samples
+        self.after_poll = after_poll
+        self.stuck_after_s = max(STUCK_POLLS * interval_s, STUCK_MIN_S)
+        self._clock = clock
+        # When the poll in progress began (clock), and which step it is in; None between polls.
+        self._busy_since: Optional[float] = None
+        self._busy_in = "poll"
+        self._said_stuck = False
         self.polls = 0
         self.samples = 0
         self.errors: collections.Counter = collections.Counter()
@@ -69,6 +91,8 @@ class GpuSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._started = False
+        self._busy_since = None  # a poll of the parent's thread: not this process's
+        self._said_stuck = False
         if running:
             self.start()
 
@@ -115,22 +139,75 @@ class GpuSampler:
                 self._poll_once()  # the last samples before shutdown
                 return
 
+    def states(self) -> dict[str, tuple[str, str]]:
+        """Each GPU's sampling state now, by index: ``(state, reason)``, one of
+        ``semconv.GPU_STATES``: the source's own (``NvmlSource.states``; ``ok``
+        for a source without), or ``stuck`` for all while a poll is stuck,
+        with the call it is stuck in."""
+        own = getattr(self.source, "states", None)
+        states = dict(own()) if own is not None else {}
+        for device in self.source.devices():
+            states.setdefault(device.index, (GPU_STATE_OK, ""))
+        stuck = self.stuck_in()
+        if stuck is not None:
+            states = dict.fromkeys(states, (GPU_STATE_STUCK, stuck))
+        return states
+
+    def stuck_in(self) -> Optional[str]:
+        """What the poll in progress is stuck in (the NVML call, or ``poll`` or
+        ``callback``), once it has run ``stuck_after_s``; None when not stuck."""
+        since = self._busy_since
+        if since is None or self._clock() - since < self.stuck_after_s:
+            return None
+        if self._busy_in == "poll":
+            return getattr(self.source, "calling", None) or "poll"
+        return self._busy_in
+
+    def check_stuck(self) -> None:
+        """Log one line when a poll has been stuck ``stuck_after_s`` (called
+        from another thread: the pipeline's, a scrape's)."""
+        stuck = self.stuck_in()
+        if stuck is not None and not self._said_stuck:
+            self._said_stuck = True
+            log.warning(
+                "GPU sampler: a poll has not returned for %.1f s (stuck in %s; a wedged GPU driver?); "
+                "the GPUs show as stuck in agent_otel_gpu_state until it returns",
+                self.stuck_after_s,
+                stuck,
+            )
+
     def _poll_once(self) -> None:
         """One poll and hand-off; never raises. The thread's loop body."""
+        self._busy_in = "poll"
+        self._busy_since = started = self._clock()
+        try:
+            self._poll_and_hand_off()
+        finally:
+            self._busy_since = None
+            if self._said_stuck:
+                self._said_stuck = False
+                log.warning("GPU sampler: the stuck poll returned after %.1f s", self._clock() - started)
+
+    def _poll_and_hand_off(self) -> None:
         try:
             batch = self.source.poll()
         except Exception as exc:
             self._count("poll", exc)
-            return
+            batch = []
         finally:
             self.polls += 1
-        if not batch:
-            return
-        self.samples += len(batch)
-        try:
-            self.on_samples(batch)
-        except Exception as exc:
-            self._count("callback", exc)
+        self._busy_in = "callback"
+        if batch:
+            self.samples += len(batch)
+            try:
+                self.on_samples(batch)
+            except Exception as exc:
+                self._count("callback", exc)
+        if self.after_poll is not None:
+            try:
+                self.after_poll()
+            except Exception as exc:
+                self._count("callback", exc)
 
     def _count(self, where: str, exc: Exception) -> None:
         kind = f"{where}:{type(exc).__name__}"

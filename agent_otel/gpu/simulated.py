@@ -20,6 +20,11 @@ which the NVML source maps onto it). Unlike NVML it keeps sampling while
 idle (0% samples). Scripted phases start when the source is created;
 after the last one the GPU is idle. Driven busy time adds on top: the
 utilization at any instant is the larger of the two.
+
+With ``instrument(gpu="simulated")`` the model calls drive it: every
+device is busy while a model call agent-otel records in the process is in
+flight (``model_span``, the framework hooks' model spans, other
+instrumentations' model spans), through ``model_call`` (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -125,6 +130,15 @@ class SimulatedGpu:
             yield
         finally:
             self._leave(gpu)
+
+    def model_call(self, started: bool) -> None:
+        """A model call started (True) or ended (False): every device is busy
+        while at least one is in flight (``capture.models.model_calls`` calls it)."""
+        for device in self._devices:
+            if started:
+                self._enter(device.index)
+            else:
+                self._leave(device.index)
 
     def run_kernel(self, seconds: float, gpu: str = "0") -> None:
         """Block for ``seconds`` with ``gpu`` busy, like a synchronous model call."""

@@ -6,47 +6,89 @@ Usage::
     source = open_gpu_source("auto")          # NVML, or None without a GPU
     samples = source.poll() if source else []
 
-Three sources share one shape (``agent_otel.gpu.device.GpuSource``): NVML on a real GPU
-(``nvml``), a simulated GPU for demos and tests (``simulated``), and a
-recorded ``nvidia-smi`` log played back (``replay:PATH``). A source only
-reads; ``agent_otel.gpu.sampler.GpuSampler`` polls it on a background thread.
+Four sources share one shape (``agent_otel.gpu.device.GpuSource``): NVML on a real GPU
+(``nvml``), a simulated GPU for demos and tests (``simulated``), a
+recorded ``nvidia-smi`` log played back (``replay:PATH``), and a model
+server's own metrics (``model_server``, ``agent_otel.gpu.server``), which can
+also be read beside any of the others. A source only reads;
+``agent_otel.gpu.sampler.GpuSampler`` polls it on a background thread.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from agent_otel.config import GPU_SOURCES, describe_choices
 from agent_otel.errors import ConfigError
 from agent_otel.gpu.device import GpuSource
+from agent_otel.semconv import GPU_SOURCE_SERVER
+
+if TYPE_CHECKING:
+    from agent_otel.gpu.server import ModelServerSource
 
 log = logging.getLogger("agent_otel.gpu")
 
 SPECS = describe_choices(GPU_SOURCES)
 
 
-def open_gpu_source(spec: str, devices: Optional[list[str]] = None, **options) -> Optional[GpuSource]:
+def open_gpu_source(
+    spec: str, devices: Optional[list[str]] = None, *, model_server: Optional[str] = None, **options
+) -> Optional[GpuSource]:
     """Open the source ``spec`` names, on ``devices`` (indexes or UUIDs; all by default).
 
-    ``auto`` gives NVML when it initialises and finds a GPU, else None (it
-    never falls back to a simulated GPU). ``nvml`` always gives a source:
-    without NVML it logs one line, counts the reason in ``errors`` and
-    reports no devices. ``off`` gives None. ``options`` go to the source's
-    constructor. Raises ``ConfigError`` for an unknown spec and
-    ``InputError`` for an unreadable replay log: both are configuration
+    ``auto`` gives NVML when it initialises and finds a GPU, else the model
+    server's metrics when ``model_server`` names them, else None (it never
+    falls back to a simulated GPU). ``nvml`` always gives a source: without
+    NVML it logs one line, counts the reason in ``errors`` and reports no
+    devices. ``model_server`` reads the server's metrics alone. ``off``
+    gives None. With ``model_server`` (a metrics URL) and a GPU source, the
+    server is read beside it (``WithModelServer``). ``options`` go to the
+    source's constructor. Raises ``ConfigError`` for an unknown spec or a
+    bad URL and ``InputError`` for an unreadable replay log: configuration
     mistakes, reported when the source is opened, never while sampling.
     """
     text = (spec or "").strip()
     if text == "off":
         return None
+    server = _server(model_server, as_gpu=text in ("auto", GPU_SOURCE_SERVER))
+    if text == GPU_SOURCE_SERVER:
+        if server is None:
+            raise ConfigError("model_server_metrics", None, "the model server's metrics URL, for gpu=model_server")
+        return server
+    gpu = _gpu_source(text, devices, alone=server is not None, **options)
+    if server is None:
+        return gpu
+    if gpu is None:  # auto without a GPU: the server alone
+        return server
+    from agent_otel.gpu.server import WithModelServer
+
+    return WithModelServer(gpu, server)
+
+
+def _server(url: Optional[str], as_gpu: bool) -> Optional[ModelServerSource]:
+    if not url:
+        return None
+    from agent_otel.gpu.server import ModelServerSource  # here: loaded only where a server is read
+
+    try:
+        return ModelServerSource(url, as_gpu=as_gpu)
+    except ValueError:
+        raise ConfigError("model_server_metrics", url, "an http(s)://host:port/metrics URL") from None
+
+
+def _gpu_source(text: str, devices: Optional[list[str]], alone: bool = False, **options) -> Optional[GpuSource]:
     if text in ("auto", "nvml"):
         from agent_otel.gpu.nvml import NvmlSource
 
         source = NvmlSource(devices, quiet=text == "auto", **options)
         if text == "auto" and not source.devices():
             source.close()
-            log.info("no NVIDIA GPU found (%s); GPU sampling is off", source.reason or "no device")
+            log.info(
+                "no NVIDIA GPU found (%s); %s",
+                source.reason or "no device",
+                "the model server's metrics are the GPU signal" if alone else "GPU sampling is off",
+            )
             return None
         return source
     if text == "simulated":
@@ -57,4 +99,4 @@ def open_gpu_source(spec: str, devices: Optional[list[str]] = None, **options) -
         from agent_otel.gpu.replay import ReplaySource
 
         return ReplaySource(text[len("replay:") :], devices=devices, **options)
-    raise ConfigError("gpu", spec, SPECS)
+    raise ConfigError("gpu", text, SPECS)

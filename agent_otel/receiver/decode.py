@@ -9,28 +9,47 @@ OTLP/JSON shape it reads (hex ids, camelCase keys, ``AnyValue`` objects),
 with only the fields it reads (ids, name, times, the attributes it looks
 at, events, status).
 
-Spans that are not tool spans, and spans with a field the reader cannot
-read, are refused one by one (the sender hears how many, and why, in the
-OTLP partial success); a span sent twice counts once.
+Model-call spans (the ``chat`` / ``text_completion`` / ``generate_content``
+spans, OpenInference's and OpenLLMetry's LLM spans) are taken too, as
+``ModelCall`` records: the model server's share of the blame
+(docs/attribution.md). Spans that are neither, and spans with a field the
+reader cannot read, are refused one by one (the sender hears how many, and
+why, in the OTLP partial success): one bad span costs that span, never its
+request. Why (the ``reason`` label of ``agent_otel_refused_spans_total``):
+``not_a_tool_span`` (neither a tool nor a model call), ``out_of_range`` (a
+number outside its range, e.g. a duration of 1e300 s), ``wrong_type`` (a
+value of another type than its attribute's) or ``malformed`` (any other
+broken field: ids, times). A span sent twice counts once.
+
+Every text a call keeps (its tool, executor, call id, exception type,
+thread, pool) is cut to ``text.NAME_LIMIT`` characters here, where it
+enters: a sender cannot make the service hold more per call than that.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from agent_otel.exporters.otlp_json import SpanFormatError, typed_span
-from agent_otel.records import ToolCall
-from agent_otel.report.reader import WANTED_ATTRIBUTES, TraceReader, printable
+from agent_otel.exporters.otlp_json import MALFORMED, OUT_OF_RANGE, WRONG_TYPE, SpanFormatError, typed_span
+from agent_otel.records import ModelCall, ToolCall
+from agent_otel.report.reader import WANTED_ATTRIBUTES, TraceReader
 from agent_otel.semconv import AGENT_GPU_POOL, GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME
+from agent_otel.text import NAME_LIMIT, valid_text
 
-# Why a span was refused (the ``reason`` label of agent_otel_received_spans_total).
+logger = logging.getLogger("agent_otel.receiver")
+
+# Why a span was refused (the ``reason`` label of agent_otel_refused_spans_total).
 NOT_A_TOOL_SPAN = "not_a_tool_span"
-MALFORMED_SPAN = "malformed"
+MALFORMED_SPAN = MALFORMED
+SPAN_REASONS = (NOT_A_TOOL_SPAN, OUT_OF_RANGE, WRONG_TYPE, MALFORMED)
+# The example of a reason the sender hears back, in characters at most.
+EXAMPLE_LIMIT = 300
 
 
 @dataclass
@@ -39,13 +58,15 @@ class Decoded:
     (with one example message per reason)."""
 
     calls: list[ToolCall] = field(default_factory=list)
+    models: list[ModelCall] = field(default_factory=list)
     refused: Counter = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)
     duplicates: int = 0
 
     def refuse(self, reason: str, message: str, count: int = 1) -> None:
         self.refused[reason] += count
-        self.examples.setdefault(reason, message)
+        if reason not in self.examples:
+            self.examples[reason] = valid_text(message, EXAMPLE_LIMIT)
 
 
 def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
@@ -61,27 +82,38 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                 if len(span.trace_id) != 16 or len(span.span_id) != 8:
                     decoded.refuse(
                         MALFORMED_SPAN,
-                        f"span {printable(span.name)!r} has a {len(span.trace_id)}-byte "
+                        f"span {_short_name(span.name)!r} has a {len(span.trace_id)}-byte "
                         f"trace_id and a {len(span.span_id)}-byte span_id (OTLP: 16 and 8)",
                     )
                     continue
-                calls, duplicates = len(data.calls), data.duplicate_count
+                calls, duplicates, models = len(data.calls), data.duplicate_count, len(data.model_calls)
                 try:
                     reader.add(typed_span(_span_json(span)), 0, pool)
                 except SpanFormatError as exc:
-                    decoded.refuse(MALFORMED_SPAN, f"span {printable(span.name)!r}: {exc}")
+                    message = str(exc)
+                    if not message.startswith("span "):
+                        message = f"span {_short_name(span.name)!r}: {message}"
+                    decoded.refuse(exc.reason, message)
+                    continue
+                except Exception as exc:  # a bug the fuzz tests missed: this span only, not the request
+                    _log_once(exc)
+                    decoded.refuse(
+                        MALFORMED_SPAN, f"span {_short_name(span.name)!r}: unreadable ({type(exc).__name__})"
+                    )
                     continue
                 if data.duplicate_count > duplicates:
                     decoded.duplicates += 1
-                elif len(data.calls) == calls:
+                elif len(data.calls) == calls and len(data.model_calls) == models:
                     decoded.refuse(
                         NOT_A_TOOL_SPAN,
-                        f"span {printable(span.name)!r} has no {GEN_AI_OPERATION_NAME}={GEN_AI_OPERATION_EXECUTE_TOOL}",
+                        f"span {_short_name(span.name)!r} has no {GEN_AI_OPERATION_NAME}={GEN_AI_OPERATION_EXECUTE_TOOL} "
+                        "and is no model call",
                     )
     before = data.duplicate_count
     reader.finish()  # a call seen from two sides counts once
     decoded.duplicates += data.duplicate_count - before
     decoded.calls = data.calls.keep()
+    decoded.models = data.model_calls
     return decoded
 
 
@@ -89,8 +121,27 @@ def _pool(attributes) -> str:
     for item in attributes:
         if item.key == AGENT_GPU_POOL:
             value = item.value
-            return printable(value.string_value.strip()) if value.WhichOneof("value") == "string_value" else ""
+            return (
+                valid_text(value.string_value.strip(), NAME_LIMIT)
+                if value.WhichOneof("value") == "string_value"
+                else ""
+            )
     return ""
+
+
+def _short_name(name: str) -> str:
+    """A span's name for a message: printable, and short."""
+    return valid_text(name, 80)
+
+
+_logged = False
+
+
+def _log_once(exc: Exception) -> None:
+    global _logged
+    if not _logged:
+        _logged = True
+        logger.warning("blame service: reading a span raised %r (logged once; the span was refused)", exc, exc_info=exc)
 
 
 def _span_json(span) -> dict:
@@ -98,7 +149,7 @@ def _span_json(span) -> dict:
     encoded = {
         "traceId": span.trace_id.hex(),
         "spanId": span.span_id.hex(),
-        "name": span.name,
+        "name": valid_text(span.name, NAME_LIMIT),
         "startTimeUnixNano": span.start_time_unix_nano,
         "endTimeUnixNano": span.end_time_unix_nano,
         "attributes": [
@@ -116,7 +167,7 @@ def _span_json(span) -> dict:
 def _value(value: AnyValue) -> dict:
     kind = value.WhichOneof("value")
     if kind == "string_value":
-        return {"stringValue": value.string_value}
+        return {"stringValue": valid_text(value.string_value, NAME_LIMIT)}
     if kind == "int_value":
         return {"intValue": value.int_value}
     if kind == "double_value":

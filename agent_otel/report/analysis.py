@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from array import array
+from bisect import bisect_left
 from operator import attrgetter
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -36,11 +38,16 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 
 from agent_otel.attribution import BlameTotals, WindowAttribution, attribute, gpu_key
+from agent_otel.attribution.edges import sharpen
 from agent_otel.exporters.otlp_json import input_name
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
 from agent_otel.inputs import STDIN
+from agent_otel.prices import GpuPrices
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
 from agent_otel.report.calls import CallTable
+from agent_otel.report.cost import Costs, price_analysis
+from agent_otel.report.kv_cache import KvCacheHeld
+from agent_otel.report.server_spans import ServerSpans, join_server_requests
 from agent_otel.report.columns import CallColumns, seconds_sorted, total
 from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
@@ -61,6 +68,8 @@ from agent_otel.slo import Slos
 from agent_otel.semconv import (
     AGENT_TOOL_UNFINISHED,
     ERROR_OUTCOMES,
+    MODEL_PHASE_DECODE,
+    MODEL_PHASE_QUEUED,
     PHASE_EXEC,
     PHASE_QUEUE,
     SIMULATED_GPU_NAME,
@@ -70,6 +79,14 @@ from agent_otel.semconv import (
 GPU_FROM_LOGS = "gpu-log"
 GPU_FROM_TRACES = "traces"
 GPU_NONE = "none"
+
+# Where idle windows' edges come from (``analyse(edges=...)``, ``--gpu-edges``):
+EDGES_SPANS = "spans"  # moved to the model calls' edges (attribution.edges)
+EDGES_SAMPLES = "samples"  # as the GPU's samples have them
+EDGES = (EDGES_SPANS, EDGES_SAMPLES)
+# Over this share of the time model calls were in flight read idle, the GPU
+# data contradicts the model calls: the report warns (docs/report.md).
+MODEL_IDLE_WARN_RATIO = 0.2
 
 
 @dataclass
@@ -110,6 +127,21 @@ class ToolStats:
 
 
 @dataclass
+class ModelBlame:
+    """The model server's share of one model's GPU time: idle (and unused)
+    GPU time while its calls were in flight (docs/attribution.md)."""
+
+    model: str
+    idle_queued_s: float = 0.0
+    idle_decode_s: float = 0.0
+    underused_s: Optional[float] = None  # GPU-seconds; None without utilization samples
+
+    @property
+    def idle_s(self) -> float:
+        return self.idle_queued_s + self.idle_decode_s
+
+
+@dataclass
 class ExecutorStats:
     executor: str
     submissions: int
@@ -138,10 +170,21 @@ class GpuStats:
     missing_s: Optional[float] = None
     utilization_avg: Optional[float] = None
     simulated: bool = False  # a simulated GPU's data (agent.gpu.source, its name or UUID), not a real GPU's
+    # the model server's share: idle time while model calls of its pool were in flight
+    idle_model_s: float = 0.0
+    underused_model_s: Optional[float] = None
+    model_in_flight_s: float = 0.0  # time some model call of its pool was in flight, inside the observed time
+    idle_samples_s: Optional[float] = None  # idle time with the samples' edges, where edges moved
+    edges_moved: int = 0  # window edges moved to a model call's edge
 
     @property
     def busy_s(self) -> float:
         return max(0.0, self.observed_s - self.idle_s)
+
+    @property
+    def model_idle_ratio(self) -> Optional[float]:
+        """The share of the time model calls were in flight that the GPU read idle."""
+        return self.idle_model_s / self.model_in_flight_s if self.model_in_flight_s > 0 else None
 
 
 @dataclass
@@ -151,6 +194,7 @@ class GpuLogInfo:
     start_ns: int
     end_ns: int
     overlaps_traces: bool
+    sample_interval_s: float = 0.0  # the median time between a GPU's samples
 
 
 @dataclass
@@ -167,12 +211,16 @@ class Analysis:
     gpu_source: str
     idle_threshold: float
     min_idle_s: float
+    edges: str = EDGES_SPANS
     tools: list[ToolStats] = field(default_factory=list)
+    model_blame: list[ModelBlame] = field(default_factory=list)  # the model server's share, by model, largest first
     executors: list[ExecutorStats] = field(default_factory=list)
     gpus: list[GpuStats] = field(default_factory=list)
     gpu_logs: list[GpuLogInfo] = field(default_factory=list)
     span_count: int = 0
     duplicate_spans: int = 0  # spans seen again (the same trace and span id), counted once
+    skipped_spans: int = 0  # spans left out for a field the report cannot read (one warning per input)
+    first_skipped: Optional[tuple[str, int, str]] = None  # the first of them (input, line, why)
     empty_inputs: list[str] = field(default_factory=list)  # trace inputs with nothing in them
     warnings: list[str] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
@@ -193,7 +241,17 @@ class Analysis:
     cpu_count: Optional[int] = None  # the agent processes' CPUs (agent.process.cpu.count), smallest
     simulated_gpus: set[str] = field(default_factory=set)  # GPUs (gpu_key) a simulated GPU stood for
     inner_failures: dict[int, InnerFailures] = field(default_factory=dict)  # by trace_id << 64 | span_id
+    # Where the windows' edges moved to the model calls' (edges "spans"): the
+    # idle time per GPU with the samples' own edges, and the edges moved.
+    raw_idle_s: Optional[dict[str, float]] = None
+    edges_moved: dict[str, int] = field(default_factory=dict)
+    coverage: dict[str, tuple[int, int]] = field(default_factory=dict)  # per GPU: the stretch its data covers
     nested_tools: set[str] = field(default_factory=set)  # tools called from inside another tool's call
+    blame: Optional[BlameTotals] = None  # the idle time blamed, per (gpu, tool, phase)
+    gpu_names: dict[str, str] = field(default_factory=dict)  # gpu_key -> the GPU's name, from a GPU log
+    costs: Optional[Costs] = None  # the money of the blame, with gpu_hour_price (report.cost)
+    server_spans: Optional[ServerSpans] = None  # the model servers' spans joined to the model calls
+    kv_cache: Optional[KvCacheHeld] = None  # the model server's KV cache held per tool (report.kv_cache)
 
     @property
     def seconds(self) -> float:
@@ -221,8 +279,14 @@ def analyse(
     call_ids: bool = True,
     turns: bool = True,
     records: bool = True,
+    edges: str = EDGES_SPANS,
+    prices: Optional[GpuPrices] = None,
 ) -> Analysis:
     """Read the inputs, attribute GPU idle time, compute every statistic.
+
+    ``edges``: ``spans`` moves the idle windows' edges read from a GPU log
+    to the model calls' edges (``attribution.edges``); ``samples`` keeps the
+    samples' own (the GPU busy and idle time as the samples alone say).
 
     ``call_ids``: keep each call's ``gen_ai.tool.call.id``, which only the
     HTML and Perfetto outputs show (``read_traces``). ``turns``: keep
@@ -235,15 +299,31 @@ def analyse(
     ``slos``: the latency SLO of each tool (``Slos()``, 95% within 0.8 s for
     every tool, the alert rules' default, when None).
 
+    ``prices``: what a GPU-hour costs (``agent_otel.prices``): the blamed
+    idle time as money (``costs``, and in the recommendations); None: none.
+
     Python's cyclic garbage collector is paused throughout (``paused_gc``):
     nothing here makes reference cycles, and its rescans of the growing
     heap made the cost per span grow with the input.
     """
     with paused_gc():
+        if edges not in EDGES:
+            raise ValueError(f"edges must be one of {', '.join(EDGES)}, got {edges!r}")
         analysis = _analyse(
-            trace_paths, gpu_log_paths, tz, idle_threshold, min_idle_s, progress, gpu_pool, call_ids, turns, records
+            trace_paths,
+            gpu_log_paths,
+            tz,
+            idle_threshold,
+            min_idle_s,
+            progress,
+            gpu_pool,
+            call_ids,
+            turns,
+            records,
+            edges,
         )
         analysis.slos = compliance({tool.tool: tool.duration_s for tool in analysis.tools}, slos or Slos())
+        price_analysis(analysis, prices)
         return analysis
 
 
@@ -258,6 +338,7 @@ def _analyse(
     call_ids: bool,
     turns: bool,
     records: bool,
+    edges: str = EDGES_SPANS,
 ) -> Analysis:
     traces = read_traces(trace_paths, progress, call_ids)
     calls = traces.calls
@@ -275,8 +356,11 @@ def _analyse(
         gpu_source=GPU_NONE,
         idle_threshold=idle_threshold,
         min_idle_s=min_idle_s,
+        edges=edges,
         span_count=traces.span_count,
         duplicate_spans=traces.duplicate_count,
+        skipped_spans=traces.skipped_spans,
+        first_skipped=traces.first_skipped,
         empty_inputs=traces.empty_inputs,
         warnings=list(traces.warnings),
         services=traces.services,
@@ -301,16 +385,24 @@ def _analyse(
     columns = CallColumns(analysis.calls)
     in_windows = _in_windows(columns, analysis.windows)
     totals = BlameTotals()
-    for window_attribution in _attribute(analysis.windows, calls, in_windows, analysis.loop_blocks):
+    kv_cache = KvCacheHeld(traces.kv_windows) if traces.kv_windows else None
+    models = traces.model_calls
+    for window_attribution in _attribute(analysis.windows, calls, in_windows, analysis.loop_blocks, models):
         totals.add(window_attribution)
+        if kv_cache is not None:
+            kv_cache.add(window_attribution)
         if records:
             analysis.attributions.append(window_attribution)
     analysis.tools = _tool_stats(columns, totals, traces, analysis.underuse)
+    analysis.model_blame = _model_blame(totals, analysis.underuse)
     analysis.executors = _executor_stats(columns)
     del columns  # before the turns, where the memory peaks
     _add_waits(analysis, in_windows)
     _turn_inputs(analysis, traces, turns)
     analysis.gpus = _gpu_stats(analysis, totals, observed)
+    analysis.blame = totals
+    analysis.kv_cache = kv_cache if kv_cache is not None and kv_cache.matched else None
+    _model_contradictions(analysis, models)
     analysis.recommendations = recommend(analysis)
     return analysis
 
@@ -327,8 +419,10 @@ def _turn_inputs(analysis: Analysis, traces: TraceData, keep: bool) -> None:
     analysis.agent_runs = sorted(traces.agent_runs, key=_START)
     analysis.models = model_stats(analysis.model_calls)
     analysis.turns, analysis.turn_totals = find_turns(
-        analysis.calls, analysis.model_calls, analysis.agent_runs, traces.roots, keep
+        analysis.calls, analysis.model_calls, analysis.agent_runs, traces.roots, keep, traces.loop_blocks
     )
+    if traces.server_requests:
+        analysis.server_spans = join_server_requests(analysis.model_calls, traces.server_requests)
     analysis.peer_tool_spans = traces.peer_tool_spans
     analysis.peer_tool_spans_merged = traces.peer_tool_spans_merged
 
@@ -350,20 +444,33 @@ def _gpu_inputs(
                 end_ns=log.end_ns,
                 overlaps_traces=any(series.overlaps(start, end) for series in log.series.values()),
             )
+            info.sample_interval_s = log.median_spacing_s()
             analysis.gpu_logs.append(info)
             if not info.overlaps_traces:
                 analysis.warnings.append(_no_overlap_message(info, start, end))
+            elif info.sample_interval_s > analysis.min_idle_s:
+                analysis.warnings.append(_coarse_log_message(info, analysis.min_idle_s))
             logs.append(log)
         combined = GpuLog.merge(logs)
         del logs
         for gpu in combined.series:
+            if combined.names.get(gpu):
+                analysis.gpu_names[f"{gpu_pool}/{gpu}" if gpu_pool else gpu] = combined.names[gpu]
             if combined.names.get(gpu) == SIMULATED_GPU_NAME or combined.uuids.get(gpu, "").startswith(
                 SIMULATED_GPU_UUID_PREFIX
             ):
                 analysis.simulated_gpus.add(f"{gpu_pool}/{gpu}" if gpu_pool else gpu)
         steps = combined.steps(analysis.idle_threshold, analysis.min_idle_s, pool=gpu_pool)
-        windows, analysis.underuse = read_underuse(steps, analysis.calls, start, end, analysis.loop_blocks)
+        models = traces.model_calls
+        windows, analysis.underuse = read_underuse(steps, analysis.calls, start, end, analysis.loop_blocks, models)
         windows.sort(key=_START_GPU)
+        periods = {(gpu_pool, gpu): _period_ns(series.times) for gpu, series in combined.series.items()}
+        if models and analysis.edges == EDGES_SPANS:
+            raw = windows
+            windows, moved = sharpen(windows, models, periods)
+            if moved:
+                analysis.raw_idle_s = _idle_by_gpu(_clip(raw, start, end))
+                analysis.edges_moved = _moved_by_gpu(raw, windows)
         for gpu, seconds in sorted(analysis.underuse.missing_s.items()):
             analysis.warnings.append(
                 f"GPU {gpu}: {seconds:.3g} s of its utilization samples are missing (gaps in the GPU log): "
@@ -374,6 +481,7 @@ def _gpu_inputs(
             key = f"{gpu_pool}/{gpu}" if gpu_pool else gpu
             first, last = series.times[0], series.times[-1]
             observed[key] = max(0, min(last, end) - max(first, start)) / NS_PER_S
+            analysis.coverage[key] = (max(first, start), min(last, end))
             around = series.around(start, end)
             if len(around):
                 analysis.samples[key] = around
@@ -382,6 +490,7 @@ def _gpu_inputs(
         if windows:
             analysis.gpu_source = GPU_FROM_TRACES
         observed = {gpu_key(window): analysis.seconds for window in windows}
+        analysis.coverage = {gpu: (start, end) for gpu in observed}
     analysis.windows = _clip(windows, start, end)
     return observed
 
@@ -392,7 +501,11 @@ ATTRIBUTION_GROUP = 20_000
 
 
 def _attribute(
-    windows: Sequence[IdleWindow], calls: CallTable, rows: np.ndarray, blocks: Sequence[LoopBlock] = ()
+    windows: Sequence[IdleWindow],
+    calls: CallTable,
+    rows: np.ndarray,
+    blocks: Sequence[LoopBlock] = (),
+    models: Sequence[ModelCall] = (),
 ) -> Iterator[WindowAttribution]:
     """``attribute`` over the calls of these rows, in groups of windows and
     calls that do not meet in time, one group at a time: the same blame (a
@@ -406,8 +519,11 @@ def _attribute(
     event that starts at or after the latest end so far, once it holds
     ``ATTRIBUTION_GROUP`` calls. Found in numpy, over the times alone."""
     if blocks or len(rows) <= ATTRIBUTION_GROUP:
-        yield from attribute(windows, calls.records(rows.tolist()), blocks)
+        yield from attribute(windows, calls.records(rows.tolist()), blocks, models=models)
         return
+    models = sorted(models, key=_START)
+    model_starts = [model.start_ns for model in models]
+    longest = max((model.end_ns - model.start_ns for model in models), default=0)  # bounds the search back
     window_starts = np.fromiter(map(_START, windows), np.uint64, len(windows))
     submits = np.frombuffer(calls.submit_ns, np.uint64)[rows]
     window_order, call_order = np.argsort(window_starts, kind="stable"), np.argsort(submits, kind="stable")
@@ -440,7 +556,14 @@ def _attribute(
     for low, high in zip(cuts, cuts[1:]):
         kinds, members = is_call[low:high], index[low:high]
         group_calls = calls.records(rows[members[kinds == 1]].tolist())
-        yield from attribute([windows[i] for i in members[kinds == 0].tolist()], group_calls)
+        group_windows = [windows[i] for i in members[kinds == 0].tolist()]
+        group_models: list[ModelCall] = []
+        if models and group_windows:  # the model calls that meet the group's windows
+            first = min(map(_START, group_windows))
+            last = max(map(_END, group_windows))
+            near = models[bisect_left(model_starts, first - longest) : bisect_left(model_starts, last)]
+            group_models = [m for m in near if m.end_ns > first]
+        yield from attribute(group_windows, group_calls, models=group_models)
 
 
 _NEVER = 1 << 63  # the end of a call still in flight
@@ -465,6 +588,113 @@ def _in_windows(columns: CallColumns, windows: Sequence[IdleWindow]) -> np.ndarr
     next_start = bounds[np.minimum(i, len(bounds) - 1)]
     inside = (i % 2 == 1) | ((i < len(bounds)) & ((columns.end == 0) | (columns.end > next_start)))
     return np.flatnonzero(inside)
+
+
+def _period_ns(times: Sequence[int]) -> int:
+    """A GPU's sample period: the median time between its samples (0 for fewer than two)."""
+    if len(times) < 2:
+        return 0
+    gaps = np.diff(np.frombuffer(times, np.int64) if isinstance(times, array) else np.asarray(times, np.int64))
+    gaps = gaps[gaps > 0]
+    return int(np.median(gaps)) if len(gaps) else 0
+
+
+def _idle_by_gpu(windows: Sequence[IdleWindow]) -> dict[str, float]:
+    idle: dict[str, float] = defaultdict(float)
+    for window in windows:
+        idle[gpu_key(window)] += window.seconds
+    return idle
+
+
+def _moved_by_gpu(raw: Sequence[IdleWindow], sharpened: Sequence[IdleWindow]) -> dict[str, int]:
+    moved: dict[str, int] = defaultdict(int)
+    for before, after in zip(raw, sharpened):
+        moved[gpu_key(before)] += (before.start_ns != after.start_ns) + (before.end_ns != after.end_ns)
+    return moved
+
+
+def _model_blame(totals: BlameTotals, underuse: Optional[Underuse]) -> list[ModelBlame]:
+    """The model server's share by model: idle time in both phases, unused capacity."""
+    blame: dict[str, ModelBlame] = {}
+    for (_gpu, model, phase), seconds in totals.model_s.items():
+        entry = blame.setdefault(model, ModelBlame(model))
+        if phase == MODEL_PHASE_QUEUED:
+            entry.idle_queued_s += seconds
+        elif phase == MODEL_PHASE_DECODE:
+            entry.idle_decode_s += seconds
+    if underuse is not None:
+        for (_gpu, model, _phase), seconds in underuse.totals.model_s.items():
+            entry = blame.setdefault(model, ModelBlame(model))
+            entry.underused_s = (entry.underused_s or 0.0) + seconds
+        for entry in blame.values():
+            if entry.underused_s is None:
+                entry.underused_s = 0.0
+    return sorted(blame.values(), key=lambda b: (-round(b.idle_s, 6), b.model))
+
+
+def _union_within(spans: Sequence[tuple[int, int]], start: int, end: int) -> int:
+    """Nanoseconds of ``[start, end)`` covered by some span."""
+    total, reach = 0, start
+    for a, b in sorted(spans):
+        a, b = max(a, reach), min(b, end)
+        if b > a:
+            total += b - a
+            reach = b
+    return total
+
+
+def _model_contradictions(analysis: Analysis, models: Sequence[ModelCall]) -> None:
+    """Each GPU's time with a model call of its pool in flight, and a warning
+    per GPU that read idle for over ``MODEL_IDLE_WARN_RATIO`` of it."""
+    if not models:
+        return
+    spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for call in models:
+        if call.end_ns > call.start_ns:
+            spans[call.pool].append((call.start_ns, call.end_ns))
+    pool_of = {gpu_key(window): window.pool for window in analysis.windows}
+    for stats in analysis.gpus:
+        pool = pool_of.get(stats.gpu, stats.gpu.rsplit("/", 1)[0] if "/" in stats.gpu else "")
+        coverage = analysis.coverage.get(stats.gpu)
+        if coverage is None or not spans.get(pool):
+            continue
+        stats.model_in_flight_s = _union_within(spans[pool], *coverage) / NS_PER_S
+        ratio = stats.model_idle_ratio
+        if ratio is not None and ratio > MODEL_IDLE_WARN_RATIO:
+            analysis.warnings.append(_contradiction_message(analysis, stats, ratio))
+
+
+def _contradiction_message(analysis: Analysis, stats: GpuStats, ratio: float) -> str:
+    causes = []
+    if stats.simulated:
+        causes.append(
+            "a simulated GPU nobody drives (model calls drive it only in the process that samples it; "
+            "see docs/gpu.md, the simulated GPU)"
+        )
+    causes += [
+        "a GPU log of another GPU or host than the one serving the model",
+        "clocks apart (the GPU log's host and the agents'; --tz for a log in local time)",
+    ]
+    coarse = [log for log in analysis.gpu_logs if log.sample_interval_s > analysis.min_idle_s]
+    if coarse:
+        causes.append(f"a coarse GPU log (one sample every {coarse[0].sample_interval_s:.3g} s, as `dmon -d 2` writes)")
+    causes.append("a model served elsewhere than the GPU pool says (agent.gpu.pool)")
+    return (
+        f"GPU {stats.gpu} read idle for {stats.idle_model_s:.3g} s of the {stats.model_in_flight_s:.3g} s "
+        f"model calls were in flight ({ratio:.0%}): the GPU data contradicts the model calls "
+        f"(blamed on the model server as it stands). Likely causes: {'; '.join(causes)}"
+    )
+
+
+def _coarse_log_message(info: GpuLogInfo, min_idle_s: float) -> str:
+    interval = info.sample_interval_s
+    return (
+        f"GPU log {info.path} has one sample every {interval:.3g} s, coarser than the minimum idle time "
+        f"({min_idle_s:g} s): it can show the average utilization and idle stretches of {interval:.3g} s and "
+        f"more; it cannot show idle stretches shorter than {interval:.3g} s (a tool call of a second leaves no "
+        f"trace in it), and its windows' edges are known to {interval:.3g} s only "
+        "(nvidia-smi dmon -d 1, or agent-otel's own sampling at 1/6 s, sees more)"
+    )
 
 
 def _pool_warnings(calls: CallTable, windows: Sequence[IdleWindow]) -> list[str]:
@@ -655,6 +885,9 @@ def _gpu_stats(analysis: Analysis, totals: BlameTotals, observed: dict[str, floa
     blocked: dict[str, float] = defaultdict(float)
     for (gpu, _tool, _phase), seconds in totals.blocked_s.items():
         blocked[gpu] += seconds
+    model: dict[str, float] = defaultdict(float)
+    for (gpu, _model, _phase), seconds in totals.model_s.items():
+        model[gpu] += seconds
     uuids = {gpu_key(window): window.uuid for window in analysis.windows if window.uuid}
     gpus = [
         GpuStats(
@@ -665,6 +898,9 @@ def _gpu_stats(analysis: Analysis, totals: BlameTotals, observed: dict[str, floa
             idle_unattributed_s=totals.unattributed_s.get(gpu, 0.0),
             uuid=uuids.get(gpu),
             simulated=gpu in analysis.simulated_gpus,
+            idle_model_s=model[gpu],
+            idle_samples_s=None if analysis.raw_idle_s is None else analysis.raw_idle_s.get(gpu, 0.0),
+            edges_moved=analysis.edges_moved.get(gpu, 0),
         )
         for gpu in set(observed) | set(totals.idle_s)
     ]
@@ -677,6 +913,10 @@ def _gpu_stats(analysis: Analysis, totals: BlameTotals, observed: dict[str, floa
             stats.underused_s = underuse.totals.underused_s.get(stats.gpu, 0.0)
             stats.underused_blocked_s = underused_blocked[stats.gpu]
             stats.underused_unattributed_s = underuse.totals.unattributed_s.get(stats.gpu, 0.0)
+            stats.underused_model_s = sum(
+                (seconds for (gpu, _model, _phase), seconds in underuse.totals.model_s.items() if gpu == stats.gpu),
+                0.0,
+            )
             stats.missing_s = underuse.missing_s.get(stats.gpu, 0.0)
             observed_share = underuse.observed.get(stats.gpu)
             stats.utilization_avg = observed_share.mean if observed_share and observed_share.ns else None
@@ -732,6 +972,7 @@ def report_json(analysis: Analysis) -> dict:
     keys (the contract allows additions, never renames)."""
     has_spans = analysis.span_count > 0
     slo_of = {result.tool: result for result in analysis.slos}
+    blame_of = {blame.model: blame for blame in analysis.model_blame}
     return {
         "window": {
             "start": rfc3339(analysis.start_ns) if has_spans else None,
@@ -780,6 +1021,7 @@ def report_json(analysis: Analysis) -> dict:
                 "time_to_first_chunk_p50_s": _s(percentile(m.first_chunk_s, 50)) if m.first_chunk_s else None,
                 "input_tokens": m.input_tokens,
                 "output_tokens": m.output_tokens,
+                **_model_blame_json(blame_of.get(m.model), analysis.underuse is not None),
             }
             for m in analysis.models
         ],
@@ -811,11 +1053,21 @@ def report_json(analysis: Analysis) -> dict:
                 "missing_s": _maybe(g.missing_s),
                 "utilization_avg": None if g.utilization_avg is None else round(g.utilization_avg, 4),
                 "simulated": g.simulated,
+                "idle_model_s": _s(g.idle_model_s),
+                "underused_model_s": _maybe(g.underused_model_s),
+                "model_in_flight_s": _s(g.model_in_flight_s),
+                "model_idle_ratio": None if g.model_idle_ratio is None else round(g.model_idle_ratio, 4),
+                "idle_samples_s": _maybe(g.idle_samples_s),
+                "busy_samples_s": None if g.idle_samples_s is None else _s(max(0.0, g.observed_s - g.idle_samples_s)),
+                "edges_moved": g.edges_moved,
             }
             for g in analysis.gpus
         ],
         "event_loops": loops_json(analysis.loops),
         "recommendations": [r.to_json() for r in analysis.recommendations],
+        "cost": analysis.costs.to_json() if analysis.costs is not None else None,
+        "model_server": analysis.server_spans.to_json() if analysis.server_spans is not None else None,
+        "kv_cache": analysis.kv_cache.to_json() if analysis.kv_cache is not None else None,
         "inputs": {
             "traces": analysis.trace_paths,
             "services": list(analysis.services),
@@ -835,13 +1087,28 @@ def report_json(analysis: Analysis) -> dict:
                     "start": rfc3339(log.start_ns) if log.samples else None,
                     "end": rfc3339(log.end_ns) if log.samples else None,
                     "overlaps_traces": log.overlaps_traces,
+                    "sample_interval_s": _s(log.sample_interval_s),
                 }
                 for log in analysis.gpu_logs
             ],
+            "gpu_edges": analysis.edges,
             "idle_threshold": analysis.idle_threshold,
             "min_idle_s": analysis.min_idle_s,
             "warnings": analysis.warnings,
         },
+    }
+
+
+def _model_blame_json(blame: Optional[ModelBlame], underuse_known: bool) -> dict:
+    """A model's keys for the model server's share (0 where none was blamed;
+    unused capacity None without utilization samples)."""
+    if blame is None:
+        blame = ModelBlame("", underused_s=0.0 if underuse_known else None)
+    return {
+        "gpu_idle_blocked_s": _s(blame.idle_s),
+        "gpu_idle_blocked_queued_s": _s(blame.idle_queued_s),
+        "gpu_idle_blocked_decode_s": _s(blame.idle_decode_s),
+        "gpu_underused_blocked_s": _maybe(blame.underused_s),
     }
 
 
@@ -851,6 +1118,7 @@ def _share(ratio: Optional[float]) -> Optional[float]:
 
 def _turns_json(analysis: Analysis) -> dict:
     totals = analysis.turn_totals
+    split = analysis.server_spans
     durations = totals.durations_s
     slowest = totals.slowest
     return {
@@ -859,22 +1127,29 @@ def _turns_json(analysis: Analysis) -> dict:
         "end_to_end_s": _s(totals.end_to_end_s),
         "end_to_end_p50_s": _s(percentile(durations, 50)),
         "end_to_end_p95_s": _s(percentile(durations, 95)),
+        "client_cpu_s": _s(totals.client_cpu_s),
         "model_s": _s(totals.model_s),
         "tool_queue_s": _s(totals.tool_queue_s),
         "tool_exec_s": _s(totals.tool_exec_s),
         "other_s": _s(totals.other_s),
+        # the model time split by the model servers' own spans (report.server_spans); null without them
+        "model_split": split.totals.to_json() if split is not None else None,
         "slowest": [
             {
                 "name": turn.name,
                 "trace_id": f"{turn.trace_id:032x}",
                 "start": rfc3339(turn.start_ns),
                 "seconds": _s(turn.seconds),
+                "client_cpu_s": _s(turn.client_cpu_s),
                 "model_s": _s(turn.model_s),
                 "tool_queue_s": _s(turn.tool_queue_s),
                 "tool_exec_s": _s(turn.tool_exec_s),
                 "other_s": _s(turn.other_s),
                 "tool_calls": turn.tool_calls,
                 "model_calls": turn.model_calls,
+                "model_split": split.of(turn.trace_id, turn.start_ns, turn.end_ns).to_json()
+                if split is not None
+                else None,
             }
             for turn in slowest
         ],

@@ -23,7 +23,7 @@ import gc
 import json
 import os
 import sys
-from typing import TextIO
+from typing import Optional, TextIO
 
 # The report uses numpy's arrays, not its linear algebra: no BLAS thread pool
 # (OpenBLAS starts one thread per core when numpy is imported: 0.08 CPU-s for
@@ -34,8 +34,9 @@ from agent_otel import config  # noqa: E402 (after the variable above)
 from agent_otel.errors import ConfigError, InputError
 from agent_otel.exporters.otlp_json import input_name
 from agent_otel.inputs import STDIN
+from agent_otel.prices import parse_prices
 from agent_otel.report import html, perfetto, table
-from agent_otel.report.analysis import Analysis, analyse, report_json
+from agent_otel.report.analysis import EDGES, EDGES_SPANS, Analysis, analyse, report_json
 from agent_otel.report.progress import Progress
 from agent_otel.slo import Slos
 
@@ -72,6 +73,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a tool's latency SLO: OBJECTIVE of its calls within SECONDS, from each call's duration (repeatable; "
         "TOOL * for every tool without its own; default '*=0.8:0.95', the alert rules' default)",
     )
+    parser.add_argument(
+        "--gpu-edges",
+        choices=EDGES,
+        default=EDGES_SPANS,
+        help="where the idle windows read from a --gpu-log start and end: 'spans' moves an edge within one sample "
+        "period of a model call's start or end to it (docs/attribution.md, edges from the spans); 'samples' keeps "
+        "the samples' own, as the GPU data alone says (default: spans)",
+    )
     parser.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default: table)")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML timeline to FILE")
     parser.add_argument(
@@ -80,6 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # The same settings as instrument()'s, for the idle windows found in a GPU log.
     for option, name, metavar in IDLE_OPTIONS:
         config.add_argument(parser, option, name, metavar=metavar, environment=False)
+    config.add_argument(parser, "--gpu-hour-price", "gpu_hour_price", metavar="PRICES")
 
 
 # option, setting, metavar
@@ -104,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
             "--gpu-log as well: it names the pool of a GPU log's GPUs (gpu.idle spans carry their own)",
         )
     slos = Slos.parse(args.slo)
+    prices = parse_prices(_setting("gpu_hour_price", args.gpu_hour_price, "--gpu-hour-price"))
     if [*args.traces, *args.gpu_log].count(STDIN) > 1:
         raise ConfigError("-", STDIN, "standard input (-) given once, for one input")
     progress = Progress(args.traces)
@@ -120,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
             call_ids=bool(args.html or args.perfetto),  # only they show a call's id
             turns=bool(args.html or args.perfetto),  # and draw every turn
             records=bool(args.html or args.perfetto),  # and every call, with its share of the blame
+            edges=args.gpu_edges,
+            prices=prices,
         )
     finally:
         progress.finish()
@@ -142,10 +155,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _setting(name: str, given: object, option: str) -> Optional[str]:
+    """A text setting from its option, else its environment variable, else none; checked, naming where."""
+    if given is not None:
+        return config.parse(name, given, option)
+    for variable in config.SETTINGS[name].declaration.env:
+        value = os.environ.get(variable, "").strip()
+        if value:
+            return config.parse(name, value, variable, from_environment=True)
+    return None
+
+
 def _require_spans(analysis: Analysis, paths: list[str]) -> None:
     """No spans at all is an error: there is nothing to report."""
     if analysis.span_count or analysis.duplicate_spans:
         return
+    first = analysis.first_skipped
+    if first is not None:  # every span was left out: the first one's problem is the error
+        more = analysis.skipped_spans - 1
+        raise InputError(*first[:2], first[2] + (f" ({more} more span(s) left out)" if more else ""))
     names = [input_name(path) for path in paths]
     if len(analysis.empty_inputs) == len(names):
         raise InputError(", ".join(names), None, "empty input: no spans to report")

@@ -31,6 +31,7 @@ from typing import Iterable
 
 from agent_otel.attribution import gpu_key
 from agent_otel.records import GpuSample
+from agent_otel.report.cost import money_text
 from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json, run_name
 from agent_otel.report.stats import assign_rows
 from agent_otel.semconv import OUTCOMES
@@ -91,7 +92,10 @@ def render(analysis: Analysis) -> str:
 {_turns_view(report)}
 {_recommendations(report)}
 {_models_table(report)}
+{_model_server_table(report)}
 {_gpus_table(report)}
+{_kv_cache_table(report)}
+{_cost_table(report)}
 {_executors_table(report)}
 </aside>
 </main>
@@ -467,6 +471,81 @@ def _gpus_table(report: dict) -> str:
         '<th>blocked s</th><th>unattributed s</th><th title="(1 - utilization) x time">unused s</th>'
         '<th>unused by tools s</th><th title="samples lost: neither idle nor busy">missing s</th>'
         f"</tr></thead><tbody>{rows}</tbody></table></section>"
+    )
+
+
+def _model_server_table(report: dict) -> str:
+    """The model calls split by the model servers' own spans; nothing without them."""
+    server = report["model_server"]
+    if server is None:
+        return ""
+    rows = "".join(
+        f'<tr><td class="name">{html.escape(m["model"])}</td>{_cell(m["model_calls"])}{_cell(m["seconds"], 3)}'
+        f"{_cell(m['client_network_s'], 3)}{_cell(m['server_queue_s'], 3)}{_cell(m['prefill_s'], 3)}"
+        f"{_cell(m['decode_s'], 3)}{_cell(m['server_other_s'], 3)}</tr>"
+        for m in server["models"]
+    )
+    return (
+        "<section><h2>Model calls at the server</h2>"
+        f"<p>{server['model_calls']} model calls joined to {server['requests']} server spans "
+        f"(by parent {server['joined_by_parent']}, by trace and time {server['joined_by_time']}; "
+        f"{server['unjoined']} unjoined)</p>"
+        '<table id="model-server-table"><thead><tr><th>model</th><th>calls</th><th>s</th>'
+        '<th title="the call less the server\'s time">client + network s</th><th>server queue s</th>'
+        "<th>prefill s</th><th>decode s</th><th>server other s</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
+    )
+
+
+def _kv_cache_table(report: dict) -> str:
+    """The model server's KV cache held per tool while the GPU idled; nothing without the server's readings."""
+    kv = report["kv_cache"]
+    if kv is None:
+        return ""
+    rows = "".join(
+        f'<tr><td class="name">{html.escape(t["tool"])}</td>{_cell(t["gpu_idle_blocked_s"], 3)}'
+        + (_cell("-") if t["kv_cache_held_share"] is None else _cell(100 * t["kv_cache_held_share"], 1))
+        + f"{_cell(t['kv_cache_held_s'], 3)}</tr>"
+        for t in kv["tools"]
+    )
+    average = "-" if kv["kv_cache_usage_avg"] is None else f"{100 * kv['kv_cache_usage_avg']:.0f}%"
+    return (
+        "<section><h2>KV cache held while tools ran</h2>"
+        f"<p>over {kv['windows']} idle windows the model server's KV cache was {average} in use on average: "
+        "GPU memory held by requests waiting on the tools below</p>"
+        '<table id="kv-cache-table"><thead><tr><th>tool</th><th>GPU idle blamed s</th>'
+        '<th title="the share of the cache in use while it blocked the idle GPU">cache held %</th>'
+        f"<th>cache-seconds</th></tr></thead><tbody>{rows}</tbody></table></section>"
+    )
+
+
+def _cost_table(report: dict) -> str:
+    """The blamed idle time as money, with gpu_hour_price; nothing without it."""
+    cost = report["cost"]
+    if cost is None:
+        return ""
+    rows = "".join(
+        f'<tr><td class="name">{html.escape(t["tool"])}</td>{_cell(t["gpu_idle_blocked_gpu_hours"], 3)}'
+        f'<td class="num">{html.escape(money_text(t["gpu_idle_blocked_cost"]))}</td>'
+        f'{_cell(t["gpu_hours_per_day"], 2)}<td class="num">{html.escape(money_text(t["cost_per_day"]))}</td></tr>'
+        for t in cost["tools"]
+    )
+    unpriced = (
+        f"<p>no price for GPU {html.escape(', '.join(cost['unpriced_gpus']))}: not counted</p>"
+        if cost["unpriced_gpus"]
+        else ""
+    )
+    return (
+        '<section><h2>What the GPU idle time costs</h2><p class="cost">'
+        f"idle {html.escape(money_text(cost['idle_cost']))}: blocked by tools "
+        f"{html.escape(money_text(cost['idle_blocked_cost']))}, the model server "
+        f"{html.escape(money_text(cost['idle_model_cost']))}, with no call in flight "
+        f"{html.escape(money_text(cost['idle_unattributed_cost']))}; at this load, per day "
+        f"{html.escape(money_text(cost['idle_cost'] * cost['per_day_scale']))}</p>"
+        f'<p class="source">prices: {html.escape(cost["source"])}</p>{unpriced}'
+        '<table id="cost-table"><thead><tr><th>tool</th><th>GPU-hours</th><th>cost</th>'
+        "<th>GPU-hours a day</th><th>cost a day</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
     )
 
 

@@ -190,6 +190,7 @@ def _turns_and_models(analysis: Analysis, events: list[dict], us, first_pid: int
                     {
                         "trace_id": f"{turn.trace_id:032x}",
                         "source": turn.source,
+                        "client_cpu_s": round(turn.client_cpu_s, 6),
                         "model_s": round(turn.model_s, 6),
                         "tool_queue_s": round(turn.tool_queue_s, 6),
                         "tool_exec_s": round(turn.tool_exec_s, 6),

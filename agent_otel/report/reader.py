@@ -49,10 +49,10 @@ One call seen by several spans counts once: a tool span under a tool span
 of the same tool (an MCP client's span, the MCP SDK's server span under it,
 the server's own span under that; the MCP SDK's client request span in
 between is looked through) is the same call, and agent-otel's span is kept
-(the outermost of them); another instrumentation's tool span in the same
-trace, for the same tool, that lies within one of agent-otel's calls
-(OpenInference's and OpenLLMetry's LangChain spans beside ours) is that
-call. A model span under a model span is the same model call.
+(the outermost of them). A model span under a model span is the same model
+call. The spans several instrumentations made side by side of one tool or
+model call (OpenInference's and OpenLLMetry's LangChain spans beside ours
+and each other's) are merged by ``report.peers``.
 
 Every record carries the GPU pool its process declared: the resource
 attribute ``agent.gpu.pool`` ("" for none). From the resources the reader
@@ -82,7 +82,9 @@ from agent_otel.errors import InputError
 if TYPE_CHECKING:
     import numpy as np
 from agent_otel.exporters.otlp_json import (
+    OUT_OF_RANGE,
     STATUS_ERROR,
+    WRONG_TYPE,
     JsonEvent,
     JsonKeyValue,
     JsonLink,
@@ -90,6 +92,7 @@ from agent_otel.exporters.otlp_json import (
     JsonStatus,
     JsonValue,
     SpanFormatError,
+    Unreadable,
     decode_traces,
     hex_id,
     input_name,
@@ -99,10 +102,14 @@ from agent_otel.exporters.otlp_json import (
     value_of,
 )
 from agent_otel.attribution import gpu_key
-from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
+from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ServerRequest
+from agent_otel.report.kv_cache import KvWindow
 from agent_otel.report.calls import CallTable
+from agent_otel.report.peers import FAMILY_GENAI, family_of, merge_model_calls, merge_tool_spans
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
+    AGENT_MODEL_SERVER_KV_CACHE_USAGE,
+    AGENT_MODEL_SERVER_WAITING_MAX,
     AGENT_PROCESS_CPU_COUNT,
     AGENT_TOOL_RETRIES,
     EVENT_EXCEPTION,
@@ -118,6 +125,12 @@ from agent_otel.semconv import (
     LOOP_ROLE_BLOCKING,
     LOOP_ROLE_WAITING,
     SPAN_LOOP_BLOCKED,
+    SPAN_VLLM_REQUEST,
+    VLLM_E2E,
+    VLLM_TIME_IN_DECODE,
+    VLLM_TIME_IN_PREFILL,
+    VLLM_TIME_IN_QUEUE,
+    VLLM_TIME_TO_FIRST_TOKEN,
     AGENT_GPU_POOL,
     AGENT_TOOL_EXEC_DURATION,
     AGENT_TOOL_EXECUTOR,
@@ -232,7 +245,6 @@ TRACE_IDS = 1 << 14
 
 # How far (ns) another instrumentation's tool span may reach beyond one of
 # agent-otel's and still be the same call: their clocks are read apart.
-PEER_SLACK_NS = 5_000_000
 _PEER_TOOL_KINDS = {OPENINFERENCE_TOOL, TRACELOOP_TOOL}
 _MODEL_KINDS = {OPENINFERENCE_LLM, TRACELOOP_LLM}
 _AGENT_KINDS = {OPENINFERENCE_AGENT, TRACELOOP_AGENT, TRACELOOP_WORKFLOW}
@@ -265,6 +277,8 @@ class TraceData:
     timeouts: dict[str, float] = field(default_factory=dict)
     span_count: int = 0
     duplicate_count: int = 0
+    skipped_spans: int = 0  # spans left out for a field the report cannot read
+    first_skipped: Optional[tuple[str, int, str]] = None  # the first of them: input, line, why
     # earliest start and latest end over every span read (0 when none)
     start_ns: int = 0
     end_ns: int = 0
@@ -273,6 +287,10 @@ class TraceData:
     warnings: list[str] = field(default_factory=list)
     model_calls: list[ModelCall] = field(default_factory=list)
     agent_runs: list[AgentRun] = field(default_factory=list)
+    # model servers' own spans of the requests (vLLM's llm_request), joined to model calls by report.server_spans
+    server_requests: list[ServerRequest] = field(default_factory=list)
+    # the model server's readings on the gpu.idle windows (KV cache, queue), for report.kv_cache
+    kv_windows: list[KvWindow] = field(default_factory=list)
     # trace id -> its root span (a span with no parent), gpu.idle traces aside
     roots: dict[int, AgentRun] = field(default_factory=dict)
     # tool spans of other instrumentations: read, and how many were one of agent-otel's calls
@@ -325,9 +343,11 @@ def read_traces(
     A span seen twice (the same trace and span id, e.g. files that overlap)
     counts once, and so does a call seen from two sides: a tool span whose
     parent is a tool span of the same tool (an MCP client's span and the
-    server's own span under it) is the same call. Raises ``InputError``
-    naming the file and line for a malformed line or a span field the
-    report needs and cannot read.
+    server's own span under it) is the same call. A span with a field the
+    report needs and cannot read (a number out of range, a value of the
+    wrong type, a broken id) is left out alone, with one warning per input
+    (how many, and the first); raises ``InputError`` naming the file and
+    line for a malformed line or request.
     """
     reader = TraceReader(call_ids)
     data = reader.data
@@ -336,7 +356,8 @@ def read_traces(
         for path in paths:
             name = input_name(path)
             reader.name = name
-            documents = spans_before = 0
+            documents = spans_before = skipped = 0
+            first_skipped: Optional[tuple[str, int, str]] = None
             spans_before = data.span_count + data.duplicate_count
             for number, request in iter_requests(path, progress, data.warnings.append, decode_traces):
                 documents += 1
@@ -344,13 +365,25 @@ def read_traces(
                     for resource, count, spans in typed_resource_spans(request):
                         pool = reader.resource(resource, count)
                         for span in spans:  # decoded one at a time
-                            add(span, number, pool)
+                            try:
+                                add(span, number, pool)
+                            except SpanFormatError as exc:
+                                skipped += 1
+                                if first_skipped is None:
+                                    first_skipped = (name, number, str(exc))
                 except SpanFormatError as exc:
                     raise InputError(name, number, str(exc)) from None
+            if first_skipped is not None:
+                data.skipped_spans += skipped
+                data.first_skipped = data.first_skipped or first_skipped
+                data.warnings.append(
+                    f"{name}: {skipped} span(s) left out: a field the report reads is out of range, "
+                    f"of the wrong type or malformed (the first, line {first_skipped[1]}: {first_skipped[2]})"
+                )
             if not documents:
                 data.empty_inputs.append(name)
                 data.warnings.append(f"{name} is empty")
-            elif data.span_count + data.duplicate_count == spans_before:
+            elif data.span_count + data.duplicate_count + skipped == spans_before:
                 data.warnings.append(f"no spans in {name}")
         reader.finish()
     return data
@@ -385,8 +418,11 @@ class TraceReader:
         self._strings: dict[str, str] = {}
         self._trace_ids: dict[int, int] = {}  # recent trace ids: one int object per trace for its records
         self._ours = bytearray()  # per call: 1 when agent-otel made the span (it has the timing)
+        self._families = bytearray()  # per call: which instrumentation made the span (peers.family_of)
         self._hops: dict[int, int] = {}  # MCP client request span -> its parent (trace_id << 64 | span id)
         self._model_parents = array("Q")  # per model call, as _parents
+        self._model_families: list[int] = []  # per model call, as _families
+        self._model_named: list[bool] = []  # per model call: its model's name came from an attribute
         # trace_id << 64 | parent span id -> failed child spans (name, start, end)
         self._failed_children: dict[int, list[tuple[str, int, int]]] = {}
         self._policy_tools: set[str] = set()  # tools with the toolkit's own retries (agent.tool.retries)
@@ -431,7 +467,9 @@ class TraceReader:
         if not self._seen.add(key):
             data.duplicate_count += 1
             return
-        data.span_count += 1
+        # (from here on, what raises SpanFormatError leaves no trace of the
+        # span: each kind's reader adds its record after everything that can
+        # raise, and the span is counted at the end)
         start_ns, end_ns = span.startTimeUnixNano, span.endTimeUnixNano
         if type(start_ns) is str and type(end_ns) is str and len(start_ns) <= 20 and len(end_ns) <= 20:
             try:
@@ -443,10 +481,6 @@ class TraceReader:
                     start_ns, end_ns = _span_times(span)
         else:
             start_ns, end_ns = _span_times(span)
-        if start_ns < data.start_ns or not data.start_ns:
-            data.start_ns = start_ns
-        if end_ns > data.end_ns:
-            data.end_ns = end_ns
         items = span.attributes
         found: dict[Any, Any]  # key -> JsonValue, or what typed_span kept of another shape
         if items:
@@ -468,7 +502,7 @@ class TraceReader:
         if operation == GEN_AI_OPERATION_EXECUTE_TOOL:
             self._tool_call(span, found, key, start_ns, end_ns, pool)
         elif operation in MODEL_OPERATIONS:
-            self._model_call(span, found, key, start_ns, end_ns, operation)
+            self._model_call(span, found, key, start_ns, end_ns, operation, pool)
         elif operation == GEN_AI_OPERATION_INVOKE_AGENT:
             run = self._agent_run(span, found, key, start_ns, end_ns)
         elif span.name == SPAN_GPU_IDLE:
@@ -476,18 +510,35 @@ class TraceReader:
                 self._live_share(span, found, key)
             else:
                 self._idle_window(span, found, start_ns, end_ns, pool)
+            self._counted(start_ns, end_ns)
             return  # the GPU timeline's traces hold no turn
         elif span.name == SPAN_LOOP_BLOCKED:
             self._loop_block(span, found, start_ns, end_ns, pool)
+        elif span.name == SPAN_VLLM_REQUEST:
+            self._server_request(span, found, key, start_ns, end_ns)
         elif OPENINFERENCE_SPAN_KIND in found or TRACELOOP_SPAN_KIND in found or MCP_METHOD_NAME in found:
             run = self._other_instrumentation(span, found, key, start_ns, end_ns, pool)
         # A new kind of span: recognise it here and turn it into a record.
         else:
             self._other_span(span, key, start_ns, end_ns)
+        data.span_count += 1
+        if start_ns < data.start_ns or not data.start_ns:
+            data.start_ns = start_ns
+        if end_ns > data.end_ns:
+            data.end_ns = end_ns
         if not span.parentSpanId:
             if run is None:
                 run = AgentRun(self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
             data.roots[run.trace_id] = run
+
+    def _counted(self, start_ns: int, end_ns: int) -> None:
+        """A span read: counted, and the time window widened to it."""
+        data = self.data
+        data.span_count += 1
+        if start_ns < data.start_ns or not data.start_ns:
+            data.start_ns = start_ns
+        if end_ns > data.end_ns:
+            data.end_ns = end_ns
 
     def _other_span(self, span: JsonSpan, key: int, start_ns: int, end_ns: int) -> None:
         """A span of no kind above that failed under a parent: kept, in case the parent is a tool call."""
@@ -518,18 +569,21 @@ class TraceReader:
         elif kind in _PEER_TOOL_KINDS:
             self._tool_call(span, found, key, start_ns, end_ns, pool)
         elif kind in _MODEL_KINDS:
-            self._model_call(span, found, key, start_ns, end_ns, "chat")
+            self._model_call(span, found, key, start_ns, end_ns, "chat", pool)
         elif kind in _AGENT_KINDS:
             return self._agent_run(span, found, key, start_ns, end_ns)
         return None
 
-    def _model_call(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, operation: str) -> None:
+    def _model_call(
+        self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, operation: str, pool: str
+    ) -> None:
         model = None
         for attribute in (GEN_AI_REQUEST_MODEL, OPENINFERENCE_MODEL_NAME, GEN_AI_RESPONSE_MODEL):
             model = self._text(found, attribute)
             if model and model != UNKNOWN_MODEL:
                 break
-        if not model or model == UNKNOWN_MODEL:
+        named = model is not None and model != "" and model != UNKNOWN_MODEL
+        if model is None or not named:
             model = self._name(_name_of(span))
         call = ModelCall(
             model,
@@ -542,10 +596,32 @@ class TraceReader:
             self._count(span, found, GEN_AI_USAGE_OUTPUT_TOKENS, OPENINFERENCE_COMPLETION_TOKENS),
             self._seconds(span, found, GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK),
             _status_code(span) == STATUS_ERROR,
+            pool,
         )
         parent = self._parent(span)
         self.data.model_calls.append(call)
         self._model_parents.append(parent)
+        self._model_families.append(family_of(found))
+        self._model_named.append(named)
+
+    def _server_request(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int) -> None:
+        """A model server's span of one request (vLLM's ``llm_request``)."""
+        model = self._text(found, GEN_AI_RESPONSE_MODEL) or self._text(found, GEN_AI_REQUEST_MODEL) or ""
+        self.data.server_requests.append(
+            ServerRequest(
+                model,
+                start_ns,
+                end_ns,
+                self._trace_id(key),
+                key & _SPAN_ID_MASK,
+                self._parent(span),
+                self._seconds(span, found, VLLM_TIME_IN_QUEUE),
+                self._seconds(span, found, VLLM_TIME_TO_FIRST_TOKEN),
+                self._seconds(span, found, VLLM_TIME_IN_PREFILL),
+                self._seconds(span, found, VLLM_TIME_IN_DECODE),
+                self._seconds(span, found, VLLM_E2E),
+            )
+        )
 
     def _agent_run(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int) -> AgentRun:
         value = found.get(GEN_AI_AGENT_NAME)  # read inline where it is printable ASCII, as a tool's name
@@ -565,7 +641,11 @@ class TraceReader:
             value = self._value(found, key)
             if value is not None:
                 if type(value) is bool or type(value) not in (int, float) or not 0 <= value < 1e15:  # type: ignore[operator]
-                    raise SpanFormatError(f"span {_name_of(span)!r}: {key} is not a token count: {value!r}")
+                    wrong = type(value) is bool or type(value) not in (int, float)
+                    raise SpanFormatError(
+                        f"span {_name_of(span)!r}: {key} is not a token count: {value!r}",
+                        WRONG_TYPE if wrong else OUT_OF_RANGE,
+                    )
                 return int(value)  # type: ignore[call-overload]  # an int or float, checked above
         return None
 
@@ -596,8 +676,9 @@ class TraceReader:
         if outcome is None:
             code = _status_code(span)
             outcome = OUTCOME_ERROR if code == STATUS_ERROR else OUTCOME_OK
-        if AGENT_TOOL_UNFINISHED in found and value_of(found[AGENT_TOOL_UNFINISHED], AGENT_TOOL_UNFINISHED) is True:
-            self.data.unfinished[tool] = self.data.unfinished.get(tool, 0) + 1
+        unfinished = (
+            AGENT_TOOL_UNFINISHED in found and value_of(found[AGENT_TOOL_UNFINISHED], AGENT_TOOL_UNFINISHED) is True
+        )
         workers = found.get(AGENT_EXECUTOR_MAX_WORKERS)
         if workers is not None:
             raw = workers.intValue if type(workers) is JsonValue else None
@@ -652,6 +733,8 @@ class TraceReader:
             parent = self._parent(span)
         ours = AGENT_TOOL_EXEC_DURATION in found
         exceptions = self._exceptions(events, end_ns) if events and AGENT_TOOL_RETRIES not in found else None
+        if unfinished:
+            data.unfinished[tool] = data.unfinished.get(tool, 0) + 1
         data.calls.add(  # a ToolCall's fields
             tool,
             executor,
@@ -671,7 +754,10 @@ class TraceReader:
         self._parents.append(parent)
         self._call_id_hashes.append((hash(call_id) or 1) if call_id else 0)
         self._ours.append(ours)
-        if not ours:
+        if ours:
+            self._families.append(FAMILY_GENAI)
+        else:
+            self._families.append(family_of(found))
             data.peer_tool_spans += 1
         if timeout is not None and timeout > 0:
             data.timeouts[tool] = min(timeout, data.timeouts.get(tool, math.inf))
@@ -733,12 +819,22 @@ class TraceReader:
             uuid=self._text(found, GPU_UUID),
             pool=pool,
         )
+        blame = self._window_blame(span, found) if GPU_IDLE_BLOCKED_TOOLS in found else None
+        simulated = self._text(found, AGENT_GPU_SOURCE)
         self.data.idle_windows.append(window)
-        if GPU_IDLE_BLOCKED_TOOLS in found:
-            self._window_blame(span, found)
-        if self._text(found, AGENT_GPU_SOURCE) == GPU_SOURCE_SIMULATED or (window.uuid or "").startswith(
-            SIMULATED_GPU_UUID_PREFIX
-        ):
+        if AGENT_MODEL_SERVER_KV_CACHE_USAGE in found:
+            usage = self._seconds(span, found, AGENT_MODEL_SERVER_KV_CACHE_USAGE)  # a number >= 0
+            if usage is not None and usage <= 1.0:
+                waiting = self._seconds(span, found, AGENT_MODEL_SERVER_WAITING_MAX)
+                self.data.kv_windows.append(KvWindow(gpu_key(window), start_ns, end_ns, usage, waiting))
+        if blame:
+            totals = self._window_live
+            if totals is None:
+                totals = self._window_live = {}
+            for tool, seconds in blame:
+                tool = self._name(tool)
+                totals[tool] = totals.get(tool, 0.0) + seconds
+        if simulated == GPU_SOURCE_SIMULATED or (window.uuid or "").startswith(SIMULATED_GPU_UUID_PREFIX):
             self.data.simulated_gpus.add(gpu_key(window))
 
     def _loop_block(self, span: JsonSpan, found: dict, start_ns: int, end_ns: int, pool: str) -> None:
@@ -782,7 +878,7 @@ class TraceReader:
             )
         )
 
-    def _window_blame(self, span: JsonSpan, found: dict) -> None:
+    def _window_blame(self, span: JsonSpan, found: dict) -> list[tuple[str, float]]:
         """A window's per-tool totals: what the live path blamed, every share."""
         raw = found[GPU_IDLE_BLOCKED_TOOLS]
         tools: object = _plain_array(raw, "stringValue", str)
@@ -797,18 +893,13 @@ class TraceReader:
             or type(durations) is not list
             or len(tools) != len(durations)
             or not all(type(tool) is str for tool in tools)
-            or not all(type(s) in (int, float) and 0 <= s < _INF for s in durations)
+            or not all(type(s) in (int, float) and 0 <= s <= _MAX_SECONDS for s in durations)
         ):
             raise SpanFormatError(
                 f"span {_name_of(span)!r}: {GPU_IDLE_BLOCKED_TOOLS} and {GPU_IDLE_BLOCKED_DURATIONS} are not "
                 f"arrays of tool names and of seconds of one length (got {repr(tools)[:80]} and {repr(durations)[:80]})"
             )
-        totals = self._window_live
-        if totals is None:
-            totals = self._window_live = {}
-        for tool, seconds in zip(tools, durations):
-            tool = self._name(tool)
-            totals[tool] = totals.get(tool, 0.0) + seconds
+        return list(zip(tools, durations))
 
     def _live_share(self, span: JsonSpan, found: dict, key: int) -> None:
         self._gpu(span, found)  # a child span names its GPU, like a window
@@ -853,8 +944,11 @@ class TraceReader:
                     data.live_blocked_s[tool] = data.live_blocked_s.get(tool, 0.0) + seconds
         self._parents = array("Q")
         self._ours = bytearray()
+        self._families = bytearray()
         self._hops = {}
         self._model_parents = array("Q")
+        self._model_families = []
+        self._model_named = []
         self._call_id_hashes = array("q")
 
     def _dedupe_tool_calls(self) -> dict[int, str]:
@@ -917,47 +1011,45 @@ class TraceReader:
         return tool_of
 
     def _merge_peer_tool_spans(self, keep: bytearray) -> None:
-        """Another instrumentation's tool span within one of agent-otel's calls of the same tool, in
-        the same trace, is that call: drop it (each of ours absorbs one)."""
-        calls, ours, ids = self.data.calls, self._ours, self._call_id_hashes  # ids: hashes, 0 for none
-        traces, tools, submits, ends = calls.trace_id, calls.tool, calls.submit_ns, calls.end_ns
-        peers = [i for i in range(len(calls)) if keep[i] and not ours[i]]
-        by_tool: dict[tuple[int, str], list[int]] = {}
+        """Other instrumentations' tool spans of a call agent-otel (or another of them) also saw:
+        dropped, the call kept once (``peers.merge_tool_spans``)."""
+        calls, ours = self.data.calls, self._ours
+        traces, tools = calls.trace_id, calls.tool
+        peer_keys = {(traces[i], tools[i]) for i in range(len(calls)) if keep[i] and not ours[i]}
+        groups: dict[tuple[int, str], list[int]] = {}
         for i, (trace, tool) in enumerate(zip(traces, tools)):
-            if keep[i] and ours[i]:
-                by_tool.setdefault((trace, tool), []).append(i)
-        taken: set[int] = set()
-        for i in sorted(peers, key=submits.__getitem__):
-            peer_submit, peer_end = submits[i], ends[i]
-            best: Optional[int] = None
-            for j in by_tool.get((traces[i], tools[i]), ()):
-                if j in taken:
-                    continue
-                if ids[i] and ids[j] and ids[i] != ids[j]:
-                    continue
-                low, high = submits[j] - PEER_SLACK_NS, ends[j] + PEER_SLACK_NS
-                overlap = min(high, peer_end) - max(low, peer_submit)
-                if overlap < 0 or overlap * 2 < peer_end - peer_submit:
-                    continue
-                if best is None or ends[j] < ends[best]:
-                    best = j
-            if best is not None:
-                taken.add(best)
-                keep[i] = 0
-                self.data.peer_tool_spans_merged += 1
+            if keep[i] and (trace, tool) in peer_keys:
+                groups.setdefault((trace, tool), []).append(i)
+
+        def drop(row: int) -> None:
+            keep[row] = 0
+
+        submits, ends = calls.submit_ns, calls.end_ns
+        for rows in groups.values():
+            if len(rows) > 1:
+                rows.sort(key=submits.__getitem__)
+                self.data.peer_tool_spans_merged += merge_tool_spans(
+                    rows, ours, self._families, self._call_id_hashes, submits, ends, drop
+                )
 
     def _dedupe_model_calls(self) -> None:
-        """A model span under a model span (a framework's call, and a client library's under it) is one call."""
+        """A model span under a model span (a framework's call, and a client library's under it) is one
+        call; so are the spans several instrumentations made of one call side by side (``peers``)."""
         data = self.data
         models = data.model_calls
         if not models:
             return
         keys = {call.trace_id << 64 | call.span_id for call in models}
-        kept = [
-            call
-            for call, parent in zip(models, self._model_parents)
-            if not parent or call.trace_id << 64 | parent not in keys
-        ]
+        kept, families, named = [], [], []
+        for call, parent, family, from_attribute in zip(
+            models, self._model_parents, self._model_families, self._model_named
+        ):
+            if not parent or call.trace_id << 64 | parent not in keys:
+                kept.append(call)
+                families.append(family)
+                named.append(from_attribute)
+        if len(set(families)) > 1:
+            kept = merge_model_calls(kept, families, named)
         data.duplicate_count += len(models) - len(kept)
         data.model_calls = kept
 
@@ -1031,19 +1123,26 @@ class TraceReader:
             return None
         if type(value) is JsonValue:
             number = value.doubleValue
-            if type(number) is float and 0.0 <= number < _INF:
+            if type(number) is float and 0.0 <= number <= _MAX_SECONDS:
                 return number
         value = value_of(value, key)
         if value is None:
             return None
-        if type(value) is bool or type(value) not in (int, float) or not value >= 0 or math.isinf(value):  # type: ignore[operator,arg-type]
-            raise SpanFormatError(f"span {_name_of(span)!r}: {key} is not a non-negative number: {value!r}")
+        if type(value) is bool or type(value) not in (int, float):
+            raise SpanFormatError(f"span {_name_of(span)!r}: {key} is not a non-negative number: {value!r}", WRONG_TYPE)
+        if not 0 <= value <= _MAX_SECONDS:  # type: ignore[operator]
+            raise SpanFormatError(
+                f"span {_name_of(span)!r}: {key} is not a number of seconds from 0 to {_MAX_SECONDS:g}: {value!r}",
+                OUT_OF_RANGE,
+            )
         return float(value)  # type: ignore[arg-type]
 
 
 _NOTHING: dict = {}
 _UINT64_END = 1 << 64
-_INF = math.inf
+# The largest number of seconds a span may carry: its nanoseconds fit a
+# signed 64-bit integer (292 years).
+_MAX_SECONDS = 9.2e9
 _OUTCOMES = {outcome: outcome for outcome in OUTCOMES}
 _SPAN_ID_MASK = (1 << 64) - 1
 
@@ -1117,6 +1216,8 @@ def _rows_in(column: array, ids: np.ndarray) -> list[int]:
 
 def _key(span: JsonSpan) -> int:
     """trace id << 64 | span id, validated (empty ids are 0)."""
+    if type(span.traceId) is Unreadable:
+        raise SpanFormatError(span.traceId.message)
     return hex_id(span.traceId, 32, "traceId") << 64 | hex_id(span.spanId, 16, "spanId")
 
 
@@ -1176,7 +1277,9 @@ def _span_times(span: JsonSpan) -> tuple[int, int]:
     if not start_ns:
         raise SpanFormatError(f"span {span.name!r} has no startTimeUnixNano")
     if end_ns < start_ns:
-        raise SpanFormatError(f"span {span.name!r} ends (endTimeUnixNano {end_ns}) before it starts ({start_ns})")
+        raise SpanFormatError(
+            f"span {span.name!r} ends (endTimeUnixNano {end_ns}) before it starts ({start_ns})", OUT_OF_RANGE
+        )
     return start_ns, end_ns
 
 

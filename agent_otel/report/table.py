@@ -13,6 +13,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Optional, TextIO
 
+from agent_otel.report.cost import money_text
 from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json, run_name
 
 BOLD, DIM, RED, YELLOW, CYAN, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[33m", "\x1b[36m", "\x1b[0m"
@@ -65,13 +66,26 @@ def render(analysis: Analysis, *, width: Optional[int] = None, colour: bool = Fa
     out.append("")
     out.append(paint(BOLD, "Models"))
     out.extend(_models(report["models"], width, paint))
+    out.extend(_model_server(report["models"], width))
     out.append("")
+    if report["model_server"] is not None:
+        out.append(paint(BOLD, "Model calls, split by the model servers' own spans (seconds)"))
+        out.extend(_server_split(report["model_server"], width, paint))
+        out.append("")
     out.append(paint(BOLD, "Executors"))
     out.extend(_executors(report["executors"], width, paint))
     out.append("")
     out.append(paint(BOLD, "GPUs"))
     out.extend(_gpus(report["gpus"], width, paint))
     out.append("")
+    if report["kv_cache"] is not None:
+        out.append(paint(BOLD, "Model server KV cache held while tools blocked the idle GPU"))
+        out.extend(_kv_cache(report["kv_cache"], width, paint))
+        out.append("")
+    if report["cost"] is not None:
+        out.append(paint(BOLD, "What the GPU idle time costs (gpu_hour_price)"))
+        out.extend(_cost(report["cost"], width, paint))
+        out.append("")
     if report["event_loops"]:
         out.append(paint(BOLD, "Event loops, by time blocked (asyncio.loop.blocked spans)"))
         out.extend(_loops(report["event_loops"], width, paint))
@@ -217,6 +231,8 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
     if not count:
         return _wrap("  none: no tool or model calls in the traces", width)
     total = turns["end_to_end_s"] or 1.0
+    wall = report["window"]["seconds"]
+    overlapping = turns["end_to_end_s"] > wall * 1.001 + 1e-6  # turns ran at once: their sum is no wall time
     source = (
         "invoke_agent spans"
         if turns["from_agent_spans"] == count
@@ -227,16 +243,22 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
     parts = " + ".join(
         f"{label} {_sec1(turns[key])} s ({_percent(turns[key] / total)})"
         for label, key in (
+            ("client CPU", "client_cpu_s"),
             ("model", "model_s"),
             ("tool queue", "tool_queue_s"),
             ("tool exec", "tool_exec_s"),
             ("other", "other_s"),
         )
+        if key != "client_cpu_s" or turns[key]  # shown where the client blocked its loop at all
+    )
+    summed = (
+        f"{_sec1(turns['end_to_end_s'])} s summed over turns that ran at once (the run lasted {_sec1(wall)} s)"
+        if overlapping
+        else f"{_sec1(turns['end_to_end_s'])} s end to end"
     )
     lines = _wrap(
-        f"  {count} turn{'s' if count != 1 else ''} ({source}): {_sec1(turns['end_to_end_s'])} s end "
-        f"to end = {parts}; per turn p50 {_sec(turns['end_to_end_p50_s'])} s, "
-        f"p95 {_sec(turns['end_to_end_p95_s'])} s",
+        f"  {count} turn{'s' if count != 1 else ''} ({source}): {summed} = {parts}; per turn p50 "
+        f"{_sec(turns['end_to_end_p50_s'])} s, p95 {_sec(turns['end_to_end_p95_s'])} s",
         width,
     )
     for tool in report["tools"]:
@@ -244,12 +266,38 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
             continue
         lines.extend(
             _wrap(
-                f"  {visible(tool['tool'])} idles the GPU {_sec1(tool['gpu_idle_blocked_per_call_s'])} s "
-                f"per call, {_percent(tool['latency_share'])} of end-to-end latency",
+                f"  {visible(tool['tool'])} idles the GPU {_amount(tool['gpu_idle_blocked_per_call_s'])} s per call "
+                f"({_amount(tool['gpu_idle_blocked_s'])} s blamed over {tool['calls']} "
+                f"call{'s' if tool['calls'] != 1 else ''}), in flight for {_percent(tool['latency_share'])} "
+                "of the turns' time",
                 width,
             )
         )
     return lines
+
+
+def _model_server(models: list[dict], width: Optional[int]) -> list[str]:
+    """A sentence per model the GPU idled on (docs/attribution.md, the model server)."""
+    lines = []
+    for model in models:
+        if model["gpu_idle_blocked_s"]:
+            lines.extend(
+                _wrap(
+                    f"  the model server idles the GPU {_amount(model['gpu_idle_blocked_s'])} s while "
+                    f"{visible(model['model'])} calls are in flight ({_amount(model['gpu_idle_blocked_queued_s'])} s "
+                    f"before their first token, {_amount(model['gpu_idle_blocked_decode_s'])} s streaming)",
+                    width,
+                )
+            )
+    return lines
+
+
+def _amount(seconds: float) -> str:
+    """Seconds for a sentence, never rounded to a misleading 0.0: one decimal
+    from a second up, two significant digits below (0.032)."""
+    if seconds >= 1 or seconds == 0:
+        return f"{seconds:.1f}"
+    return f"{seconds:.2g}"
 
 
 def _models(models: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
@@ -265,6 +313,7 @@ def _models(models: list[dict], width: Optional[int], paint: _Painter) -> list[s
         Column("IN TOKENS", 3),
         Column("OUT TOKENS", 3),
         Column("ERRORS", 2),
+        Column("GPU IDLE", 0),  # the model server's share: idle while its calls were in flight
     ]
     rows = [
         [
@@ -277,6 +326,7 @@ def _models(models: list[dict], width: Optional[int], paint: _Painter) -> list[s
             "-" if m["input_tokens"] is None else str(m["input_tokens"]),
             "-" if m["output_tokens"] is None else str(m["output_tokens"]),
             paint(RED, str(m["errors"])) if m["errors"] else "0",
+            _sec(m["gpu_idle_blocked_s"]),
         ]
         for m in models
     ]
@@ -325,6 +375,7 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
         Column("BUSY", 0),
         Column("IDLE", 0),
         Column("BLOCKED BY TOOLS", 0),
+        Column("MODEL SERVER", 0),
         Column("UNATTRIBUTED", 0),
         Column("UTIL AVG", 1),
         Column("UNUSED", 1),
@@ -337,6 +388,7 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
             _sec(g["busy_s"]),
             _sec(g["idle_s"]),
             _sec(g["idle_blocked_s"]),
+            _sec(g["idle_model_s"]),
             _sec(g["idle_unattributed_s"]),
             "-" if g["utilization_avg"] is None else f"{g['utilization_avg']:.0%}",
             _opt(g["underused_s"]),
@@ -346,6 +398,95 @@ def _gpus(gpus: list[dict], width: Optional[int], paint: _Painter) -> list[str]:
         for g in gpus
     ]
     return _table(columns, rows, width, paint)
+
+
+def _server_split(server: dict, width: Optional[int], paint: _Painter) -> list[str]:
+    lines = _wrap(
+        f"  {server['model_calls']} model calls joined to {server['requests']} server spans "
+        f"(by parent {server['joined_by_parent']}, by trace and time {server['joined_by_time']}; "
+        f"{server['unjoined']} unjoined)",
+        width,
+    )
+    columns = [
+        Column("MODEL", 0, left=True),
+        Column("CALLS", 0),
+        Column("TIME", 0),
+        Column("CLIENT+NET", 0),
+        Column("QUEUE", 0),
+        Column("PREFILL", 0),
+        Column("DECODE", 0),
+        Column("SERVER OTHER", 1),
+    ]
+    rows = [
+        [
+            _name(m["model"], width),
+            str(m["model_calls"]),
+            _sec(m["seconds"]),
+            _sec(m["client_network_s"]),
+            _sec(m["server_queue_s"]),
+            _sec(m["prefill_s"]),
+            _sec(m["decode_s"]),
+            _sec(m["server_other_s"]),
+        ]
+        for m in server["models"]
+    ]
+    return lines + (_table(columns, rows, width, paint) if rows else [])
+
+
+def _kv_cache(kv: dict, width: Optional[int], paint: _Painter) -> list[str]:
+    average = "-" if kv["kv_cache_usage_avg"] is None else _percent(kv["kv_cache_usage_avg"])
+    lines = _wrap(
+        f"  over {kv['windows']} idle windows ({_sec(kv['idle_s'])} s) the server's KV cache was {average} "
+        "in use on average: held by requests waiting on the tools below, not computing",
+        width,
+    )
+    columns = [
+        Column("TOOL", 0, left=True),
+        Column("GPU IDLE BLAMED", 0),
+        Column("CACHE HELD", 0),
+        Column("CACHE-SECONDS", 1),
+    ]
+    rows = [
+        [
+            _name(t["tool"], width),
+            _sec(t["gpu_idle_blocked_s"]),
+            "-" if t["kv_cache_held_share"] is None else _percent(t["kv_cache_held_share"]),
+            _sec(t["kv_cache_held_s"]),
+        ]
+        for t in kv["tools"]
+    ]
+    return lines + (_table(columns, rows, width, paint) if rows else [])
+
+
+def _cost(cost: dict, width: Optional[int], paint: _Painter) -> list[str]:
+    money = money_text
+    lines = _wrap(
+        f"  idle {money(cost['idle_cost'])}: blocked by tools {money(cost['idle_blocked_cost'])}, "
+        f"the model server {money(cost['idle_model_cost'])}, "
+        f"with no call in flight {money(cost['idle_unattributed_cost'])}; at this load, per day: "
+        f"{money(cost['idle_cost'] * cost['per_day_scale'])} (prices: {visible(cost['source'])})",
+        width,
+    )
+    if cost["unpriced_gpus"]:
+        lines += _wrap(f"  no price for GPU {', '.join(map(visible, cost['unpriced_gpus']))}: not counted", width)
+    columns = [
+        Column("TOOL", 0, left=True),
+        Column("GPU-HOURS", 0),
+        Column("COST", 0),
+        Column("GPU-HOURS/DAY", 1),
+        Column("COST/DAY", 0),
+    ]
+    rows = [
+        [
+            _name(t["tool"], width),
+            f"{t['gpu_idle_blocked_gpu_hours']:.3g}",
+            money(t["gpu_idle_blocked_cost"]),
+            f"{t['gpu_hours_per_day']:.3g}",
+            money(t["cost_per_day"]),
+        ]
+        for t in cost["tools"]
+    ]
+    return lines + (_table(columns, rows, width, paint) if rows else [])
 
 
 def _table(columns: list[Column], rows: list[list[str]], width: Optional[int], paint: _Painter) -> list[str]:

@@ -6,10 +6,16 @@ ones of a trace; where a trace has none, or has tool or model calls outside
 them, the trace itself is one turn: its root span (a web framework's
 request span, say), widened to cover its calls. A trace whose root is
 itself a tool or model call, or whose root is not in the input, has no turn
-to break down. Each turn's end-to-end time is split into four parts that
+to break down. Each turn's end-to-end time is split into five parts that
 add up to it:
 
-- **model**: a model call of the turn was in flight;
+- **client CPU**: the agent process's event loop was blocked by its own
+  code (an ``asyncio.loop.blocked`` span that no tool call held) while a
+  model or tool call of the turn waited for it: the client spending CPU on
+  itself (a first call's schema building and imports, parsing, a sync call
+  in async code), which would otherwise read as model time (the answer
+  cannot be read while the loop is held) or tool time;
+- else **model**: a model call of the turn was in flight;
 - else **tool queue** or **tool exec**: a tool call of the turn was in
   flight; the instant goes to the phase of the one that finishes last, the
   call the turn is waiting on (of two calls side by side, one executing and
@@ -35,14 +41,14 @@ from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from agent_otel.records import NS_PER_S, AgentRun, ModelCall
+from agent_otel.records import NS_PER_S, AgentRun, LoopBlock, ModelCall
 from agent_otel.report.calls import CallTable
 
 FROM_AGENT = "agent"
 FROM_TRACE = "trace"
 # How far (ns) a call may reach beyond an agent span and still be inside it.
 SLACK_NS = 1_000_000
-PARTS = ("model", "tool_queue", "tool_exec", "other")
+PARTS = ("client_cpu", "model", "tool_queue", "tool_exec", "other")
 
 
 @dataclass(slots=True)
@@ -52,6 +58,7 @@ class Turn:
     start_ns: int
     end_ns: int
     source: str  # FROM_AGENT or FROM_TRACE
+    client_cpu_s: float = 0.0
     model_s: float = 0.0
     tool_queue_s: float = 0.0
     tool_exec_s: float = 0.0
@@ -70,8 +77,13 @@ def find_turns(
     agent_runs: Sequence[AgentRun],
     roots: dict[int, AgentRun],
     keep: bool = True,
+    loop_blocks: Sequence[LoopBlock] = (),
 ) -> tuple[list[Turn], "TurnTotals"]:
     """Every turn of the traces that holds a tool or model call, in start order, and their totals.
+
+    ``loop_blocks``: the event-loop blocks read from the traces; one that no
+    tool call held is client CPU time of the traces of the calls it links as
+    waiting for the loop.
 
     ``calls`` come by submit time (``analysis.calls``); their columns are
     read by row, no record made per call. ``keep``: return
@@ -91,6 +103,7 @@ def find_turns(
                 known.append(run)
             else:
                 runs_of[run.trace_id] = [known, run]
+    blocks_of = _client_blocks(loop_blocks)
     turns = _Turns(keep)
     in_flight: dict[str, int] = defaultdict(int)  # tool -> ns of turns with a call of it in flight
     no_models: list[ModelCall] = []
@@ -103,7 +116,9 @@ def find_turns(
             if _all_covered(calls, rows, trace_models, runs):
                 for run in runs:
                     turn = Turn(run.name, trace_id, run.start_ns, run.end_ns, FROM_AGENT)
-                    turns.add(_breakdown(turn, calls, rows, trace_models, in_flight, len(runs) == 1))
+                    turns.add(
+                        _breakdown(turn, calls, rows, trace_models, in_flight, len(runs) == 1, blocks_of.get(trace_id))
+                    )
                 continue
         root = roots.get(trace_id)
         if root is None:
@@ -113,10 +128,23 @@ def find_turns(
             continue  # the root is itself a call
         first = min([root.start_ns] + [submit[row] for row in rows] + [m.start_ns for m in trace_models])
         last = max([root.end_ns] + [end[row] for row in rows] + [m.end_ns for m in trace_models])
-        turns.add(
-            _breakdown(Turn(root.name, trace_id, first, last, FROM_TRACE), calls, rows, trace_models, in_flight, True)
-        )
+        turn = Turn(root.name, trace_id, first, last, FROM_TRACE)
+        turns.add(_breakdown(turn, calls, rows, trace_models, in_flight, True, blocks_of.get(trace_id)))
     return turns.finish(in_flight)
+
+
+def _client_blocks(loop_blocks: Sequence[LoopBlock]) -> dict[int, list[tuple[int, int]]]:
+    """trace -> the (start, end) of the loop blocks no tool call held that
+    calls of the trace waited on, by start (a tool call's own block is its exec time)."""
+    found: dict[int, list[tuple[int, int]]] = {}
+    for block in loop_blocks:
+        if block.blocker is not None or block.tool is not None or not block.end_ns:
+            continue
+        for trace_id in {trace for trace, _span in block.waiting}:
+            found.setdefault(trace_id, []).append((block.start_ns, block.end_ns))
+    for intervals in found.values():
+        intervals.sort()
+    return found
 
 
 def _traces(calls: CallTable, models_of: dict[int, list[ModelCall]]) -> Iterator[tuple[int, list[int]]]:
@@ -156,7 +184,7 @@ class _Turns:
         self.kept: Optional[list[Turn]] = [] if keep else None
         self.starts = array("Q")
         self.traces: list[int] = []
-        self.parts = array("d")  # per turn: seconds, model, tool queue, tool exec, other
+        self.parts = array("d")  # per turn: seconds, client CPU, model, tool queue, tool exec, other
         self.from_agent = 0
         # the slowest so far, as (seconds, -start, -trace, -order, turn): the root is the least slow
         self.slowest: list[tuple[float, int, int, int, Turn]] = []
@@ -167,7 +195,7 @@ class _Turns:
         seconds = turn.seconds
         self.starts.append(turn.start_ns)
         self.traces.append(turn.trace_id)
-        self.parts.extend((seconds, turn.model_s, turn.tool_queue_s, turn.tool_exec_s, turn.other_s))
+        self.parts.extend((seconds, turn.client_cpu_s, turn.model_s, turn.tool_queue_s, turn.tool_exec_s, turn.other_s))
         self.from_agent += turn.source == FROM_AGENT
         # (slowest first; of equal seconds, the first by start and trace, as the turns are ordered)
         slowest = self.slowest
@@ -191,14 +219,15 @@ class _Turns:
         result = TurnTotals(count=len(order), from_agent_spans=self.from_agent)
         # summed in that order, one part at a time
         for i in order:
-            i *= 5
+            i *= 6
             result.end_to_end_s += parts[i]
-            result.model_s += parts[i + 1]
-            result.tool_queue_s += parts[i + 2]
-            result.tool_exec_s += parts[i + 3]
-            result.other_s += parts[i + 4]
+            result.client_cpu_s += parts[i + 1]
+            result.model_s += parts[i + 2]
+            result.tool_queue_s += parts[i + 3]
+            result.tool_exec_s += parts[i + 4]
+            result.other_s += parts[i + 5]
         result.tool_in_flight_s = {tool: ns / NS_PER_S for tool, ns in in_flight_ns.items()}
-        result.durations_s = array("d", np.sort(np.frombuffer(parts, np.float64)[::5]).tobytes())
+        result.durations_s = array("d", np.sort(np.frombuffer(parts, np.float64)[::6]).tobytes())
         result.slowest = [entry[-1] for entry in sorted(self.slowest, reverse=True)]
         kept = self.kept
         return ([] if kept is None else [kept[i] for i in order]), result
@@ -238,11 +267,13 @@ def _breakdown(
     model_calls: list[ModelCall],
     in_flight: dict[str, int],
     whole_trace: bool,
+    blocks: Optional[list[tuple[int, int]]] = None,
 ) -> Turn:
     """Split the turn's time between the calls of these rows (by submit
     time) and the model calls; add each tool's in-flight time to ``in_flight``.
 
     ``whole_trace``: every call given lies within the turn (no filtering).
+    ``blocks``: the (start, end) of the client CPU blocks of the trace.
     """
     a, b = turn.start_ns, turn.end_ns
     submits, starts, ends, tools = calls.submit_ns, calls.start_ns, calls.end_ns, calls.tool
@@ -250,7 +281,9 @@ def _breakdown(
         rows = [row for row in rows if submits[row] < b and ends[row] > a]
         model_calls = [m for m in model_calls if m.start_ns < b and m.end_ns > a]
     turn.tool_calls, turn.model_calls = len(rows), len(model_calls)
-    sequential = not model_calls
+    if blocks:
+        blocks = [(start, end) for start, end in blocks if start < b and end > a]
+    sequential = not model_calls and not blocks
     if sequential:
         reach = a
         for row in rows:
@@ -271,34 +304,45 @@ def _breakdown(
             in_flight[tools[row]] += end - submit
         turn.tool_queue_s, turn.tool_exec_s = queue / NS_PER_S, execution / NS_PER_S
     else:
-        turn.model_s, turn.tool_queue_s, turn.tool_exec_s = _split(a, b, model_calls, calls, rows)
+        turn.client_cpu_s, turn.model_s, turn.tool_queue_s, turn.tool_exec_s = _split(
+            a, b, model_calls, calls, rows, blocks or []
+        )
         by_tool: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for row in rows:
             by_tool[tools[row]].append((submits[row], ends[row]))
         for tool, spans in by_tool.items():
             in_flight[tool] += _union_ns(a, b, spans)
-    turn.other_s = max(0.0, turn.seconds - turn.model_s - turn.tool_queue_s - turn.tool_exec_s)
+    turn.other_s = max(0.0, turn.seconds - turn.client_cpu_s - turn.model_s - turn.tool_queue_s - turn.tool_exec_s)
     return turn
 
 
 def _split(
-    a: int, b: int, model_calls: list[ModelCall], calls: CallTable, rows: list[int]
-) -> tuple[float, float, float]:
-    """(model, tool queue, tool exec) seconds of [a, b) (the tool calls:
-    these rows, by submit time): see the module's docstring."""
+    a: int, b: int, model_calls: list[ModelCall], calls: CallTable, rows: list[int], blocks: list[tuple[int, int]]
+) -> tuple[float, float, float, float]:
+    """(client CPU, model, tool queue, tool exec) seconds of [a, b) (the tool
+    calls: these rows, by submit time; ``blocks``: client CPU blocks, by
+    start): see the module's docstring."""
     submits, starts, ends = calls.submit_ns, calls.start_ns, calls.end_ns
     bounds = {a, b}
+    for start, end in blocks:
+        bounds.update((start, end))
     for m in model_calls:
         bounds.update((m.start_ns, m.end_ns))
     for row in rows:
         bounds.update((submits[row], starts[row], ends[row]))
     points = sorted(t for t in bounds if a <= t <= b)
     models = sorted((max(m.start_ns, a), min(m.end_ns, b)) for m in model_calls if m.start_ns < b and m.end_ns > a)
-    model_s = queue_s = exec_s = 0
+    client_s = model_s = queue_s = exec_s = 0
+    next_block = 0
     in_flight: list[tuple[int, int, int]] = []  # heap of (-end, submit order, start) of the calls requested so far
     next_call = next_model = 0
     model_ends: list[int] = []  # heap of the ends of the model calls begun so far
     for t0, t1 in zip(points, points[1:]):
+        while next_block < len(blocks) and blocks[next_block][1] <= t0:
+            next_block += 1
+        if blocks and _in_any(blocks, next_block, t0):
+            client_s += t1 - t0
+            continue
         while next_model < len(models) and models[next_model][0] <= t0:
             heapq.heappush(model_ends, models[next_model][1])
             next_model += 1
@@ -318,7 +362,17 @@ def _split(
                 queue_s += t1 - t0
             else:
                 exec_s += t1 - t0
-    return model_s / NS_PER_S, queue_s / NS_PER_S, exec_s / NS_PER_S
+    return client_s / NS_PER_S, model_s / NS_PER_S, queue_s / NS_PER_S, exec_s / NS_PER_S
+
+
+def _in_any(blocks: list[tuple[int, int]], first: int, t: int) -> bool:
+    """Whether an interval of ``blocks`` (by start) from ``first`` on covers ``t``."""
+    for start, end in blocks[first:]:
+        if start > t:
+            return False
+        if end > t:
+            return True
+    return False
 
 
 def _union_ns(a: int, b: int, spans: list[tuple[int, int]]) -> int:
@@ -334,11 +388,12 @@ def _union_ns(a: int, b: int, spans: list[tuple[int, int]]) -> int:
 
 @dataclass
 class TurnTotals:
-    """All turns together: the four parts, and each tool's share of the end-to-end time."""
+    """All turns together: the five parts, and each tool's share of the end-to-end time."""
 
     count: int = 0
     from_agent_spans: int = 0
     end_to_end_s: float = 0.0
+    client_cpu_s: float = 0.0
     model_s: float = 0.0
     tool_queue_s: float = 0.0
     tool_exec_s: float = 0.0

@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 from agent_otel.attribution import UnderuseTotals, attribute, gpu_key
 from agent_otel.gpu.timeline import TimelineStep, is_missing
-from agent_otel.records import IdleWindow, LoopBlock, ToolCall, UtilizationSegment
+from agent_otel.records import IdleWindow, LoopBlock, ModelCall, ToolCall, UtilizationSegment
 
 _OPEN_END = 1 << 63
 
@@ -82,10 +82,15 @@ def read_underuse(
     start_ns: int,
     end_ns: int,
     blocks: Iterable[LoopBlock] = (),
+    models: Sequence[ModelCall] = (),
 ) -> tuple[list[IdleWindow], Underuse]:
     """The idle windows of ``steps`` (all of them, unclipped) and the unused
-    capacity of their stretches inside ``[start_ns, end_ns]``, blamed on ``calls``."""
+    capacity of their stretches inside ``[start_ns, end_ns]``, blamed on
+    ``calls`` (and on the ``models`` in flight, the model server, first)."""
     index = _CallIndex(calls)
+    models = sorted(models, key=lambda model: model.start_ns)
+    model_starts = [model.start_ns for model in models]
+    longest = max((model.end_ns - model.start_ns for model in models), default=0)  # bounds the search back
     blocks = list(blocks)
     underuse = Underuse()
     curves: dict[str, tuple[array, array, array]] = {}
@@ -109,7 +114,9 @@ def read_underuse(
         first, last = min(s.start_ns for s in known), max(s.end_ns for s in known)
         overlapping = index.overlapping(first, last)
         near = [block for block in blocks if block.start_ns < last and (block.end_ns or _OPEN_END) > first]
-        for result in attribute(known, overlapping, near):
+        near_models = models[bisect_left(model_starts, first - longest) : bisect_left(model_starts, last)]
+        serving = [m for m in near_models if m.end_ns > first]
+        for result in attribute(known, overlapping, near, models=serving):
             segment: UtilizationSegment = result.window  # type: ignore[no-redef]
             underuse.totals.add(result)
             _observe(underuse, segment, result.shares, curves)

@@ -29,6 +29,7 @@ INSTALLED_BY_EXTRA = {
     "mcp": True,
     "smolagents": True,
     "crewai": False,
+    "pydantic_ai": True,
 }
 
 
@@ -139,3 +140,57 @@ def agent_otel_spans(spans, name: str):
     """The tool spans agent-otel made for ``name`` (the MCP SDK makes its own
     server-side span with the same GenAI attributes)."""
     return [s for s in spans.tools(name) if s.instrumentation_scope.name == "agent_otel"]
+
+
+def report_json(traces) -> dict:
+    """``agent-otel report TRACES --format json``, read back."""
+    import io
+    import json
+    from contextlib import redirect_stdout
+
+    from agent_otel.cli import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["report", str(traces), "--format", "json"]) == 0
+    return json.loads(out.getvalue())
+
+
+def assert_one_turn_as_engineered(report: dict, spans, agent: str, model_calls: int, tool_calls: int) -> None:
+    """The run is one turn, made from its one ``invoke_agent {agent}`` span, and
+    its parts are the time its model calls and tool calls took (the fake
+    model's and tools' own spans: the engineered truth); the model calls one
+    after another, and the tool calls outside them."""
+    runs = spans.runs()
+    assert len(runs) == 1, [(s.name, s.instrumentation_scope.name, dict(s.attributes)) for s in runs]
+    (run,) = runs
+    assert run.name == f"invoke_agent {agent}"
+    models, tools = spans.models(), spans.tools()
+    assert (len(models), len(tools)) == (model_calls, tool_calls)
+    for span in models + tools:  # in the run's trace, within it
+        assert span.context.trace_id == run.context.trace_id, span.name
+        assert run.start_time <= span.start_time <= span.end_time <= run.end_time, span.name
+    turns = report["turns"]
+    assert (turns["count"], turns["from_agent_spans"]) == (1, 1)
+    (turn,) = turns["slowest"]
+    assert (turn["name"], turn["tool_calls"], turn["model_calls"]) == (agent, tool_calls, model_calls)
+    assert turn["seconds"] == pytest.approx((run.end_time - run.start_time) / 1e9, abs=2e-6)
+    models_s = sum(s.end_time - s.start_time for s in models) / 1e9
+    if not turn["client_cpu_s"]:
+        assert turn["model_s"] == pytest.approx(models_s, abs=1e-5)
+    else:  # a scripted model that blocks the event loop (a sync fake) has that time as client CPU
+        assert turn["model_s"] <= models_s + 1e-5 <= turn["model_s"] + turn["client_cpu_s"] + 2e-5
+    ordered = sorted(tools, key=lambda s: s.start_time)
+    if all(a.end_time <= b.start_time for a, b in zip(ordered, ordered[1:])):  # one after another
+        assert turn["tool_queue_s"] == pytest.approx(sum(timing(s)[0] for s in tools), abs=1e-5)
+        assert turn["tool_exec_s"] == pytest.approx(sum(timing(s)[1] for s in tools), abs=1e-5)
+    else:  # side by side: the time some call was in flight (report.md: the phase of the one finishing last)
+        in_flight, reach = 0, 0
+        for span in ordered:
+            start = max(span.start_time, reach)
+            if span.end_time > start:
+                in_flight += span.end_time - start
+                reach = span.end_time
+        assert turn["tool_queue_s"] + turn["tool_exec_s"] == pytest.approx(in_flight / 1e9, abs=1e-5)
+    parts = turn["client_cpu_s"] + turn["model_s"] + turn["tool_queue_s"] + turn["tool_exec_s"] + turn["other_s"]
+    assert parts == pytest.approx(turn["seconds"], abs=1e-5)

@@ -86,3 +86,21 @@ def react_graph(tools, turns, asynchronous=False):
 def three_page_turns():
     calls = [tool_call("fetch_page", {"url": f"{i}.example"}, f"t{i}") for i in range(3)]
     return [AIMessage("", tool_calls=calls), AIMessage("all fetched")]
+
+
+def react_agent(tools, turns, model_sleep_s=None, **kwargs):
+    """LangGraph's prebuilt agent, ``create_react_agent``, at its default version
+    (v2: each tool call of a model turn is a ``Send`` of its own to the ToolNode);
+    each model call takes ``model_sleep_s``."""
+    import warnings
+
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langgraph.prebuilt import create_react_agent
+
+    class ScriptedModel(FakeMessagesListChatModel):
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_react_agent's deprecation notice
+        return create_react_agent(ScriptedModel(responses=turns, sleep=model_sleep_s), tools, **kwargs)

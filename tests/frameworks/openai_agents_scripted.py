@@ -48,10 +48,13 @@ def charge_card(amount: int) -> str:
 class ScriptedModel(Model):
     """Plays back model turns; the SDK's tool loop runs for real."""
 
-    def __init__(self, turns):
+    def __init__(self, turns, delay_s=0.0):
         self.turns = list(turns)
+        self.delay_s = delay_s  # what each call takes
 
     async def get_response(self, *args, **kwargs):
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
 
     def stream_response(self, *args, **kwargs):

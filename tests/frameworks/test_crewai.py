@@ -146,3 +146,23 @@ def test_a_failing_tool_records_the_error_and_raises_it_unchanged(hooked, spans)
     (span,) = spans.tools("broken")
     assert span.attributes["agent.tool.outcome"] == "error"
     assert span.attributes["error.type"] == "KeyError"
+
+
+def test_one_kickoff_is_one_turn_with_instrument_alone(hooked, spans, tmp_path):
+    from frameworks.framework_support import assert_one_turn_as_engineered, report_json
+
+    import agent_otel
+
+    traces = tmp_path / "traces.jsonl"
+    hooked("crewai", traces_file=str(traces))
+    llm = ScriptedLLM([("fetch_page", {"url": "a"})])
+    agent = Agent(role="researcher", goal="read pages", backstory="careful", tools=[fetch_page], llm=llm)
+    task = Task(description="fetch a page", expected_output="a summary", agent=agent)
+
+    assert str(Crew(name="research", agents=[agent], tasks=[task]).kickoff()) == "all fetched"
+    agent_otel.uninstrument()  # flushes the traces file
+
+    # CrewAI's model calls are not hooked: the turn is the crew's tool call and the rest
+    assert_one_turn_as_engineered(report_json(traces), spans, "research", model_calls=0, tool_calls=1)
+    (turn,) = report_json(traces)["turns"]["slowest"]
+    assert turn["tool_exec_s"] >= SLEEP_S * 0.95

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
-from contextlib import redirect_stdout
+from contextlib import contextmanager, redirect_stdout
 
 import pytest
 from frameworks.framework_support import IN_CI, framework_fixture
@@ -37,25 +37,49 @@ PEERS = {
 @pytest.fixture(params=sorted(PEERS))
 def peer(request):
     """The peer's LangChain instrumentation, on the test session's tracer provider."""
-    module_name, class_name, model = PEERS[request.param]
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        message = f"{module_name} is not installed ({exc}): pip install -e '.[interop]'"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+    with peers_active([request.param]):
+        yield request.param, PEERS[request.param][2]
+
+
+@pytest.fixture
+def both_peers():
+    """OpenInference's and OpenLLMetry's LangChain instrumentations at once."""
+    with peers_active(sorted(PEERS)):
+        yield
+
+
+@contextmanager
+def peers_active(names):
+    instrumentors = []
+    for name in names:
+        module_name, class_name, _model = PEERS[name]
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            message = f"{module_name} is not installed ({exc}): pip install -e '.[interop]'"
+            if IN_CI:
+                pytest.fail(message)
+            pytest.skip(message)
+        instrumentors.append(getattr(module, class_name)())
     from langchain_core.callbacks import BaseCallbackManager
+    from langgraph.pregel import Pregel
 
     init_before = vars(BaseCallbackManager)["__init__"]
-    instrumentor = getattr(module, class_name)()
-    instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
-    yield request.param, model
-    instrumentor.uninstrument()
-    # opentelemetry-instrumentation-langchain 0.62.4's uninstrument() leaves its
-    # wrapper on BaseCallbackManager.__init__ (still adding its handler to every
-    # run): put the original back so the tests after this one see no peer.
-    BaseCallbackManager.__init__ = init_before
+    streams_before = vars(Pregel)["stream"], vars(Pregel)["astream"]
+    for instrumentor in instrumentors:
+        instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
+    try:
+        yield
+    finally:
+        for instrumentor in reversed(instrumentors):
+            instrumentor.uninstrument()
+        # opentelemetry-instrumentation-langchain 0.62.4's uninstrument() leaves its
+        # wrapper on BaseCallbackManager.__init__ (still adding its handler to every
+        # run), and on Pregel.stream / astream when agent-otel's hook went on top of
+        # it (its unwrap finds ours there and does nothing): put the originals back
+        # so the tests after this one see no peer.
+        BaseCallbackManager.__init__ = init_before
+        Pregel.stream, Pregel.astream = streams_before
 
 
 def test_a_langgraph_run_counts_each_tool_call_once_beside_a_peer(peer, hooked, spans, tmp_path):
@@ -101,3 +125,47 @@ def test_a_langgraph_run_counts_each_tool_call_once_beside_a_peer(peer, hooked, 
     assert turns["count"] == 1  # the graph run: OpenInference's root chain, OpenLLMetry's invoke_agent
     assert (turns["slowest"][0]["tool_calls"], turns["slowest"][0]["model_calls"]) == (3, 2)
     assert turns["tool_exec_s"] > 0 and turns["model_s"] > 0
+
+
+def test_beside_both_peers_at_once_each_tool_call_and_model_call_counts_once(both_peers, hooked, spans, tmp_path):
+    """OpenInference and OpenLLMetry both see every tool call (beside
+    agent-otel's span) and every model call: three spans of each tool call,
+    two of each model call, side by side in one trace."""
+    from frameworks.langchain_scripted import fetch_page, react_graph, tool_call
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    traces = tmp_path / "traces.jsonl"
+    hooked("langchain", traces_file=str(traces))
+    usage = {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}
+    calls = [tool_call("fetch_page", {"url": f"{i}.example"}, f"t{i}") for i in range(3)]
+    turns = [AIMessage("", tool_calls=calls, usage_metadata=usage), AIMessage("all fetched", usage_metadata=usage)]
+    graph = react_graph([fetch_page], turns)
+
+    state = graph.invoke({"messages": [HumanMessage("fetch three pages")]})
+    agent_otel.uninstrument()  # flushes the traces file
+
+    assert state["messages"][-1].content == "all fetched"
+    scopes = {}
+    for span in spans.all():
+        if "fetch_page" in span.name:
+            scopes[span.instrumentation_scope.name] = scopes.get(span.instrumentation_scope.name, 0) + 1
+    assert scopes == {  # each of the three calls seen by all three
+        "agent_otel": 3,
+        "openinference.instrumentation.langchain": 3,
+        "opentelemetry.instrumentation.langchain": 3,
+    }
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["report", str(traces), "--format", "json"]) == 0
+    report = json.loads(out.getvalue())
+
+    (tool,) = report["tools"]
+    assert (tool["tool"], tool["calls"]) == ("fetch_page", 3)
+    assert tool["executors"] == ["ThreadPoolExecutor"]  # agent-otel's spans, with the queue split, were kept
+    assert (report["inputs"]["peer_tool_spans"], report["inputs"]["peer_tool_spans_merged"]) == (6, 6)
+    (model,) = report["models"]  # one name for both of its calls, whichever span kept each
+    assert model["calls"] == 2
+    assert (model["input_tokens"], model["output_tokens"]) == (20, 6)  # not doubled
+    turns_found = report["turns"]
+    assert turns_found["count"] == 1
+    assert (turns_found["slowest"][0]["tool_calls"], turns_found["slowest"][0]["model_calls"]) == (3, 2)

@@ -9,10 +9,12 @@ import time
 import pytest
 from frameworks.framework_support import (
     ASYNCIO_DEFAULT_WORKERS,
+    assert_one_turn_as_engineered,
     assert_queued_one_after_another,
     by_exec_start,
     framework_fixture,
     least_wait_s,
+    report_json,
     require_framework,
     run_with_one_worker,
     timing,
@@ -169,6 +171,61 @@ def test_langgraph_tool_node_queues_tool_calls_beyond_max_concurrency(hooked, sp
         assert span.attributes["agent.tool.executor"].startswith("ThreadPoolExecutor")
 
 
+@pytest.mark.parametrize("calls", [2, 8])
+def test_the_default_react_agent_queues_each_tool_call_for_the_runners_workers(hooked, spans, calls):
+    """create_react_agent (v2) sends each tool call as a task of its own, which
+    LangGraph's runner runs on its pool of max_concurrency workers (then the
+    ToolNode in it on a pool of its own): the wait for the runner's worker is
+    the call's queue time."""
+    from frameworks.langchain_scripted import SLEEP_S, fetch_page, react_agent, tool_call
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    require_framework("langchain", "langgraph")
+    hooked("langchain")
+    turns = [
+        AIMessage("", tool_calls=[tool_call("fetch_page", {"url": f"{i}.example"}, f"t{i}") for i in range(calls)]),
+        AIMessage("all fetched"),
+    ]
+    workers = calls - 1  # one call waits for a worker (with 2: one worker, the second waits for the first)
+
+    state = react_agent([fetch_page], turns).invoke(
+        {"messages": [HumanMessage("fetch the pages")]}, config={"max_concurrency": workers}
+    )
+
+    assert state["messages"][-1].content == "all fetched"
+    found = spans.tools("fetch_page")
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in found) == sorted(f"t{i}" for i in range(calls))
+    ordered = by_exec_start(found)
+    last = ordered[-1]
+    queue_s, exec_s = timing(last)
+    # It got a worker when the first of the others ended (not before: each
+    # worker was busy running one), and had waited for it since the runner
+    # submitted it: the tool's 150 ms (less however much later than the
+    # first it was submitted), plus what running it took around it.
+    first_end = min(s.end_time for s in ordered[:-1])
+    exec_start = last.start_time + queue_s * 1e9
+    assert queue_s >= least_wait_s(ordered, last, 1, SLEEP_S)
+    assert first_end <= exec_start < first_end + 0.1e9, (exec_start - first_end) / 1e9
+    for span in ordered:
+        assert span.attributes["agent.executor.max_workers"] == workers
+    for span in ordered[:workers]:  # the others got a worker at once
+        assert timing(span)[0] < SLEEP_S * 0.5
+
+
+def test_the_default_react_agent_run_async_queues_sync_tools_for_the_loops_executor(hooked, spans):
+    from frameworks.langchain_scripted import SLEEP_S, fetch_page, react_agent, three_page_turns
+    from langchain_core.messages import HumanMessage
+
+    require_framework("langchain", "langgraph")
+    hooked("langchain")
+    agent = react_agent([fetch_page], three_page_turns())
+
+    state = run_with_one_worker(lambda: agent.ainvoke({"messages": [HumanMessage("fetch")]}))
+
+    assert state["messages"][-1].content == "all fetched"
+    assert_queued_one_after_another(spans.tools("fetch_page"), SLEEP_S)
+
+
 def test_langgraph_async_graph_runs_sync_tools_on_the_default_executor(hooked, spans):
     from frameworks.langchain_scripted import SLEEP_S, fetch_page, react_graph, three_page_turns
     from langchain_core.messages import HumanMessage
@@ -213,7 +270,16 @@ def test_uninstrument_restores_langchain_exactly(spans):
     from langchain_core.tools import BaseTool, StructuredTool, Tool
     from langchain_core.tracers import context
 
-    hooked_points = [(BaseTool, "run"), (BaseTool, "arun"), (StructuredTool, "ainvoke"), (Tool, "ainvoke")]
+    from langgraph.pregel import Pregel
+
+    hooked_points = [
+        (BaseTool, "run"),
+        (BaseTool, "arun"),
+        (StructuredTool, "ainvoke"),
+        (Tool, "ainvoke"),
+        (Pregel, "stream"),
+        (Pregel, "astream"),
+    ]
     before = [vars(owner)[name] for owner, name in hooked_points]
     configure_hooks_before = list(context._configure_hooks)
     run_in_executor_before = vars(asyncio.BaseEventLoop)["run_in_executor"]
@@ -223,6 +289,12 @@ def test_uninstrument_restores_langchain_exactly(spans):
 
     assert all(vars(owner)[name] is original for (owner, name), original in zip(hooked_points, before))
     assert vars(asyncio.BaseEventLoop)["run_in_executor"] is run_in_executor_before
+    from langgraph.pregel import _executor
+    from langgraph.prebuilt import tool_node
+    from langchain_core.runnables.config import get_executor_for_config
+
+    assert _executor.get_executor_for_config is get_executor_for_config
+    assert tool_node.get_executor_for_config is get_executor_for_config
     assert context._configure_hooks == configure_hooks_before  # the model-call handler is gone
     fetch_page.invoke({"url": "z"})
     assert spans.tools() == []
@@ -490,3 +562,125 @@ def test_sync_tools_handed_to_the_executor_record_the_workers_cpu_time(hooked, s
         assert span.attributes["agent.tool.exec.cpu_time"] <= timing(span)[1] + 1e-3
     assert crunched.attributes["agent.tool.exec.cpu_time"] >= 0.1
     assert fetched.attributes["agent.tool.exec.cpu_time"] < 0.05  # it sleeps
+
+
+MODEL_S = 0.1  # what each call of the scripted model takes
+
+
+def _one_fetch(graph_name="support"):
+    from frameworks.langchain_scripted import fetch_page, react_agent, tool_call
+    from langchain_core.messages import AIMessage
+
+    turns = [AIMessage("", tool_calls=[tool_call("fetch_page", {"url": "a.example"}, "t1")]), AIMessage("fetched")]
+    return react_agent([fetch_page], turns, model_sleep_s=MODEL_S, name=graph_name)
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke", "stream", "astream"])
+def test_one_run_of_a_graph_is_one_turn_with_instrument_alone(hooked, spans, tmp_path, how):
+    from frameworks.langchain_scripted import SLEEP_S
+    from langchain_core.messages import HumanMessage
+
+    require_framework("langchain", "langgraph")
+    traces = tmp_path / "traces.jsonl"
+    hooked("langchain", traces_file=str(traces))
+    graph = _one_fetch()
+    question = {"messages": [HumanMessage("fetch a page")]}
+
+    async def consume():
+        return [chunk async for chunk in graph.astream(question, stream_mode="values")][-1]
+
+    if how == "invoke":
+        state = graph.invoke(question)
+    elif how == "ainvoke":
+        state = asyncio.run(graph.ainvoke(question))
+    elif how == "stream":
+        state = list(graph.stream(question, stream_mode="values"))[-1]
+    else:
+        state = asyncio.run(consume())
+    agent_otel.uninstrument()  # flushes the traces file
+
+    assert state["messages"][-1].content == "fetched"
+    report = report_json(traces)
+    assert_one_turn_as_engineered(report, spans, "support", model_calls=2, tool_calls=1)
+    (turn,) = report["turns"]["slowest"]
+    assert turn["model_s"] >= 2 * MODEL_S * 0.95
+    assert turn["tool_exec_s"] >= SLEEP_S * 0.95
+
+
+def test_the_applications_own_agent_span_is_the_turn(hooked, spans):
+    from langchain_core.messages import HumanMessage
+
+    require_framework("langchain", "langgraph")
+    hooked("langchain")
+    with agent_otel.agent_span("my-agent"):
+        _one_fetch().invoke({"messages": [HumanMessage("fetch a page")]})
+
+    (run,) = spans.runs()
+    assert run.name == "invoke_agent my-agent"
+    for span in spans.models() + spans.tools():
+        assert span.parent.span_id == run.context.span_id
+
+
+def test_a_graph_run_inside_a_tool_call_nests_in_it(hooked, spans, tmp_path):
+    from frameworks.langchain_scripted import react_agent, tool_call
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+
+    require_framework("langchain", "langgraph")
+    traces = tmp_path / "traces.jsonl"
+    hooked("langchain", traces_file=str(traces))
+    researcher = _one_fetch("researcher")
+
+    @tool
+    def research(topic: str) -> str:
+        """Ask the research agent."""
+        return researcher.invoke({"messages": [HumanMessage(topic)]})["messages"][-1].content
+
+    turns = [AIMessage("", tool_calls=[tool_call("research", {"topic": "x"}, "r1")]), AIMessage("done")]
+    react_agent([research], turns, name="lead").invoke({"messages": [HumanMessage("go")]})
+    agent_otel.uninstrument()
+
+    runs = {span.attributes["gen_ai.agent.name"]: span for span in spans.runs()}
+    assert sorted(runs) == ["lead", "researcher"]
+    (research_span,) = spans.tools("research")
+    assert research_span.parent.span_id == runs["lead"].context.span_id
+    assert runs["researcher"].parent.span_id == research_span.context.span_id
+    turns_found = report_json(traces)["turns"]
+    assert (turns_found["count"], turns_found["slowest"][0]["name"]) == (1, "lead")  # the sub-agent is part of it
+
+
+@pytest.mark.parametrize("answer", ["text", "tool call"])
+@pytest.mark.parametrize("api", ["chat completions", "responses"])
+def test_time_to_first_token_of_a_streamed_chat_model_call_is_its_first_output(hooked, spans, api, answer):
+    """ChatOpenAI against a local OpenAI-compatible server that sends the
+    chunks without output at once (the role, an empty content; the Responses
+    API's events before the output, the function call's item naming the
+    tool) and the first token (text, or the call's arguments) 150 ms in."""
+    from frameworks.fake_openai import FIRST_TOKEN_S, MODEL, serve
+    from frameworks.langchain_scripted import fetch_page
+
+    require_framework("langchain", "langchain_openai")
+    from langchain_openai import ChatOpenAI
+
+    hooked("langchain")
+    tool_call = ("fetch_page", '{"url": "a.example"}') if answer == "tool call" else None
+    with serve(tool_call=tool_call) as url:
+        model = ChatOpenAI(
+            model=MODEL, base_url=url, api_key="test", max_retries=0, use_responses_api=api == "responses"
+        )
+        if tool_call:
+            model = model.bind_tools([fetch_page])
+        chunks = list(model.stream("fetch a page"))
+
+    reply = chunks[0]
+    for chunk in chunks[1:]:
+        reply = reply + chunk
+    if tool_call:
+        assert reply.tool_calls[0]["name"] == "fetch_page"
+    else:
+        assert reply.text == "Hello there"
+    (span,) = spans.models(MODEL)
+    first_token_s = span.attributes["gen_ai.response.time_to_first_chunk"]
+    duration_s = (span.end_time - span.start_time) / 1e9
+    assert first_token_s >= FIRST_TOKEN_S * 0.95  # not the chunks before it
+    assert first_token_s < duration_s

@@ -69,13 +69,15 @@ def test_agent_style_async_calls_of_a_sync_tool_wait_for_the_executor(hooked, sp
     assert_queued_one_after_another(spans.tools("fetch_page"), SLEEP_S)
 
 
-def scripted_llm(tool_calls):
-    """A function-calling LLM that asks for ``tool_calls`` ((name, kwargs), ...) once, then answers."""
+def scripted_llm(tool_calls, delay_s=0.0):
+    """A function-calling LLM that asks for ``tool_calls`` ((name, kwargs), ...) once, then answers;
+    each call takes ``delay_s``."""
     from llama_index.core.base.llms.types import ToolCallBlock
     from llama_index.core.llms import ChatMessage, MessageRole
     from llama_index.core.llms.mock import MockFunctionCallingLLM
 
     def respond(messages, **kwargs):
+        time.sleep(delay_s)
         if any(message.role == MessageRole.TOOL for message in messages):
             return ChatMessage(role=MessageRole.ASSISTANT, content="all fetched")
         return ChatMessage(
@@ -230,3 +232,50 @@ def test_a_completion_and_a_failing_llm_call(hooked, spans):
     assert failed.status.status_code.name == "ERROR"
     assert failed.status.description == "the model server timed out"
     assert failed.attributes["error.type"] == "_OTHER"  # LlamaIndex reports only the error's text
+
+
+MODEL_S = 0.1  # what each call of the scripted LLM takes
+
+
+def test_one_run_of_a_function_agent_is_one_turn_with_instrument_alone(hooked, spans, tmp_path):
+    from frameworks.framework_support import assert_one_turn_as_engineered, report_json
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.tools import FunctionTool
+
+    traces = tmp_path / "traces.jsonl"
+    hooked("llamaindex", traces_file=str(traces))
+    agent = FunctionAgent(
+        name="support",
+        tools=[FunctionTool.from_defaults(fn=fetch_page)],
+        llm=scripted_llm([("fetch_page", {"url": "a"})], delay_s=MODEL_S),
+    )
+
+    async def agent_turn():
+        return await agent.run("fetch a page")
+
+    assert str(asyncio.run(agent_turn())) == "all fetched"
+    agent_otel.uninstrument()  # flushes the traces file
+
+    report = report_json(traces)
+    assert_one_turn_as_engineered(report, spans, "support", model_calls=2, tool_calls=1)
+    (turn,) = report["turns"]["slowest"]
+    # the scripted LLM sleeps on the loop's thread: on a busy machine past the
+    # loop monitor's threshold, part of that is client CPU
+    assert turn["model_s"] + turn["client_cpu_s"] >= 2 * MODEL_S * 0.95
+    assert turn["tool_exec_s"] >= SLEEP_S * 0.95
+
+
+def test_a_function_agent_run_in_the_applications_agent_span_is_that_span(hooked, spans):
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.tools import FunctionTool
+
+    hooked("llamaindex")
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(fn=fetch_page)], llm=scripted_llm([]))
+
+    async def agent_turn():
+        with agent_otel.agent_span("my-app"):
+            return await agent.run("answer")
+
+    asyncio.run(agent_turn())
+    (run,) = spans.runs()
+    assert run.name == "invoke_agent my-app"

@@ -7,11 +7,16 @@ asks for four tool calls at once, its second answers.
 from __future__ import annotations
 
 import asyncio
+import time
+
+import pytest
 
 from frameworks.framework_support import (
     ASYNCIO_DEFAULT_WORKERS,
+    assert_one_turn_as_engineered,
     assert_queued_one_after_another,
     framework_fixture,
+    report_json,
     timing,
 )
 
@@ -209,3 +214,125 @@ def test_a_streamed_model_call_has_time_to_first_chunk_and_the_completed_respons
     assert span.attributes["gen_ai.response.model"] == "scripted-4o-2026"
     assert SLEEP_S * 0.95 <= span.attributes["gen_ai.response.time_to_first_chunk"] < SLEEP_S + 2.0
     assert (span.end_time - span.start_time) / 1e9 >= SLEEP_S + 0.05 * 0.95
+
+
+MODEL_S = 0.1  # what each call of the scripted model takes
+
+
+def test_one_run_of_the_runner_is_one_turn_with_instrument_alone(hooked, spans, tmp_path):
+    from frameworks.openai_agents_scripted import SLEEP_S, Agent, Runner, ScriptedModel, answer, call, fetch_page
+
+    traces = tmp_path / "traces.jsonl"
+    hooked("openai_agents", traces_file=str(traces))
+    model = ScriptedModel([[call("fetch_page", {"url": "a"}, "call_a")], [answer("done")]], delay_s=MODEL_S)
+    agent = Agent(name="support", tools=[fetch_page], model=model)
+
+    result = Runner.run_sync(agent, "help me")
+    agent_otel.uninstrument()  # flushes the traces file
+
+    assert result.final_output == "done"
+    report = report_json(traces)
+    assert_one_turn_as_engineered(report, spans, "support", model_calls=2, tool_calls=1)
+    (turn,) = report["turns"]["slowest"]
+    assert turn["model_s"] >= 2 * MODEL_S * 0.95
+    assert turn["tool_exec_s"] >= SLEEP_S * 0.95
+
+
+def test_a_run_in_the_applications_agent_span_is_that_span_and_a_sub_agent_run_nests(hooked, spans):
+    from frameworks.openai_agents_scripted import Agent, Runner, ScriptedModel, answer, call
+
+    hooked("openai_agents")
+    researcher = Agent(name="researcher", model=ScriptedModel([[answer("found it")]]))
+    lead = Agent(
+        name="lead",
+        tools=[researcher.as_tool(tool_name="research", tool_description="Ask the researcher.")],
+        model=ScriptedModel([[call("research", {"input": "x"}, "call_r")], [answer("done")]]),
+    )
+
+    async def main():
+        with agent_otel.agent_span("my-app"):
+            return await Runner.run(lead, "go")
+
+    assert asyncio.run(main()).final_output == "done"
+
+    runs = {span.name: span for span in spans.runs()}
+    assert sorted(runs) == ["invoke_agent my-app", "invoke_agent researcher"]  # the app's span is the lead's run
+    (research,) = spans.tools("research")
+    assert research.parent.span_id == runs["invoke_agent my-app"].context.span_id
+    assert runs["invoke_agent researcher"].parent.span_id == research.context.span_id
+
+
+@pytest.mark.parametrize("answer", ["text", "tool call"])
+@pytest.mark.parametrize("api", ["responses", "chat completions"])
+def test_time_to_first_token_of_a_streamed_model_call_is_its_first_output(hooked, spans, api, answer):
+    """The SDK's OpenAI models against a local OpenAI-compatible server that
+    sends the events without output at once and the first token 150 ms in."""
+    import frameworks.openai_agents_scripted  # noqa: F401  # turns the SDK's own tracing off
+    from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner
+    from frameworks.fake_openai import FIRST_TOKEN_S, MODEL, USAGE, serve
+    from frameworks.openai_agents_scripted import ask_database
+    from openai import AsyncOpenAI
+
+    hooked("openai_agents")
+    tool_call = ("ask_database", '{"query": "orders"}') if answer == "tool call" else None
+    with serve(tool_call=tool_call) as url:
+        client = AsyncOpenAI(base_url=url, api_key="test", max_retries=0)
+        model_class = OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel
+        agent = Agent(
+            name="support",
+            model=model_class(model=MODEL, openai_client=client),
+            tools=[ask_database],
+            tool_use_behavior="stop_on_first_tool",
+        )
+
+        async def main():
+            result = Runner.run_streamed(agent, "help me")
+            async for _event in result.stream_events():
+                pass
+            return result.final_output
+
+        output = asyncio.run(main())
+
+    assert output == ("rows for orders" if tool_call else "Hello there")
+    (span,) = spans.models(MODEL)
+    first_token_s = span.attributes["gen_ai.response.time_to_first_chunk"]
+    duration_s = (span.end_time - span.start_time) / 1e9
+    assert first_token_s >= FIRST_TOKEN_S * 0.95  # not the events before it
+    assert first_token_s < duration_s
+    if api == "responses":  # the SDK reads usage from response.completed
+        assert span.attributes["gen_ai.usage.input_tokens"] == USAGE["input_tokens"]
+    (run,) = spans.runs()  # run_streamed is a run too, until its loop ends
+    assert run.name == "invoke_agent support" and run.end_time >= span.end_time
+
+
+def test_a_model_call_that_blocks_the_event_loop_shows_that_time_as_client_cpu(hooked, spans, tmp_path):
+    """A model whose client holds the event loop for 300 ms (as the openai
+    client building its schemas on a process's first call does) before the
+    answer's 200 ms: the turn shows the 300 ms as client CPU, not model time."""
+    from frameworks.openai_agents_scripted import Agent, Runner, ScriptedModel, answer
+
+    class ColdModel(ScriptedModel):
+        async def get_response(self, *args, **kwargs):
+            time.sleep(0.3)  # the client's own work, on the loop's thread
+            return await super().get_response(*args, **kwargs)
+
+    traces = tmp_path / "traces.jsonl"
+    hooked("openai_agents", traces_file=str(traces), loop_monitor=True, loop_block_threshold=0.1)
+    agent = Agent(name="support", model=ColdModel([[answer("done")]], delay_s=0.2))
+
+    assert Runner.run_sync(agent, "help me").final_output == "done"
+    agent_otel.uninstrument()  # flushes the traces file
+
+    (model,) = spans.models()
+    model_call_s = (model.end_time - model.start_time) / 1e9
+    blocks = [
+        s
+        for s in spans.all()
+        if s.name == "asyncio.loop.blocked" and model.context.span_id in [link.context.span_id for link in s.links]
+    ]
+    assert blocks  # the call waited on the blocked loop
+    blocked_s = sum((s.end_time - s.start_time) / 1e9 for s in blocks)
+    (turn,) = report_json(traces)["turns"]["slowest"]
+    # the block is seen from the heartbeat it missed: up to threshold / 2 after it began
+    assert 0.3 - 0.05 - 0.02 <= turn["client_cpu_s"] <= blocked_s + 1e-5
+    assert turn["client_cpu_s"] + turn["model_s"] == pytest.approx(model_call_s, abs=1e-5)

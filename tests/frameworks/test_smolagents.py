@@ -175,3 +175,83 @@ def test_a_streamed_model_call_has_time_to_first_chunk_and_the_summed_usage(hook
     assert span.attributes["gen_ai.usage.output_tokens"] == 2
     assert SLEEP_S * 0.95 <= span.attributes["gen_ai.response.time_to_first_chunk"] < SLEEP_S + 2.0
     assert (span.end_time - span.start_time) / 1e9 >= SLEEP_S + 0.1 * 0.95  # until the last delta was consumed
+
+
+MODEL_S = 0.1  # what each call of the scripted model takes
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_one_run_of_an_agent_is_one_turn_with_instrument_alone(hooked, spans, tmp_path, stream):
+    from frameworks.framework_support import assert_one_turn_as_engineered, report_json
+    from frameworks.smolagents_scripted import SLEEP_S, ScriptedModel, call, fetch_page
+    from smolagents import ToolCallingAgent
+
+    class SlowModel(ScriptedModel):
+        def generate(self, *args, **kwargs):
+            time.sleep(MODEL_S)
+            return super().generate(*args, **kwargs)
+
+    traces = tmp_path / "traces.jsonl"
+    hooked("smolagents", traces_file=str(traces))
+    model = SlowModel([[call("fetch_page", {"url": "a"}, "c0")], [call("final_answer", {"answer": "ok"}, "c1")]])
+    agent = ToolCallingAgent(tools=[fetch_page], model=model, verbosity_level=0, name="support")
+
+    if stream:
+        steps = list(agent.run("fetch a page", stream=True))
+        assert steps[-1].output == "ok"
+    else:
+        assert agent.run("fetch a page") == "ok"
+    agent_otel.uninstrument()  # flushes the traces file
+
+    report = report_json(traces)
+    # final_answer is a tool too: two tool calls
+    assert_one_turn_as_engineered(report, spans, "support", model_calls=2, tool_calls=2)
+    (turn,) = report["turns"]["slowest"]
+    assert turn["model_s"] >= 2 * MODEL_S * 0.95
+    assert turn["tool_exec_s"] >= SLEEP_S * 0.95
+
+
+def test_a_managed_agents_run_nests_in_its_managers(hooked, spans):
+    from frameworks.smolagents_scripted import ScriptedModel, call
+    from smolagents import ToolCallingAgent
+
+    hooked("smolagents")
+    helper = ToolCallingAgent(
+        tools=[],
+        model=ScriptedModel([[call("final_answer", {"answer": "found"}, "h1")]]),
+        name="helper",
+        description="Finds things.",
+        verbosity_level=0,
+    )
+    manager = ToolCallingAgent(
+        tools=[],
+        model=ScriptedModel([[call("helper", {"task": "find"}, "m1")], [call("final_answer", {"answer": "ok"}, "m2")]]),
+        managed_agents=[helper],
+        name="manager",
+        verbosity_level=0,
+    )
+    with agent_otel.agent_span("my-app"):
+        assert manager.run("go") == "ok"
+
+    runs = {span.name: span for span in spans.runs()}
+    assert sorted(runs) == ["invoke_agent helper", "invoke_agent my-app"]
+    assert runs["invoke_agent helper"].parent.span_id == runs["invoke_agent my-app"].context.span_id
+
+
+@pytest.mark.parametrize("answer", ["text", "tool call"])
+def test_time_to_first_token_of_a_streamed_model_call_is_its_first_output(hooked, spans, answer):
+    """smolagents' OpenAIModel against a local OpenAI-compatible server that
+    sends the chunks without output at once and the first token 150 ms in."""
+    from frameworks.fake_openai import FIRST_TOKEN_S, MODEL, serve
+    from smolagents import OpenAIModel
+
+    hooked("smolagents")
+    tool_call = ("fetch_page", '{"url": "a.example"}') if answer == "tool call" else None
+    with serve(tool_call=tool_call) as url:
+        model = OpenAIModel(model_id=MODEL, api_base=url, api_key="test")
+        deltas = list(model.generate_stream([{"role": "user", "content": [{"type": "text", "text": "hi"}]}]))
+
+    assert deltas
+    (span,) = spans.models(MODEL)
+    first_token_s = span.attributes["gen_ai.response.time_to_first_chunk"]
+    assert FIRST_TOKEN_S * 0.95 <= first_token_s < (span.end_time - span.start_time) / 1e9

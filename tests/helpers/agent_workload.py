@@ -9,7 +9,9 @@ two fast searches (well within the 0.8 s SLO), then two slow page fetches
 in the queue behind them. Each round starts with a "model step" that keeps
 the simulated GPU busy; the GPU then idles while the tools run or queue
 (blamed on them) and during a pause with nothing in flight
-(unattributed), until the next model step closes the idle window. Beside
+(unattributed), except while a summary from a model served on another
+host is in flight (the model server's share), until the next model step
+closes the idle window. Beside
 it, an asyncio loop on its own thread parses for 0.15 s now and then with
 a sync call (no tool): its loop is blocked, by `unknown`.
 """
@@ -25,11 +27,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import agent_otel
+from agent_otel.capture.models import model_calls
+from model_server import FakeModelServer, vllm_v1  # tests/helpers, beside this script
 
 SLOW_FETCH_S = 0.9
 SEARCH_S = 0.05
 MODEL_STEP_S = 0.4
 PAUSE_S = 0.6
+REMOTE_MODEL_S = 0.25  # inside the pause: a model call whose server is not this GPU
 BLOCK_S = 0.15
 
 
@@ -79,8 +84,17 @@ def main() -> int:
     args = parser.parse_args()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    # Requests queued and the KV cache half full: the server stalls while the tools run.
+    model_server = FakeModelServer(vllm_v1(running=0, waiting=2, kv=0.45, prompt=10, generation=10))
     handle = agent_otel.instrument(
-        service_name="e2e-agent", prometheus_port=args.port, gpu="simulated", traces_exporters="none", frameworks=()
+        service_name="e2e-agent",
+        prometheus_port=args.port,
+        gpu="simulated",
+        gpu_hour_price="2.5",  # the cost panels
+        # a stand-in vLLM /metrics beside the simulated GPU: the model server's metrics and panels
+        model_server_metrics=model_server.url,
+        traces_exporters="none",
+        frameworks=(),
     )
     if handle.prometheus_url is None:
         print(f"agent_workload: /metrics is not served on port {args.port}", file=sys.stderr)
@@ -88,6 +102,9 @@ def main() -> int:
     print(handle.prometheus_url, flush=True)
     # The simulated GPU source, driven by the fake model steps.
     gpu = handle.gpu_timeline.source if handle.gpu_timeline is not None else None
+    if gpu is not None:
+        # This GPU is driven by the model steps alone: the summaries' model runs elsewhere.
+        model_calls.unfollow(gpu.model_call)
     deadline = time.monotonic() + args.seconds
     loop_thread = threading.Thread(target=event_loop_agent, args=(stop, deadline), name="agent-loop", daemon=True)
     loop_thread.start()
@@ -96,7 +113,9 @@ def main() -> int:
             if gpu is not None:
                 gpu.run_kernel(MODEL_STEP_S)
             run_round(pool)
-            time.sleep(PAUSE_S)
+            with agent_otel.model_span("remote-summarizer"):
+                time.sleep(REMOTE_MODEL_S)
+            time.sleep(PAUSE_S - REMOTE_MODEL_S)
     loop_thread.join(2.0)
     agent_otel.uninstrument()
     return 0

@@ -20,6 +20,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import agent_otel
+from agent_otel.capture.models import model_calls
+from model_server import FakeModelServer, vllm_v1  # tests/helpers, beside this script
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -31,12 +33,17 @@ def scrape(url: str) -> str:
 
 
 def main() -> None:
+    # Requests queued and the KV cache half full: the server stalls while the tools run.
+    model_server = FakeModelServer(vllm_v1(running=0, waiting=2, kv=0.45, prompt=10, generation=10))
     handle = agent_otel.instrument(
         service_name="contract-workload",
         prometheus_port=0,
         gpu="simulated",
         gpu_poll_interval=0.05,
         gpu_min_idle=0.2,
+        gpu_hour_price="2.5",  # the cost panels' agent_gpu_hour_price
+        # a stand-in vLLM /metrics beside the simulated GPU: the model server's metrics and panels
+        model_server_metrics=model_server.url,
         traces_exporters="none",
         frameworks=(),
     )
@@ -119,6 +126,14 @@ def main() -> None:
         thread.start()
     for thread in threads:
         thread.join()
+    # A model served elsewhere than this GPU: its call is in flight while the
+    # GPU idles (the model server's share, and the contradiction gauge).
+    model_calls.unfollow(gpu.model_call)
+    with agent_otel.model_span("remote-llm") as call:
+        time.sleep(0.3)
+        call.first_chunk()
+        time.sleep(0.2)
+    model_calls.follow(gpu.model_call)
     time.sleep(0.4)  # nothing in flight: unattributed idle
     gpu.run_kernel(0.1)  # the model answers: the idle window closes
     time.sleep(0.2)  # the sampler sees it

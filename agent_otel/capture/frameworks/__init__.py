@@ -40,6 +40,7 @@ FRAMEWORKS = {
     "mcp": ("agent_otel.capture.frameworks.mcp", "mcp"),
     "smolagents": ("agent_otel.capture.frameworks.smolagents", "smolagents"),
     "crewai": ("agent_otel.capture.frameworks.crewai", "crewai"),
+    "pydantic_ai": ("agent_otel.capture.frameworks.pydantic_ai", "pydantic_ai"),
 }
 ENTRY_POINT_PREFIX = "agent_otel_"
 

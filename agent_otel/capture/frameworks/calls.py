@@ -17,6 +17,10 @@ Three shapes cover every hook:
   code and lets us choose the submitted callable; marking it lets the
   executor hook queue the call, and the first tool span begun in the worker
   claims it.
+- ``CarriedWork``: work marked so at one pool submits the same tool call to
+  another pool (LangGraph's runner, then the ``ToolNode`` in its task): the
+  call queued at the first submission goes on to the second worker, and the
+  tool span begun there claims it.
 
 A hook's own failure (a missing attribute in an unknown version) never
 reaches the agent: the framework's original code runs untraced, and the
@@ -38,11 +42,12 @@ from agent_otel.capture import stacks
 from agent_otel.capture.executors import executor_name
 from agent_otel.capture.patching import SharedPatch, warn_once
 from agent_otel.capture.meta import TOOL_MARK, meta_for
-from agent_otel.capture.recorder import ActiveCall, Recorder
+from agent_otel.capture.recorder import ActiveCall, LiveCall, Recorder, worker_local
 from agent_otel.capture.payloads import UNREPRESENTABLE
 from agent_otel.semconv import (
     ERROR_TYPE,
     ERROR_TYPE_TOOL_ERROR,
+    EXECUTOR_ANYIO,
     EXECUTOR_ASYNCIO_DEFAULT,
     EXECUTOR_DIRECT,
     GEN_AI_TOOL_CALL_ARGUMENTS,
@@ -477,6 +482,29 @@ def unhook_event_loop() -> None:
     _event_loop.release()
 
 
+def anyio_run_sync_hook(original: Callable) -> Callable:
+    """``anyio.to_thread.run_sync`` (or a framework's own import of it) that lets
+    ``async_call`` see its hand-offs to anyio's worker threads (executor
+    ``anyio``, ``max_workers`` the capacity limiter's tokens)."""
+
+    @functools.wraps(original)
+    async def run_sync(func, *args, limiter=None, **kwargs):
+        handoff = pending_handoff(func)
+        if handoff is not None:
+            try:
+                if limiter is None:
+                    import anyio.to_thread
+
+                    limiter = anyio.to_thread.current_default_thread_limiter()
+                tokens = limiter.total_tokens
+                func = hand_off(handoff, func, EXECUTOR_ANYIO, lambda: tokens)
+            except Exception:
+                pass  # timing only: the tool must run
+        return await original(func, *args, limiter=limiter, **kwargs)
+
+    return run_sync
+
+
 class MarkedWork:
     """A tool call submitted to a thread pool, recognizable by the executor hook.
 
@@ -496,3 +524,41 @@ class MarkedWork:
 
 
 setattr(MarkedWork, TOOL_MARK, staticmethod(lambda work: work.tool))
+
+
+class CarriedWork:
+    """A queued tool call's work going on in another thread.
+
+    ``take(tool)`` on a worker that runs a submission marked as a call of
+    ``tool`` (``MarkedWork``) and not yet claimed takes that call; the
+    ``CarriedWork`` made with it lets the first tool span of that name begun
+    while it runs claim it, so the call's queue time runs from the first
+    submission to the start of the tool, through both pools.
+    """
+
+    __slots__ = ("fn", "call")
+
+    def __init__(self, fn: Callable, call: LiveCall):
+        self.fn = fn
+        self.call = call
+
+    @staticmethod
+    def take(tool: str) -> Optional[LiveCall]:
+        """This worker's queued call of ``tool`` not yet claimed, now taken from it; else None."""
+        call = worker_local.pending
+        if call is None or call.tool != valid_text(tool, NAME_LIMIT):
+            return None
+        worker_local.pending = None
+        return call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        previous = worker_local.pending
+        worker_local.pending = self.call
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            if worker_local.pending is self.call:  # never claimed: forget it, as the executor hook does
+                rec = _recorder.current
+                if rec is not None:
+                    rec.inflight.pop(id(self.call), None)
+            worker_local.pending = previous

@@ -18,6 +18,10 @@ Hooked:
   workers. The hook's pool marks each submitted call, so its span starts at
   submission and queue time is real.
 
+Agent runs: ``Crew.kickoff`` (and ``kickoff_async``, which runs it on a
+thread) is one ``invoke_agent {crew name}`` span (``runs``) unless the
+application opened its own ``agent_span`` around it.
+
 Name and description come from the tool. CrewAI does not pass the model's
 tool call id down to the tool, so spans carry none.
 
@@ -34,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 import inspect
 
 from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import (
     MarkedWork,
     async_call,
@@ -61,10 +66,21 @@ def instrument() -> None:
     _patches.wrap(CrewStructuredTool, "ainvoke", _wrap_ainvoke)
     _patches.wrap(agent_executor, "ThreadPoolExecutor", _tool_call_pool)
     _patches.apply(hook_event_loop, unhook_event_loop)
+    from crewai import Crew
+
+    _patches.wrap(Crew, "kickoff", _wrap_kickoff)
 
 
 def uninstrument() -> None:
     _patches.restore()
+
+
+def _wrap_kickoff(original):
+    @functools.wraps(original)
+    def kickoff(self, *args, **kwargs):
+        return runs.sync_run(lambda: getattr(self, "name", None) or "crew", self, original, (self, *args), kwargs)
+
+    return kickoff
 
 
 def _describe(tool):

@@ -17,6 +17,19 @@ Hooked, in ``langchain_core.tools``:
   is installed): a sync ``ToolNode`` runs the tool calls of one model turn on
   a thread pool of ``max_concurrency`` workers; each submission is marked so
   its span starts at submission.
+- ``langgraph.pregel._executor.get_executor_for_config``, the pool of
+  ``max_concurrency`` workers a sync graph runs the tasks of one step on
+  (``langchain_core.runnables.config.get_executor_for_config`` as LangGraph's
+  runner imported it): a task that is one tool call (what
+  ``create_react_agent``'s default version sends each tool call as, through
+  ``Send``) is marked at submission, and the ``ToolNode`` inside it hands
+  that queued call on to its own worker, so the call's span starts when the
+  runner submitted the task and its queue time is the wait for a worker.
+
+Agent runs: ``langgraph.pregel.Pregel.stream`` / ``astream`` (a compiled
+graph's ``invoke`` / ``ainvoke`` run through them): each run of a graph is
+an ``invoke_agent {graph name}`` span (``runs``) unless the application
+opened its own ``agent_span`` around it; a subgraph's run nests in its parent's.
 
 Model calls: ``generate`` / ``agenerate`` / ``stream`` / ``astream`` of
 ``BaseChatModel`` and ``BaseLLM`` (every ``invoke``, ``batch`` and graph
@@ -29,7 +42,10 @@ call as a GenAI model span (``chat {model}`` / ``text_completion {model}``): the
 from LangChain's ``ls_model_name`` metadata or the invocation parameters
 (else the model's class name), ``gen_ai.provider.name`` from
 ``ls_provider``, token usage from the message's ``usage_metadata`` or the
-provider's ``token_usage``, time to first chunk when the answer streams.
+provider's ``token_usage``, time to first token when the answer streams
+(the first chunk with text or a piece of a tool call's arguments: not the
+role-only chunk a chat completions stream opens with, nor a Responses API
+event before the output).
 Only while ``agent_otel.capture.models.hooks_record()`` (the
 ``model_spans`` setting).
 
@@ -59,6 +75,7 @@ from opentelemetry import trace as trace_api
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
 from agent_otel.capture.frameworks.calls import (
+    CarriedWork,
     MarkedWork,
     async_call,
     current_handoff,
@@ -68,6 +85,7 @@ from agent_otel.capture.frameworks.calls import (
     sync_call,
     unhook_event_loop,
 )
+from agent_otel.capture.frameworks import runs
 from agent_otel.capture.patching import Patches, importable, self_switching
 from agent_otel.semconv import GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMPLETION
 
@@ -88,6 +106,16 @@ def instrument() -> None:
         from langgraph.prebuilt import tool_node
 
         _patches.wrap(tool_node, "get_executor_for_config", _wrap_get_executor_for_config)
+    if importable("langgraph.pregel._executor"):
+        from langgraph.pregel import _executor as pregel_executor
+
+        if hasattr(pregel_executor, "get_executor_for_config"):
+            _patches.wrap(pregel_executor, "get_executor_for_config", _wrap_runner_executor_for_config)
+    if importable("langgraph.pregel"):
+        from langgraph.pregel import Pregel
+
+        _patches.wrap(Pregel, "stream", _wrap_graph_stream)
+        _patches.wrap(Pregel, "astream", _wrap_graph_astream)
     _patches.apply(hook_event_loop, unhook_event_loop)
     _patches.apply(_add_model_call_handler, _remove_model_call_handler)
     from langchain_core.language_models import BaseChatModel, BaseLLM
@@ -244,17 +272,76 @@ def _wrap_ainvoke(original):
     return ainvoke
 
 
-class _ToolCallSubmitter(Executor):
-    """What a sync ToolNode submits through: each tool call as a marked work item."""
+class _Submitter(Executor):
+    """A pool of LangGraph's, as the code that submits to it sees it: other attributes are the pool's."""
 
     def __init__(self, executor: Executor):
         self._executor = executor
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._executor, name)
+
+
+class _ToolCallSubmitter(_Submitter):
+    """What a sync ToolNode submits through: each tool call as a marked work item.
+
+    A ToolNode running inside a runner task that was submitted as this very
+    tool call (``_TaskSubmitter``) hands that queued call on to its worker
+    instead, so the call's queue time starts at the runner's submission.
+    """
+
     def submit(self, fn, /, *args, **kwargs):
         call = args[0] if args else None
         if _recorder.current is not None and isinstance(call, dict) and isinstance(call.get("name"), str):
-            fn = MarkedWork(fn, call["name"])
+            carried = CarriedWork.take(call["name"])
+            fn = MarkedWork(fn, call["name"]) if carried is None else CarriedWork(fn, carried)
         return self._executor.submit(fn, *args, **kwargs)
+
+
+class _TaskSubmitter(_Submitter):
+    """What LangGraph's sync runner submits a step's tasks through: a task
+    that is one tool call (a ``Send`` of a ``ToolCall``, as the default
+    ``create_react_agent`` sends each) as a marked work item."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        if _recorder.current is not None:
+            name = _task_tool_name(args)
+            if name is not None:
+                fn = MarkedWork(fn, name)
+        return self._executor.submit(fn, *args, **kwargs)
+
+
+def _task_tool_name(args: tuple) -> Optional[str]:
+    """The tool a submitted runner task calls, when its input is one tool call.
+
+    The runner submits ``(ctx.run, run_with_retry, task, ...)`` (behind
+    ``next_tick`` for a deferred task); the task's input is a
+    ``ToolCallWithContext`` (``create_react_agent``'s ``Send``) or a
+    ``ToolCall``.
+    """
+    for arg in args[:3]:
+        value = getattr(arg, "input", None)
+        if not isinstance(value, dict) or not hasattr(arg, "proc"):
+            continue
+        if value.get("__type") == "tool_call_with_context":
+            value = value.get("tool_call")
+            if not isinstance(value, dict):
+                return None
+        elif value.get("type") != "tool_call":
+            return None
+        name = value.get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
+def _wrap_runner_executor_for_config(original):
+    @contextlib.contextmanager
+    @functools.wraps(original)
+    def get_executor_for_config(config):
+        with original(config) as executor:
+            yield _TaskSubmitter(executor)
+
+    return get_executor_for_config
 
 
 def _wrap_get_executor_for_config(original):
@@ -265,6 +352,30 @@ def _wrap_get_executor_for_config(original):
             yield _ToolCallSubmitter(executor)
 
     return get_executor_for_config
+
+
+# ---- agent runs --------------------------------------------------------------
+
+
+def _wrap_graph_stream(original):
+    @functools.wraps(original)
+    def stream(self, *args, **kwargs):  # a generator function, as the original
+        return (yield from runs.stream_run(lambda: self.name, self, lambda: original(self, *args, **kwargs)))
+
+    return stream
+
+
+def _wrap_graph_astream(original):
+    @functools.wraps(original)
+    async def astream(self, *args, **kwargs):  # an async generator function, as the original
+        chunks = runs.astream_run(lambda: self.name, self, lambda: original(self, *args, **kwargs))
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()
+
+    return astream
 
 
 # ---- model calls -------------------------------------------------------------
@@ -392,9 +503,9 @@ def _model_call_handler_class():
         def on_llm_start(self, serialized, prompts, *, run_id, metadata=None, **kwargs):
             self._start(run_id, GEN_AI_OPERATION_TEXT_COMPLETION, serialized, metadata, kwargs)
 
-        def on_llm_new_token(self, token, *, run_id, **kwargs):
+        def on_llm_new_token(self, token, *, run_id, chunk=None, **kwargs):
             call = self.calls.get(run_id)
-            if call is not None:
+            if call is not None and not call.first_chunk_ns and _carries_output(token, chunk):
                 call.first_chunk()
 
         def on_llm_end(self, response, *, run_id, **kwargs):
@@ -428,6 +539,24 @@ def _model_call_handler_class():
                 self.calls[run_id] = call
 
     return ModelCalls
+
+
+def _carries_output(token: Any, chunk: Any) -> bool:
+    """Whether a streamed chunk is a token of the answer: text, or a piece of a
+    tool call's arguments (``models.RESPONSE_OUTPUT_DELTAS`` says why).
+
+    Chat models stream chunks that carry none too (the role, the tool's name
+    before its arguments, a Responses API event before the output, the usage
+    at the end): they are not the first token.
+    """
+    message = getattr(chunk, "message", None)
+    if not isinstance(token, str):  # content blocks (the Responses API's): their text
+        token = getattr(message, "text", None)
+        if callable(token):  # (a method before langchain-core 1)
+            token = token()
+    if token and isinstance(token, str):
+        return True
+    return any(piece.get("args") for piece in getattr(message, "tool_call_chunks", None) or ())
 
 
 def _read_usage(call, response) -> None:

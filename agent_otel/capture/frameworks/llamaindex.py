@@ -17,11 +17,20 @@ dispatcher turns each LLM chat or completion call (``LLMChatStartEvent`` to
 ``LLMChatEndEvent``, the completion events alike) into a GenAI model span
 ``chat {model}`` / ``text_completion {model}``: the model name from the
 LLM's payload (``model``, else its class name), token usage from the
-response where the provider reports it, time to first chunk when it
-streams, and an error when the call's dispatcher span is dropped. An LLM
+response where the provider reports it, time to first token when it
+streams (the first in-progress event with a text delta or a tool call's
+arguments), and an error when the call's dispatcher span is dropped. An LLM
 method that calls another of the same LLM (``achat`` running ``chat``) is
 one call. Only while ``agent_otel.capture.models.hooks_record()`` (the
 ``model_spans`` setting).
+
+Agent runs: ``run`` of a workflow agent (``BaseWorkflowAgent``:
+``FunctionAgent``, ``ReActAgent``, ``CodeActAgent``) and of an
+``AgentWorkflow`` starts the run in the background and returns its handler;
+the run, until the handler's result is ready, is one ``invoke_agent {agent
+name}`` span (``runs``) unless the application opened its own ``agent_span``
+around it. The span is current while ``run`` starts the workflow's tasks, so
+their tool and model calls are in its trace.
 
 Name and description come from the tool's ``ToolMetadata``. LlamaIndex does
 not pass the model's tool call id down to the tool, so spans carry none.
@@ -33,6 +42,7 @@ import functools
 
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import (
     async_call,
     hook_event_loop,
@@ -55,10 +65,50 @@ def instrument() -> None:
     _patches.wrap(FunctionTool, "acall", _wrap_acall)
     _patches.apply(hook_event_loop, unhook_event_loop)
     _patches.apply(_add_model_call_handler, _remove_model_call_handler)
+    from llama_index.core.agent.workflow import AgentWorkflow, BaseWorkflowAgent
+
+    for agent_class in (BaseWorkflowAgent, AgentWorkflow):
+        _patches.wrap(agent_class, "run", _wrap_agent_run)
 
 
 def uninstrument() -> None:
     _patches.restore()
+
+
+def _agent_name(agent) -> str:
+    name = getattr(agent, "name", None)
+    if not isinstance(name, str) or not name:
+        root = getattr(agent, "root_agent", None)  # an AgentWorkflow: named by the agent it starts with
+        name = root if isinstance(root, str) and root else type(agent).__name__
+    return name
+
+
+def _wrap_agent_run(original):
+    @functools.wraps(original)
+    def run(self, *args, **kwargs):
+        return runs.started_run(
+            lambda: _agent_name(self), self, original, (self, *args), kwargs, lambda handler: handler._result_task
+        )
+
+    return run
+
+
+def _carries_output(response) -> bool:
+    """Whether a streamed response is a token of the answer: a text delta, or a
+    tool call's arguments (``models.RESPONSE_OUTPUT_DELTAS`` says why)."""
+    if getattr(response, "delta", None):
+        return True
+    message = getattr(response, "message", None)
+    for block in getattr(message, "blocks", None) or ():
+        if getattr(block, "tool_kwargs", None):
+            return True
+    calls = (getattr(message, "additional_kwargs", None) or {}).get("tool_calls") or ()
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else getattr(call, "function", None)
+        arguments = function.get("arguments") if isinstance(function, dict) else getattr(function, "arguments", None)
+        if arguments:
+            return True
+    return False
 
 
 def _describe(tool):
@@ -176,8 +226,9 @@ def _model_call_handler_class():
                 _start(event, operation)
             elif kind in progress:
                 entry = _open_calls.get(event.span_id)
-                if entry is not None and entry[0] is not None:
-                    entry[0].first_chunk()
+                if entry is not None and entry[0] is not None and not entry[0].first_chunk_ns:
+                    if _carries_output(getattr(event, "response", None)):
+                        entry[0].first_chunk()
             elif kind in ends:
                 entry = _open_calls.pop(event.span_id, None)
                 if entry is not None and entry[0] is not None:

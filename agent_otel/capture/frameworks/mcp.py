@@ -50,9 +50,9 @@ from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 
 from agent_otel.capture import recorder as _recorder
-from agent_otel.capture.frameworks.calls import async_call, hand_off, meta, pending_handoff
+from agent_otel.capture.frameworks.calls import anyio_run_sync_hook, async_call, meta
 from agent_otel.capture.patching import Patches, importable
-from agent_otel.semconv import EXECUTOR_ANYIO, TOOL_TYPE_EXTENSION
+from agent_otel.semconv import TOOL_TYPE_EXTENSION
 
 FRAMEWORK = "mcp"
 _patches = Patches()
@@ -77,7 +77,7 @@ def instrument() -> None:
         from mcp.server.mcpserver import MCPServer
 
         _patches.wrap(MCPServer, "call_tool", _wrap_server_call_tool)
-    _patches.wrap(anyio.to_thread, "run_sync", _wrap_run_sync)
+    _patches.wrap(anyio.to_thread, "run_sync", anyio_run_sync_hook)
 
 
 def uninstrument() -> None:
@@ -245,20 +245,3 @@ def _wrap_server_call_tool(original):
             raise
 
     return call_tool
-
-
-def _wrap_run_sync(original):
-    @functools.wraps(original)
-    async def run_sync(func, *args, limiter=None, **kwargs):
-        handoff = pending_handoff(func)
-        if handoff is not None:
-            try:
-                if limiter is None:
-                    limiter = anyio.to_thread.current_default_thread_limiter()
-                tokens = limiter.total_tokens
-                func = hand_off(handoff, func, EXECUTOR_ANYIO, lambda: tokens)
-            except Exception:
-                pass  # timing only: the tool must run
-        return await original(func, *args, limiter=limiter, **kwargs)
-
-    return run_sync

@@ -22,9 +22,16 @@ Hooked, in ``agents.tool`` and ``agents.run_internal.tool_execution``:
   GenAI model span ``chat {model}`` with the model's name (its ``model``
   attribute, else its class), ``gen_ai.provider.name`` ``openai`` for the
   SDK's OpenAI models, token usage when the response reports any, and, when
-  streamed, the time to the first event. Only while
+  streamed, the time to the first token: the first stream event that
+  carries output (an output text, refusal or tool-call argument delta; the
+  SDK gives a chat completions model's chunks as the same events), not
+  ``response.created`` or the other events before it. Only while
   ``agent_otel.capture.models.hooks_record()`` (the ``model_spans``
   setting).
+- ``agents.run.AgentRunner.run``, what ``Runner.run`` and ``Runner.run_sync``
+  run, and ``run_streamed`` (until its run loop's task is done): one run is an ``invoke_agent {starting agent's name}`` span
+  (``runs``) unless the application opened its own ``agent_span`` around
+  it; a run inside a tool call (``Agent.as_tool``) nests under that call.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from opentelemetry import trace as trace_api
 
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import async_call, hook_event_loop, meta, unhook_event_loop
 from agent_otel.capture.patching import Patches, self_switching
 
@@ -73,10 +81,39 @@ def instrument() -> None:
 
     _patches.wrap(run_loop, "get_response_with_retry", _wrap_get_response)
     _patches.wrap(run_loop, "stream_response_with_retry", _wrap_stream_response)
+    from agents.run import AgentRunner
+
+    _patches.wrap(AgentRunner, "run", _wrap_runner_run)
+    _patches.wrap(AgentRunner, "run_streamed", _wrap_runner_run_streamed)
 
 
 def uninstrument() -> None:
     _patches.restore()
+
+
+def _wrap_runner_run(original):
+    @functools.wraps(original)
+    async def run(self, *args, **kwargs):
+        agent = args[0] if args else kwargs.get("starting_agent")
+        return await runs.async_run(lambda: getattr(agent, "name", None), agent, original, (self, *args), kwargs)
+
+    return run
+
+
+def _wrap_runner_run_streamed(original):
+    @functools.wraps(original)
+    def run_streamed(self, *args, **kwargs):
+        agent = args[0] if args else kwargs.get("starting_agent")
+        return runs.started_run(
+            lambda: getattr(agent, "name", None),
+            agent,
+            original,
+            (self, *args),
+            kwargs,
+            lambda result: result.run_loop_task,
+        )
+
+    return run_streamed
 
 
 def _wrap_invoke(original):
@@ -201,7 +238,8 @@ def _wrap_stream_response(original):
             return
         try:
             async for event in original(*args, **kwargs):
-                call.first_chunk()
+                if not call.first_chunk_ns and models.response_event_has_output(event):
+                    call.first_chunk()  # the first token: text or a tool call's arguments, not response.created
                 if getattr(event, "type", None) == "response.completed":
                     response = getattr(event, "response", None)
                     _read_usage(call, getattr(response, "usage", None))

@@ -17,9 +17,15 @@ Model calls: ``generate`` and ``generate_stream`` of ``smolagents.models.Model``
 and of every subclass that overrides them (each model class does; ones
 defined later too) become GenAI model spans ``chat {model_id}`` with the
 token usage the model reports and, when streamed, the time to the first
-delta. A model method calling another of the same model is one call. Only
+token (the first delta with content or a tool call's arguments). A model method calling another of the same model is one call. Only
 while ``agent_otel.capture.models.hooks_record()`` (the ``model_spans``
 setting).
+
+Agent runs: ``MultiStepAgent.run`` (also a managed agent's run, which its
+manager calls) is one ``invoke_agent {agent name}`` span (``runs``) unless
+the application opened its own ``agent_span`` around it; with
+``stream=True``, from the first step to the last. A managed agent's run
+nests in its manager's.
 
 Name and description come from the ``Tool``. smolagents does not pass the
 model's tool call id down to the tool, so spans carry none.
@@ -36,6 +42,7 @@ from opentelemetry import trace as trace_api
 
 from agent_otel.capture import models
 from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import MarkedWork, meta, sync_call
 from agent_otel.capture.patching import Patches, self_switching
 
@@ -53,10 +60,40 @@ def instrument() -> None:
 
     _patches.wrap_overrides(Model, "generate", _wrap_generate)
     _patches.wrap_overrides(Model, "generate_stream", _wrap_generate_stream)
+    from smolagents.agents import MultiStepAgent
+
+    _patches.wrap(MultiStepAgent, "run", _wrap_agent_run)
 
 
 def uninstrument() -> None:
     _patches.restore()
+
+
+def _carries_output(delta) -> bool:
+    """Whether a stream delta is a token of the answer: content, or a tool call's
+    arguments (``models.RESPONSE_OUTPUT_DELTAS`` says why); a delta with only
+    the usage is not."""
+    if getattr(delta, "content", None):
+        return True
+    for call in getattr(delta, "tool_calls", None) or ():
+        if getattr(getattr(call, "function", None), "arguments", None):
+            return True
+    return False
+
+
+def _agent_name(agent) -> str:
+    return getattr(agent, "name", None) or type(agent).__name__
+
+
+def _wrap_agent_run(original):
+    @functools.wraps(original)
+    def run(self, *args, **kwargs):
+        stream = kwargs.get("stream", args[1] if len(args) > 1 else False)
+        if stream:  # the steps as a generator: the run is its iteration
+            return runs.stream_run(lambda: _agent_name(self), self, lambda: original(self, *args, **kwargs))
+        return runs.sync_run(lambda: _agent_name(self), self, original, (self, *args), kwargs)
+
+    return run
 
 
 def _wrap_call(original):
@@ -157,7 +194,8 @@ def _wrap_generate_stream(original):
                     break
                 finally:
                     _in_model_call.reset(inner)
-                call.first_chunk()
+                if not call.first_chunk_ns and _carries_output(delta):
+                    call.first_chunk()
                 usage = getattr(delta, "token_usage", None)
                 if usage is not None:
                     reported = True

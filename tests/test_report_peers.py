@@ -1,0 +1,116 @@
+"""One call, one record: the spans several instrumentations made of one call are merged (report.peers).
+
+Each run states its timeline in seconds; the report reads it back from the
+OTLP/JSON file the real SDK wrote.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent_otel.cli import main
+from helpers.traces import RecordedRun
+
+OI_TOOL = {"openinference.span.kind": "TOOL", "tool.name": "search"}
+OL_TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search", "traceloop.span.kind": "tool"}
+
+
+def report_of(capsys, path) -> dict:
+    assert main(["report", str(path), "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def oi_llm(model=None, prompt=None, completion=None) -> dict:
+    attributes = {"openinference.span.kind": "LLM"}
+    if model:
+        attributes["llm.model_name"] = model
+    if prompt is not None:
+        attributes["llm.token_count.prompt"] = prompt
+        attributes["llm.token_count.completion"] = completion
+    return attributes
+
+
+def ol_chat(model="unknown", prompt=None, completion=None) -> dict:
+    attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "traceloop.workflow.name": "g"}
+    if prompt is not None:
+        attributes["gen_ai.usage.input_tokens"] = prompt
+        attributes["gen_ai.usage.output_tokens"] = completion
+    return attributes
+
+
+def test_both_peers_beside_agent_otel_count_each_call_once(tmp_path, capsys):
+    """Two search calls side by side, each seen by agent-otel, OpenInference and
+    OpenLLMetry (siblings, not nested); two model calls each seen by both peers."""
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    turn = run.invoke_agent("support", 0.0, 10.0)
+    run.span("ChatModel", 0.0, 2.0, oi_llm("gpt-4o", 100, 10), parent=turn)
+    run.span("ChatOpenAI.chat", 0.01, 1.99, ol_chat("gpt-4o", 100, 10), parent=turn)
+    for call_id, submit, start, end in (("c1", 2.0, 2.0, 5.0), ("c2", 2.0, 3.0, 6.0)):
+        run.tool_call("search", submit, start, end, parent=turn, call_id=call_id)
+        run.span("search", start + 0.001, end - 0.001, OI_TOOL, parent=turn)
+        run.span("execute_tool search", start + 0.002, end - 0.002, OL_TOOL, parent=turn)
+    run.span("ChatModel", 6.0, 8.0, oi_llm("gpt-4o-2024-08-06", 200, 20), parent=turn)
+    run.span("ChatOpenAI.chat", 6.0, 8.0, ol_chat("gpt-4o", 200, 20), parent=turn)
+    run.close()
+
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+
+    (tool,) = report["tools"]
+    assert (tool["tool"], tool["calls"], tool["executors"]) == ("search", 2, ["io"])  # agent-otel's spans kept
+    assert (report["inputs"]["peer_tool_spans"], report["inputs"]["peer_tool_spans_merged"]) == (4, 4)
+    # one span's name, of each call: a dated snapshot and the name it was asked by are one model's
+    assert sum(m["calls"] for m in report["models"]) == 2
+    assert sum(m["input_tokens"] for m in report["models"]) == 300  # not doubled
+    assert sum(m["output_tokens"] for m in report["models"]) == 30
+    (turn_found,) = report["turns"]["slowest"]
+    assert (turn_found["tool_calls"], turn_found["model_calls"]) == (2, 2)
+    assert turn_found["model_s"] == pytest.approx(4.0)
+    assert turn_found["tool_queue_s"] + turn_found["tool_exec_s"] == pytest.approx(4.0)
+
+
+def test_peers_alone_merge_with_each_other(tmp_path, capsys):
+    """No agent-otel span: OpenInference's and OpenLLMetry's spans of one call are one call,
+    the widest kept; the model's name and tokens come from whichever has them."""
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    root = run.span("LangGraph", 0.0, 5.0, {"openinference.span.kind": "CHAIN"})
+    run.span("ChatModel", 0.0, 1.0, oi_llm("llama-3-70b"), parent=root)  # names the model, no tokens
+    run.span("Model.chat", 0.2, 0.6, ol_chat(prompt=50, completion=5), parent=root)  # tokens, no name
+    run.span("search", 1.0, 3.0, OI_TOOL, parent=root)
+    run.span("execute_tool search", 1.1, 2.9, OL_TOOL, parent=root)
+    run.close()
+
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+
+    (tool,) = report["tools"]
+    assert tool["calls"] == 1
+    assert tool["duration_p50_s"] == pytest.approx(2.0)  # the widest span kept
+    (model,) = report["models"]
+    assert (model["model"], model["calls"], model["input_tokens"], model["output_tokens"]) == ("llama-3-70b", 1, 50, 5)
+    assert model["seconds"] == pytest.approx(1.0)
+
+
+def test_calls_the_rule_keeps_apart(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    turn = run.invoke_agent("support", 0.0, 10.0)
+    # two calls side by side seen by one instrumentation: two calls
+    run.span("ChatModel", 0.0, 2.0, oi_llm("gpt-4o"), parent=turn)
+    run.span("ChatModel", 0.0, 2.0, oi_llm("gpt-4o"), parent=turn)
+    # a peer's model span of another model at the same time: another call
+    run.span("Other.chat", 0.5, 1.5, ol_chat("claude-3-5-sonnet"), parent=turn)
+    # a peer's tool span whose call id is not agent-otel's: another call
+    run.tool_call("search", 3.0, 3.0, 5.0, parent=turn, call_id="c1")
+    run.span("execute_tool search", 3.1, 4.9, {**OL_TOOL, "gen_ai.tool.call.id": "c9"}, parent=turn)
+    # a peer's tool span mostly outside agent-otel's call: another call
+    run.tool_call("search", 6.0, 6.0, 7.0, parent=turn)
+    run.span("search", 6.5, 8.0, OI_TOOL, parent=turn)
+    run.close()
+
+    report = report_of(capsys, tmp_path / "traces.jsonl")
+
+    models = {m["model"]: m["calls"] for m in report["models"]}
+    assert models == {"gpt-4o": 2, "claude-3-5-sonnet": 1}
+    (tool,) = report["tools"]
+    assert tool["calls"] == 4
+    assert report["inputs"]["peer_tool_spans_merged"] == 0
