@@ -253,7 +253,7 @@ class Settings:
     )
     attribution_horizon: float = setting(
         120.0,
-        "seconds of finished tool calls kept for live attribution",
+        "seconds finished calls are kept for live attribution while GPU samples lag behind (tool calls already blamed go at once)",
         env=("AGENT_OTEL_ATTRIBUTION_HORIZON",),
         low=1,
         high=86400,

@@ -186,6 +186,9 @@ GPU_UTILIZATION_AVG: Final = "gpu.utilization.avg"  # 0..1
 GPU_IDLE_BLOCKED_BY: Final = "gpu.idle.blocked_by"  # the tool holding the largest share
 GPU_IDLE_UNATTRIBUTED_DURATION: Final = "gpu.idle.unattributed_duration"  # s
 GPU_IDLE_BLOCKED_DURATION: Final = "gpu.idle.blocked_duration"  # s, one tool's share (child span, link)
+# On window-level gpu.idle spans: the calls whose share reached gpu_idle_share_min
+# but got no link, past the link limit (absent when none was left out).
+GPU_IDLE_UNLINKED_CALLS: Final = "gpu.idle.unlinked_calls"  # int
 # On window-level gpu.idle spans: what agent_gpu_idle_blocked_seconds_total received
 # for the window, per tool and phase, as three arrays of the same length (entry
 # i: tool i, phase i, seconds i): every call's share, however small, links and
@@ -639,7 +642,7 @@ METRICS: Final[dict[str, MetricSpec]] = {
             METRIC_BLAME_CALLS_DROPPED,
             COUNTER,
             (),
-            "Finished tool calls dropped to stay within the memory bound.",
+            "Finished tool calls dropped to stay within the memory bound before they were blamed in full.",
             blame_service=True,
         ),
         MetricSpec(

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent_otel.attribution import attribute
-from agent_otel.attribution.engine import BlameEngine
+from agent_otel.attribution.engine import BlameEngine, WholeWindows
 from agent_otel.config import DEFAULTS
 from agent_otel.gpu.logs import GpuLog
 from agent_otel.gpu.timeline import IdleDetector, is_missing
@@ -260,6 +260,7 @@ class Live:
         self.blocked: dict[tuple[str, str], float] = {}
         self.idle_s = 0.0
         self.closed = []
+        self.whole = WholeWindows()  # each closed window with its every share
         self.starved = False
 
     def close(self) -> None:
@@ -280,7 +281,7 @@ class Live:
         self.idle_s += sum(update.idle.idle_s.values())
         for (_gpu, tool, phase), seconds in update.idle.blocked_s.items():
             self.blocked[(tool, phase)] = self.blocked.get((tool, phase), 0.0) + seconds
-        self.closed += [c.attribution for c in update.closed]
+        self.closed += self.whole.add(update)
 
     def start(self, tool: str) -> ToolCall:
         call = ToolCall(tool, "direct", self.clock(), self.clock())

@@ -15,10 +15,21 @@ are printed for docs/performance.md (the tests hold the behaviour):
 - **fork**: forks while four threads make tool calls (and a scrape thread,
   and a model keeping the simulated GPU busy 20 ms in 50); children that
   hung (killed after a timeout), and the children's spans exported.
+- **idle-agent**: the long run on a GPU that never works: ``instrument()``
+  with the simulated GPU idle the whole time (one idle window from start to
+  end) and ~1,500 calls a second through ``@agent_otel.tool`` (each 60 ms,
+  ~90 in flight), spans encoded to ``/dev/null``; RSS, the shares the
+  engine holds and the horizon's calls, sampled over the run. The figure:
+  RSS growth after the first minute.
+- **idle-service**: the same for a GPU pool's blame service: a real
+  ``agent-otel gpu-exporter --pool`` process (simulated GPU, always idle)
+  fed ~1,500 tool spans a second over OTLP/gRPC (``bench/blame_service.py``'s
+  spans, 150 a request); its RSS, held calls and dropped calls.
 
-    python bench/reliability.py                 # all trials, about three minutes on 2 cores
+    python bench/reliability.py                 # the first four trials, about three minutes on 2 cores
     python bench/reliability.py --quick         # smaller numbers, under a minute
     python bench/reliability.py --trial fork    # one trial
+    python bench/reliability.py --trial idle-agent --trial idle-service --seconds 3600   # the 1-hour soak
 """
 
 from __future__ import annotations
@@ -32,16 +43,18 @@ import tempfile
 import textwrap
 import time
 
-TRIALS = ("load", "soak", "faults", "fork")
+TRIALS = ("load", "soak", "faults", "fork", "idle-agent", "idle-service")
+DEFAULT_TRIALS = TRIALS[:4]
 
 COMMON = r"""
 import http.server, json, os, signal, sys, threading, time
 import agent_otel
 
-def rss_mb():
-    with open("/proc/self/status") as status:
+def rss_mb(pid="self", field="VmRSS"):
+    # RssAnon: the heap alone, without the shared libraries' pages as they are touched (RssFile)
+    with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -62,6 +75,142 @@ def dropped(handle):
 
 ARGS = json.loads(sys.argv[1])
 TMP = ARGS["tmp"]
+
+def progress(**figures):
+    # One line of figures while a long trial runs (run_trial echoes it to stderr).
+    print("progress " + json.dumps(figures), flush=True)
+
+def soak_figures(samples, first_s=60.0):
+    # RSS growth after the first minute: from the last sample at or before
+    # first_s to the largest and to the last sample after it; and the same of RssAnon.
+    base = [s for s in samples if s[0] <= first_s]
+    after = [s for s in samples if s[0] > first_s]
+    if not base or not after:
+        return {}
+    rss = [s[1] for s in after]
+    anon = [s[2] for s in after]
+    return {"rss_at_first_s": base[-1][1], "rss_max_after": max(rss), "rss_last": rss[-1],
+            "growth_max_mb": round(max(rss) - base[-1][1], 1), "growth_last_mb": round(rss[-1] - base[-1][1], 1),
+            "anon_growth_max_mb": round(max(anon) - base[-1][2], 1)}
+"""
+
+IDLE_AGENT = r"""
+handle = agent_otel.instrument(service_name="idle-soak", traces_file=os.devnull, traces_exporters="none",
+                               gpu="simulated", frameworks=())
+engine = handle.gpu_timeline.engine
+CALL_S = ARGS["call_s"]
+
+@agent_otel.tool
+def search(i):
+    time.sleep(CALL_S)
+    return i
+
+seconds, rate, threads = ARGS["seconds"], ARGS["rate"], ARGS["threads"]
+stop = threading.Event()
+calls = [0] * threads
+def work(slot):
+    period = threads / rate  # each thread's share of the rate
+    due = time.monotonic() + slot * period / threads
+    while not stop.is_set():
+        search(slot)
+        calls[slot] += 1
+        due += period
+        wait = due - time.monotonic()
+        if wait > 0:
+            stop.wait(wait)
+        elif wait < -1.0:  # starved for a while: no burst to catch up
+            due = time.monotonic()
+workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+for worker in workers:
+    worker.start()
+samples, started = [], time.monotonic()
+while True:
+    t = time.monotonic() - started
+    shares = sum(len(window.shares) for window in list(engine._open.values()))
+    rss = round(rss_mb(), 1)
+    anon = round(rss_mb(field="RssAnon"), 1)
+    samples.append((round(t, 1), rss, anon))
+    progress(t=round(t), rss_mb=rss, anon_mb=anon, calls=sum(calls),
+             shares_held=shares, horizon_calls=len(engine.horizon), open_windows=len(engine.open_windows()))
+    if t >= seconds:
+        break
+    time.sleep(min(ARGS["every"], max(0.0, seconds - t)))
+stop.set()
+for worker in workers:
+    worker.join()
+took = time.monotonic() - started
+idle = handle.metrics.registry.get_sample_value("agent_gpu_idle_seconds_total", {"gpu": "0"}) or 0.0
+ok = handle.shutdown(timeout_s=60)
+print(json.dumps({"seconds": round(took), "calls": sum(calls), "calls_per_s": round(sum(calls) / took),
+                  "idle_s": round(idle, 1), "shutdown": ok, "dropped": dropped(handle), "samples": samples,
+                  **soak_figures(samples)}))
+"""
+
+IDLE_SERVICE = r"""
+import random, re, urllib.request
+sys.path.insert(0, ARGS["repo"])
+import grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from bench.blame_service import GRPC_SERVICE, request_of, start_service
+
+def scrape(url):
+    values = {}
+    for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+        for name in ("agent_otel_blame_calls", "agent_otel_blame_calls_dropped_total",
+                     "agent_gpu_idle_seconds_total", "agent_otel_refused_spans_total", "agent_otel_late_spans_total"):
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return values
+
+seconds, rate, per_request = ARGS["seconds"], ARGS["rate"], ARGS["per_request"]
+process, endpoint, metrics_url = start_service(watermark_s=30.0)
+rng = random.Random(7)
+sent, refused, serial = 0, 0, 1
+samples, started = [], time.monotonic()
+next_sample = started
+try:
+    with grpc.insecure_channel(endpoint) as channel:
+        export = channel.unary_unary(f"/{GRPC_SERVICE}/Export", request_serializer=None,
+                                     response_deserializer=ExportTraceServiceResponse.FromString)
+        period = per_request / rate
+        due = time.monotonic()
+        while True:
+            now = time.monotonic()
+            t = now - started
+            if now >= next_sample:
+                rss = round(rss_mb(process.pid), 1)
+                anon = round(rss_mb(process.pid, "RssAnon"), 1)
+                samples.append((round(t, 1), rss, anon))
+                figures = scrape(metrics_url)
+                progress(t=round(t), rss_mb=rss, anon_mb=anon, sent=sent,
+                         held=figures.get("agent_otel_blame_calls"),
+                         dropped=figures.get("agent_otel_blame_calls_dropped_total"),
+                         late=figures.get("agent_otel_late_spans_total"),
+                         idle_s=figures.get("agent_gpu_idle_seconds_total"))
+                next_sample += ARGS["every"]
+                if t >= seconds:
+                    break
+            if now < due:
+                time.sleep(min(due - now, max(0.0, next_sample - now)))
+                continue
+            body = request_of(10, per_request, rng, serial)
+            serial += per_request
+            response = export(body, timeout=30)
+            refused += response.partial_success.rejected_spans
+            sent += per_request
+            due += period
+            if due < time.monotonic() - 1.0:  # starved: no burst to catch up
+                due = time.monotonic()
+    took = time.monotonic() - started
+    final = scrape(metrics_url)
+finally:
+    process.terminate()
+    process.wait(timeout=60)
+print(json.dumps({"seconds": round(took), "spans": sent, "spans_per_s": round(sent / took), "refused": refused,
+                  "held": final.get("agent_otel_blame_calls"),
+                  "dropped": final.get("agent_otel_blame_calls_dropped_total"),
+                  "idle_s": final.get("agent_gpu_idle_seconds_total"), "samples": samples,
+                  **soak_figures(samples)}))
 """
 
 LOAD = r"""
@@ -287,23 +436,59 @@ print(json.dumps({"forks": ARGS["forks"], "outcomes": outcomes, "hangs": outcome
                   "parent_shutdown": ok}))
 """
 
-CODE = {"load": LOAD, "soak": SOAK, "faults": FAULTS, "fork": FORK}
+CODE = {
+    "load": LOAD,
+    "soak": SOAK,
+    "faults": FAULTS,
+    "fork": FORK,
+    "idle-agent": IDLE_AGENT,
+    "idle-service": IDLE_SERVICE,
+}
 
 
 def run_trial(name: str, arguments: dict) -> tuple[dict, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENT_OTEL_"))}
     started = time.monotonic()
-    result = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(COMMON + CODE[name]), json.dumps(arguments)],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=1800,
     )
+    lines = []
+    assert process.stdout is not None and process.stderr is not None
+    for line in process.stdout:  # a long trial's progress as it comes
+        if line.startswith("progress "):
+            print(f"[{name}] {line[len('progress ') :].strip()}", file=sys.stderr, flush=True)
+        else:
+            lines.append(line)
+    stderr = process.stderr.read()
+    process.wait()
     took = time.monotonic() - started
-    if result.returncode != 0:
-        raise SystemExit(f"trial {name} failed:\n{result.stderr}")
-    return json.loads(result.stdout.strip().splitlines()[-1]), took
+    if process.returncode != 0 or not lines:
+        raise SystemExit(f"trial {name} failed:\n{stderr}")
+    return json.loads(lines[-1]), took
+
+
+def idle_summary(name: str, figures: dict) -> str:
+    """The soak's figure: RSS growth after the first minute."""
+    what = (
+        f"{figures['calls']:,} tool calls ({figures['calls_per_s']:,}/s), shutdown {figures['shutdown']}"
+        if name == "idle-agent"
+        else f"{figures['spans']:,} spans sent ({figures['spans_per_s']:,}/s), {figures['refused']} refused, "
+        f"held at the end {figures['held']:,.0f}, dropped {figures['dropped']:,.0f}"
+    )
+    rss = [round(sample[1]) for sample in figures["samples"]]
+    step = max(1, len(rss) // 20)
+    return (
+        f"{figures['seconds']} s with the GPU idle throughout ({figures['idle_s'] or 0:.0f} s idle counted): {what}\n"
+        f"RSS MB: at 60 s {figures.get('rss_at_first_s')}, max after {figures.get('rss_max_after')}, "
+        f"last {figures.get('rss_last')}: growth after the first minute {figures.get('growth_max_mb')} MB "
+        f"(max), {figures.get('growth_last_mb')} MB (last); of the heap alone (RssAnon) "
+        f"{figures.get('anon_growth_max_mb')} MB (max)\n"
+        f"RSS MB over the run: {' '.join(map(str, rss[::step]))}"
+    )
 
 
 def spark(values: list) -> str:
@@ -314,16 +499,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trial", choices=TRIALS, action="append", help="run only these trials (repeatable)")
     parser.add_argument("--quick", action="store_true", help="smaller numbers, for a check in under a minute")
+    parser.add_argument("--seconds", type=float, default=None, help="how long the idle-* soaks run (default 300)")
+    parser.add_argument("--rate", type=float, default=1500.0, help="tool calls (spans) a second in the idle-* soaks")
     args = parser.parse_args()
     quick = args.quick
+    soak_s = args.seconds or (90 if quick else 300)
+    every = 5.0 if soak_s <= 600 else 30.0
     sizes = {
         "load": {"threads": 16, "calls": 2_000 if quick else 20_000},
         "soak": {"seconds": 10 if quick else 60},
         "faults": {"seconds": 2 if quick else 5},
         "fork": {"forks": 20 if quick else 200},
+        "idle-agent": {"seconds": soak_s, "rate": args.rate, "threads": 120, "call_s": 0.06, "every": every},
+        "idle-service": {
+            "seconds": soak_s,
+            "rate": args.rate,
+            "per_request": 150,
+            "every": every,
+            "repo": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        },
     }
     with tempfile.TemporaryDirectory(prefix="agent-otel-reliability-") as tmp:
-        for name in args.trial or TRIALS:
+        for name in args.trial or DEFAULT_TRIALS:
             figures, took = run_trial(name, {**sizes[name], "tmp": tmp})
             print(f"\n== {name} ({took:.0f} s)")
             if name == "load":
@@ -361,6 +558,8 @@ def main() -> None:
                     f"tool {q['dropped']['tool']:,}, derived {q['dropped']['derived']:,}, other "
                     f"{q['dropped']['other']:,}; {q['lines']} log line(s)"
                 )
+            elif name in ("idle-agent", "idle-service"):
+                print(idle_summary(name, figures))
             else:
                 print(
                     f"{figures['forks']} forks while 4 threads call tools: {figures['outcomes']}; hangs "

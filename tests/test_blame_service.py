@@ -234,3 +234,30 @@ def test_memory_stays_bounded_whatever_order_spans_arrive_in():
     idle = service.counter("agent_gpu_idle_seconds_total")
     blocked = sum(service.blocked().values())
     assert blocked + service.counter("agent_gpu_idle_unattributed_seconds_total") == pytest.approx(idle, abs=1e-6)
+
+
+def test_the_dropped_calls_are_only_those_never_blamed_in_full():
+    # 100 calls a second for 40 s, each arriving 0.5 s after it ends, into a
+    # store of 600: what can still be blamed (ending after the frontier, a
+    # watermark of 2 s ago) is ~250 calls at any time, so none is lost; the
+    # calls already blamed leave the store without counting as dropped.
+    service = Service(watermark_s=2.0, max_calls=600)
+    serial = 0
+    for tick in range(1, 81):
+        now = tick * 0.5
+        batch = []
+        for k in range(50):  # ended 0.5-1.0 s ago, lasted 0.2 s
+            serial += 1
+            end = now - 0.5 - k / 100
+            batch.append(call(service, "search", end - 0.2, end - 0.2, end, span_id=serial))
+        service.run_to(now)
+        assert service.timeline.add_calls(batch).accepted == 50
+        assert service.timeline.held_calls() <= 400
+    assert service.timeline.engine.horizon.dropped == 0
+    # A burst of 1,000 calls not yet blamed (ending after the frontier) past
+    # the store's 600: those that ended first are lost, and counted.
+    held = service.timeline.held_calls()
+    burst = [call(service, "search", 39.5, 39.5, 39.6 + k / 10_000, span_id=serial + 1 + k) for k in range(1000)]
+    service.timeline.add_calls(burst)
+    assert service.timeline.held_calls() == 600
+    assert service.timeline.engine.horizon.dropped == held + 1000 - 600

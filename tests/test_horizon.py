@@ -129,3 +129,13 @@ def test_keeping_calls_never_lifts_the_count_bound():
     horizon.keep_from(at(0))
     horizon.add_many([finished(f"t{i}", i, i + 0.5) for i in range(4)])
     assert len(horizon) == 2 and horizon.dropped == 2
+
+
+def test_calls_already_blamed_go_at_once_within_the_horizon_and_are_not_counted_as_dropped():
+    horizon = CallHorizon(horizon_s=60, max_calls=2)
+    horizon.add_many([finished("blamed", 0, 3), finished("blamed too", 1, 4)])
+    horizon.keep_from(at(5))  # every stretch before 5 s is blamed: nothing before it will be asked for
+    horizon.add_many([finished("open", 4, 6), finished("later", 5, 7)])
+
+    assert [c.tool for c in horizon.overlapping(at(0), at(20))] == ["open", "later"]
+    assert horizon.dropped == 0  # the two that left were blamed in full; none was lost

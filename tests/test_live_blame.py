@@ -354,10 +354,11 @@ def test_an_idle_stretch_is_counted_once_it_lasts_the_minimum_and_each_stretch_i
     engine.add_finished(calls)
     busy = {0, 4, 5, 14, 15}
     samples = [GpuSample("0", t0 + i * step, 1.0 if i in busy else 0.0) for i in range(16)]
-    blamed = []
+    blamed, settled = [], []
     for batch in (samples[:8], samples[8:10], samples[10:12], samples[12:]):
         update = engine.feed(batch)
         blamed.append(sum(update.idle.blocked_s.values()))
+        settled.append(len(update.settled))
     # The short stretch is never counted; the window is counted once it lasts
     # 0.5 s (what it accrued before at once), then as it comes.
     per_call = 1e-9  # each call in flight 1 ns, alone
@@ -366,7 +367,10 @@ def test_an_idle_stretch_is_counted_once_it_lasts_the_minimum_and_each_stretch_i
     assert blamed[3] == pytest.approx(2 * per_call)  # 1.1-1.3 s, and the window closes
     [closed] = update.closed
     assert closed.idle_s == pytest.approx(0.8)
-    assert sum(share.blocked_s for share in closed.attribution.shares) == pytest.approx(8 * per_call)
+    # Each call's share was handed out once, when final: none of the too-short stretch.
+    assert settled == [0, 0, 6, 2]
+    assert sum(share.blocked_s for share in closed.attribution.shares) == 0.0  # no call has a span to link
+    assert closed.linkable == 0
     # Each batch looked at the calls of its own stretches only (not at the
     # window's earlier ones again, nor at those of a fully used GPU).
     assert seen == [7, 2, 2, 2]
@@ -415,3 +419,40 @@ def test_a_scrape_sees_the_gpu_time_counters_of_an_update_all_or_none():
         scrapes += 1
     writer.join()
     assert scrapes > 5
+
+
+def test_a_long_window_sends_each_child_span_as_its_call_is_done_and_links_only_the_largest(monkeypatch, spans):
+    # The link limit at 3: twelve calls of 0.3-1.4 s, one after another, on a
+    # GPU idle throughout. Each call's child span leaves a poll or two after
+    # the call ends, while the window is still open; the window span links
+    # the three largest and counts the nine it left out.
+    monkeypatch.setenv("OTEL_SPAN_LINK_COUNT_LIMIT", "3")
+    agent = Agent(monkeypatch)
+    agent.run_until(1.0)
+    agent.gpu.set(0.0)
+    lengths = [0.3 + 0.1 * ((5 * i) % 12) for i in range(12)]
+    children_seen = []
+    at = 1.0
+    for length in lengths:
+        call = agent.start("step")
+        agent.run_until(at + length)
+        agent.end(call)
+        at += length
+        agent.run_until(at + 0.01)
+        children_seen.append(len([s for s in spans.all() if s.name == "gpu.idle" and s.parent is not None]))
+    agent.run_until(at + 1.0)
+    assert not [s for s in spans.all() if s.name == "gpu.idle" and s.parent is None]  # the window is still open
+    # Every call but the last few, whose end the blame has not reached yet, has its child already.
+    assert len([s for s in spans.all() if s.name == "gpu.idle" and s.parent is not None]) == 12
+    assert children_seen[-1] >= 10 and children_seen == sorted(children_seen)
+    agent.gpu.set(1.0)
+    agent.run_until(at + 2.0)
+    agent.timeline.shutdown()
+
+    window, children = idle_spans(spans)
+    assert len(children) == 12  # one each, none again at the close
+    by_span = {child.parent.span_id: child.attributes["gpu.idle.blocked_duration"] for child in children}
+    largest = sorted(by_span, key=by_span.get)[-3:]
+    assert [link.context.span_id for link in window.links] == largest  # smallest of the three first
+    assert window.attributes["gpu.idle.unlinked_calls"] == 9
+    assert sum(by_span.values()) == pytest.approx(window_totals(window)[("step", "exec")], abs=1e-9)

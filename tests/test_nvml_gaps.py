@@ -16,7 +16,7 @@ import pytest
 
 pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py provides the real NVML error classes")
 
-from agent_otel.attribution.engine import BlameEngine  # noqa: E402
+from agent_otel.attribution.engine import BlameEngine, WholeWindows  # noqa: E402
 from agent_otel.gpu.logs import GpuLogWriter, read_gpu_log  # noqa: E402
 from agent_otel.gpu.nvml import NvmlSource  # noqa: E402
 from agent_otel.gpu.timeline import find_idle_windows, read_timeline  # noqa: E402
@@ -40,6 +40,7 @@ class Run:
     calls: list[ToolCall] = field(default_factory=list)
     samples: list = field(default_factory=list)
     windows: list = field(default_factory=list)  # closed WindowAttributions, live
+    whole: WholeWindows = field(default_factory=WholeWindows)
     blocked: dict = field(default_factory=dict)  # (tool, phase) -> seconds, from the counter increments
     idle_s: float = 0.0
     missing_s: float = 0.0
@@ -96,7 +97,7 @@ def run_script(monkeypatch, phases, *, keeps_zeros=False, depth=120, starved=())
 
 
 def _collect(result: Run, update) -> None:
-    result.windows += [closed.attribution for closed in update.closed]
+    result.windows += result.whole.add(update)  # each window with its every share
     result.idle_s += sum(update.idle.idle_s.values())
     result.missing_s += sum(update.missing_s.values())
     for (_gpu, tool, phase), seconds in update.idle.blocked_s.items():

@@ -8,6 +8,7 @@ Usage::
     engine.add_finished(finished_calls)             # as calls finish
     update = engine.feed(samples, in_flight_calls)  # as samples arrive
     update.idle, update.underused, update.missing_s # add these to the counters
+    update.settled                                  # the calls' shares that are final
     update.closed                                   # one ClosedWindow per window that closed
 
 It has no outputs of its own: ``agent_otel.attribution.live`` turns updates
@@ -31,15 +32,25 @@ its blame is the sum of the stretches it accrued (the same numbers the
 counters received), merged per call, so its ``gpu.idle`` spans agree with
 the counters.
 
-Memory is bounded by the horizon, not by how long a window lasts: the
-stretches of an open window already blamed are kept as per-call sums, and
-the horizon is told to keep the finished calls the part not yet blamed
-may still need (``CallHorizon.keep_from``).
+Memory is bounded by the horizon, not by how long a window lasts. An open
+window keeps its totals by (tool, phase), and a share (a sum over the
+stretches it accrued) only for the calls whose share can still grow: those
+in flight, or ending after the part already blamed. A call's share is
+**settled** once the call has ended and the blame has passed its end (no
+later stretch can reach it): it leaves the window in ``update.settled``
+(for its ``gpu.idle`` child span) and the window keeps, of the settled
+shares, only the ``max_links`` largest its span links, and how many were
+eligible for a link. So a window that lasts hours over millions of calls
+holds the calls in flight, the calls of the stretch not yet blamed and
+``max_links`` shares. The horizon is told, after each batch, from when on
+the engine may still ask for calls (``CallHorizon.keep_from``): it keeps
+those calls however old they are, and lets the others go.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Iterable, NamedTuple, Optional, Sequence
@@ -62,18 +73,39 @@ from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, LoopBlock, Model
 # Finished calls kept for attribution: enough for a busy agent, small
 # enough to bound memory (~330 bytes a call: ~17 MB).
 MAX_HORIZON_CALLS = 50_000
+# The shares a window keeps for its span's links: the SDK's default link
+# limit per span (OTEL_SPAN_LINK_COUNT_LIMIT).
+DEFAULT_MAX_LINKS = 128
 
 
 class ClosedWindow(NamedTuple):
-    """An idle window that closed: its blame, merged over the parts it
-    accrued; ``idle_s``, the sum of the idle seconds the counters received
-    for it (the window's length, summed as the counters summed it); and
-    ``blocked``, what the blocked counter received for it by (tool, phase)."""
+    """An idle window that closed.
+
+    ``attribution``: the window, its unattributed seconds and, as
+    ``shares``, the shares its span links: the ``max_links`` largest of
+    the shares that reach ``share_min_s`` and whose call has a span
+    (``trace_id``), smallest first. Every call's share was handed out in
+    ``BlameUpdate.settled`` once final (the last ones in the update that
+    closes the window). ``idle_s``: the sum of the idle seconds the
+    counters received for it (the window's length, summed as the counters
+    summed it); ``blocked``: what the blocked counter received for it by
+    (tool, phase); ``linkable``: how many shares could have had a link
+    (``len(attribution.shares)`` of them have one)."""
 
     attribution: WindowAttribution
     idle_s: float
     blocked: dict[tuple[str, str], float]
     models: dict[tuple[str, str], float] = {}  # the model server's share, by (model, phase), as counted
+    linkable: int = 0
+
+
+class SettledShare(NamedTuple):
+    """One call's share of an idle window, final: the window is ``gpu``'s
+    (``IdleWindow.gpu``) that started at ``window_start_ns``."""
+
+    gpu: str
+    window_start_ns: int
+    share: CallShare
 
 
 @dataclass
@@ -83,7 +115,10 @@ class BlameUpdate:
     ``idle`` and ``underused`` are increments for the ``agent_gpu_idle_*``
     and ``agent_gpu_underused_*`` counters; ``missing_s`` the seconds of
     missing data per GPU; ``closed`` the idle windows that closed, each
-    with the blame it accrued (the sums of the increments it contributed).
+    with the blame it accrued (the sums of the increments it contributed);
+    ``settled`` the calls' shares of idle windows that became final: each
+    share once, merged over the stretches it accrued, only of stretches
+    that lasted the minimum idle time (windows).
     """
 
     idle: BlameTotals = field(default_factory=BlameTotals)
@@ -93,6 +128,27 @@ class BlameUpdate:
     # per GPU: seconds some model call was in flight, and of those the GPU read idle
     model_in_flight_s: dict[str, float] = field(default_factory=dict)
     model_idle_s: dict[str, float] = field(default_factory=dict)
+    settled: list[SettledShare] = field(default_factory=list)
+
+
+class WholeWindows:
+    """Each closed window with every call's share, gathered from the updates
+    (``add`` returns the windows an update closed). For checks and
+    benchmarks: it holds a window's shares until the window closes, which
+    the engine does not."""
+
+    def __init__(self) -> None:
+        self._settling: dict[tuple[str, int], list[CallShare]] = {}
+
+    def add(self, update: BlameUpdate) -> list[WindowAttribution]:
+        for gpu, start_ns, share in update.settled:
+            self._settling.setdefault((gpu, start_ns), []).append(share)
+        whole = []
+        for closed in update.closed:
+            window = closed.attribution.window
+            shares = self._settling.pop((window.gpu, window.start_ns), [])
+            whole.append(WindowAttribution(window, shares, closed.attribution.unattributed_s))
+        return whole
 
 
 _CALL_SUBMIT, _CALL_START = attrgetter("call.submit_ns"), attrgetter("call.start_ns")
@@ -101,31 +157,45 @@ _CALL_SUBMIT, _CALL_START = attrgetter("call.submit_ns"), attrgetter("call.start
 class _OpenWindow:
     """An idle stretch being blamed stretch by stretch: a window once it has
     lasted the minimum idle time (``counted``: from then on its blame goes
-    to the counters as it comes; what it accrued before goes at once)."""
+    to the counters as it comes; what it accrued before goes at once).
+
+    ``shares`` holds the shares that can still grow (see ``settle``);
+    ``links`` the largest settled ones that may get a link, as a heap of at
+    most ``max_links`` entries."""
 
     __slots__ = (
         "start_ns",
         "accrued_to",
         "shares",
         "originals",
+        "order",
+        "added",
+        "links",
+        "linkable",
         "unattributed_s",
         "idle_s",
         "blocked",
         "counted",
         "label",
+        "gpu",
         "models",
     )
 
-    def __init__(self, start_ns: int, label: str):
+    def __init__(self, start_ns: int, label: str, gpu: str):
         self.start_ns = start_ns
         self.accrued_to = start_ns
         self.idle_s = 0.0
         self.shares: dict[int, CallShare] = {}  # id(original call) -> its share so far
         self.originals: dict[int, ToolCall] = {}  # holds each original, so its id stays its own
+        self.order: dict[int, int] = {}  # id(original call) -> when its share came (ties between links)
+        self.added = 0
+        self.links: list[tuple[float, int, int, int, CallShare]] = []  # a min-heap: (blocked_s, submit, start, order)
+        self.linkable = 0
         self.unattributed_s = 0.0
         self.blocked: dict[tuple[str, str], float] = {}  # (tool, phase) -> seconds so far
         self.counted = False
         self.label = label  # gpu_key of its GPU: the counters' gpu label
+        self.gpu = gpu  # IdleWindow.gpu
         self.models: dict[tuple[str, str], float] = {}  # (model, phase) -> seconds so far
 
     def add(
@@ -140,7 +210,7 @@ class _OpenWindow:
             models = self.models
             for model_phase, seconds in model_by_phase(result.models).items():
                 models[model_phase] = models.get(model_phase, 0.0) + seconds
-        shares, kept = self.shares, self.originals
+        shares, kept, order = self.shares, self.originals, self.order
         for share in result.shares:
             call = share.call
             original = originals.get(id(call), call) if originals else call
@@ -148,6 +218,8 @@ class _OpenWindow:
             merged = shares.get(key)
             if merged is None:
                 kept[key] = original
+                self.added += 1
+                order[key] = self.added
                 shares[key] = share  # the stretch's result is done with (counted first): kept, and merged into
                 continue
             merged.start_ns = min(merged.start_ns, share.start_ns)
@@ -166,12 +238,50 @@ class _OpenWindow:
         _add_blocked(totals.blocked_s, label, self.blocked)
         _add_blocked(totals.model_s, label, self.models)
 
-    def close(self, window: IdleWindow) -> ClosedWindow:
-        shares = sorted(self.shares.values(), key=_CALL_START)
-        shares.sort(key=_CALL_SUBMIT)  # by submit, then start
+    def settle(self, settled: list[SettledShare], share_min_s: float, max_links: int) -> None:
+        """Hand out the shares that can no longer grow: of calls that have
+        ended (the original record, which the hot path finishes) no later
+        than the blame has reached. No later stretch can reach such a call
+        (the horizon gives only calls ending after a stretch's start; a
+        block it caused past its end is blamed on a stand-in for it, as
+        before: ``rule._cut_at_blocks``)."""
+        to = self.accrued_to
+        final = [key for key, original in self.originals.items() if 0 < original.end_ns <= to]
+        if final:
+            self._hand_out(final, settled, share_min_s, max_links)
+
+    def close(
+        self, window: IdleWindow, settled: list[SettledShare], share_min_s: float, max_links: int
+    ) -> ClosedWindow:
+        """Every share left is final; the window's links are its largest."""
+        self._hand_out(list(self.shares), settled, share_min_s, max_links)
+        links = [share for *_, share in sorted(self.links)]  # smallest first (by share, submit, start, order)
         return ClosedWindow(
-            WindowAttribution(window, shares, self.unattributed_s), self.idle_s, self.blocked, self.models
+            WindowAttribution(window, links, self.unattributed_s), self.idle_s, self.blocked, self.models, self.linkable
         )
+
+    def _hand_out(self, keys: list[int], settled: list[SettledShare], share_min_s: float, max_links: int) -> None:
+        shares, originals, order, links = self.shares, self.originals, self.order, self.links
+        out = []
+        for key in keys:
+            share = shares.pop(key)
+            del originals[key]
+            out.append(share)
+            blocked_s = share.queue_s + share.exec_s
+            if blocked_s < share_min_s or not share.call.trace_id:
+                del order[key]
+                continue
+            self.linkable += 1
+            call = share.call
+            entry = (blocked_s, call.submit_ns, call.start_ns, order.pop(key), share)
+            if len(links) < max_links:
+                heapq.heappush(links, entry)
+            elif max_links and entry[:4] > links[0][:4]:
+                heapq.heapreplace(links, entry)
+        out.sort(key=_CALL_START)
+        out.sort(key=_CALL_SUBMIT)  # by submit, then start
+        gpu, start = self.gpu, self.start_ns
+        settled.extend(SettledShare(gpu, start, share) for share in out)
 
 
 def _add_blocked(
@@ -194,7 +304,9 @@ class BlameEngine:
     a closed window's shares are those of the calls whose life lasts that
     long (none shorter can have a share that long); every call's share is
     in the counters' increments and the window's ``blocked`` totals
-    (``attribute``'s ``shares_from``; 0: every call's share).
+    (``attribute``'s ``shares_from``; 0: every call's share); ``max_links``
+    how many of a window's shares it keeps for the links of its span
+    (``ClosedWindow``).
     """
 
     def __init__(
@@ -208,9 +320,11 @@ class BlameEngine:
         max_calls: int = MAX_HORIZON_CALLS,
         pool: str = "",
         share_min_s: float = 0.0,
+        max_links: int = DEFAULT_MAX_LINKS,
     ):
         self.pool = pool
         self.share_min_s = share_min_s
+        self.max_links = max(0, max_links)
         self.detector = IdleDetector(idle_threshold, min_idle_s, max_gap_s=max_gap_s, uuids=uuids, pool=pool)
         self.horizon = CallHorizon(horizon_s, max_calls)
         self._open: dict[str, _OpenWindow] = {}
@@ -221,7 +335,7 @@ class BlameEngine:
         """In a forked child: the blame accrued so far in an open window is the
         parent's (its calls, its counters); the child blames from where it got to."""
         for gpu, current in list(self._open.items()):
-            fresh = self._open[gpu] = _OpenWindow(current.start_ns, current.label)
+            fresh = self._open[gpu] = _OpenWindow(current.start_ns, current.label, current.gpu)
             fresh.accrued_to = current.accrued_to
             fresh.counted = current.counted
 
@@ -299,6 +413,7 @@ class BlameEngine:
                     update.model_idle_s[key] = update.model_idle_s.get(key, 0.0) + serving
             if segment.utilization <= threshold:
                 self._accrue(segment, result, blocked, originals, update, ended)
+        share_min_s, max_links, settled = self.share_min_s, self.max_links, update.settled
         for window in closed:
             current = self._open.get(window.gpu)
             if current is not None and current.start_ns == window.start_ns:
@@ -306,15 +421,18 @@ class BlameEngine:
             else:
                 current = ended.pop((window.gpu, window.start_ns), None)
                 if current is None:  # no stretch of it was seen (not expected): a window blamed on nobody
-                    current = _OpenWindow(window.start_ns, gpu_key(window))
+                    current = _OpenWindow(window.start_ns, gpu_key(window), window.gpu)
             if not current.counted:
                 current.count(update.idle)
-            update.closed.append(current.close(window))
+            update.closed.append(current.close(window, settled, share_min_s, max_links))
         for gpu, current in list(self._open.items()):
             if self.detector.open_since(gpu) != current.start_ns:
                 del self._open[gpu]  # the stretch ended too short to be a window
-            elif not current.counted and self.detector.open_window(gpu) is not None:
+                continue
+            if not current.counted and self.detector.open_window(gpu) is not None:
                 current.count(update.idle)  # it has lasted the minimum idle time
+            if current.counted:
+                current.settle(settled, share_min_s, max_links)
         self.horizon.keep_from(self._needed_from())
         return update
 
@@ -333,7 +451,7 @@ class BlameEngine:
         if current is None or current.accrued_to != segment.start_ns:
             if current is not None:
                 ended[(gpu, current.start_ns)] = current
-            current = self._open[gpu] = _OpenWindow(segment.start_ns, gpu_key(segment))
+            current = self._open[gpu] = _OpenWindow(segment.start_ns, gpu_key(segment), gpu)
         seconds = (segment.end_ns - segment.start_ns) / NS_PER_S
         if current.counted:  # before add(), which merges later shares into these
             idle, label = update.idle, current.label

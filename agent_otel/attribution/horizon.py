@@ -2,17 +2,20 @@
 
 GPU time is only known once the samples covering it have arrived, a little
 after the calls that were in flight then have finished, so the live engine
-keeps the finished calls of the last ``horizon_s`` seconds and asks for the
-ones that overlap each new stretch. Memory stays bounded twice over: calls
-that ended more than ``horizon_s`` before the newest end seen are pruned,
-and past ``max_calls`` the oldest are dropped (and counted in ``dropped``).
+keeps the finished calls it may still ask for, and asks for the ones that
+overlap each new stretch. Memory stays bounded twice over: by time, and
+past ``max_calls`` the oldest are dropped (and counted in ``dropped``).
 
-The age bound never removes what blame still needs: the engine says, after
-each batch, from when on it may still ask (``keep_from``: the part of an
-open idle window not yet blamed), and calls ending after that stay however
-old they are. So a window longer than the horizon is blamed like a short
-one; only a burst of more than ``max_calls`` calls loses its oldest calls
-(their time then shows as unattributed).
+By time: the engine says, after each batch, from when on it may still ask
+(``keep_from``: the part of an open idle window not yet blamed, the
+stretch the next sample of each GPU covers, at most ``horizon_s`` behind
+the newest sample); calls ending after that stay however old they are,
+and the others, blamed already, go. Until the engine has said (and for a
+horizon used on its own) calls that ended more than ``horizon_s`` before
+the newest end seen go. So a window longer than the horizon is blamed like
+a short one; only a burst of more than ``max_calls`` calls loses its
+oldest calls (their time then shows as unattributed), and ``dropped``
+counts only those: calls not yet blamed in full.
 
 Calls still in flight are not stored here; the live loop passes them to
 ``attribute`` separately.
@@ -89,14 +92,16 @@ class CallHorizon:
             return [call for call in self._calls[first:] if call.submit_ns < end_ns and call.submit_ns < call.end_ns]
 
     def keep_from(self, ns: int | None) -> None:
-        """Keep the calls that end after ``ns`` whatever their age (None: no floor)."""
+        """Keep the calls that end after ``ns`` whatever their age, and no
+        others: nothing before ``ns`` will be asked for (None: keep the calls
+        of the last ``horizon_s``)."""
         with self._lock:
             self._keep_from_ns = ns
             self._prune()
 
     @property
     def dropped(self) -> int:
-        """How many calls were dropped to stay within ``max_calls``."""
+        """How many calls were dropped to stay within ``max_calls`` (calls not yet blamed in full)."""
         with self._lock:
             return self._dropped
 
@@ -105,9 +110,7 @@ class CallHorizon:
             return len(self._calls)
 
     def _prune(self) -> None:
-        cutoff = self._newest_ns - self.horizon_ns
-        if self._keep_from_ns is not None:
-            cutoff = min(cutoff, self._keep_from_ns)
+        cutoff = self._newest_ns - self.horizon_ns if self._keep_from_ns is None else self._keep_from_ns
         expired = bisect_left(self._ends, cutoff)
         excess = len(self._calls) - expired - self.max_calls
         if excess > 0:

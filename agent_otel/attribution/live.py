@@ -5,8 +5,12 @@ flight and the finished ones, into a ``BlameEngine``
 (``agent_otel.attribution.engine``): the same ``attribute()`` the offline
 report uses, applied as the samples come. What it returns leaves here: the
 increments go to the GPU counters of the contract at once (so a stall shows
-on them while it lasts), and each idle window that closes leaves as
-``gpu.idle`` spans carrying the totals the counters received for it.
+on them while it lasts); each call's share of an idle window leaves as a
+child ``gpu.idle`` span under the call's span once it is final (the call
+has ended and the blame has passed its end), and each idle window that
+closes leaves as a ``gpu.idle`` span carrying the totals the counters
+received for it, linked to its largest shares. So nothing here grows with
+the calls of a window that lasts hours.
 """
 
 from __future__ import annotations
@@ -21,8 +25,15 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
 from agent_otel import forks
-from agent_otel.attribution.engine import MAX_HORIZON_CALLS, BlameEngine, BlameUpdate, ClosedWindow
-from agent_otel.attribution.rule import CallShare, largest_share
+from agent_otel.attribution.engine import (
+    DEFAULT_MAX_LINKS,
+    MAX_HORIZON_CALLS,
+    BlameEngine,
+    BlameUpdate,
+    ClosedWindow,
+    SettledShare,
+)
+from agent_otel.attribution.rule import largest_share
 from agent_otel.capture.models import model_calls, peer_model_spans
 from agent_otel.errors import ConfigError
 from agent_otel.gpu.logs import GpuLogWriter
@@ -50,6 +61,7 @@ from agent_otel.semconv import (
     GPU_IDLE_BLOCKED_TOOLS,
     GPU_IDLE_DURATION,
     GPU_IDLE_UNATTRIBUTED_DURATION,
+    GPU_IDLE_UNLINKED_CALLS,
     GPU_INDEX,
     GPU_SOURCE_SIMULATED,
     GPU_UTILIZATION_AVG,
@@ -68,7 +80,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("agent_otel.gpu")
 
 # The SDK's default link limit per span (OTEL_SPAN_LINK_COUNT_LIMIT).
-DEFAULT_LINK_LIMIT = 128
+DEFAULT_LINK_LIMIT = DEFAULT_MAX_LINKS
 # Over this share of the time model calls were in flight read idle, the GPU
 # data contradicts the model calls (logged once per GPU; the gauge shows it).
 MODEL_IDLE_WARN_RATIO = 0.2
@@ -212,6 +224,7 @@ class LiveTimeline:
             horizon_s=horizon_s,
             max_calls=max_calls,
             share_min_s=self.share_min,
+            max_links=self.max_links,
         )
         self._problems = Problems(logger)
         self._reported_errors: dict[str, int] = {}
@@ -325,10 +338,12 @@ class LiveTimeline:
             self.metrics.server_kv_cache.labels(server).set(latest.kv_cache_usage)
 
     def apply(self, update: BlameUpdate) -> None:
-        """Counters first, then the spans of the windows that closed."""
+        """Counters first, then the child spans of the shares now final, then the spans of the windows that closed."""
         self._count(update)
+        if self.children and update.settled:
+            self._emit_children(update.settled)
         for closed in update.closed:
-            self._emit_spans(closed)
+            self._emit_window(closed)
 
     def _blocks(self) -> list[LoopBlock]:
         """The event-loop blocks (the loop monitor's) of the stretch a batch
@@ -405,24 +420,19 @@ class LiveTimeline:
                     in_flight,
                 )
 
-    def _emit_spans(self, closed: ClosedWindow) -> None:
+    def _emit_window(self, closed: ClosedWindow) -> None:
         """The window's ``gpu.idle`` span, with the per-tool totals of every
-        share and links to the largest shares; a child span under each tool
-        span whose share is large enough (docs/telemetry.md, GPU idle spans)."""
+        share and links to the largest shares (docs/telemetry.md, GPU idle spans)."""
         result = closed.attribution
         window = result.window
         gpu = valid_text(window.gpu, NAME_LIMIT)  # from a GPU log, when replayed
-        share_min = self.share_min
         totals = closed.blocked  # (tool, phase) -> seconds, as the counters got them
-        # the shares a link and a child show
-        shown = [share for share in result.shares if share.queue_s + share.exec_s >= share_min and share.call.trace_id]
-        # Largest last: a tracer provider whose link limit is lower than the
-        # one read at start keeps the last links it is given.
-        shown.sort(key=_blocked_s)
-        linked = shown[len(shown) - self.max_links :] if self.max_links else []
+        # The engine kept the largest shares a link shows, smallest first: a
+        # tracer provider whose link limit is lower than the one read at
+        # start keeps the last links it is given.
         links = [
             Link(_context_of(share.call), {GPU_IDLE_BLOCKED_DURATION: share.blocked_s, AGENT_TOOL_PHASE: share.phase})
-            for share in linked
+            for share in result.shares
         ]
         attributes: dict[str, AttributeValue] = {
             GPU_INDEX: gpu,
@@ -433,6 +443,8 @@ class LiveTimeline:
         }
         if window.uuid:
             attributes[GPU_UUID] = valid_text(window.uuid, NAME_LIMIT)
+        if closed.linkable > len(links):
+            attributes[GPU_IDLE_UNLINKED_CALLS] = closed.linkable - len(links)
         if closed.models:  # the model server's share, as agent_gpu_idle_model_seconds_total got it
             ordered_models = sorted(closed.models.items(), key=_largest_first)
             attributes[GPU_IDLE_MODEL_DURATION] = sum(closed.models.values())
@@ -465,16 +477,22 @@ class LiveTimeline:
             start_time=window.start_ns,
         )
         span.end(end_time=window.end_ns)
-        if not self.children:
-            return
-        for share in shown:
-            blocked_s = share.blocked_s
-            if blocked_s <= 0.0:
+
+    def _emit_children(self, settled: list[SettledShare]) -> None:
+        """A child ``gpu.idle`` span under each tool span whose final share of
+        a window is large enough (docs/telemetry.md, GPU idle spans)."""
+        share_min = self.share_min
+        gpus: dict[str, str] = {}
+        for gpu, _window_start, share in settled:
+            blocked_s = share.queue_s + share.exec_s
+            if blocked_s < share_min or blocked_s <= 0.0 or not share.call.trace_id:
                 continue
+            if gpu not in gpus:
+                gpus[gpu] = valid_text(gpu, NAME_LIMIT)  # from a GPU log, when replayed
             child = self.tracer.start_span(
                 SPAN_GPU_IDLE,
                 context=trace_api.set_span_in_context(NonRecordingSpan(_context_of(share.call))),
-                attributes={GPU_INDEX: gpu, GPU_IDLE_BLOCKED_DURATION: blocked_s, AGENT_TOOL_PHASE: share.phase},
+                attributes={GPU_INDEX: gpus[gpu], GPU_IDLE_BLOCKED_DURATION: blocked_s, AGENT_TOOL_PHASE: share.phase},
                 start_time=share.start_ns,
             )
             child.end(end_time=share.end_ns)
@@ -503,10 +521,6 @@ class LiveTimeline:
 def _context_of(call: ToolCall) -> SpanContext:
     """The span context of a tool call's span."""
     return SpanContext(call.trace_id, call.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
-
-
-def _blocked_s(share: CallShare) -> float:
-    return share.blocked_s
 
 
 def _largest_first(item: tuple[tuple[str, str], float]) -> tuple[float, str, str]:

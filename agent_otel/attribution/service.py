@@ -42,8 +42,12 @@ model calls too.
 
 Memory is bounded whatever the order spans arrive in: held samples by the
 watermark (and ``MAX_HELD_SAMPLES``), calls by the engine's horizon
-(``max_calls``; more are dropped and counted), and a call is only kept if
-it ends between the frontier and the watermark ahead of now.
+(``max_calls``; more are dropped and counted: calls not yet blamed in
+full), and a call is only kept if it ends between the frontier and the
+watermark ahead of now, until the frontier passes its end (the engine's
+``keep_from``): two watermarks' worth at most while spans arrive in time.
+An idle window that lasts hours holds no more (the engine settles each
+call's share as the frontier passes its end).
 """
 
 from __future__ import annotations
