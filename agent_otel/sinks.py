@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
+from agent_otel.host import command
+
 logger = logging.getLogger("agent_otel")
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -197,10 +199,10 @@ def exit_line(plan_: Plan) -> Optional[str]:
     if gpu_log is not None and _has_samples(gpu_log[0]):
         return (
             f"agent-otel: {plan_.reason}, so the traces are in {path} and the GPU's samples in {gpu_log[0]}; "
-            f"to see them: agent-otel report {path} --gpu-log {gpu_log[0]} --html {html}"
+            f"to see them: {command()} report {path} --gpu-log {gpu_log[0]} --html {html}"
         )
     return (
-        f"agent-otel: {plan_.reason}, so the traces are in {path}; to see them: agent-otel report {path} --html {html}"
+        f"agent-otel: {plan_.reason}, so the traces are in {path}; to see them: {command()} report {path} --html {html}"
     )
 
 

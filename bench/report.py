@@ -30,6 +30,15 @@ order) and each figure is the median of the rounds, with min and max.
 - ``report``: ``agent-otel report FILE --format json`` (read, attribute,
   every statistic, the JSON on stdout), as a user runs it.
 
+Then the same at 100k and 1M spans on other shapes of traces
+(``SHAPES``): a trace per call, a trace per turn of 8 calls, one trace for
+everything; every tool call with a unique call id; model spans, and the
+spans of peer instrumentations (OpenInference's tool and LLM spans) beside
+ours; 1 and 100 spans a line; a window-level ``gpu.idle`` span per 50
+calls. Each shape's goal is the same: the report within 2x the
+``json.loads`` floor, at most 300 MB per million spans, and the cost per
+span from 100k to 1M flat (``--shapes-only`` runs just these).
+
 Then: a 65 MB GPU log (``--query-gpu`` csv, 2M samples) with the 10k-span
 traces, and ``/dev/zero`` as traces and ``/dev/urandom`` as a GPU log, each
 with its peak memory.
@@ -232,6 +241,226 @@ def write_traces(path: str, count: int, seed: int = 1) -> None:
             out.write(orjson.dumps(request) + b"\n")
 
 
+# ---------------------------------------------------------------- other shapes of traces
+
+# name -> (how spans share traces: "call", "turn" (8 calls) or "one"; peers' spans beside ours; spans a line)
+SHAPES = {
+    "trace per call, 1 span a line": ("call", False, 1),
+    "turn of 8, 100 a line": ("turn", False, 100),
+    "turn of 8 with peers' spans, 100 a line": ("turn", True, 100),
+    "one trace, 100 a line": ("one", False, 100),
+    "one trace with peers' spans, 1 span a line": ("one", True, 1),
+}
+TURN_CALLS = 8
+IDLE_EVERY = 50  # a window-level gpu.idle span per this many calls
+
+
+def shape_spans(rng: random.Random, traces: str, peers: bool):
+    """Spans of turns of 8 tool calls, each turn a model call, then the
+    calls (direct and pooled, each with a unique call id), then its agent
+    span; ``traces``: a trace per call, per turn, or one for everything;
+    ``peers``: an OpenInference TOOL span beside each tool call and an LLM
+    span under each model call (one call each, for the report)."""
+    t = T0
+    one = f"{rng.getrandbits(128):032x}"
+    root = f"{rng.getrandbits(64):016x}"
+    calls = 0
+    while True:
+        turn_trace = one if traces == "one" else f"{rng.getrandbits(128):032x}"
+        agent_id = f"{rng.getrandbits(64):016x}"
+        begin = t
+        model_trace = f"{rng.getrandbits(128):032x}" if traces == "call" else turn_trace
+        model_end = t + rng.randrange(100_000_000, 600_000_000)
+        model = _span(
+            rng,
+            model_trace,
+            "" if traces == "call" else agent_id,
+            "chat llama-3-70b",
+            t,
+            model_end,
+            [
+                _s("gen_ai.operation.name", "chat"),
+                _s("gen_ai.request.model", "llama-3-70b"),
+                _i("gen_ai.usage.input_tokens", rng.randrange(200, 4000)),
+                _i("gen_ai.usage.output_tokens", rng.randrange(10, 400)),
+            ],
+        )
+        yield model
+        if peers:
+            yield _span(
+                rng,
+                model_trace,
+                model["spanId"],
+                "ChatOpenAI",
+                t + 1_000_000,
+                model_end - 1_000_000,
+                [_s("openinference.span.kind", "LLM"), _s("llm.model_name", "llama-3-70b")],
+            )
+        t = model_end
+        last = t
+        for k in range(TURN_CALLS):
+            pooled = k % 2 == 1
+            tool = rng.choice(TOOLS)
+            trace = f"{rng.getrandbits(128):032x}" if traces == "call" else turn_trace
+            submit = t + rng.randrange(100_000, 5_000_000)
+            queue = rng.randrange(0, 200_000_000) if pooled else 0
+            start = submit + queue
+            end = start + rng.randrange(5_000_000, 800_000_000)
+            attributes = [
+                _s("gen_ai.operation.name", "execute_tool"),
+                _s("gen_ai.tool.name", tool),
+                _s("gen_ai.tool.type", "function"),
+                _s("gen_ai.tool.call.id", f"call_{rng.getrandbits(96):024x}"),
+                _d("agent.tool.queue.duration", queue / 1e9),
+                _s("agent.tool.executor", "io" if pooled else "direct"),
+                _s("agent.tool.outcome", "ok"),
+                _d("agent.tool.exec.duration", (end - start) / 1e9),
+            ]
+            events = ()
+            if pooled:
+                attributes.append(_i("agent.executor.max_workers", 8))
+                events = ({"timeUnixNano": str(start), "name": "exec.start"},)
+            parent = "" if traces == "call" else agent_id
+            call = _span(rng, trace, parent, f"execute_tool {tool}", submit, end, attributes, events)
+            yield call
+            if peers:
+                yield _span(
+                    rng,
+                    trace,
+                    parent,
+                    tool,
+                    start + 500_000,
+                    end - 500_000,
+                    [_s("openinference.span.kind", "TOOL"), _s("tool.name", tool)],
+                )
+            calls += 1
+            if calls % IDLE_EVERY == 0:  # the GPU waited on this call: a window of its own trace
+                yield _span(
+                    rng,
+                    f"{rng.getrandbits(128):032x}",
+                    "",
+                    "gpu.idle",
+                    start,
+                    end,
+                    [
+                        _i("gpu.index", 0),
+                        _s("gpu.uuid", "GPU-8f3c1f7e-5d2a-4b6e-9c1d-2f4e6a8b0c1d"),
+                        _d("gpu.idle.duration", (end - start) / 1e9),
+                        _d("gpu.utilization.avg", 0.03),
+                        _d("gpu.idle.unattributed_duration", 0.0),
+                        _array(GPU_IDLE_BLOCKED_TOOLS, "stringValue", [tool]),
+                        _array(GPU_IDLE_BLOCKED_PHASES, "stringValue", [PHASE_EXEC]),
+                        _array(GPU_IDLE_BLOCKED_DURATIONS, "doubleValue", [(end - start) / 1e9]),
+                    ],
+                )
+            last = max(last, end)
+            t = end if not pooled else t + rng.randrange(1_000_000, 50_000_000)
+        finish = last + rng.randrange(1_000_000, 100_000_000)
+        if traces != "call":
+            yield _span(
+                rng,
+                turn_trace,
+                root if traces == "one" else "",
+                "invoke_agent research",
+                begin,
+                finish,
+                [_s("gen_ai.operation.name", "invoke_agent"), _s("gen_ai.agent.name", "research")],
+            )
+        t = finish
+
+
+def write_shape(path: str, count: int, shape: str, seed: int = 3) -> None:
+    """``count`` spans of a shape of ``SHAPES``; with one trace, its root span last."""
+    traces, peers, per_line = SHAPES[shape]
+    rng = random.Random(seed)
+    spans = shape_spans(rng, traces, peers)
+    body = count - 1 if traces == "one" else count
+    last_end = T0
+    with open(path, "wb") as out:
+        for first in range(0, body, per_line):
+            batch = [next(spans) for _ in range(min(per_line, body - first))]
+            last_end = max(last_end, *(int(span["endTimeUnixNano"]) for span in batch))
+            request = {"resourceSpans": [{"resource": RESOURCE, "scopeSpans": [{"scope": SCOPE, "spans": batch}]}]}
+            out.write(orjson.dumps(request) + b"\n")
+        if traces == "one":  # the root every turn's agent span hangs from
+            first_span = json.loads(open(path, "rb").readline())["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+            root_span = {
+                "traceId": first_span["traceId"],
+                "spanId": _root_of(first_span, path),
+                "name": "session",
+                "kind": 1,
+                "startTimeUnixNano": str(T0),
+                "endTimeUnixNano": str(last_end),
+                "attributes": [],
+                "status": {},
+            }
+            request = {
+                "resourceSpans": [{"resource": RESOURCE, "scopeSpans": [{"scope": SCOPE, "spans": [root_span]}]}]
+            }
+            out.write(orjson.dumps(request) + b"\n")
+
+
+def _root_of(first_span: dict, path: str) -> str:
+    """The parent id the agent spans of a one-trace file name (the root's id)."""
+    with open(path, "rb") as lines:
+        for line in lines:
+            for span in json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+                if span["name"] == "invoke_agent research":
+                    return span["parentSpanId"]
+    raise ValueError("no agent span in the shape")
+
+
+def run_shapes(sizes: list[int], rounds: dict[int, int], directory: str) -> bool:
+    """Each shape at each size: the report against json.loads, side by side in one run."""
+    print()
+    print("Shapes of traces: report against json.loads at each size; median [min-max] over interleaved rounds.")
+    print(
+        f"{'shape':<44} {'spans':>9} {'MB':>5} {'json.loads µs/span':>20} {'report µs/span':>20} "
+        f"{'report / json.loads':>20} {'peak MB':>14} {'MB per 1M spans':>16}"
+    )
+    ok = True
+    for shape in SHAPES:
+        per_size = {}
+        peaks: dict[int, float] = {}
+        for size in sizes:
+            path = os.path.join(directory, f"shape-{size}.jsonl")
+            write_shape(path, size, shape)
+            megabytes = os.path.getsize(path) / 1e6
+            runs: dict[str, list[dict]] = {"json.loads": [], "report": []}
+            for number in range(rounds[size]):
+                for variant in ["json.loads", "report"] if number % 2 == 0 else ["report", "json.loads"]:
+                    args = [path] if variant != "report" else [path, "--format", "json"]
+                    runs[variant].append(measure(variant, *args))
+            os.remove(path)
+            assert all(r["exit"] == 0 for r in runs["report"]), runs["report"][0]["stderr"]
+            ratios = [r["cpu_s"] / j["cpu_s"] for r, j in zip(runs["report"], runs["json.loads"])]
+            peak = [r["peak_mb"] for r in runs["report"]]
+            per_span = [r["cpu_s"] / size * 1e6 for r in runs["report"]]
+            per_million = [p / size * 1e6 for p in peak]  # at 1M: the peak itself
+            per_size[size] = (statistics.median(per_span), statistics.median(per_million), statistics.median(ratios))
+            peaks[size] = statistics.median(peak)
+            print(
+                f"{shape:<44} {size:>9} {megabytes:>5.0f} "
+                f"{spread([j['cpu_s'] / size * 1e6 for j in runs['json.loads']]):>20} {spread(per_span):>20} "
+                f"{spread(ratios):>20} {spread(peak, '{:.0f}'):>14} "
+                f"{spread(per_million, '{:.0f}') if size >= 1_000_000 else '-':>16}",
+                flush=True,
+            )
+            met = per_size[size][2] <= GOAL_RATIO and (size < 1_000_000 or statistics.median(peak) <= GOAL_MB_1M)
+            ok = ok and met
+        if len(sizes) > 1:
+            small, large = min(sizes), max(sizes)
+            growth = per_size[large][0] / per_size[small][0]
+            memory = (peaks[large] - peaks[small]) / (large - small) * 1e6  # MB per 1M spans more
+            met = growth <= GOAL_GROWTH
+            ok = ok and met
+            print(
+                f"{'':<44} cost per span {large} / {small}: {growth:.2f} (goal <= {GOAL_GROWTH:.2f}: "
+                f"{'met' if met else 'NOT MET'}); peak memory grows {memory:.0f} MB per 1M spans"
+            )
+    return ok
+
+
 def write_gpu_log(path: str, megabytes: float) -> int:
     """A ``--query-gpu=timestamp,index,utilization.gpu --format=csv`` log of
     about ``megabytes`` MB: 8 GPUs sampled every 200 ms. Returns its samples."""
@@ -406,6 +635,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10k and 100k spans, 3 rounds")
     parser.add_argument("--gpu-log-mb", type=float, default=65.0, help="size of the large GPU log (default 65)")
+    parser.add_argument("--shapes-only", action="store_true", help="only the shapes of traces (100k and 1M spans)")
+    parser.add_argument(
+        "--rounds-1m", type=int, default=3, help="rounds of each shape at 1M spans (default 3; 1 on a loaded machine)"
+    )
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -420,10 +653,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs; "
         f"{'quick run' if args.quick else 'full run'}; CPU seconds per process, after its imports"
     )
+    shape_sizes = [10_000, 100_000] if args.quick else [100_000, 1_000_000]
+    shape_rounds = {10_000: 3, 100_000: 3, 1_000_000: args.rounds_1m}
     with tempfile.TemporaryDirectory(prefix="agent-otel-bench-report-") as directory:
-        results = run_scaling(sizes, rounds, directory)
-        ok = run_growth(results)
-        ok = run_inputs(directory, args.gpu_log_mb) and ok
+        if args.shapes_only:
+            ok = run_shapes(shape_sizes, shape_rounds, directory)
+        else:
+            results = run_scaling(sizes, rounds, directory)
+            ok = run_growth(results)
+            ok = run_shapes(shape_sizes, shape_rounds, directory) and ok
+            ok = run_inputs(directory, args.gpu_log_mb) and ok
     print(f"\nall goals met: {'yes' if ok else 'NO'}")
     return 0 if ok else 1
 

@@ -49,6 +49,11 @@ def test_committed_files_match_the_generator():
 def test_check_mode_reports_current_files_and_refuses_a_bad_threshold():
     ok = subprocess.run([sys.executable, "-m", "dashboards", "--check"], cwd=REPO, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
+    # It says what it checked: every generated file, by name.
+    (said,) = ok.stdout.splitlines()
+    generated = {str(path.relative_to(REPO)) for path in build.artefacts(LatencySLO())}
+    assert said.startswith(f"checked {len(generated)} files against the code that generates them, all current: ")
+    assert set(said.split(": ", 1)[1].split(", ")) == generated
     bad = subprocess.run(
         [sys.executable, "-m", "dashboards", "--check", "--slo-threshold", "0.75"],
         cwd=REPO,
@@ -57,6 +62,23 @@ def test_check_mode_reports_current_files_and_refuses_a_bad_threshold():
     )
     assert bad.returncode == 2
     assert "0.75" in bad.stderr and "0.8" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("missing", ["grafana_foundation_sdk", "yaml"])
+def test_without_the_dev_extra_it_says_in_one_line_what_to_install(missing):
+    # The demo's install (pip install agent-otel) lacks the dev extra: the
+    # module is made unimportable as it is there.
+    program = (
+        f"import runpy, sys; sys.modules[{missing!r}] = None; sys.argv = ['dashboards', '--check']; "
+        "runpy.run_module('dashboards', run_name='__main__', alter_sys=True)"
+    )
+    result = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"python -m dashboards: needs {missing}, which the dev extra installs: "
+        "pip install -e '.[dev]' (in the repository, on Python 3.11 or later)"
+    ]
 
 
 def test_dashboards_have_the_titles_and_panels_users_look_for():

@@ -65,6 +65,15 @@ def test_the_demo_writes_both_runs_traces_and_timelines(demo):
     assert "GPU: Simulated GPU (--gpu simulated)" in output
 
 
+def test_the_demo_says_how_long_each_run_lasted_as_its_report_does(demo):
+    out, output = demo
+    assert "starting new turns for 4 s each" in output
+    said = [float(seconds) for seconds in re.findall(r"traced (\d+\.\d) s: new turns for 4 s, then the turns", output)]
+    reported = [report(out / f"{run}.jsonl")["window"]["seconds"] for run in ("baseline", "fixed")]
+    assert said == [round(seconds, 1) for seconds in reported]
+    assert all(seconds >= 4 for seconds in reported)
+
+
 def test_the_baseline_blames_the_stalling_tools_not_the_fast_one(demo):
     out, _ = demo
     baseline = report(out / "baseline.jsonl")

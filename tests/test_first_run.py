@@ -10,6 +10,7 @@ import http.server
 import os
 import re
 import resource
+import shlex
 import socket
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def test_the_readme_snippet_with_no_collector(tmp_path):
     for round_ in range(3):
         run_dir = tmp_path / f"run{round_}"
         run_dir.mkdir()
-        exit_s, exit_cpu_s, _, err = run_until_exit(agent, clean_env(), run_dir)
+        exit_s, exit_cpu_s, _, err = run_until_exit(agent, env_without_venv(), run_dir)
         base_s, base_cpu_s, _, _ = run_until_exit(baseline, clean_env(), run_dir)
         exits.append(exit_s)
         exit_cpus.append(exit_cpu_s)
@@ -111,17 +112,49 @@ def test_the_readme_snippet_with_no_collector(tmp_path):
         assert "no OTLP endpoint is set" in line and "localhost:4317" in line
         traces, html = re.search(r"agent-otel report (\S+) --html (\S+)$", line).groups()
         assert (run_dir / traces).read_text().count('"execute_tool search"') == 1
-    # The command the line gives works, as given, from where the program ran.
+    # The command the line gives works, as given, by a shell, from where the
+    # program ran: the venv's script by its full path, the venv not being on
+    # the PATH (the README never activates it).
     run_dir, err = errs[0]
-    command = err.strip().split("to see them: ", 1)[1].split()
-    assert command[0] == "agent-otel" and command[-2] == "--html"
-    html = command[-1]
+    command = err.strip().split("to see them: ", 1)[1]
+    assert shlex.split(command)[0] == str(AGENT_OTEL) and shlex.split(command)[-2] == "--html"
+    html = shlex.split(command)[-1]
     opened = subprocess.run(
-        [str(AGENT_OTEL), *command[1:]], cwd=run_dir, capture_output=True, text=True, timeout=120, env=clean_env()
+        command, shell=True, cwd=run_dir, capture_output=True, text=True, timeout=120, env=env_without_venv()
     )
     assert opened.returncode == 0, opened.stderr
     assert (run_dir / html).stat().st_size > 0
     assert "search" in opened.stdout
+
+
+def env_without_venv(**extra) -> dict:
+    """clean_env, with no directory on the PATH that holds an agent-otel command."""
+    env = clean_env(**extra)
+    path = env.get("PATH", os.defpath).split(os.pathsep)
+    env["PATH"] = os.pathsep.join(d for d in path if d and not os.path.exists(os.path.join(d, "agent-otel")))
+    return env
+
+
+@pytest.mark.parametrize("on_path", [False, True], ids=["venv not activated", "venv activated"])
+def test_the_exit_line_names_the_command_as_the_shell_finds_it(tmp_path, on_path):
+    if something_listens(4317):
+        pytest.skip("something listens on localhost:4317 here: the spans would be exported to it")
+    agent = tmp_path / "agent.py"
+    agent.write_text(readme_snippet() + '\nsearch("x")\n' + END)
+    env = env_without_venv()
+    if on_path:  # what `source .venv/bin/activate` does
+        env["PATH"] = os.pathsep.join([str(AGENT_OTEL.parent), env["PATH"]])
+    process = subprocess.run(
+        [sys.executable, str(agent)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert process.returncode == 0, process.stderr
+    command = process.stderr.strip().split("to see them: ", 1)[1]
+    assert shlex.split(command)[0] == ("agent-otel" if on_path else str(AGENT_OTEL))
+    opened = subprocess.run(
+        command + " --format json", shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+    )
+    assert opened.returncode == 0, opened.stderr
+    assert [tool["tool"] for tool in __import__("json").loads(opened.stdout)["tools"]] == ["search"]
 
 
 def test_a_configured_endpoint_that_is_down_is_used_and_bounded(tmp_path):
@@ -261,9 +294,10 @@ def test_a_sampled_gpu_is_logged_beside_the_chosen_traces_file_and_the_line_says
     traces, gpu_log, html = re.search(r"agent-otel report (\S+) --gpu-log (\S+) --html (\S+)$", line).groups()
     assert gpu_log == traces.removesuffix(".jsonl") + "-gpu.csv"
     assert f"the GPU's samples in {gpu_log}" in line
-    command = line.split("to see them: ", 1)[1].split()
+    command = line.split("to see them: ", 1)[1]
     opened = subprocess.run(
-        [str(AGENT_OTEL), *command[1:], "--format", "json"],
+        command + " --format json",
+        shell=True,
         cwd=tmp_path,
         capture_output=True,
         text=True,

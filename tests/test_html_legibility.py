@@ -28,9 +28,13 @@ def record_run(tmp_path: Path, *, simulated: bool) -> Path:
     path's writer from a simulated GPU (or a real-looking one)."""
     run = RecordedRun(tmp_path / "research.jsonl", service="research-agent")
     run.agent_run(0.0, 9.0)
-    run.tool_call("embed", 1.0, 1.0, 4.0, executor="direct")
-    run.tool_call("search", 3.0, 3.5, 4.5, executor="io")
+    run.model_call("llama-3-70b", 2.2, 2.9, input_tokens=800, output_tokens=40)  # the GPU idles meanwhile
+    embed = run.tool_call("embed", 1.0, 1.0, 4.0, executor="direct", cpu=2.7)
+    search = run.tool_call("search", 3.0, 3.5, 4.5, executor="io", workers=4)
     run.tool_call("render", 6.0, 6.0, 6.5, executor="direct", outcome="error")
+    # embed, called from a coroutine, held the event loop while search waited
+    run.loop_block(3.2, 4.0, blocker=embed, waiting=[search])
+    run.loop_block(7.0, 7.6)  # and code that is no tool
     run.close()
     device = SimulatedGpu().devices() if simulated else []
     writer = GpuLogWriter(str(tmp_path / "gpu.csv"), device)
@@ -189,6 +193,19 @@ CHECK = """<script>
   root.dataset.sideLeft = String(Math.round(side.left));
   root.dataset.viewport = String(window.innerWidth);
   root.dataset.scrollWidth = String(root.scrollWidth);
+  // a table wider than its section scrolls sideways: clipped at first sight
+  var clipped = [];
+  document.querySelectorAll("section table").forEach(function (table) {
+    var section = table.closest("section");
+    if (section.scrollWidth > section.clientWidth + 1 || table.getBoundingClientRect().right > window.innerWidth + 1) {
+      clipped.push(table.id + ":" + section.scrollWidth + ">" + section.clientWidth);
+    }
+  });
+  root.dataset.clipped = clipped.join(" ");
+  root.dataset.tables = String(document.querySelectorAll("section table").length);
+  root.dataset.laneLabels = Array.from(document.querySelectorAll(".lane-label")).map(function (d) {
+    return d.className.replace("lane-label", "").trim() || "tool";
+  }).join(" ");
   var gpu = document.querySelector(".lane-label.gpu");
   root.dataset.gpuLabel = gpu ? gpu.textContent : "";
 })();
@@ -203,7 +220,7 @@ def played(page: Path, tmp_path: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=[(800, 1000), (1400, 900)], ids=["800", "1400"])
+@pytest.fixture(scope="module", params=[(800, 1000), (1280, 800), (1400, 900)], ids=["800", "1280", "1400"])
 def opened(request, tmp_path_factory):
     """The report page, with the checks above played in it, opened once per
     window size in Chromium: (width, height, the run, its screenshot)."""
@@ -239,6 +256,113 @@ def test_in_chromium_every_colour_drawn_is_in_the_legend_and_the_timeline_keeps_
     else:
         assert int(attrs["data-side-left"]) >= int(attrs["data-panel-width"])  # beside it
         assert canvas >= 0.5 * width
+        # from 1280 px on, every table shows whole: no column behind a sideways scroll
+        assert attrs["data-clipped"] == ""
+        assert int(attrs["data-tables"]) >= 6
+    # a lane for the event loop, between the GPU's and the model's and the tools'
+    assert attrs["data-lane-labels"].split() == ["gpu", "model", "loop", "tool", "tool", "tool"]
+
+
+def section_headers(text: str, title: str) -> list[str]:
+    """The column headers of one section of the text table (the line after its title)."""
+    lines = text.splitlines()
+    index = next(i for i, line in enumerate(lines) if line.startswith(title))
+    return re.split(r" {2,}", lines[index + 1].strip())
+
+
+def html_headers(page: str, table_id: str) -> list[str]:
+    """The header cells of one table of the page (elements are in document order)."""
+    found = Elements(page).found
+    at = next(i for i, e in enumerate(found) if e["tag"] == "table" and e["attrs"].get("id") == table_id)
+    headers = []
+    for element in found[at + 1 :]:
+        if element["tag"] == "table":
+            break
+        if element["tag"] == "th":
+            headers.append(element["text"])
+    return headers
+
+
+# The text table's columns and the HTML's, section by section: every one the
+# text shows is in the page ("" the text's unnamed verdict column).
+SAME_COLUMNS = {
+    ("Tools, by", "tools-table"): {
+        "TOOL": "tool",
+        "UNUSED": "unused s",
+        "BLOCKED": "blocked idle s",
+        "IN QUEUE": "queue / exec s",
+        "IN EXEC": "queue / exec s",
+        "CALLS": "calls",
+        "ERRORS": "errors",
+        "P50": "p50 s",
+        "P95": "p95 s",
+        "P99": "p99 s",
+        "QUEUE P95": "queue p95 s",
+        "EXEC P95": "exec p95 s",
+        "LOOP BLOCKED": "loop blocked s",
+        "CPU": "CPU",
+    },
+    ("Event loops", "loops-table"): {
+        "THREAD": "thread",
+        "BLOCKS": "blocks",
+        "BLOCKED": "blocked s",
+        "LONGEST": "longest s",
+        "BLOCKED BY": "blocked by (s)",
+    },
+    ("Models", "models-table"): {
+        "MODEL": "model",
+        "CALLS": "calls",
+        "TIME": "s",
+        "P50": "p50 s",
+        "P95": "p95 s",
+        "FIRST CHUNK P50": "first chunk p50 s",
+        "IN TOKENS": "in tokens",
+        "OUT TOKENS": "out tokens",
+        "ERRORS": "errors",
+        "GPU IDLE": "GPU idle s",  # the model server's share
+    },
+    ("Executors", "executors-table"): {
+        "EXECUTOR": "executor",
+        "SUBMITTED": "calls",
+        "WAIT P95": "wait p95 s",
+        "QUEUED": "queued",
+        "MAX QUEUED": "max queued",
+        "MAX RUNNING": "max running",
+        "PEAK IN FLIGHT": "peak in flight",
+        "MAX WORKERS": "max workers",
+    },
+    ("GPUs", "gpus-table"): {
+        "GPU": "gpu",
+        "BUSY": "busy s",
+        "IDLE": "idle s",
+        "BLOCKED BY TOOLS": "blocked s",
+        "MODEL SERVER": "model server s",
+        "UNATTRIBUTED": "unattributed s",
+        "UTIL AVG": "util avg",
+        "UNUSED": "unused s",
+        "UNUSED BY TOOLS": "unused by tools s",
+        "MISSING": "missing s",
+    },
+}
+
+
+def test_the_page_shows_every_column_of_the_text_table(tmp_path, capsys):
+    page = record_run(tmp_path, simulated=False)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "research.jsonl"), "--gpu-log", str(tmp_path / "gpu.csv")]) == 0
+    text = capsys.readouterr().out
+    shown = page.read_text()
+    for (title, table_id), columns in SAME_COLUMNS.items():
+        headers = section_headers(text, title)
+        assert set(headers) == set(columns), (title, headers)  # the mapping knows every column of the text
+        assert {columns[h] for h in headers} <= set(html_headers(shown, table_id)), table_id
+    # the event loop's row, as the text says it
+    assert "embed 0.800, unknown 0.600" in shown
+    # the model server's share: the text's sentence, word for word, and its columns
+    (said,) = [line.strip() for line in text.splitlines() if "the model server idles the GPU" in line]
+    (li,) = Elements(shown).where(tag="li", **{"data-model": "llama-3-70b"})
+    assert li["text"] == said
+    assert float(said.split("idles the GPU ")[1].split(" s")[0]) > 0
 
 
 def test_screenshots_at_800_and_1400_px(opened):

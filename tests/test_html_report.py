@@ -286,7 +286,10 @@ def test_the_turn_and_its_model_calls_have_lanes_and_a_breakdown(tmp_path):
         "other": "other2.00020 %",
     }
     (sentence,) = dom.where(tag="li", **{"data-tool": "search"})
-    assert sentence["text"] == "search idles the GPU 4.0 s per call, 40 % of end-to-end latency"
+    # as the text report says it (test_report_turns)
+    assert sentence["text"] == (
+        "search idles the GPU 4.0 s per call (4.0 s blamed over 1 call), in flight for 40 % of the turns' time"
+    )
     (root,) = dom.where(tag="html")
     for shown in ("llama-3-70b", "duration2.000 s", "first chunk300.0 ms", "tokens in / out800 / 40", "outcomeok"):
         assert shown in root["attrs"]["data-hover-model"]

@@ -94,8 +94,10 @@ class PrometheusAPI:
         assert body["status"] == "success", body
         return body["data"]
 
-    def instant(self, expr: str) -> list:
-        return self.get("/api/v1/query", query=expr)["result"]
+    def instant(self, expr: str, at: float | None = None) -> list:
+        """The query evaluated now, or at the Unix time ``at``."""
+        params = {"query": expr} if at is None else {"query": expr, "time": at}
+        return self.get("/api/v1/query", **params)["result"]
 
     def range(self, expr: str, start: float, end: float) -> list:
         return self.get("/api/v1/query_range", query=expr, start=start, end=end, step="1s")["result"]
@@ -254,15 +256,33 @@ def test_recording_rules_measure_each_tools_sli(stack):
 
 def test_gpu_idle_time_is_blamed_on_the_tools_that_held_it(stack):
     api, _ = stack
+    # The idle counters' series appear as the live blame first counts each one:
+    # the unattributed and the model server's only once a round's pause was
+    # counted, which on a loaded machine can come after the fixture's scrapes
+    # and rules are ready.
+    wait_for(
+        lambda: (
+            api.instant("agent_gpu_idle_unattributed_seconds_total")
+            and api.instant("agent_gpu_idle_model_seconds_total")
+            and api.instant('agent_gpu_idle_blocked_seconds_total{tool="flaky_lookup", phase="queue"} > 0')
+        ),
+        40,
+        "the GPU idle time of a whole round counted",
+    )
+    # Every query at one instant: the counters are updated together (under the
+    # metrics lock) and a scrape stamps all its samples alike, so the sums below
+    # come from one scrape; queried one after the other at "now", a scrape
+    # landing between them made them disagree.
+    at = time.time()
     blamed = {
         (s["metric"]["tool"], s["metric"]["phase"]): float(s["value"][1])
-        for s in api.instant("sum by (tool, phase) (agent_gpu_idle_blocked_seconds_total)")
+        for s in api.instant("sum by (tool, phase) (agent_gpu_idle_blocked_seconds_total)", at)
     }
     # Page fetches run while the GPU idles; the flaky lookup waits in the queue.
     assert blamed[("fetch_page", "exec")] > blamed.get(("search", "exec"), 0)
     assert blamed[("flaky_lookup", "queue")] > 0
     idle, blocked, model, unattributed = (
-        float(api.instant(f"sum({name})")[0]["value"][1])
+        float(api.instant(f"sum({name})", at)[0]["value"][1])
         for name in (
             "agent_gpu_idle_seconds_total",
             "agent_gpu_idle_blocked_seconds_total",

@@ -12,14 +12,49 @@ from agent_otel.report.recommendations import KINDS, SUPERSEDES, candidates
 from helpers.traces import RecordedRun, write_gpu_csv
 
 
-def run_pool(run: RecordedRun, requests, *, workers: int, executor: str, timeout: float | None = None) -> None:
+def run_pool(
+    run: RecordedRun,
+    requests,
+    *,
+    workers: int,
+    executor: str,
+    timeout: float | None = None,
+    sized: bool = False,
+    stretch: float = 1.0,
+) -> None:
     """Record calls as a FIFO thread pool of ``workers`` would run them:
-    ``requests`` is (tool, submitted at, seconds of work)."""
+    ``requests`` is (tool, submitted at, seconds of work); ``sized``: the
+    spans carry the pool's size; ``stretch``: each call's work takes that
+    many times longer (a saturated backend)."""
     free_at = [0.0] * workers
     for tool, submit, work in sorted(requests, key=lambda r: r[1]):
         start = max(submit, heapq.heappop(free_at))
-        heapq.heappush(free_at, start + work)
-        run.tool_call(tool, submit, start, start + work, executor=executor, timeout=timeout)
+        heapq.heappush(free_at, start + work * stretch)
+        run.tool_call(
+            tool,
+            submit,
+            start,
+            start + work * stretch,
+            executor=executor,
+            timeout=timeout,
+            workers=workers if sized else None,
+        )
+
+
+def queue_burst(run, at=0.0):
+    """A 2-worker pool "crawl": 10 calls of 1 s spaced out, then a burst of 8
+    at once (1 ms apart) that queues 6 deep, three times its workers."""
+    spaced = [("crawl", at + 2.0 * k, 1.0) for k in range(10)]
+    burst = [("crawl", at + 25.0 + 0.001 * k, 1.0) for k in range(8)]
+    run_pool(run, spaced + burst, workers=2, executor="crawl", sized=True)
+
+
+def more_workers_more_queueing(run, at=0.0):
+    """A pool "db" of 2 workers, then of 8: with 8 each call ran 3x longer
+    (the database is the limit) and the calls queued longer, not shorter."""
+    run_pool(run, [("query", at + 0.3 * k, 0.1) for k in range(12)], workers=2, executor="db", sized=True)
+    bursts = [("query", at + 10.0 + 1.0 * b + 0.01 * k, 0.1) for b in range(3) for k in range(12)]
+    run_pool(run, bursts, workers=8, executor="db", sized=True, stretch=3.0)
 
 
 def recommendations(tmp_path, record, gpu_samples=None) -> list[dict]:
@@ -150,7 +185,62 @@ def test_bursts_of_one_tool_are_batched(tmp_path):
         "median_burst": 6,
         "burst_gap_s": 0.05,
         "calls_saved": 25,
+        # the window from the p50: a tenth of its 0.05 s, 5 ms, joins the first two of each burst (5 ms apart)
+        "duration_p50_s": 0.05,
+        "window_p50_share": 0.1,
+        "suggested_window_s": 0.005,
+        "calls_joined_by_window": 10,
     }
+    assert (
+        "A window of 5 ms, 10% of its p50 of 0.05 s (a lone call waits that long), joins 10 of the 30"
+        in found["message"]
+    )
+    assert found["remedy"] == "@agent_otel.batch(max_size=6, window_ms=5)"
+
+
+def test_a_queue_deeper_than_twice_the_workers_gets_a_bound_and_caller_runs(tmp_path):
+    (found,) = of_kind(recommendations(tmp_path, queue_burst), "bound_queue")
+    evidence = found["evidence"]
+    assert found["subject"] == "crawl"
+    assert evidence["workers"] == 2 and evidence["max_queue_depth"] == 6
+    assert evidence["suggested_queue_limit"] == 4 and evidence["queue_limit_per_worker"] == 2
+    # the 7th and 8th of the burst found 6 and 7 outstanding (2 running, 4 queued): they run in the caller
+    assert evidence["calls_caller_runs"] == 2
+    assert "at about twice its 2 workers, then caller-runs" in found["message"]
+    assert found["remedy"] == (
+        'agent_otel.pool("crawl", workers=2, queue_limit=4, rejection="caller_runs")\n@agent_otel.tool(pool="crawl")'
+    )
+
+
+def test_a_pool_that_queues_all_along_gets_more_workers_not_a_bound(tmp_path):
+    def record(run):  # 30 calls of 1 s at once on 2 workers: most of their time queued
+        run_pool(run, [("crawl", 0.001 * k, 1.0) for k in range(30)], workers=2, executor="crawl", sized=True)
+
+    found = recommendations(tmp_path, record)
+    assert [r["subject"] for r in of_kind(found, "raise_pool_workers")] == ["crawl"]
+    assert of_kind(found, "bound_queue") == []  # with a worker per call in flight the queue does not grow
+
+
+def test_more_workers_that_made_queueing_worse_gets_fewer_workers(tmp_path):
+    found = recommendations(tmp_path, more_workers_more_queueing)
+    (advice,) = of_kind(found, "fewer_workers")
+    evidence = advice["evidence"]
+    assert advice["subject"] == "db"
+    assert (evidence["workers_before"], evidence["workers_after"]) == (2, 8)
+    assert (evidence["calls_before"], evidence["calls_after"]) == (12, 36)
+    assert evidence["wait_p95_before_s"] < 0.01 < 0.1 < evidence["wait_p95_after_s"]
+    assert evidence["exec_p50_before_s"] == pytest.approx(0.1) and evidence["exec_p50_after_s"] == pytest.approx(0.3)
+    assert "Raising concurrency made queueing worse: go back to 2 workers" in advice["message"]
+    assert advice["remedy"].startswith('agent_otel.pool("db", workers=2, queue_limit=4, rejection="caller_runs")')
+    assert of_kind(found, "raise_pool_workers") == []  # not more of them
+
+
+def test_more_workers_that_cut_the_queue_are_left_alone(tmp_path):
+    def record(run):
+        run_pool(run, [("query", 0.05 * k, 0.1) for k in range(24)], workers=2, executor="db", sized=True)
+        run_pool(run, [("query", 10.0 + 0.05 * k, 0.1) for k in range(24)], workers=8, executor="db", sized=True)
+
+    assert of_kind(recommendations(tmp_path, record), "fewer_workers") == []
 
 
 def test_spaced_out_calls_are_not_bursts(tmp_path):
@@ -205,6 +295,32 @@ def test_a_long_tail_without_a_timeout_gets_one_at_twice_p99(tmp_path):
     assert evidence["suggested_timeout_s"] == 2.0
     assert "it has no timeout and a long tail (p99 10.0x its p50 of 0.1 s over 40 calls)" in found["message"]
     assert found["remedy"] == "@agent_otel.tool(timeout=2, retries=1, fallback=...)"
+
+
+def test_the_timeout_comes_from_the_healthy_calls_and_says_how_many_it_would_cut(tmp_path):
+    def record(run):
+        # 120 calls: 0.1 s, every tenth 1.0 s (the healthy tail); 6 of them (5 %)
+        # hang for 30 s, and 2 more time out (the tool's own 60 s timeout fired).
+        for k in range(120):
+            seconds = 30.0 if k % 20 == 7 else 1.0 if k % 10 == 9 else 0.1
+            run.tool_call("geocode", 40.0 * k, 40.0 * k, 40.0 * k + seconds, executor="direct")
+        for k in range(2):
+            run.tool_call(
+                "geocode", 5000.0 + 70 * k, 5000.0 + 70 * k, 5060.0 + 70 * k, executor="direct", outcome="timeout"
+            )
+
+    (found,) = of_kind(recommendations(tmp_path, record), "set_timeout")
+    evidence = found["evidence"]
+    assert evidence["calls"] == 122
+    assert evidence["healthy_calls"] == 114 and evidence["unhealthy_calls"] == 8
+    assert evidence["duration_p99_s"] == pytest.approx(1.0)  # not 30 s: the hung calls are no measure
+    assert evidence["suggested_timeout_s"] == 2.0
+    assert evidence["calls_over_suggested"] == 8  # it would have cut the 6 hung calls and the 2 timed out
+    assert (
+        "from p99 1 s of its 114 healthy calls (8 left out: timed out, cancelled, cut by its timeout"
+        in found["message"]
+    )
+    assert "it would have cut 8 of its 122 calls" in found["message"]
 
 
 def test_a_tool_called_inside_another_tools_call_gets_the_middle_tier_timeout(tmp_path):
@@ -404,6 +520,30 @@ def test_retries_seen_only_as_exception_events_are_flagged_too(tmp_path):
     assert "8 exception events on its spans" in advice["message"]
 
 
+def test_a_failed_nested_tool_call_retried_with_back_off_is_a_hidden_retry(tmp_path):
+    def record(run):
+        # A plain tool whose code calls another @agent_otel.tool and, when it
+        # fails, calls it again after 0.1 s, then 0.2 s (a back-off).
+        for c in range(3):
+            start = 20.0 * c
+            outer = run.tool_call("plan_trip", start, start, start + 2.5, executor="direct")
+            t = start
+            for wait, outcome in ((0.1, "timeout"), (0.2, "error"), (None, "ok")):
+                run.tool_call("fetch_quote", t, t, t + 0.6, executor="direct", outcome=outcome, parent=outer)
+                t += 0.6 + (wait or 0.0)
+            # a failed call of another tool that nothing retried: no retry
+            run.tool_call("geocode", t, t, t + 0.1, executor="direct", outcome="error", parent=outer)
+
+    (advice,) = of_kind(recommendations(tmp_path, record), "hidden_retries")
+    evidence = advice["evidence"]
+    assert advice["subject"] == "plan_trip"
+    assert evidence["calls_with_failures"] == 3 and evidence["failures"] == 6
+    assert evidence["failed_child_spans"] == 6 and evidence["failed_child_names"] == ["fetch_quote"]
+    assert evidence["backoff_calls"] == 3
+    assert evidence["backoff_waits_s"] == pytest.approx([0.1, 0.2])
+    assert "the waits between failed attempts grew (0.1, 0.2 s): a back-off" in advice["message"]
+
+
 def test_failures_the_toolkit_retried_are_not_hidden_retries(tmp_path):
     def record(run):
         for c in range(4):
@@ -442,6 +582,8 @@ def every_trigger(run):
     for k in range(10):
         run.tool_call("search_docs", 130.0 + 2.5 * k, 130.0 + 2.5 * k, 132.0 + 2.5 * k, executor="docs")
     run.agent_run(0.0, 160.0)
+    queue_burst(run, 200.0)
+    more_workers_more_queueing(run, 300.0)
 
 
 def every_trigger_gpu():
@@ -472,6 +614,9 @@ EXPECTED = {
     ("offload_or_bound", "classify"),
     ("idle_not_tools", "0"),
     ("overlap_tool_with_gpu", "search_docs"),
+    ("bound_queue", "crawl"),
+    ("fewer_workers", "db"),
+    ("batch_calls", "query"),  # its bursts of 12 concurrent calls 10 ms apart batch too
 }
 
 

@@ -7,6 +7,7 @@ from agent_otel.remedies.suggest import (
     snippet_for,
     suggest_async_io,
     suggest_batch,
+    suggest_bounded_queue,
     suggest_isolation,
     suggest_offload,
     suggest_offload_or_bound,
@@ -70,8 +71,18 @@ def test_offload_or_bound_and_retry_snippets():
 
 
 def test_a_batch_snippet_sizes_batches_from_the_bursts():
-    assert suggest_batch(largest_burst=12, burst_gap_s=0.05) == "@agent_otel.batch(max_size=12, window_ms=50)"
-    assert suggest_batch(largest_burst=1, burst_gap_s=0.0004) == "@agent_otel.batch(max_size=2, window_ms=1)"
+    assert suggest_batch(largest_burst=12, window_s=0.05) == "@agent_otel.batch(max_size=12, window_ms=50)"
+    assert suggest_batch(largest_burst=1, window_s=0.0004) == "@agent_otel.batch(max_size=2, window_ms=1)"
+    assert suggest_batch(largest_burst=8, window_s=0.012) == "@agent_otel.batch(max_size=8, window_ms=12)"
+
+
+def test_a_bounded_queue_holds_twice_the_workers_then_the_caller_runs():
+    assert suggest_bounded_queue("search", 4) == (
+        'agent_otel.pool("search", workers=4, queue_limit=8, rejection="caller_runs")\n@agent_otel.tool(pool="search")'
+    )
+    assert suggest_bounded_queue("ThreadPoolExecutor-3", 2).startswith(
+        'agent_otel.pool("io", workers=2, queue_limit=4,'
+    )
 
 
 def test_snippet_for_reads_the_evidence_the_report_writes():
@@ -84,9 +95,11 @@ def test_snippet_for_reads_the_evidence_the_report_writes():
     assert snippet_for(
         "isolate_tool", {"tool": "render_pdf", "executor": "io", "suggested_workers": 2}
     ) == suggest_isolation("render_pdf", 2)
-    assert snippet_for("batch_calls", {"tool": "embed", "largest_burst": 9, "burst_gap_s": 0.05}) == suggest_batch(
-        9, 0.05
-    )
+    assert snippet_for(
+        "batch_calls", {"tool": "embed", "largest_burst": 9, "burst_gap_s": 0.05, "suggested_window_s": 0.012}
+    ) == suggest_batch(9, 0.012)
+    assert snippet_for("bound_queue", {"executor": "io", "workers": 4}) == suggest_bounded_queue("io", 4)
+    assert snippet_for("fewer_workers", {"executor": "io", "workers_before": 4}) == suggest_bounded_queue("io", 4)
     assert snippet_for("idle_not_tools", {"gpu": "0"}) is None
     assert snippet_for("offload_from_loop", {"tool": "lookup", "wait_kind": "io"}) == suggest_offload("lookup", False)
     assert snippet_for("offload_from_loop", {"tool": "parse", "wait_kind": "gil"}) == suggest_offload("parse", True)

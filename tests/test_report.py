@@ -65,7 +65,7 @@ ADDED_KEYS = {
         "latency_share",
         "slo",
     },
-    "executors": {"max_concurrent_exec", "peak_in_flight", "tools"},
+    "executors": {"max_concurrent_exec", "peak_in_flight", "queued_calls", "tools"},
     "gpus": {
         "uuid",
         "underused_s",
@@ -235,6 +235,22 @@ def test_executor_queue_depth_is_rebuilt_from_the_queue_intervals(tmp_path, caps
     assert executors["io"]["wait_p95_s"] == pytest.approx(0.985)  # waits 0.2, 0.5, 0.9, 1.0
     assert executors["io"]["max_concurrent_exec"] == 2  # [1.0, 1.2) twice
     assert executors["direct"]["max_queue_depth"] == 0
+
+
+def test_queue_statistics_count_only_calls_that_waited_for_a_worker(tmp_path, capsys):
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    # A two-worker pool given four calls at once: two are handed to the idle
+    # workers within half a millisecond (no queueing), two wait a second.
+    for start in (0.0004, 0.0005, 1.0, 1.0):
+        run.tool_call("fetch", 0.0, start, start + 1.0, executor="io")
+    run.close()
+    executor = report_of(capsys, tmp_path / "traces.jsonl")["executors"][0]
+    assert executor["queued_calls"] == 2
+    assert executor["max_queue_depth"] == 2  # not 4: the hand-offs are no queue
+    table = render(analyse([str(tmp_path / "traces.jsonl")], [], tz=None, idle_threshold=0.1, min_idle_s=0.5))
+    header = next(line for line in table.splitlines() if "MAX QUEUED" in line)
+    row = next(line for line in table.splitlines() if line.lstrip().startswith("io "))
+    assert row.split()[3:5] == ["2", "2"], (header, row)
 
 
 def test_gpu_idle_from_the_traces_own_gpu_idle_spans(tmp_path, capsys):

@@ -226,6 +226,14 @@ def test_an_empty_file_next_to_real_traces_is_a_warning(traces, capsys):
     assert report["inputs"]["warnings"] == [f"{traces.parent / 'empty.jsonl'} is empty"]
 
 
+def test_with_format_json_the_warnings_go_to_stderr_too(traces, capsys):
+    (traces.parent / "empty.jsonl").write_text("")
+    assert main(["report", str(traces), str(traces.parent / "empty.jsonl"), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["inputs"]["warnings"] == [f"{traces.parent / 'empty.jsonl'} is empty"]
+    assert captured.err.splitlines() == [f"agent-otel report: warning: {traces.parent / 'empty.jsonl'} is empty"]
+
+
 @pytest.mark.parametrize(
     "log",
     [

@@ -267,6 +267,30 @@ def test_every_kind_of_model_and_agent_span_is_read(tmp_path, capsys):
     assert turns["end_to_end_s"] == pytest.approx(9.0)
 
 
+def test_a_session_of_many_turns_in_one_trace_splits_each_turn(tmp_path, capsys):
+    # One trace for a whole session: 40 turns under one root span, each a
+    # model call (1 s), a tool call (0.5 s queued, 1.5 s executing) and 2 s
+    # of the agent's own code; every fifth turn also a call that runs to its end.
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    session = run.span("session", 0.0, 400.0)
+    for k in range(40):
+        at = 10.0 * k
+        turn = run.invoke_agent("research", at, at + 5.0, parent=session)
+        run.model_call("llama-3-70b", at, at + 1.0, parent=turn)
+        run.tool_call("search", at + 1.0, at + 1.5, at + 3.0, parent=turn)
+        if k % 5 == 0:
+            run.tool_call("fetch", at + 3.0, at + 3.0, at + 5.0, executor="direct", parent=turn)
+    run.close()
+    turns = report_of(capsys, tmp_path / "traces.jsonl")["turns"]
+    assert turns["count"] == 40 and turns["from_agent_spans"] == 40
+    assert turns["model_s"] == pytest.approx(40.0)
+    assert turns["tool_queue_s"] == pytest.approx(20.0)
+    assert turns["tool_exec_s"] == pytest.approx(60.0 + 8 * 2.0)
+    assert turns["other_s"] == pytest.approx(40 * 5.0 - 40.0 - 20.0 - 76.0)
+    slowest = turns["slowest"][0]
+    assert (slowest["tool_calls"], slowest["model_calls"]) == (2, 1)  # each turn its own calls, not the trace's
+
+
 def test_the_client_blocking_its_loop_during_a_call_is_client_cpu_not_model_time(tmp_path, capsys):
     """A model call 0-3 s during which the process's own code held its event
     loop 0.5-2.0 s (the loop monitor's block, with no tool call holding it,

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from agent_otel import config
+from agent_otel import config, host
 from agent_otel.demo import gpu as demo_gpu
 from agent_otel.demo.runs import SCENARIOS, gpu_name, run_scenario
 from agent_otel.errors import AgentOtelError, ConfigError
@@ -145,8 +145,9 @@ def _demo(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
         raise ConfigError("--out", args.out, f"a directory it can create ({exc.strerror})") from None
     width, colour = table.terminal_style(sys.stdout)
     _say(
-        f"agent-otel demo: {args.conversations} conversations share one GPU; the agent runs twice, "
-        f"{args.seconds:g} s each, with the same scripted tool latencies (seed {args.seed})."
+        f"agent-otel demo: {args.conversations} conversations share one GPU; the agent runs twice with the same "
+        f"scripted tool latencies (seed {args.seed}), starting new turns for {args.seconds:g} s each; the turns "
+        "then in flight finish, so each run lasts a few seconds longer (said after it)."
     )
     reports = {}
     for number, scenario in enumerate(SCENARIOS.values(), start=1):
@@ -155,6 +156,7 @@ def _demo(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
         _say(f"   {scenario.description}")
         traces = out / f"{scenario.name}.jsonl"
         analysis = _record(scenario, traces, gpu, args)
+        _say(f"   traced {analysis.seconds:.1f} s: new turns for {args.seconds:g} s, then the turns in flight finished")
         page = out / f"{scenario.name}.html"
         _write(page, html.render(analysis))
         _say("")
@@ -166,7 +168,7 @@ def _demo(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
     for name in SCENARIOS:
         _say(f"{name}: traces {out / (name + '.jsonl')}, HTML timeline {out / (name + '.html')}")
     _say(
-        f"Read them again with: agent-otel report {out / 'baseline.jsonl'} "
+        f"Read them again with: {host.command()} report {out / 'baseline.jsonl'} "
         f"--gpu-log {out / 'baseline-gpu.csv'} --html report.html"
     )
     return 0

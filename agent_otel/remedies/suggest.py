@@ -32,11 +32,14 @@ DOCS = {
     "overlap_tool_with_gpu": "docs/remedies.md#when-the-gpu-waits-on-a-tool",
     "offload_or_bound": "docs/remedies.md#calling-from-async-code",
     "hidden_retries": "docs/remedies.md#timeouts",
+    "bound_queue": "docs/remedies.md#pools",
+    "fewer_workers": "docs/remedies.md#pools",
 }
 
 TIMEOUT_P99S = 2.0  # a timeout of 2x p99 lets nearly every healthy call finish
 MIDDLE_TIER_P99S = 1.5  # a tool called from inside another tool's call: its timeout fires before its caller's
 DEFAULT_IO_POOL = "io"  # the name suggested for a pool that has none of its own
+QUEUE_PER_WORKER = 2  # a bounded queue: about twice the workers, then caller-runs
 
 
 def suggested_timeout(p99_s: float, factor: float = TIMEOUT_P99S) -> float:
@@ -61,11 +64,27 @@ def suggest_pool_workers(executor: str, workers: int, processes: bool = False) -
             "loop.set_default_executor(concurrent.futures.ThreadPoolExecutor("
             f'max_workers={workers}, thread_name_prefix="asyncio"))'
         )
-    name = (
-        DEFAULT_IO_POOL if executor.startswith(EXECUTOR_UNNAMED) or executor == EXECUTOR_ASYNCIO_DEFAULT else executor
-    )
+    name = _pool_name(executor)
     kind = ', kind="cpu", processes=True' if processes else ""
     return f'agent_otel.pool("{name}", workers={workers}{kind})\n@agent_otel.tool(pool="{name}")'
+
+
+def _pool_name(executor: str) -> str:
+    """The agent-otel pool to declare for an executor: its own name, or ``io`` for an unnamed one."""
+    return (
+        DEFAULT_IO_POOL if executor.startswith(EXECUTOR_UNNAMED) or executor == EXECUTOR_ASYNCIO_DEFAULT else executor
+    )
+
+
+def suggest_bounded_queue(executor: str, workers: int) -> str:
+    """A pool of ``workers`` whose queue holds about twice the workers; past
+    it the caller runs the call itself (back-pressure, nothing dropped)."""
+    workers = max(1, int(workers))
+    name = _pool_name(executor)
+    return (
+        f'agent_otel.pool("{name}", workers={workers}, queue_limit={QUEUE_PER_WORKER * workers}, '
+        f'rejection="caller_runs")\n@agent_otel.tool(pool="{name}")'
+    )
 
 
 def suggest_isolation(tool: str, workers: int, processes: bool = False) -> str:
@@ -94,10 +113,10 @@ def suggest_retries(timeout_s: Optional[float], retries: int, interval_s: float)
     return f"@agent_otel.tool(timeout={timeout}, retries={max(1, int(retries))}, retry_interval={interval_s:g}, fallback=...)"
 
 
-def suggest_batch(largest_burst: int, burst_gap_s: float) -> str:
-    """Batches as large as the largest burst, open as long as the gap that made calls one burst."""
+def suggest_batch(largest_burst: int, window_s: float) -> str:
+    """Batches as large as the largest burst, open ``window_s`` (whole milliseconds, 1 at least)."""
     max_size = max(2, int(largest_burst))
-    window_ms = max(1, math.ceil(burst_gap_s * 1000))
+    window_ms = max(1, math.ceil(round(window_s * 1000, 6)))
     return f"@agent_otel.batch(max_size={max_size}, window_ms={window_ms})"
 
 
@@ -144,7 +163,11 @@ def snippet_for(kind: str, evidence: dict) -> Optional[str]:
             evidence.get("suggested_timeout_s"), evidence["suggested_retries"], evidence["retry_interval_s"]
         )
     if kind == "batch_calls":
-        return suggest_batch(evidence["largest_burst"], evidence["burst_gap_s"])
+        return suggest_batch(evidence["largest_burst"], evidence.get("suggested_window_s", evidence["burst_gap_s"]))
+    if kind == "bound_queue":
+        return suggest_bounded_queue(evidence["executor"], evidence["workers"])
+    if kind == "fewer_workers":
+        return suggest_bounded_queue(evidence["executor"], evidence["workers_before"])
     if kind == "offload_from_loop" and evidence.get("tool"):
         return suggest_offload(evidence["tool"], evidence.get("wait_kind") in ("cpu", "gil"))
     if kind == "use_process_pool":

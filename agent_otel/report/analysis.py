@@ -76,6 +76,9 @@ from agent_otel.semconv import (
     SIMULATED_GPU_UUID_PREFIX,
 )
 
+# A call that waited less than this for a worker did not queue: the hand-off
+# to an idle worker (a thread woken, on a loaded host some milliseconds).
+QUEUED_MIN_S = 0.010
 GPU_FROM_LOGS = "gpu-log"
 GPU_FROM_TRACES = "traces"
 GPU_NONE = "none"
@@ -146,7 +149,8 @@ class ExecutorStats:
     executor: str
     submissions: int
     wait_p95_s: float
-    max_queue_depth: int
+    max_queue_depth: int  # most calls queued at once, of those that waited QUEUED_MIN_S or more
+    queued_calls: int  # calls that waited QUEUED_MIN_S or more
     peak_in_flight: int  # most calls submitted and not finished at once
     max_concurrent_exec: int  # most calls executing at once
     queue_total_s: float
@@ -863,12 +867,14 @@ def _executor_stats(columns: CallColumns) -> list[ExecutorStats]:
     for executor, rows in columns.executor.groups():
         submits, starts, ends = columns.submit[rows], columns.start[rows], columns.end[rows]
         waits = seconds_sorted(starts - submits)
+        queued = starts - submits >= round(QUEUED_MIN_S * NS_PER_S)
         stats.append(
             ExecutorStats(
                 executor=executor,
                 submissions=len(rows),
                 wait_p95_s=percentile(waits, 95),
-                max_queue_depth=peak_depth(submits, starts),
+                max_queue_depth=peak_depth(submits[queued], starts[queued]),
+                queued_calls=int(queued.sum()),
                 peak_in_flight=peak_depth(submits, ends),
                 max_concurrent_exec=peak_depth(starts, ends),
                 queue_total_s=sum(waits),
@@ -1032,6 +1038,7 @@ def report_json(analysis: Analysis) -> dict:
                 "submissions": e.submissions,
                 "wait_p95_s": _s(e.wait_p95_s),
                 "max_queue_depth": e.max_queue_depth,
+                "queued_calls": e.queued_calls,
                 "max_workers": e.max_workers,
                 "max_concurrent_exec": e.max_concurrent_exec,
                 "peak_in_flight": e.peak_in_flight,

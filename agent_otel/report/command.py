@@ -148,7 +148,11 @@ def run(args: argparse.Namespace) -> int:
             "Perfetto trace",
         )
     if args.format == "json":
-        _print(json.dumps(report_json(analysis), indent=2) + "\n", sys.stdout)
+        report = report_json(analysis)
+        # The table shows its warnings; JSON read by a program would hide them from the person running it.
+        for warning in report["inputs"]["warnings"]:
+            _print(f"agent-otel report: warning: {table.visible(warning)}\n", sys.stderr)
+        _print(json.dumps(report, indent=2) + "\n", sys.stdout)
     else:
         width, colour = table.terminal_style(sys.stdout)
         _print(table.render(analysis, width=width, colour=colour), sys.stdout)

@@ -6,7 +6,8 @@ and drawn on a <canvas> by a small script, so the page stays responsive
 with 100,000 calls. The timeline shows, on one time axis, each GPU's
 utilization with its idle windows shaded, then the agent turns (one lane),
 one lane per model with its calls (a tick marks the first chunk of a
-streamed answer), then one lane per tool (ranked as in the table) with
+streamed answer), one lane per event loop with the stretches it was
+blocked, then one lane per tool (ranked as in the table) with
 every call drawn as its queue part (pale) and its exec part (solid), and
 the idle time blamed on the call as a red strip under it. Wheel zooms
 around the pointer, drag pans, double-click resets; hovering a call shows
@@ -14,7 +15,8 @@ its tool, call id, queue, exec, blamed idle and trace id, a model call its
 duration, time to first chunk and tokens, a turn its four parts. The side
 panel breaks the turns down (model, tool queue, tool exec, other) and says
 per tool what it costs the GPU per call and what share of the end-to-end
-latency it holds.
+latency it holds, then the recommendations; under the timeline, every
+table of the text report with all its columns.
 
 The page records how long it took to draw: ``data-first-render-ms`` on
 <html> (since navigation start) and, when opened with ``#bench``,
@@ -34,6 +36,7 @@ from agent_otel.records import GpuSample
 from agent_otel.report.cost import money_text
 from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json, run_name
 from agent_otel.report.stats import assign_rows
+from agent_otel.report.table import amount, percent
 from agent_otel.semconv import OUTCOMES
 
 # Calls overlapping beyond this many rows share the last row of their lane.
@@ -87,18 +90,21 @@ def render(analysis: Analysis) -> str:
 </div>
 </section>
 <aside id="side-panel">
-{_tools_table(report)}
-{_slos_table(report)}
 {_turns_view(report)}
 {_recommendations(report)}
+</aside>
+</main>
+<div id="tables">
+{_tools_table(report)}
+{_loops_table(report)}
+{_slos_table(report)}
 {_models_table(report)}
 {_model_server_table(report)}
 {_gpus_table(report)}
 {_kv_cache_table(report)}
 {_cost_table(report)}
 {_executors_table(report)}
-</aside>
-</main>
+</div>
 <div id="tip" role="tooltip" hidden></div>
 <script type="application/json" id="report-data">{_embed(data)}</script>
 <script>{script}</script>
@@ -115,6 +121,7 @@ LEGEND = (
     ("unused", "GPU capacity unused while tool calls ran"),
     ("idle", "GPU idle window"),
     ("turn", "agent turn"),
+    ("loop", "event loop blocked (by the tool named on hover)"),
     ("model", "model call"),
     ("model-failed", "model call failed"),
     ("first-chunk", "first chunk of a streamed answer"),
@@ -129,6 +136,7 @@ _NEEDS = {
     "unused": "gpus",
     "idle": "gpus",
     "turn": "turns",
+    "loop": "loops",
     "model": "models",
     "model-failed": "models",
     "first-chunk": "models",
@@ -136,7 +144,12 @@ _NEEDS = {
 
 
 def _legend(report: dict) -> str:
-    present = {"gpus": bool(report["gpus"]), "turns": bool(report["turns"]["count"]), "models": bool(report["models"])}
+    present = {
+        "gpus": bool(report["gpus"]),
+        "turns": bool(report["turns"]["count"]),
+        "models": bool(report["models"]),
+        "loops": bool(report["event_loops"]),
+    }
     return "\n".join(
         f'<span><i class="sw {name}"></i>{html.escape(text)}</span>'
         for name, text in LEGEND
@@ -239,6 +252,7 @@ def _timeline_data(analysis: Analysis) -> dict:
         "outcomes": list(OUTCOMES),
         "turns": _turn_data(analysis, ms),
         "models": _model_data(analysis, ms),
+        "loops": _loop_data(analysis, ms),
         "lanes": lanes,
         "calls": columns,
         "traces": [f"{trace_id:032x}" for trace_id in traces],
@@ -262,6 +276,30 @@ def _turn_data(analysis: Analysis, ms) -> dict:
         ],
         "trace": [f"{t.trace_id:032x}" for t in turns],
     }
+
+
+def _loop_data(analysis: Analysis, ms) -> list[dict]:
+    """One lane per event loop (by its thread, most blocked first, as the
+    event-loop table), its blocks by start: the tool that held the loop
+    (None: code that is no tool) and how many calls waited for it."""
+    blocks: dict[str, list] = {}
+    for block in analysis.loop_blocks:
+        blocks.setdefault(block.thread, []).append(block)
+    lanes = []
+    for loop in analysis.loops:
+        mine = sorted(blocks.get(loop.thread, ()), key=lambda b: b.start_ns)
+        lanes.append(
+            {
+                "thread": loop.thread,
+                "blocked_s": round(loop.blocked_s, 6),
+                "start": [ms(b.start_ns) for b in mine],
+                # a loop still blocked at the end of the traces: to the end of the window
+                "end": [ms(b.end_ns or analysis.end_ns) for b in mine],
+                "tool": [b.tool for b in mine],
+                "waiting": [len(b.waiting) for b in mine],
+            }
+        )
+    return lanes
 
 
 def _model_data(analysis: Analysis, ms) -> dict:
@@ -317,10 +355,14 @@ def _known_cell(value: float | None, digits: int) -> str:
 
 
 def _tools_table(report: dict) -> str:
+    """Every column of the text table's tools section, ranked as it is."""
     rows = []
-    known = any(t["gpu_underused_blocked_s"] is not None for t in report["tools"])
-    total = max((t["gpu_idle_blocked_s"] for t in report["tools"]), default=0.0) or 1.0
-    for rank, t in enumerate(report["tools"], start=1):
+    tools = report["tools"]
+    known = any(t["gpu_underused_blocked_s"] is not None for t in tools)
+    loops = any(t["loop_blocks"] for t in tools)
+    cpu = any(t["exec_cpu_share"] is not None for t in tools)
+    total = max((t["gpu_idle_blocked_s"] for t in tools), default=0.0) or 1.0
+    for rank, t in enumerate(tools, start=1):
         queue_pc = 100 * t["gpu_idle_blocked_queue_s"] / total
         exec_pc = 100 * t["gpu_idle_blocked_exec_s"] / total
         bar = (
@@ -328,6 +370,7 @@ def _tools_table(report: dict) -> str:
             f'<span class="e" style="width:{exec_pc:.1f}%"></span></span>'
         )
         unused = t["gpu_underused_blocked_s"]
+        share, kind = t["exec_cpu_share"], t["wait_kind"]
         rows.append(
             f'<tr data-tool="{html.escape(t["tool"], quote=True)}">'
             f'{_cell(rank)}<td class="name">{html.escape(t["tool"])}</td>'
@@ -335,16 +378,48 @@ def _tools_table(report: dict) -> str:
             f"{_cell(t['gpu_idle_blocked_s'], 3)}"
             f'<td class="split">{bar}<span class="split-text">{_number(t["gpu_idle_blocked_queue_s"], 3)} / '
             f"{_number(t['gpu_idle_blocked_exec_s'], 3)}</span></td>"
-            f"{_cell(t['calls'])}{_cell(t['errors'])}{_cell(t['duration_p95_s'], 3)}</tr>"
+            f"{_cell(t['calls'])}{_cell(t['errors'])}{_cell(t['duration_p50_s'], 3)}{_cell(t['duration_p95_s'], 3)}"
+            f"{_cell(t['duration_p99_s'], 3)}{_cell(t['queue_p95_s'], 3)}{_cell(t['exec_p95_s'], 3)}"
+            + (_cell(t["loop_blocked_s"] if t["loop_blocks"] else 0.0, 3) if loops else "")
+            + (_cell("-" if share is None else f"{share:.0%}" + (f" {kind}" if kind else "")) if cpu else "")
+            + "</tr>"
         )
-    body = "".join(rows) or '<tr><td colspan="8">no tool calls</td></tr>'
+    columns = 13 + loops + cpu
+    body = "".join(rows) or f'<tr><td colspan="{columns}">no tool calls</td></tr>'
     title = "Tools, by GPU capacity they left unused" if known else "Tools, by GPU idle time they blocked"
     return (
-        f'<section><h2>{title}</h2><table id="tools-table"><thead><tr>'
+        f'<section id="tools"><h2>{title}</h2><table id="tools-table"><thead><tr>'
         '<th>#</th><th>tool</th><th title="GPU-seconds of capacity unused while its calls were in flight, by the '
         'attribution rule (needs a GPU log)">unused s</th><th title="GPU-seconds">blocked idle s</th>'
-        "<th>queue / exec s</th><th>calls</th><th>errors</th><th>p95 s</th></tr></thead>"
-        f"<tbody>{body}</tbody></table></section>"
+        "<th>queue / exec s</th><th>calls</th><th>errors</th><th>p50 s</th><th>p95 s</th><th>p99 s</th>"
+        "<th>queue p95 s</th><th>exec p95 s</th>"
+        + (
+            '<th title="seconds its calls blocked an asyncio event loop (asyncio.loop.blocked spans)">'
+            "loop blocked s</th>"
+            if loops
+            else ""
+        )
+        + ('<th title="share of its exec time on the CPU, and its kind of wait">CPU</th>' if cpu else "")
+        + f"</tr></thead><tbody>{body}</tbody></table></section>"
+    )
+
+
+def _loops_table(report: dict) -> str:
+    """The event loops, most blocked first, and what blocked them (the text table's)."""
+    if not report["event_loops"]:
+        return ""
+    rows = "".join(
+        f'<tr data-loop="{html.escape(loop["thread"], quote=True)}"><td class="name">{html.escape(loop["thread"])}</td>'
+        f"{_cell(loop['blocks'])}{_cell(loop['blocked_s'], 3)}{_cell(loop['longest_s'], 3)}"
+        f'<td class="by">'
+        + ", ".join(f"{html.escape(by['tool'])} {_number(by['blocked_s'], 3)}" for by in loop["by_tool"])
+        + "</td></tr>"
+        for loop in report["event_loops"]
+    )
+    return (
+        '<section id="loops"><h2>Event loops, by time blocked (asyncio.loop.blocked spans)</h2>'
+        '<table id="loops-table"><thead><tr><th>thread</th><th>blocks</th><th>blocked s</th><th>longest s</th>'
+        f"<th>blocked by (s)</th></tr></thead><tbody>{rows}</tbody></table></section>"
     )
 
 
@@ -400,9 +475,12 @@ def _turns_view(report: dict) -> str:
         for label, key, css in parts
     )
     source = f"{turns['from_agent_spans']} from invoke_agent spans" if turns["from_agent_spans"] else "from traces"
+    # the text report's sentences, word for word
     sentences = "".join(
         f'<li data-tool="{html.escape(t["tool"], quote=True)}"><b>{html.escape(t["tool"])}</b> idles the GPU '
-        f"{t['gpu_idle_blocked_per_call_s']:.1f} s per call, {100 * t['latency_share']:.0f} % of end-to-end latency</li>"
+        f"{amount(t['gpu_idle_blocked_per_call_s'])} s per call ({amount(t['gpu_idle_blocked_s'])} s blamed over "
+        f"{t['calls']} call{'s' if t['calls'] != 1 else ''}), in flight for {percent(t['latency_share'])} of the "
+        "turns' time</li>"
         for t in report["tools"]
         if t["latency_share"] is not None and (t["latency_share"] or t["gpu_idle_blocked_s"])
     )
@@ -421,18 +499,34 @@ def _models_table(report: dict) -> str:
         return ""
     rows = "".join(
         f'<tr data-model="{html.escape(m["model"], quote=True)}"><td class="name">{html.escape(m["model"])}</td>'
-        f"{_cell(m['calls'])}{_cell(m['seconds'], 3)}{_cell(m['duration_p95_s'], 3)}"
+        f"{_cell(m['calls'])}{_cell(m['seconds'], 3)}{_cell(m['duration_p50_s'], 3)}{_cell(m['duration_p95_s'], 3)}"
         + (_cell(m["time_to_first_chunk_p50_s"], 3) if m["time_to_first_chunk_p50_s"] is not None else _cell("-"))
         + _cell("-" if m["input_tokens"] is None else m["input_tokens"])
         + _cell("-" if m["output_tokens"] is None else m["output_tokens"])
+        + _cell(m["errors"])
+        + _cell(m["gpu_idle_blocked_s"], 3)
         + "</tr>"
         for m in report["models"]
     )
     return (
-        '<section><h2>Models</h2><table id="models-table"><thead><tr><th>model</th><th>calls</th><th>s</th>'
-        "<th>p95 s</th><th>first chunk p50 s</th><th>in tokens</th><th>out tokens</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table></section>"
+        '<section id="models"><h2>Models</h2><table id="models-table"><thead><tr><th>model</th><th>calls</th>'
+        "<th>s</th><th>p50 s</th><th>p95 s</th><th>first chunk p50 s</th><th>in tokens</th><th>out tokens</th>"
+        '<th>errors</th><th title="GPU idle while its calls were in flight: the model server\'s share">GPU idle s</th>'
+        f"</tr></thead><tbody>{rows}</tbody></table>{_model_server(report)}</section>"
     )
+
+
+def _model_server(report: dict) -> str:
+    """The text report's sentence per model the GPU idled on, word for word."""
+    items = "".join(
+        f'<li data-model="{html.escape(m["model"], quote=True)}">the model server idles the GPU '
+        f"{amount(m['gpu_idle_blocked_s'])} s while <b>{html.escape(m['model'])}</b> calls are in flight "
+        f"({amount(m['gpu_idle_blocked_queued_s'])} s before their first token, "
+        f"{amount(m['gpu_idle_blocked_decode_s'])} s streaming)</li>"
+        for m in report["models"]
+        if m["gpu_idle_blocked_s"]
+    )
+    return f'<ul id="model-server">{items}</ul>' if items else ""
 
 
 def _recommendations(report: dict) -> str:
@@ -461,14 +555,17 @@ def _gpus_table(report: dict) -> str:
         f'<tr><td class="name">{html.escape(g["gpu"])}'
         + (' <span class="badge simulated">simulated</span>' if g["simulated"] else "")
         + f"</td>{_cell(g['busy_s'], 1)}{_cell(g['idle_s'], 1)}"
-        f"{_cell(g['idle_blocked_s'], 1)}{_cell(g['idle_unattributed_s'], 1)}"
-        f"{_known_cell(g['underused_s'], 1)}{_known_cell(g['underused_blocked_s'], 1)}"
+        f"{_cell(g['idle_blocked_s'], 1)}{_cell(g['idle_model_s'], 1)}{_cell(g['idle_unattributed_s'], 1)}"
+        + _cell("-" if g["utilization_avg"] is None else f"{g['utilization_avg']:.0%}")
+        + f"{_known_cell(g['underused_s'], 1)}{_known_cell(g['underused_blocked_s'], 1)}"
         f"{_known_cell(g['missing_s'], 1)}</tr>"
         for g in report["gpus"]
     )
     return (
-        '<section><h2>GPUs</h2><table id="gpus-table"><thead><tr><th>gpu</th><th>busy s</th><th>idle s</th>'
-        '<th>blocked s</th><th>unattributed s</th><th title="(1 - utilization) x time">unused s</th>'
+        '<section id="gpus"><h2>GPUs</h2><table id="gpus-table"><thead><tr><th>gpu</th><th>busy s</th><th>idle s</th>'
+        '<th>blocked s</th><th title="idle while a model call was in flight: the model server\'s share">'
+        "model server s</th><th>unattributed s</th>"
+        '<th>util avg</th><th title="(1 - utilization) x time">unused s</th>'
         '<th>unused by tools s</th><th title="samples lost: neither idle nor busy">missing s</th>'
         f"</tr></thead><tbody>{rows}</tbody></table></section>"
     )
@@ -554,10 +651,14 @@ def _executors_table(report: dict) -> str:
         return ""
     rows = "".join(
         f'<tr><td class="name">{html.escape(e["executor"])}</td>{_cell(e["submissions"])}'
-        f"{_cell(e['wait_p95_s'], 3)}{_cell(e['max_queue_depth'])}{_cell(e['max_concurrent_exec'])}</tr>"
+        f"{_cell(e['wait_p95_s'], 3)}{_cell(e['queued_calls'])}{_cell(e['max_queue_depth'])}"
+        f"{_cell(e['max_concurrent_exec'])}{_cell(e['peak_in_flight'])}"
+        f"{_cell('?' if e['max_workers'] is None else e['max_workers'])}</tr>"
         for e in report["executors"]
     )
     return (
-        '<section><h2>Executors</h2><table id="executors-table"><thead><tr><th>executor</th><th>calls</th>'
-        f"<th>wait p95 s</th><th>max queued</th><th>max running</th></tr></thead><tbody>{rows}</tbody></table></section>"
+        '<section id="executors"><h2>Executors</h2><table id="executors-table"><thead><tr><th>executor</th>'
+        '<th>calls</th><th>wait p95 s</th><th title="calls that waited 10 ms or more for a worker">queued</th>'
+        "<th>max queued</th><th>max running</th><th>peak in flight</th><th>max workers</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
     )

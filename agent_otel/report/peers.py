@@ -24,6 +24,8 @@ attributes: ``family_of``):
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
 from typing import Callable, Sequence
 
 from agent_otel.records import NS_PER_S, ModelCall
@@ -31,6 +33,8 @@ from agent_otel.semconv import OPENINFERENCE_SPAN_KIND, TRACELOOP_SPAN_KIND
 
 # How far (ns) a span may reach beyond the span of the call it is merged into.
 SLACK_NS = 5_000_000
+# Past this many agent-otel calls of one tool in one trace, a span's candidates are bisected.
+SCAN_MAX = 16
 
 # Which instrumentation made a span.
 FAMILY_GENAI = 0  # the GenAI conventions alone: agent-otel's, the OpenTelemetry GenAI instrumentations'
@@ -74,10 +78,18 @@ def merge_tool_spans(
     absorbed: dict[int, set[int]] = {row: set() for row in hosts}
     left = []
     dropped = 0
+    # Many calls of one tool in one trace (a session's): a span is checked
+    # only against those that can hold it, bisected by request time and the
+    # latest end so far; the order (by request) and so the choice are the same.
+    near = len(hosts) > SCAN_MAX
+    if near:
+        lows = [submits[host] - SLACK_NS for host in hosts]
+        reach = list(accumulate((ends[host] + SLACK_NS for host in hosts), max))
     for row in rows:
         if ours[row]:
             continue
-        host = _host(row, hosts, absorbed, families, ids, submits, ends)
+        candidates = hosts[bisect_left(reach, submits[row]) : bisect_right(lows, ends[row])] if near else hosts
+        host = _host(row, candidates, absorbed, families, ids, submits, ends)
         if host is None:
             left.append(row)
         else:

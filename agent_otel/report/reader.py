@@ -178,6 +178,7 @@ from agent_otel.semconv import (
     GPU_UUID,
     OUTCOME_ERROR,
     OUTCOME_OK,
+    OUTCOME_TIMEOUT,
     OUTCOMES,
     SPAN_EXECUTE_TOOL_PREFIX,
     SPAN_GPU_IDLE,
@@ -261,6 +262,9 @@ class InnerFailures:
 
     exceptions: list[int] = field(default_factory=list)  # times (ns) of exception events on its span
     children: list[tuple[str, int, int]] = field(default_factory=list)  # failed child spans: (name, start, end)
+    # seconds from each failed nested tool call (an @agent_otel.tool called
+    # inside it) to the next call of that tool under it: its retry's wait
+    retry_waits: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -426,10 +430,29 @@ class TraceReader:
         # trace_id << 64 | parent span id -> failed child spans (name, start, end)
         self._failed_children: dict[int, list[tuple[str, int, int]]] = {}
         self._policy_tools: set[str] = set()  # tools with the toolkit's own retries (agent.tool.retries)
+        self._last_resource: Optional[list] = None  # the resource read last, and what resource() said of it
+        self._last_answer: tuple[Optional[str], str] = (None, "")
 
     def resource(self, resource: list, spans: int) -> str:
-        """Note a resource's service and CPU count; return its GPU pool."""
+        """Note a resource's service and CPU count; return its GPU pool.
+
+        The resource of the line before (a process's next export, one span
+        a line as often as 512) is answered from then: its attributes equal
+        (msgspec structs compare in C), nothing is read again."""
         data = self.data
+        if resource == self._last_resource:
+            service_name, pool = self._last_answer
+            if service_name is not None:
+                data.services[service_name] += spans
+            return pool
+        answer = self._resource(resource, spans)
+        self._last_resource, self._last_answer = resource, answer
+        return answer[1]
+
+    def _resource(self, resource: list, spans: int) -> tuple[Optional[str], str]:
+        """(its service's name, or None; its GPU pool), the service counted and the CPU count noted."""
+        data = self.data
+        name = None
         service = cpus = None
         for item in resource:
             if type(item) is JsonKeyValue:
@@ -443,7 +466,7 @@ class TraceReader:
             data.services[name] = data.services.get(name, 0) + spans
         if type(cpus) is int and cpus > 0 and (data.cpu_count is None or cpus < data.cpu_count):
             data.cpu_count = cpus
-        return gpu_pool_of(resource)
+        return name, gpu_pool_of(resource)
 
     # -- one span: recognise its kind, keep what the analysis needs ------
 
@@ -528,6 +551,10 @@ class TraceReader:
             data.end_ns = end_ns
         if not span.parentSpanId:
             if run is None:
+                if operation == GEN_AI_OPERATION_EXECUTE_TOOL or operation in MODEL_OPERATIONS:
+                    # a trace whose root is itself a call has no turn: no record of
+                    # its root (with a trace per call, a million of them took 200 MB)
+                    return
                 run = AgentRun(self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
             data.roots[run.trace_id] = run
 
@@ -1062,15 +1089,38 @@ class TraceReader:
         calls, parents = data.calls, self._parents
         tool_spans = _ids([key & _SPAN_ID_MASK for key in tool_of])
         traces, tools = calls.trace_id, calls.tool
+        outcomes = calls.column("outcome")
+        nested: dict[int, list[tuple[str, int, int, bool]]] = {}  # outer call -> its nested calls
         for i in _rows_in(parents, tool_spans):  # as in _dedupe_tool_calls
-            outer = tool_of.get(traces[i] << 64 | parents[i])
+            outer_key = traces[i] << 64 | parents[i]
+            outer = tool_of.get(outer_key)
             if outer is not None and outer != tools[i]:
                 data.nested_tools.add(tools[i])
+                if outer not in self._policy_tools:
+                    failed = outcomes[i] in (OUTCOME_ERROR, OUTCOME_TIMEOUT)
+                    nested.setdefault(outer_key, []).append((tools[i], calls.submit_ns[i], calls.end_ns[i], failed))
+        for outer_key, inner in nested.items():
+            self._join_retries(outer_key, inner)
         for parent, children in self._failed_children.items():
             tool = tool_of.get(parent)
             if tool is not None and tool not in self._policy_tools:
                 data.inner_failures.setdefault(parent, InnerFailures()).children.extend(children)
         self._failed_children = {}
+
+    def _join_retries(self, outer_key: int, inner: list[tuple[str, int, int, bool]]) -> None:
+        """The failed nested tool calls of one call that a call of the same
+        tool followed (its retry): failed children of the outer call, with
+        the wait before each retry."""
+        inner.sort(key=lambda call: call[1])
+        for k, (tool, start, end, failed) in enumerate(inner):
+            if not failed:
+                continue
+            retry = next((call for call in inner[k + 1 :] if call[0] == tool and call[1] >= end), None)
+            if retry is None:
+                continue
+            found = self.data.inner_failures.setdefault(outer_key, InnerFailures())
+            found.children.append((tool, start, end))
+            found.retry_waits.append((retry[1] - end) / NS_PER_S)
 
     # -- fields ----------------------------------------------------------
 

@@ -17,10 +17,19 @@ Kinds:
   (the tool that waited longest gets its own) rather than grow one giant
   pool.
 - ``set_timeout``: a tool whose timeout (span attribute
-  ``agent.tool.timeout``) is at least 4x its p99 duration, or that has none
-  and a long tail (p99 at least 3x p50). Suggests 2x p99 to two significant
-  digits; 1.5x p99 for a middle tier, a tool called from inside another
-  tool's call, so that its timeout fires before its caller's.
+  ``agent.tool.timeout``) is at least 4x its healthy calls' p99 duration,
+  or that has none and a long tail (p99 at least 3x p50). Suggests 2x the
+  p99 of its healthy calls (not timed out or cancelled, not cut by its
+  timeout, not hung at 20x p50) to two significant digits, and says how
+  many calls it would have cut; 1.5x p99 for a middle tier, a tool called
+  from inside another tool's call, so that its timeout fires before its
+  caller's.
+- ``bound_queue``: a pool of known size whose queue held more than twice
+  its workers (bursts: no rule above sizes it). Suggests the bounded queue,
+  about twice the workers, then caller-runs.
+- ``fewer_workers``: a pool whose size the traces show rising while its
+  wait p95 rose 1.5x or more: more concurrency made queueing worse.
+  Suggests the smaller size, with the bounded queue.
 - ``isolate_tool``: a slow tool (exec p50 at least 10x the others') holding
   most of a shared pool's worker time while the other tools wait in its
   queue longer than they run. Suggests a pool of its own (of processes when
@@ -28,7 +37,8 @@ Kinds:
 - ``batch_calls``: a tool called in bursts of concurrent calls (each call
   within 50 ms of the previous and in flight while an earlier one of the
   burst was, or from another trace; 3 or more calls) for at least 30% of
-  its calls, 3 bursts or more. Suggests one batched call per burst. A
+  its calls, 3 bursts or more. Suggests one batched call per burst, the
+  window from the p50 (a tenth of the tool's duration p50). A
   sequential loop is no burst: batching joins concurrent callers only.
 - ``idle_not_tools``: a GPU idle for at least 1 s and 10% of the time it
   was observed, more than half of it with no tool call in flight: the
@@ -52,7 +62,7 @@ Kinds:
   awaited with ``.aio()``, or a timeout (the one ``set_timeout`` computes).
 - ``hidden_retries``: a tool with no retries of the toolkit's whose calls
   went on after failures inside them (``exception`` events on its span,
-  failed child spans), 2 calls or more and 1 s of exec time or more until
+  failed child spans, failed nested tool calls retried under it), 2 calls or more and 1 s of exec time or more until
   their last failure; says when the waits between attempts grew (a
   back-off). Suggests the toolkit's retries: a per-attempt timeout, one
   retry at a fixed interval (a back-off stretches the stall the GPU waits
@@ -72,13 +82,21 @@ rules that suggest a timeout for a tool suggest the same one.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import numpy as np
 
 from agent_otel.records import NS_PER_S
-from agent_otel.remedies.suggest import DOCS, MIDDLE_TIER_P99S, TIMEOUT_P99S, snippet_for, suggested_timeout
+from agent_otel.remedies.suggest import (
+    DOCS,
+    MIDDLE_TIER_P99S,
+    QUEUE_PER_WORKER,
+    TIMEOUT_P99S,
+    snippet_for,
+    suggested_timeout,
+)
 from agent_otel.report.columns import Names
 from agent_otel.report.reader import UNKNOWN_EXECUTOR
 from agent_otel.report.stats import max_overlap, percentile
@@ -103,6 +121,8 @@ KINDS = (
     "overlap_tool_with_gpu",
     "offload_or_bound",
     "hidden_retries",
+    "bound_queue",
+    "fewer_workers",
 )
 
 # Executors that are not pools: nothing to size.
@@ -114,6 +134,9 @@ QUEUE_SHARE = 0.5  # raise_pool_workers: share of call time spent queued
 MIN_WAIT_P95_S = 0.010  # ... and a p95 wait worth acting on
 TIMEOUT_FACTOR = 4.0  # set_timeout: timeout at least this many p99s
 TAIL_FACTOR = 3.0  # set_timeout, no timeout known: p99 at least this many p50s (a long tail)
+HUNG_P50S = 20.0  # a call that ran this many times its tool's p50 or longer hung (a long tail is 3-10x)
+CUT_BY_TIMEOUT = 0.95  # ... and one that ran this share of its declared timeout or more was cut by it
+UNHEALTHY_OUTCOMES = ("timeout", "cancelled")  # timed out; still running at shutdown, or cancelled
 SLOW_FACTOR = 10.0  # isolate_tool: exec p50 at least this many times the others'
 MIN_SLOW_CALLS = 5
 SLOW_WORKER_SHARE = 0.5  # ... and at least this share of the pool's worker time
@@ -121,6 +144,9 @@ BURST_GAP_S = 0.050  # batch_calls: a call this soon after the previous joins it
 MIN_BURST = 3
 MIN_BURSTS = 3
 BURST_SHARE = 0.3
+BATCH_WINDOW_P50_SHARE = 0.1  # batch_calls: the window, this share of the tool's p50 (a lone call waits that long)
+MIN_BATCH_WINDOW_S = 0.001  # ... whole milliseconds, 1 at least
+QUEUE_RISE = 1.5  # fewer_workers: wait p95 at least this many times what it was with fewer workers
 IO_WORKERS_PER_CORE = 4  # worker cap: 2-4 x cores for I/O pools (the top of it) ...
 CPU_WORKERS_PER_CORE = 1  # ... about the core count for CPU-bound ones
 THREAD_CEILING = 200  # ... and, cores unknown, past about 200 threads p99 gets worse
@@ -172,6 +198,8 @@ def candidates(analysis: Analysis) -> list[Recommendation]:
     facts = _Facts(analysis)
     return [
         *_raise_pool_workers(analysis, facts),
+        *_bound_queue(analysis),
+        *_fewer_workers(analysis),
         *_set_timeout(analysis, facts),
         *_isolate_tool(analysis, facts),
         *_batch_calls(analysis),
@@ -186,6 +214,12 @@ def candidates(analysis: Analysis) -> list[Recommendation]:
 # both fire, the loser is dropped; the winner's advice covers it, and the two
 # together would read as two different fixes.
 SUPERSEDES = (
+    # more workers made the queue worse: not more of them, nor a queue bound at the larger count
+    ("fewer_workers", "raise_pool_workers", "pool"),
+    ("fewer_workers", "bound_queue", "pool"),
+    # with workers for every call in flight (or the slow tool's own pool) the queue no longer grows
+    ("raise_pool_workers", "bound_queue", "pool"),
+    ("isolate_tool", "bound_queue", "pool"),
     # the slow tool's own pool is the fix, not a bigger shared one
     ("isolate_tool", "raise_pool_workers", "pool"),
     # its own pool already follows its kind (threads for I/O, processes for CPU)
@@ -229,8 +263,10 @@ class TimeoutAdvice:
     p50_s: float
     factor: float  # of p99: 2, or 1.5 for a middle tier
     middle_tier: bool  # the tool is called from inside another tool's call
-    calls: int  # the calls the percentiles are over
+    calls: int  # the calls the percentiles are over: the healthy ones
     clean_only: bool  # over the calls with no failure inside (the tool retries inside its code)
+    unhealthy: int  # the tool's calls left out: timed out, cancelled, cut by its timeout, hung
+    cut: int  # the tool's calls that took longer than the timeout: it would have cut them
 
 
 class _Facts:
@@ -241,6 +277,8 @@ class _Facts:
         self.analysis = analysis
         self.inner = analysis.inner_failures
         self._timeouts: dict[str, Optional[TimeoutAdvice]] = {}
+        self._healthy: Optional[dict[str, list[float]]] = None
+        self._unhealthy: dict[str, int] = {}
         self._kinds = {tool.tool: (tool.cpu.kind if tool.cpu is not None else None) for tool in analysis.tools}
         # The tools that retry inside their code: the durations of their calls with no failure inside.
         self._clean: dict[str, list[float]] = {}
@@ -258,10 +296,8 @@ class _Facts:
         return self._timeouts[tool.tool]
 
     def _timeout(self, tool: ToolStats) -> Optional[TimeoutAdvice]:
-        durations: Sequence[float] = tool.duration_s
         clean_only = tool.tool in self._clean
-        if clean_only:
-            durations = sorted(self._clean[tool.tool])
+        durations = self.healthy(tool, self._clean[tool.tool] if clean_only else None)
         if len(durations) < MIN_CALLS:
             return None
         p99 = percentile(durations, 99)
@@ -269,15 +305,45 @@ class _Facts:
             return None
         middle = tool.tool in self.analysis.nested_tools
         factor = MIDDLE_TIER_P99S if middle else TIMEOUT_P99S
+        timeout_s = suggested_timeout(p99, factor)
         return TimeoutAdvice(
-            timeout_s=suggested_timeout(p99, factor),
+            timeout_s=timeout_s,
             p99_s=p99,
             p50_s=percentile(durations, 50),
             factor=factor,
             middle_tier=middle,
             calls=len(durations),
             clean_only=clean_only,
+            unhealthy=self._unhealthy.get(tool.tool, 0),
+            cut=tool.calls - bisect_right(tool.duration_s, timeout_s),
         )
+
+    def healthy(self, tool: ToolStats, clean: Optional[list[float]]) -> list[float]:
+        """The sorted durations of the tool's healthy calls (of those with no
+        failure inside, when ``clean`` gives them): not timed out or cancelled
+        (nor still running at shutdown), not cut by a declared timeout (at
+        ``CUT_BY_TIMEOUT`` of it or more), and not hung (``HUNG_P50S`` x the
+        p50 of the rest or more)."""
+        if self._healthy is None:
+            self._healthy = self._healthy_durations()
+        durations = sorted(clean) if clean is not None else self._healthy.get(tool.tool, [])
+        if tool.timeout_s is not None:
+            durations = durations[: bisect_left(durations, CUT_BY_TIMEOUT * tool.timeout_s)]
+        if durations:
+            durations = durations[: bisect_left(durations, HUNG_P50S * percentile(durations, 50))]
+        self._unhealthy[tool.tool] = tool.calls - len(durations) if clean is None else 0
+        return durations
+
+    def _healthy_durations(self) -> dict[str, list[float]]:
+        """Each tool's sorted call durations, timed-out and cancelled calls left out."""
+        calls = self.analysis.calls
+        outcomes = Names(calls.column("outcome"), len(calls))
+        bad = [code for code, name in outcomes.name_of.items() if name in UNHEALTHY_OUTCOMES]
+        kept = ~np.isin(outcomes.codes, bad) if bad else np.ones(len(calls), bool)
+        seconds = (np.frombuffer(calls.end_ns, np.uint64) - np.frombuffer(calls.submit_ns, np.uint64)) / NS_PER_S
+        return {
+            tool: np.sort(seconds[rows[kept[rows]]]).tolist() for tool, rows in Names(calls.tool, len(calls)).groups()
+        }
 
     def kind(self, tool: str) -> Optional[str]:
         return self._kinds.get(tool)
@@ -380,30 +446,170 @@ def _raise_pool_workers(analysis: Analysis, facts: _Facts) -> list[Recommendatio
     return found
 
 
+def _pool_rows(analysis: Analysis) -> dict[str, np.ndarray]:
+    """Each pool's rows of the call table (not ``direct`` nor ``unknown``)."""
+    calls = analysis.calls
+    return {
+        executor: rows
+        for executor, rows in Names(calls.executor, len(calls)).groups()
+        if executor not in NOT_POOLS and len(rows) >= MIN_POOL_CALLS
+    }
+
+
+def _bound_queue(analysis: Analysis) -> list[Recommendation]:
+    """A pool of known size whose queue held more than about twice its
+    workers: bound it there, and have the caller run what does not fit."""
+    found = []
+    calls = analysis.calls
+    submit, end = np.frombuffer(calls.submit_ns, np.uint64), np.frombuffer(calls.end_ns, np.uint64)
+    by_pool = {pool.executor: pool for pool in analysis.executors}
+    for executor, rows in sorted(_pool_rows(analysis).items()):
+        pool = by_pool.get(executor)
+        workers = pool.max_workers if pool is not None else None
+        if not workers or pool is None:
+            continue
+        limit = QUEUE_PER_WORKER * workers
+        if pool.max_queue_depth <= limit:
+            continue
+        # outstanding (requested, not finished) in the pool when each call was requested
+        submits, ends = np.sort(submit[rows]), np.sort(end[rows])
+        outstanding = np.searchsorted(submits, submit[rows], "left") - np.searchsorted(ends, submit[rows], "right")
+        caller_runs = int((outstanding >= workers + limit).sum())
+        found.append(
+            Recommendation(
+                kind="bound_queue",
+                subject=executor,
+                message=(
+                    f'bound the queue of pool="{executor}" at about twice its {workers} workers, then caller-runs: '
+                    f"up to {pool.max_queue_depth} calls waited in it at once ({pool.max_queue_depth / workers:.1f}x "
+                    f"its workers; wait p95 {_g(pool.wait_p95_s)} s). With queue_limit={limit} the {caller_runs} of "
+                    f"its {len(rows)} calls that found {workers + limit} or more outstanding would have run in their "
+                    "caller's thread (back-pressure: the caller slows down instead of queueing without bound)."
+                ),
+                evidence={
+                    "executor": executor,
+                    "workers": workers,
+                    "submissions": len(rows),
+                    "max_queue_depth": pool.max_queue_depth,
+                    "queued_calls": pool.queued_calls,
+                    "wait_p95_s": _s(pool.wait_p95_s),
+                    "suggested_queue_limit": limit,
+                    "queue_limit_per_worker": QUEUE_PER_WORKER,
+                    "calls_caller_runs": caller_runs,
+                },
+            )
+        )
+    return found
+
+
+def _fewer_workers(analysis: Analysis) -> list[Recommendation]:
+    """A pool whose size the traces show rising (``agent.executor.max_workers``)
+    while its calls waited longer: more concurrency made queueing worse (a
+    backend, a lock or the GIL is the limit, not the workers)."""
+    found: list[Recommendation] = []
+    calls = analysis.calls
+    workers_of = calls.executor_workers
+    if workers_of is None:
+        return found
+    submit = np.frombuffer(calls.submit_ns, np.uint64)
+    start = np.frombuffer(calls.start_ns, np.uint64)
+    end = np.frombuffer(calls.end_ns, np.uint64)
+    size_of = np.fromiter((size or 0 for size in workers_of), np.int64, len(calls))
+    for executor, rows in sorted(_pool_rows(analysis).items()):
+        sized = size_of[rows]
+        by_size = {int(size): rows[sized == size] for size in np.unique(sized) if size > 0}
+        # each size by when it was first seen, with enough calls to tell a queue
+        sizes = sorted((int(submit[mine].min()), size) for size, mine in by_size.items() if len(mine) >= MIN_POOL_CALLS)
+        if len(sizes) < 2:
+            continue
+        stats = {}
+        for _, size in sizes:
+            mine = by_size[size]
+            stats[size] = (
+                len(mine),
+                percentile(np.sort((start[mine] - submit[mine]) / NS_PER_S).tolist(), 95),
+                percentile(np.sort((end[mine] - start[mine]) / NS_PER_S).tolist(), 50),
+            )
+        # the first rise (in time) after which calls waited longer
+        rise = next(
+            (
+                (a, b)
+                for (_, a), (_, b) in zip(sizes, sizes[1:])
+                if b > a and stats[b][1] >= MIN_WAIT_P95_S and stats[b][1] >= QUEUE_RISE * stats[a][1]
+            ),
+            None,
+        )
+        if rise is None:
+            continue
+        before, after = rise
+        (calls_before, wait_before, exec_before), (calls_after, wait_after, exec_after) = stats[before], stats[after]
+        slower = (
+            f", and each call ran longer (exec p50 {_g(exec_before)} s -> {_g(exec_after)} s): what the calls wait "
+            "on is saturated"
+            if exec_after > exec_before
+            else ""
+        )
+        found.append(
+            Recommendation(
+                kind="fewer_workers",
+                subject=executor,
+                message=(
+                    f'pool="{executor}" went from {before} to {after} workers and its calls queued longer, not '
+                    f"shorter: wait p95 {_g(wait_before)} s over {calls_before} calls -> {_g(wait_after)} s over "
+                    f"{calls_after}{slower}. Raising concurrency made queueing worse: go back to {before} workers "
+                    f"and bound the queue at about twice them (queue_limit={QUEUE_PER_WORKER * before}), the caller "
+                    "running what does not fit."
+                ),
+                evidence={
+                    "executor": executor,
+                    "workers_before": before,
+                    "workers_after": after,
+                    "calls_before": calls_before,
+                    "calls_after": calls_after,
+                    "wait_p95_before_s": _s(wait_before),
+                    "wait_p95_after_s": _s(wait_after),
+                    "exec_p50_before_s": _s(exec_before),
+                    "exec_p50_after_s": _s(exec_after),
+                    "suggested_workers": before,
+                    "suggested_queue_limit": QUEUE_PER_WORKER * before,
+                },
+            )
+        )
+    return found
+
+
 def _set_timeout(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
-    """A declared timeout far above p99, or none at all on a tool with a long tail."""
+    """A declared timeout far above p99, or none at all on a tool with a long
+    tail; the timeout from the p99 of the healthy calls (``_Facts.healthy``)."""
     found = []
     for tool in analysis.tools:
         advice = facts.timeout(tool)
         if advice is None:
             continue
         p99, suggested = advice.p99_s, advice.timeout_s
+        healthy = f"{advice.calls} healthy calls"
         if tool.timeout_s is not None:
             if tool.timeout_s < TIMEOUT_FACTOR * p99:
                 continue
             why = (
-                f"its timeout of {_g(tool.timeout_s)} s is {tool.timeout_s / p99:.0f}x its p99 over "
-                f"{advice.calls} calls, so a hung call holds its worker that long"
+                f"its timeout of {_g(tool.timeout_s)} s is {tool.timeout_s / p99:.0f}x the p99 of its {healthy}, "
+                "so a hung call holds its worker that long"
             )
         else:
-            if p99 < TAIL_FACTOR * advice.p50_s:
+            all_p50, all_p99 = percentile(tool.duration_s, 50), percentile(tool.duration_s, 99)
+            if all_p99 < TAIL_FACTOR * all_p50:
                 continue
             why = (
-                f"it has no timeout and a long tail (p99 {p99 / advice.p50_s:.1f}x its p50 of "
-                f"{_g(advice.p50_s)} s over {advice.calls} calls), so a hung call holds the agent, and the "
+                f"it has no timeout and a long tail (p99 {all_p99 / all_p50:.1f}x its p50 of "
+                f"{_g(all_p50)} s over {tool.calls} calls), so a hung call holds the agent, and the "
                 "GPU waiting on it, as long as it hangs"
             )
-        over = sum(1 for seconds in tool.duration_s if seconds > suggested)
+        left_out = (
+            f" ({advice.unhealthy} left out: timed out, cancelled, cut by its timeout, or hung at "
+            f"{HUNG_P50S:g}x the p50 or longer)"
+            if advice.unhealthy
+            else ""
+        )
         tier = (
             f" ({advice.factor:g}x p99: it is called from inside another tool's call, so its timeout must "
             "fire before its caller's)"
@@ -415,19 +621,21 @@ def _set_timeout(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
                 kind="set_timeout",
                 subject=tool.tool,
                 message=(
-                    f'tool="{tool.tool}" timeout={_g(suggested)} s from p99 {_g(p99)} s{tier}: {why}; '
-                    f"{over} of {tool.calls} calls took longer than the suggested timeout."
+                    f'tool="{tool.tool}" timeout={_g(suggested)} s from p99 {_g(p99)} s of its {healthy}'
+                    f"{left_out}{tier}: {why}; it would have cut {advice.cut} of its {tool.calls} calls."
                 ),
                 evidence={
                     "tool": tool.tool,
                     "calls": tool.calls,
                     "timeout_s": tool.timeout_s,
+                    "healthy_calls": advice.calls,
+                    "unhealthy_calls": advice.unhealthy,
                     "duration_p50_s": _s(advice.p50_s),
                     "duration_p99_s": _s(p99),
                     "timeout_factor": advice.factor,
                     "middle_tier": advice.middle_tier,
                     "suggested_timeout_s": suggested,
-                    "calls_over_suggested": over,
+                    "calls_over_suggested": advice.cut,
                 },
             )
         )
@@ -498,14 +706,23 @@ def _isolate_tool(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
 def _batch_calls(analysis: Analysis) -> list[Recommendation]:
     by_tool = dict(Names(analysis.calls.tool, len(analysis.calls)).groups())  # tool -> its calls' rows, by submit time
     gap_ns = round(BURST_GAP_S * NS_PER_S)
+    durations = {tool.tool: tool.duration_s for tool in analysis.tools}
+    submits = analysis.calls.submit_ns
     found = []
     for tool in sorted(by_tool):
         calls = by_tool[tool]
-        bursts = [size for size in _bursts(analysis.calls, calls, gap_ns) if size >= MIN_BURST]
+        runs = [run for run in _bursts(analysis.calls, calls, gap_ns) if len(run) >= MIN_BURST]
+        bursts = [len(run) for run in runs]
         in_bursts = sum(bursts)
         if len(bursts) < MIN_BURSTS or in_bursts < BURST_SHARE * len(calls):
             continue
         saved = in_bursts - len(bursts)
+        # The window from the p50: a tenth of a typical call, so that the wait
+        # for a batch (a lone call waits the whole window) stays small beside it.
+        p50 = percentile(durations[tool], 50) if tool in durations else 0.0
+        window = min(BURST_GAP_S, max(MIN_BATCH_WINDOW_S, round(BATCH_WINDOW_P50_SHARE * p50, 3)))
+        window_ns = round(window * NS_PER_S)
+        joined = sum(1 for run in runs for row in run if submits[row] - submits[run[0]] <= window_ns)
         found.append(
             Recommendation(
                 kind="batch_calls",
@@ -514,7 +731,9 @@ def _batch_calls(analysis: Analysis) -> list[Recommendation]:
                     f'batch tool="{tool}": {in_bursts} of {len(calls)} calls came in {len(bursts)} bursts of '
                     f"concurrent calls (each call within {BURST_GAP_S * 1000:.0f} ms of the previous, while "
                     f"another was in flight or from another trace; up to {max(bursts)} per burst); one batched "
-                    f"call per burst would make {saved} fewer calls."
+                    f"call per burst would make {saved} fewer calls. A window of {window * 1000:g} ms, "
+                    f"{BATCH_WINDOW_P50_SHARE:.0%} of its p50 of {_g(p50)} s (a lone call waits that long), "
+                    f"joins {joined} of the {in_bursts} calls of the bursts."
                 ),
                 evidence={
                     "tool": tool,
@@ -525,14 +744,18 @@ def _batch_calls(analysis: Analysis) -> list[Recommendation]:
                     "median_burst": percentile(sorted(bursts), 50),
                     "burst_gap_s": BURST_GAP_S,
                     "calls_saved": saved,
+                    "duration_p50_s": _s(p50),
+                    "window_p50_share": BATCH_WINDOW_P50_SHARE,
+                    "suggested_window_s": window,
+                    "calls_joined_by_window": joined,
                 },
             )
         )
     return found
 
 
-def _bursts(table: CallTable, rows: np.ndarray, gap_ns: int) -> list[int]:
-    """Sizes of the runs of two calls or more (of these rows of the table,
+def _bursts(table: CallTable, rows: np.ndarray, gap_ns: int) -> list[list[int]]:
+    """The runs (their rows) of two calls or more (of these rows of the table,
     by submit time) that a batch window of ``gap_ns`` would join: each
     requested within ``gap_ns`` of the previous and concurrent with it, in
     flight while an earlier call of the run was, or from another trace
@@ -550,7 +773,7 @@ def _bursts(table: CallTable, rows: np.ndarray, gap_ns: int) -> list[int]:
     # pair k (calls k and k + 1) may join unless the second came later than the gap
     apart = (submitted[1:] >= submitted[:-1]) & (submitted[1:] - submitted[:-1] > gap_ns)
     may_join = np.flatnonzero(~apart)
-    runs: list[int] = []
+    runs: list[list[int]] = []
     if not len(may_join):
         return runs
     for stretch in np.split(may_join, np.flatnonzero(np.diff(may_join) != 1) + 1):
@@ -558,12 +781,12 @@ def _bursts(table: CallTable, rows: np.ndarray, gap_ns: int) -> list[int]:
     return runs
 
 
-def _runs(table: CallTable, rows: list[int], gap_ns: int) -> list[int]:
+def _runs(table: CallTable, rows: list[int], gap_ns: int) -> list[list[int]]:
     """``_bursts`` over these rows, one call at a time."""
     submits, ends, traces, executors = table.submit_ns, table.end_ns, table.trace_id, table.executor
     threads = table.thread  # None while no call names its thread
-    runs = []
-    size = 0
+    runs: list[list[int]] = []
+    run: list[int] = []
     previous = -1
     reach = 0  # the latest end in the run so far
     for i in rows:
@@ -583,16 +806,16 @@ def _runs(table: CallTable, rows: list[int], gap_ns: int) -> list[int]:
                 )
             )
         ):
-            size += 1
+            run.append(i)
         else:
-            if size > 1:
-                runs.append(size)
-            size = 1
+            if len(run) > 1:
+                runs.append(run)
+            run = [i]
             reach = 0
         reach = max(reach, ends[i])
         previous = i
-    if size > 1:
-        runs.append(size)
+    if len(run) > 1:
+        runs.append(run)
     return runs
 
 
@@ -883,8 +1106,11 @@ def _hidden_retries(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
 
 
 def _retry_waits(inner: InnerFailures) -> list[float]:
-    """Seconds between one failure inside a call and the next: from a failed
-    child span's end to the next one's start, or between exception events."""
+    """Seconds between one failure inside a call and the next attempt: from
+    a failed nested tool call to its retry; else from a failed child span's
+    end to the next one's start, or between exception events."""
+    if inner.retry_waits:
+        return inner.retry_waits
     if len(inner.children) >= 2:
         spans = sorted(inner.children, key=lambda child: child[1])
         return [max(0, b[1] - a[2]) / NS_PER_S for a, b in zip(spans, spans[1:])]

@@ -241,7 +241,7 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
         else f"{turns['from_agent_spans']} invoke_agent spans, {count - turns['from_agent_spans']} traces"
     )
     parts = " + ".join(
-        f"{label} {_sec1(turns[key])} s ({_percent(turns[key] / total)})"
+        f"{label} {_sec1(turns[key])} s ({percent(turns[key] / total)})"
         for label, key in (
             ("client CPU", "client_cpu_s"),
             ("model", "model_s"),
@@ -266,9 +266,9 @@ def _turns(report: dict, width: Optional[int]) -> list[str]:
             continue
         lines.extend(
             _wrap(
-                f"  {visible(tool['tool'])} idles the GPU {_amount(tool['gpu_idle_blocked_per_call_s'])} s per call "
-                f"({_amount(tool['gpu_idle_blocked_s'])} s blamed over {tool['calls']} "
-                f"call{'s' if tool['calls'] != 1 else ''}), in flight for {_percent(tool['latency_share'])} "
+                f"  {visible(tool['tool'])} idles the GPU {amount(tool['gpu_idle_blocked_per_call_s'])} s per call "
+                f"({amount(tool['gpu_idle_blocked_s'])} s blamed over {tool['calls']} "
+                f"call{'s' if tool['calls'] != 1 else ''}), in flight for {percent(tool['latency_share'])} "
                 "of the turns' time",
                 width,
             )
@@ -283,16 +283,16 @@ def _model_server(models: list[dict], width: Optional[int]) -> list[str]:
         if model["gpu_idle_blocked_s"]:
             lines.extend(
                 _wrap(
-                    f"  the model server idles the GPU {_amount(model['gpu_idle_blocked_s'])} s while "
-                    f"{visible(model['model'])} calls are in flight ({_amount(model['gpu_idle_blocked_queued_s'])} s "
-                    f"before their first token, {_amount(model['gpu_idle_blocked_decode_s'])} s streaming)",
+                    f"  the model server idles the GPU {amount(model['gpu_idle_blocked_s'])} s while "
+                    f"{visible(model['model'])} calls are in flight ({amount(model['gpu_idle_blocked_queued_s'])} s "
+                    f"before their first token, {amount(model['gpu_idle_blocked_decode_s'])} s streaming)",
                     width,
                 )
             )
     return lines
 
 
-def _amount(seconds: float) -> str:
+def amount(seconds: float) -> str:
     """Seconds for a sentence, never rounded to a misleading 0.0: one decimal
     from a second up, two significant digits below (0.032)."""
     if seconds >= 1 or seconds == 0:
@@ -338,7 +338,7 @@ def _sec1(seconds: float) -> str:
     return f"{seconds:.1f}"
 
 
-def _percent(ratio: float) -> str:
+def percent(ratio: float) -> str:
     return f"{round(ratio * 100):.0f} %"
 
 
@@ -347,6 +347,7 @@ def _executors(executors: list[dict], width: Optional[int], paint: _Painter) -> 
         Column("EXECUTOR", 0, left=True),
         Column("SUBMITTED", 0),
         Column("WAIT P95", 0),
+        Column("QUEUED", 1),
         Column("MAX QUEUED", 1),
         Column("MAX RUNNING", 2),
         Column("PEAK IN FLIGHT", 3),
@@ -357,6 +358,7 @@ def _executors(executors: list[dict], width: Optional[int], paint: _Painter) -> 
             _name(e["executor"], width),
             str(e["submissions"]),
             _sec(e["wait_p95_s"]),
+            str(e["queued_calls"]),
             str(e["max_queue_depth"]),
             str(e["max_concurrent_exec"]),
             str(e["peak_in_flight"]),
@@ -434,7 +436,7 @@ def _server_split(server: dict, width: Optional[int], paint: _Painter) -> list[s
 
 
 def _kv_cache(kv: dict, width: Optional[int], paint: _Painter) -> list[str]:
-    average = "-" if kv["kv_cache_usage_avg"] is None else _percent(kv["kv_cache_usage_avg"])
+    average = "-" if kv["kv_cache_usage_avg"] is None else percent(kv["kv_cache_usage_avg"])
     lines = _wrap(
         f"  over {kv['windows']} idle windows ({_sec(kv['idle_s'])} s) the server's KV cache was {average} "
         "in use on average: held by requests waiting on the tools below, not computing",
@@ -450,7 +452,7 @@ def _kv_cache(kv: dict, width: Optional[int], paint: _Painter) -> list[str]:
         [
             _name(t["tool"], width),
             _sec(t["gpu_idle_blocked_s"]),
-            "-" if t["kv_cache_held_share"] is None else _percent(t["kv_cache_held_share"]),
+            "-" if t["kv_cache_held_share"] is None else percent(t["kv_cache_held_share"]),
             _sec(t["kv_cache_held_s"]),
         ]
         for t in kv["tools"]

@@ -19,7 +19,7 @@
     queue: css("--c-queue"), exec: css("--c-exec"), blamed: css("--c-blamed"), idle: css("--c-idle"),
     idleEdge: css("--c-idle-edge"), util: css("--c-util"), utilFill: css("--c-util-fill"), unused: css("--c-unused"),
     model: css("--c-model"), modelFailed: css("--c-model-failed"), firstChunk: css("--c-first-chunk"),
-    turn: css("--c-turn"), turnFill: css("--c-turn-fill"),
+    turn: css("--c-turn"), turnFill: css("--c-turn-fill"), loop: css("--c-loop"),
     grid: css("--ui-grid"), axis: css("--ui-axis"), text: css("--ui-text"), track: css("--ui-track"),
     laneAlt: css("--ui-lane-alt"), backdrop: css("--ui-backdrop")
   };
@@ -64,6 +64,14 @@
     tracks.push({ kind: "model", model: m, y: y, h: h });
     y += h + TRACK_GAP;
   });
+  // One lane per event loop: the stretches it ran nothing else.
+  D.loops.forEach(function (loop) {
+    var maxDur = 0;
+    for (var k = 0; k < loop.start.length; k++) maxDur = Math.max(maxDur, loop.end[k] - loop.start[k]);
+    loop.maxDur = maxDur;
+    tracks.push({ kind: "loop", loop: loop, y: y, h: 24 });
+    y += 24 + TRACK_GAP;
+  });
   D.lanes.forEach(function (l, index) {
     var maxDur = 0;
     for (var k = l.first; k < l.first + l.count; k++) maxDur = Math.max(maxDur, end[k] - submit[k]);
@@ -92,6 +100,12 @@
     } else if (t.kind === "turns") {
       div.className = "lane-label turns";
       div.innerHTML = "agent turns" + '<span class="sub">' + turnStart.length + (turnStart.length === 1 ? " turn" : " turns") + "</span>";
+    } else if (t.kind === "loop") {
+      div.className = "lane-label loop";
+      div.dataset.loop = t.loop.thread;
+      div.title = "event loop of thread " + t.loop.thread;
+      div.innerHTML = "loop " + esc(t.loop.thread) + '<span class="sub">' + compact(t.loop.start.length) +
+        (t.loop.start.length === 1 ? " block, " : " blocks, ") + compact(t.loop.blocked_s) + " s blocked</span>";
     } else if (t.kind === "model") {
       div.className = "lane-label model";
       div.dataset.model = t.model.model;
@@ -176,6 +190,7 @@
       if (tr.kind === "gpu") drawGpu(tr, scale);
       else if (tr.kind === "turns") drawTurns(tr, scale);
       else if (tr.kind === "model") drawModels(tr, scale);
+      else if (tr.kind === "loop") drawLoop(tr, scale);
       else drawLane(tr, scale, k);
     }
     drawShares(scale);
@@ -339,6 +354,19 @@
     }
   }
 
+  function drawLoop(tr, scale) {
+    var loop = tr.loop;
+    ctx.fillStyle = COL.track;
+    ctx.fillRect(0, tr.y, W, tr.h);
+    ctx.fillStyle = COL.loop;
+    var lo = lowerBound(loop.start, 0, loop.start.length, v0 - loop.maxDur);
+    for (var k = lo; k < loop.start.length && loop.start[k] <= v1; k++) {
+      if (loop.end[k] < v0) continue;
+      var x0 = (loop.start[k] - v0) * scale, w = Math.max((loop.end[k] - loop.start[k]) * scale, 1);
+      ctx.fillRect(x0, tr.y + 6, w, tr.h - 12);
+    }
+  }
+
   function drawModels(tr, scale) {
     var m = tr.model;
     var lo = lowerBound(modelStart, m.first, m.first + m.count, v0 - m.maxDur);
@@ -437,6 +465,7 @@
     else if (tr && tr.kind === "gpu") html = gpuTip(tr.gpu, at);
     else if (tr && tr.kind === "turns") html = turnTip(tr, yy, at, slack);
     else if (tr && tr.kind === "model") html = modelTip(tr, yy, at, slack);
+    else if (tr && tr.kind === "loop") html = loopTip(tr.loop, at, slack);
     if (!html) { tip.hidden = true; return; }
     tip.innerHTML = html;
     tip.hidden = false;
@@ -501,6 +530,20 @@
       rowHtml("first chunk", M.first[k] === null ? "-" : ms(M.first[k])) +
       rowHtml("tokens in / out", (M.input[k] === null ? "-" : M.input[k]) + " / " + (M.output[k] === null ? "-" : M.output[k])) +
       rowHtml("outcome", M.failed[k] ? "error" : "ok") + "</table>";
+  }
+
+  function loopTip(loop, at, slack) {
+    var lo = lowerBound(loop.start, 0, loop.start.length, at - loop.maxDur - slack), best = -1, bestDist = Infinity;
+    for (var k = lo; k < loop.start.length && loop.start[k] <= at + slack; k++) {
+      var dist = at < loop.start[k] ? loop.start[k] - at : at > loop.end[k] ? at - loop.end[k] : 0;
+      if (dist <= slack && dist < bestDist) { best = k; bestDist = dist; }
+    }
+    if (best < 0) return null;
+    return "<b>event loop " + esc(loop.thread) + " blocked</b><table>" +
+      rowHtml("by", loop.tool[best] === null ? "code that is no tool" : esc(loop.tool[best])) +
+      rowHtml("from", "+" + (loop.start[best] / 1000).toFixed(3) + " s") +
+      rowHtml("blocked", ms(loop.end[best] - loop.start[best])) +
+      rowHtml("calls waiting", String(loop.waiting[best])) + "</table>";
   }
 
   function gpuTip(g, at) {

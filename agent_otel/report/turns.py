@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence, Union
+from itertools import accumulate
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -114,11 +116,17 @@ def find_turns(
         if found is not None:
             runs = _outermost(found) if isinstance(found, list) else [found]
             if _all_covered(calls, rows, trace_models, runs):
+                if len(runs) == 1:
+                    turn = Turn(runs[0].name, trace_id, runs[0].start_ns, runs[0].end_ns, FROM_AGENT)
+                    turns.add(_breakdown(turn, calls, rows, trace_models, in_flight, True, blocks_of.get(trace_id)))
+                    continue
+                # many turns in one trace (a session's): each gets the calls
+                # that may overlap it, not the whole trace's to filter
+                overlapping = _overlapping(calls, rows, trace_models)
                 for run in runs:
                     turn = Turn(run.name, trace_id, run.start_ns, run.end_ns, FROM_AGENT)
-                    turns.add(
-                        _breakdown(turn, calls, rows, trace_models, in_flight, len(runs) == 1, blocks_of.get(trace_id))
-                    )
+                    mine, models = overlapping(run.start_ns, run.end_ns)
+                    turns.add(_breakdown(turn, calls, mine, models, in_flight, False, blocks_of.get(trace_id)))
                 continue
         root = roots.get(trace_id)
         if root is None:
@@ -149,25 +157,36 @@ def _client_blocks(loop_blocks: Sequence[LoopBlock]) -> dict[int, list[tuple[int
 
 def _traces(calls: CallTable, models_of: dict[int, list[ModelCall]]) -> Iterator[tuple[int, list[int]]]:
     """(trace, the rows of its calls, by submit time) for each trace with
-    calls, taken at its last call, then the traces with model calls only.
+    calls, in the order of their last calls, then the traces with model
+    calls only.
 
-    Only the few traces open at once hold a list of their rows, not every
-    trace (a list each took 22 MB at a million spans), and a trace's
-    rows are read again while they are still in the cache."""
-    last = {trace_id: i for i, trace_id in enumerate(calls.trace_id)}
-    open_traces: dict[int, list[int]] = {}
-    for i, trace_id in enumerate(calls.trace_id):
-        rows = open_traces.get(trace_id)
-        if rows is None:
-            rows = open_traces[trace_id] = [i]
-        else:
-            rows.append(i)
-        if last[trace_id] == i:
-            del open_traces[trace_id]
+    Grouped in numpy (the trace ids' two 64-bit halves sorted): no dict of
+    every trace (with a trace per call, a million of them took 100 MB at
+    the report's peak), and only one trace's list of rows at a time."""
+    trace_ids = calls.trace_id
+    count = len(trace_ids)
+    if count:
+        high = np.fromiter((trace >> 64 for trace in trace_ids), np.uint64, count)
+        low = np.fromiter((trace & _LOW_64 for trace in trace_ids), np.uint64, count)
+        order = np.lexsort((low, high))  # stable: each trace's rows stay in row order
+        del low
+        high_sorted = high[order]
+        del high
+        low_sorted = np.fromiter((trace_ids[i] & _LOW_64 for i in order.tolist()), np.uint64, count)
+        changes = np.flatnonzero((high_sorted[1:] != high_sorted[:-1]) | (low_sorted[1:] != low_sorted[:-1])) + 1
+        del high_sorted, low_sorted
+        firsts = np.concatenate(([0], changes))
+        lasts = np.concatenate((changes, [count]))
+    pending = dict.fromkeys(models_of)  # the traces with model calls not yet given
+    if count:
+        # each trace at its last call, as the calls come
+        for group in np.argsort(order[lasts - 1], kind="stable").tolist():
+            rows = order[firsts[group] : lasts[group]].tolist()
+            trace_id = trace_ids[rows[0]]
+            pending.pop(trace_id, None)
             yield trace_id, rows
-    for trace_id in models_of:
-        if trace_id not in last:
-            yield trace_id, []
+    for trace_id in pending:
+        yield trace_id, []
 
 
 # The slowest turns the totals keep (the JSON's ``turns.slowest``).
@@ -245,8 +264,42 @@ def _all_covered(calls: CallTable, rows: list[int], model_calls: list[ModelCall]
             if model_call.start_ns < low or model_call.end_ns > high:
                 return False
         return True
-    spans = [(submit[row], end[row]) for row in rows] + [(m.start_ns, m.end_ns) for m in model_calls]
-    return all(any(r.start_ns - SLACK_NS <= a and b <= r.end_ns + SLACK_NS for r in runs) for a, b in spans)
+    # The outermost runs, by start, end later one after the other: of the
+    # runs begun by a span's start, the last one reaches furthest.
+    begins = [r.start_ns - SLACK_NS for r in runs]
+    reach = [r.end_ns + SLACK_NS for r in runs]
+    for row in rows:  # (no list of every call's span: one trace may hold a million)
+        i = bisect_right(begins, submit[row]) - 1
+        if i < 0 or end[row] > reach[i]:
+            return False
+    for model_call in model_calls:
+        i = bisect_right(begins, model_call.start_ns) - 1
+        if i < 0 or model_call.end_ns > reach[i]:
+            return False
+    return True
+
+
+def _overlapping(
+    calls: CallTable, rows: list[int], model_calls: list[ModelCall]
+) -> Callable[[int, int], tuple[list[int], list[ModelCall]]]:
+    """For a stretch [a, b): the rows (by submit time) and model calls that
+    may overlap it, found by bisection: those requested before b, from the
+    first whose end, or an earlier one's, is past a."""
+    taken = np.array(rows, np.int64)
+    submits = np.frombuffer(calls.submit_ns, np.uint64)[taken]  # (arrays: a trace may hold a million calls)
+    reach = np.maximum.accumulate(np.frombuffer(calls.end_ns, np.uint64)[taken])
+    del taken
+    models = sorted(model_calls, key=lambda m: m.start_ns)
+    model_starts = [m.start_ns for m in models]
+    model_reach = list(accumulate((m.end_ns for m in models), max))
+
+    def within(a: int, b: int) -> tuple[list[int], list[ModelCall]]:
+        first = int(np.searchsorted(reach, np.uint64(a), "right"))
+        mine = rows[first : int(np.searchsorted(submits, np.uint64(b), "left"))]
+        theirs = models[bisect_right(model_reach, a) : bisect_left(model_starts, b)]
+        return mine, theirs
+
+    return within
 
 
 def _outermost(runs: list[AgentRun]) -> list[AgentRun]:

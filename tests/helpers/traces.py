@@ -68,11 +68,13 @@ class RecordedRun:
         exceptions: tuple[float, ...] = (),
         parent: trace.Span | None = None,
         retries: int | None = None,
+        workers: int | None = None,
     ) -> trace.Span:
         """One tool call requested at ``submit``, executing from ``start``
         to ``end`` (seconds after T0); ``exceptions``: times of ``exception``
         events the tool's code recorded on its span; ``parent``: the tool
-        call it was made from; ``retries``: the toolkit's own (``agent.tool.retries``)."""
+        call it was made from; ``retries``: the toolkit's own (``agent.tool.retries``);
+        ``workers``: its pool's size (``agent.executor.max_workers``)."""
         attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
@@ -92,6 +94,8 @@ class RecordedRun:
             attributes["agent.tool.exec.cpu_time"] = cpu
         if retries is not None:
             attributes["agent.tool.retries"] = retries
+        if workers is not None:
+            attributes["agent.executor.max_workers"] = workers
         context = trace.set_span_in_context(parent) if parent is not None else None
         span = self.tracer.start_span(
             f"execute_tool {tool}", context=context, attributes=attributes, start_time=ns(submit)
