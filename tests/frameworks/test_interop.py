@@ -15,7 +15,7 @@ import json
 from contextlib import contextmanager, redirect_stdout
 
 import pytest
-from frameworks.framework_support import IN_CI, framework_fixture
+from frameworks.framework_support import IN_CI, framework_fixture, report_json
 from opentelemetry import trace
 
 import agent_otel
@@ -169,3 +169,48 @@ def test_beside_both_peers_at_once_each_tool_call_and_model_call_counts_once(bot
     turns_found = report["turns"]
     assert turns_found["count"] == 1
     assert (turns_found["slowest"][0]["tool_calls"], turns_found["slowest"][0]["model_calls"]) == (3, 2)
+
+
+@pytest.mark.parametrize("model_spans", ["auto", "on"])
+def test_client_cpu_beside_a_peer_needs_agent_otels_own_model_spans(peer, model_spans, hooked, spans, tmp_path):
+    """A chat model whose client holds the event loop 300 ms before its
+    200 ms answer (as a cold first call does). The loop monitor links only
+    agent-otel's own model spans (docs/frameworks.md): with ``model_spans``
+    at ``auto`` the peer's span alone records the call and the block reads
+    as model time; ``on`` records ours beside it, one call in the report,
+    and the block is the turn's client CPU."""
+    import asyncio
+    import time
+
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage
+
+    class ColdModel(FakeMessagesListChatModel):
+        async def _agenerate(self, *args, **kwargs):
+            time.sleep(0.3)  # the client's own work, on the loop's thread
+            await asyncio.sleep(0.2)
+            return await super()._agenerate(*args, **kwargs)
+
+    traces = tmp_path / "traces.jsonl"
+    hooked("langchain", traces_file=str(traces), loop_monitor=True, loop_block_threshold=0.1, model_spans=model_spans)
+    model = ColdModel(responses=[AIMessage("done")])
+
+    async def run():
+        with agent_otel.agent_span("support"):
+            return await model.ainvoke("help me")
+
+    assert asyncio.run(run()).content == "done"
+    agent_otel.uninstrument()  # flushes the traces file
+
+    report = report_json(traces)
+    (called,) = report["models"]
+    assert called["calls"] == 1  # ours and the peer's, one call
+    (turn,) = report["turns"]["slowest"]
+    blocked_s = sum(loop["blocked_s"] for loop in report["event_loops"])
+    assert blocked_s >= 0.3 - 0.05 - 0.02  # seen from the heartbeat it missed: up to threshold / 2 late
+    if model_spans == "on":
+        assert 0.3 - 0.05 - 0.02 <= turn["client_cpu_s"] <= blocked_s + 1e-5
+        assert turn["model_s"] < 0.5 - 0.2
+    else:
+        assert turn["client_cpu_s"] == 0.0
+        assert turn["model_s"] >= 0.5 - 0.02
