@@ -214,3 +214,77 @@ def test_client_cpu_beside_a_peer_needs_agent_otels_own_model_spans(peer, model_
     else:
         assert turn["client_cpu_s"] == 0.0
         assert turn["model_s"] >= 0.5 - 0.02
+
+
+def test_a_simulated_gpu_is_busy_while_a_chat_model_the_peer_records_generates(peer, spans, tmp_path):
+    """The peer's LangChain model spans start with no attributes, so the
+    peers' watcher cannot tell them at start: agent-otel's LangChain hook,
+    which records no model span beside a peer, follows the call through
+    LangChain's callbacks, and the simulated GPU is busy while it generates
+    and idle before and after (docs/gpu.md)."""
+    import time
+
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage
+
+    from agent_otel.capture.models import model_calls
+    from agent_otel.clock import now_ns
+    from agent_otel.gpu.logs import read_gpu_log
+
+    generating = []
+
+    class SlowModel(FakeMessagesListChatModel):
+        def _generate(self, *args, **kwargs):
+            start = now_ns()
+            time.sleep(0.7)
+            generating.append((start, now_ns(), model_calls.in_flight_count()))
+            return super()._generate(*args, **kwargs)
+
+    log = tmp_path / "gpu.csv"
+    handle = agent_otel.instrument(
+        service_name="test-agent",
+        traces_exporters="none",
+        frameworks=["langchain"],
+        gpu="simulated",
+        gpu_poll_interval=0.05,
+        gpu_log_file=str(log),
+    )
+    idle = []
+    try:
+        model = SlowModel(responses=[AIMessage("done")])
+        start = now_ns()
+        time.sleep(0.5)
+        idle.append((start, now_ns()))
+        assert model.invoke("help me").content == "done"
+        start = now_ns()
+        time.sleep(0.5)
+        idle.append((start, now_ns()))
+    finally:
+        agent_otel.uninstrument()
+    assert handle.gpu_timeline is not None
+    (peer_span,) = [
+        s for s in spans.all() if s.instrumentation_scope.name == PEERS[peer[0]][0] and "SlowModel" in s.name
+    ]
+    ours = [s for s in spans.all() if s.instrumentation_scope.name == "agent_otel"]
+    assert [s for s in ours if s.attributes.get("gen_ai.operation.name") == "chat"] == []  # the peer records it
+    (series,) = read_gpu_log(str(log)).series.values()
+    period = round(1e9 / 6)
+
+    def within(start: int, end: int) -> list[float]:
+        return [
+            u for t, u in zip(series.times, series.values) if t - period >= start + 2_000_000 and t <= end - 2_000_000
+        ]
+
+    ((busy_from, busy_to, in_flight),) = generating
+    assert in_flight == 1  # the hook's, once (the peer's span is not kept beside it)
+    assert len(within(busy_from, busy_to)) >= 2
+    assert set(within(busy_from, busy_to)) == {1.0}  # busy while it generates
+    for start, end in idle:
+        assert len(within(start, end)) >= 1
+        assert set(within(start, end)) == {0.0}  # idle before and after
+    busy_s = sum(series.values) * period / 1e9
+    peer_s = (peer_span.end_time - peer_span.start_time) / 1e9
+    # The hook's callbacks and the peer's run in the same callback manager,
+    # around the same generation: the GPU is busy for the model call's time.
+    assert 0.7 - 0.01 <= busy_s <= peer_s + 0.1, (busy_s, peer_s)  # (the log's 2 decimals)
+    assert model_calls.in_flight_count() == 0
