@@ -188,6 +188,7 @@ def test_the_default_react_agent_queues_each_tool_call_for_the_runners_workers(h
     ]
     workers = calls - 1  # one call waits for a worker (with 2: one worker, the second waits for the first)
 
+    invoked = time.time_ns()
     state = react_agent([fetch_page], turns).invoke(
         {"messages": [HumanMessage("fetch the pages")]}, config={"max_concurrency": workers}
     )
@@ -196,22 +197,25 @@ def test_the_default_react_agent_queues_each_tool_call_for_the_runners_workers(h
     found = spans.tools("fetch_page")
     assert sorted(s.attributes["gen_ai.tool.call.id"] for s in found) == sorted(f"t{i}" for i in range(calls))
     ordered = by_exec_start(found)
+
+    def exec_start(span) -> float:
+        return span.start_time + timing(span)[0] * 1e9
+
+    # The runner ran at most max_concurrency calls at once, so the last call
+    # to run got a worker only when one of the others ended, and had waited
+    # for it since the runner submitted it: the tool's 150 ms, less however
+    # much later than the first it was submitted (a call whose queue time
+    # began at the ToolNode's own hand-off, inside the task, shows ~0 here).
+    # Which call that is, and whether a worker thread slow to start on a
+    # loaded machine made a second one wait too, is the scheduler's choice.
     last = ordered[-1]
-    queue_s, exec_s = timing(last)
-    # It got a worker when the first of the others ended (not before: each
-    # worker was busy running one), and had waited for it since the runner
-    # submitted it: the tool's 150 ms (less however much later than the
-    # first it was submitted), plus what running it took around it.
     first_end = min(s.end_time for s in ordered[:-1])
-    exec_start = last.start_time + queue_s * 1e9
-    assert queue_s >= least_wait_s(ordered, last, 1, SLEEP_S)
-    # ... and ran as soon as it had one: before a second tool's sleep could
-    # have passed (a thread's wake-up on a loaded 2-core machine took 79 ms).
-    assert first_end <= exec_start < first_end + SLEEP_S * 1e9, (exec_start - first_end) / 1e9
-    for span in ordered:
+    assert sum(exec_start(s) < first_end for s in ordered) <= workers
+    assert exec_start(last) >= first_end
+    assert timing(last)[0] >= least_wait_s(ordered, last, 1, SLEEP_S)
+    for span in ordered:  # each span begins at the runner's submission, within this run
+        assert span.start_time >= invoked
         assert span.attributes["agent.executor.max_workers"] == workers
-    for span in ordered[:workers]:  # the others got a worker without waiting for a call to end
-        assert span.start_time + timing(span)[0] * 1e9 < first_end
 
 
 def test_the_default_react_agent_run_async_queues_sync_tools_for_the_loops_executor(hooked, spans):
