@@ -318,3 +318,35 @@ def test_the_client_blocking_its_loop_during_a_call_is_client_cpu_not_model_time
     assert report["turns"]["client_cpu_s"] == pytest.approx(1.5)
     assert main(["report", str(tmp_path / "traces.jsonl")]) == 0
     assert "client CPU 1.5 s" in capsys.readouterr().out
+
+
+def test_a_turn_of_many_calls_splits_in_numpy_as_in_the_sweep(monkeypatch):
+    """Past ``SWEEP_MAX`` calls a turn's time is split in numpy; on random
+    turns (overlapping calls, equal ends and requests, model calls and client
+    blocks reaching past the turn) the four sums are the sweep's, exactly."""
+    import random
+
+    from agent_otel.records import ModelCall
+    from agent_otel.report import turns
+    from agent_otel.report.calls import CallTable
+
+    rng = random.Random(7)
+    for case in range(60):
+        table = CallTable()
+        a, b = 1_000, 1_000 + rng.randrange(200, 5_000)
+        for _ in range(rng.randrange(1, 150)):
+            submit = rng.randrange(a - 100, b + 50, 25)  # on a grid: many equal requests and ends
+            start = submit + rng.choice([0, 0, rng.randrange(0, 300, 25)])
+            end = start + rng.choice([1, rng.randrange(25, 800, 25)])
+            table.add("t", "pool", submit, start, end, "ok", None, 1, 1, None, None, None, "", None)
+        rows = sorted(range(len(table)), key=table.submit_ns.__getitem__)
+        models = [
+            ModelCall("m", s, s + rng.randrange(1, 400))
+            for s in (rng.randrange(a - 200, b + 100) for _ in range(rng.randrange(0, 6)))
+        ]
+        blocks = sorted((s, s + rng.randrange(1, 200)) for s in (rng.randrange(a - 100, b) for _ in range(case % 4)))
+        monkeypatch.setattr(turns, "SWEEP_MAX", 10**9)
+        swept = turns._split(a, b, models, table, rows, blocks)
+        monkeypatch.setattr(turns, "SWEEP_MAX", 0)
+        assert turns._split(a, b, models, table, rows, blocks) == swept, case
+        assert any(swept), case
