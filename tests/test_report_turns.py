@@ -350,3 +350,33 @@ def test_a_turn_of_many_calls_splits_in_numpy_as_in_the_sweep(monkeypatch):
         monkeypatch.setattr(turns, "SWEEP_MAX", 0)
         assert turns._split(a, b, models, table, rows, blocks) == swept, case
         assert any(swept), case
+
+
+def test_each_tools_time_in_flight_in_numpy_is_the_union_of_its_calls():
+    """Past ``SWEEP_MAX`` calls each tool's time in flight is found in numpy:
+    on random turns (calls before, across and past the turn, nested, equal)
+    it is ``_union_ns`` of the tool's calls, exactly, tool by tool."""
+    import random
+    from collections import defaultdict
+
+    from agent_otel.report import turns
+    from agent_otel.report.calls import CallTable
+
+    rng = random.Random(11)
+    for case in range(60):
+        table = CallTable()
+        a, b = 1_000, 1_000 + rng.randrange(200, 5_000)
+        for _ in range(rng.randrange(1, 150)):
+            submit = rng.randrange(a - 300, b + 50, 25)
+            end = submit + rng.choice([0, rng.randrange(25, 900, 25)])
+            table.add(rng.choice("xyz"), "pool", submit, submit, end, "ok", None, 1, 1, None, None, None, "", None)
+        rows = sorted(range(len(table)), key=table.submit_ns.__getitem__)
+        expected: dict[str, int] = defaultdict(int)
+        for tool in "xyz":
+            spans = [(table.submit_ns[r], table.end_ns[r]) for r in rows if table.tool[r] == tool]
+            expected[tool] += turns._union_ns(a, b, spans) if spans else 0
+        found: dict[str, int] = defaultdict(int)
+        turns._in_flight_columns(a, b, table, rows, found)
+        assert {t: n for t, n in found.items()} == {t: n for t, n in expected.items() if t in found}, case
+        assert set(found) == {table.tool[r] for r in rows}, case
+        assert any(found.values()), case
