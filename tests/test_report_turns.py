@@ -321,7 +321,7 @@ def test_the_client_blocking_its_loop_during_a_call_is_client_cpu_not_model_time
 
 
 def test_a_turn_of_many_calls_splits_in_numpy_as_in_the_sweep(monkeypatch):
-    """Past ``SWEEP_MAX`` calls a turn's time is split in numpy; on random
+    """Past ``SWEEP_MAX`` calls a turn's time is split in numpy (in batches); on random
     turns (overlapping calls, equal ends and requests, model calls and client
     blocks reaching past the turn) the four sums are the sweep's, exactly."""
     import random
@@ -349,6 +349,9 @@ def test_a_turn_of_many_calls_splits_in_numpy_as_in_the_sweep(monkeypatch):
         swept = turns._split(a, b, models, table, rows, blocks)
         monkeypatch.setattr(turns, "SWEEP_MAX", 0)
         assert turns._split(a, b, models, table, rows, blocks) == swept, case
+        monkeypatch.setattr(turns, "_PIECES", 7)  # a few pieces at a time: each edge of a batch met
+        assert turns._split(a, b, models, table, rows, blocks) == swept, case
+        monkeypatch.undo()
         assert any(swept), case
 
 

@@ -134,8 +134,11 @@ def find_turns(
         root_span, span = root.span_id, calls.span_id
         if any(span[row] == root_span for row in rows) or any(m.span_id == root_span for m in trace_models):
             continue  # the root is itself a call
-        first = min([root.start_ns] + [submit[row] for row in rows] + [m.start_ns for m in trace_models])
-        last = max([root.end_ns] + [end[row] for row in rows] + [m.end_ns for m in trace_models])
+        # (no list of every call's times: one trace may hold a million, 64 MB of them)
+        first = min(root.start_ns, min(map(submit.__getitem__, rows), default=root.start_ns))
+        first = min(first, min((m.start_ns for m in trace_models), default=first))
+        last = max(root.end_ns, max(map(end.__getitem__, rows), default=root.end_ns))
+        last = max(last, max((m.end_ns for m in trace_models), default=last))
         turn = Turn(root.name, trace_id, first, last, FROM_TRACE)
         turns.add(_breakdown(turn, calls, rows, trace_models, in_flight, True, blocks_of.get(trace_id)))
     return turns.finish(in_flight)
@@ -434,7 +437,8 @@ def _split_columns(
     bounds is the client's where a block covers its start, else the model's
     where a model call does, else the tool calls' where one is in flight:
     of those requested by then, the one that ends last (the first of them
-    by request), queued before its start, executing after."""
+    by request), queued before its start, executing after. The pieces are
+    classed ``_PIECES`` at a time (a trace of a million calls has 3 million)."""
     u64 = np.uint64
     taken = np.asarray(rows, np.intp)
     submits = np.frombuffer(calls.submit_ns, u64)[taken]
@@ -447,37 +451,47 @@ def _split_columns(
     points = points[(points >= u64(a)) & (points <= u64(b))]
     points.sort()  # (then the distinct ones: np.unique took 15x as long, hashing)
     points = points[np.concatenate(([True], points[1:] != points[:-1]))]
-    t0, width = points[:-1], np.diff(points)
     model_bounds = model_bounds[np.argsort(model_bounds[:, 0], kind="stable")]
-    free = ~_covered(block_bounds[:, 0], block_bounds[:, 1], t0)
-    client = int(width[~free].sum())
-    modelled = free & _covered(model_bounds[:, 0], model_bounds[:, 1], t0)
-    free &= ~modelled
-    # the call in flight that ends last, among those requested up to t0 (first by request of equals)
+    blocks_at, blocks_reach = block_bounds[:, 0], np.maximum.accumulate(block_bounds[:, 1])
+    models_at, models_reach = model_bounds[:, 0], np.maximum.accumulate(model_bounds[:, 1])
+    # the call in flight that ends last, among those requested up to an instant (first by request of equals)
     reach = np.maximum.accumulate(ends)
     later = np.empty(len(ends), bool)
     later[:1] = True
     np.greater(ends[1:], reach[:-1], out=later[1:])
-    last = np.maximum.accumulate(np.where(later, np.arange(len(ends)), 0))
-    requested = np.searchsorted(submits, t0, "right") - 1
-    seen = requested >= 0
-    requested[~seen] = 0
-    busy = free & seen & (reach[requested] > t0)
-    queued = busy & (t0 < starts[last[requested]])
-    return (
-        client / NS_PER_S,
-        int(width[modelled].sum()) / NS_PER_S,
-        int(width[queued].sum()) / NS_PER_S,
-        int(width[busy & ~queued].sum()) / NS_PER_S,
-    )
+    del ends
+    last_start = starts[np.maximum.accumulate(np.where(later, np.arange(len(later)), 0))]
+    del starts, later
+    client = model = queue = execution = 0
+    pieces = len(points) - 1
+    for first in range(0, pieces, _PIECES):
+        t0 = points[first : min(first + _PIECES, pieces)]
+        width = points[first + 1 : first + 1 + len(t0)] - t0
+        free = ~_covered(blocks_at, blocks_reach, t0)
+        client += int(width[~free].sum())
+        modelled = free & _covered(models_at, models_reach, t0)
+        model += int(width[modelled].sum())
+        free &= ~modelled
+        requested = np.searchsorted(submits, t0, "right") - 1
+        free &= requested >= 0
+        np.maximum(requested, 0, out=requested)
+        busy = free & (reach[requested] > t0)
+        queued = busy & (t0 < last_start[requested])
+        queue += int(width[queued].sum())
+        execution += int(width[busy & ~queued].sum())
+    return client / NS_PER_S, model / NS_PER_S, queue / NS_PER_S, execution / NS_PER_S
 
 
-def _covered(begins: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Whether an interval [begin, end) of these (by begin) covers each point of ``at``."""
+# Pieces of a turn classed at once by ``_split_columns``.
+_PIECES = 1 << 16
+
+
+def _covered(begins: np.ndarray, reach: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Whether an interval of these covers each point of ``at`` (``begins``:
+    their begins, sorted; ``reach``: the running maximum of their ends)."""
     if not len(begins):
         return np.zeros(len(at), bool)
     begun = np.searchsorted(begins, at, "right") - 1
-    reach = np.maximum.accumulate(ends)
     return (begun >= 0) & (reach[np.maximum(begun, 0)] > at)
 
 
