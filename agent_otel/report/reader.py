@@ -685,7 +685,7 @@ class TraceReader:
         tool = value.stringValue if type(value) is JsonValue else None
         if type(tool) is str and tool.isascii():
             tool = strings.setdefault(tool, tool)
-        else:
+        elif value is not None:
             tool = text(found, GEN_AI_TOOL_NAME)
         if not tool:  # another instrumentation's tool span
             tool = text(found, OPENINFERENCE_TOOL_NAME) or text(found, TRACELOOP_ENTITY_NAME)
@@ -698,7 +698,7 @@ class TraceReader:
         value = found.get(AGENT_TOOL_OUTCOME)
         outcome = value.stringValue if type(value) is JsonValue else None
         outcome = _OUTCOMES.get(outcome) if type(outcome) is str else None  # the shared constant
-        if outcome is None:
+        if outcome is None and value is not None:
             outcome = _OUTCOMES.get(text(found, AGENT_TOOL_OUTCOME))  # type: ignore[arg-type]
         if outcome is None:
             code = _status_code(span)
@@ -720,11 +720,13 @@ class TraceReader:
         executor = value.stringValue if type(value) is JsonValue else None
         if type(executor) is str and executor.isascii() and executor:
             executor = strings.setdefault(executor, executor)
+        elif value is None:  # (another instrumentation's tool span)
+            executor = UNKNOWN_EXECUTOR
         else:
             executor = text(found, AGENT_TOOL_EXECUTOR) or UNKNOWN_EXECUTOR
         value = found.get(GEN_AI_TOOL_CALL_ID)
         call_id = value.stringValue if type(value) is JsonValue else None
-        if type(call_id) is not str or not call_id.isascii():
+        if (type(call_id) is not str or not call_id.isascii()) and value is not None:
             call_id = text(found, GEN_AI_TOOL_CALL_ID, False)
         cpu_s = self._seconds(span, found, AGENT_TOOL_EXEC_CPU_TIME) if AGENT_TOOL_EXEC_CPU_TIME in found else None
         events = span.events
