@@ -1042,24 +1042,28 @@ class TraceReader:
     def _merge_peer_tool_spans(self, keep: bytearray) -> None:
         """Other instrumentations' tool spans of a call agent-otel (or another of them) also saw:
         dropped, the call kept once (``peers.merge_tool_spans``)."""
-        calls, ours = self.data.calls, self._ours
-        traces, tools = calls.trace_id, calls.tool
-        peer_keys = {(traces[i], tools[i]) for i in range(len(calls)) if keep[i] and not ours[i]}
-        groups: dict[tuple[int, str], list[int]] = {}
-        for i, (trace, tool) in enumerate(zip(traces, tools)):
-            if keep[i] and (trace, tool) in peer_keys:
-                groups.setdefault((trace, tool), []).append(i)
+        calls, ours, families, ids = self.data.calls, self._ours, self._families, self._call_id_hashes
+        tools, submits, ends = calls.tool, calls.submit_ns, calls.end_ns
 
         def drop(row: int) -> None:
             keep[row] = 0
 
-        submits, ends = calls.submit_ns, calls.end_ns
-        for rows in groups.values():
-            if len(rows) > 1:
-                rows.sort(key=submits.__getitem__)
-                self.data.peer_tool_spans_merged += merge_tool_spans(
-                    rows, ours, self._families, self._call_id_hashes, submits, ends, drop
-                )
+        # trace by trace (no dict of every (trace, tool) pair with a list
+        # each: 80 MB at a million spans, the reader's peak), each tool's
+        # kept spans where one is a peer's
+        for rows in _rows_by_trace(calls.trace_id):
+            if all(ours[i] or not keep[i] for i in rows):
+                continue
+            groups: dict[str, list[int]] = {}
+            for i in rows:
+                if keep[i]:
+                    groups.setdefault(tools[i], []).append(i)
+            for group in groups.values():
+                if len(group) > 1 and not all(ours[i] for i in group):
+                    group.sort(key=submits.__getitem__)
+                    self.data.peer_tool_spans_merged += merge_tool_spans(
+                        group, ours, families, ids, submits, ends, drop
+                    )
 
     def _dedupe_model_calls(self) -> None:
         """A model span under a model span (a framework's call, and a client library's under it) is one
@@ -1251,6 +1255,25 @@ def _ids(*columns: Iterable[int]) -> np.ndarray:
 
     found = distinct(np.concatenate([np.asarray(column, dtype=np.uint64) for column in columns]))
     return found[1:] if len(found) and found[0] == 0 else found
+
+
+def _rows_by_trace(trace_ids: list[int]) -> Iterator[list[int]]:
+    """The rows of each trace (in row order), grouped in numpy: the trace
+    ids' two 64-bit halves sorted."""
+    import numpy as np  # (as in _ids)
+
+    count = len(trace_ids)
+    if not count:
+        return
+    high = np.fromiter((trace >> 64 for trace in trace_ids), np.uint64, count)
+    low = np.fromiter((trace & _SPAN_ID_MASK for trace in trace_ids), np.uint64, count)
+    order = np.lexsort((low, high))  # stable: each trace's rows stay in row order
+    high, low = high[order], low[order]
+    changes = np.flatnonzero((high[1:] != high[:-1]) | (low[1:] != low[:-1])) + 1
+    del high, low
+    bounds = [0, *changes.tolist(), count]
+    for first, last in zip(bounds, bounds[1:]):
+        yield order[first:last].tolist()
 
 
 def _rows_in(column: array, ids: np.ndarray) -> list[int]:
