@@ -302,3 +302,39 @@ def test_the_turn_and_its_model_calls_have_lanes_and_a_breakdown(tmp_path):
         "other2.000 s",
     ):
         assert shown in root["attrs"]["data-hover-turn"]
+
+
+def test_a_turn_whose_client_blocked_its_loop_shows_client_cpu_as_the_text_does(tmp_path, capsys):
+    """A model call 0-3 s during which the process's own code held the event
+    loop 0.5-2.0 s (no tool call holding it): the text says client CPU 1.5 s,
+    and so do the page's turn bar, its parts table and the turn's hover."""
+    run = RecordedRun(tmp_path / "traces.jsonl")
+    turn = run.invoke_agent("support", 0.0, 8.0)
+    model = run.model_call("llama-3-70b", 0.0, 3.0, parent=turn)
+    run.tool_call("parse", 3.0, 3.0, 6.0, parent=turn)
+    run.loop_block(0.5, 2.0, waiting=[model])
+    run.close()
+    page = tmp_path / "report.html"
+    assert main(["report", str(tmp_path / "traces.jsonl"), "--html", str(page)]) == 0
+    text = capsys.readouterr().out
+    assert "client CPU 1.5 s (19 %) + model 1.5 s (19 %) + tool queue 0.0 s (0 %)" in text
+    played = tmp_path / "played.html"
+    played.write_text(page.read_text().replace("</body>", TURN_SCRIPT + "</body>"))
+
+    result = chromium(tmp_path, played.as_uri(), "--dump-dom")
+
+    assert console_messages(result) == []
+    dom = Elements(result.stdout)
+    rows = [row for row in dom.where(tag="tr") if "data-part" in row["attrs"]]
+    assert [(row["attrs"]["data-part"], row["text"]) for row in rows] == [
+        ("cpu", "client CPU1.50019 %"),
+        ("model", "model1.50019 %"),
+        ("q", "tool queue0.0000 %"),
+        ("e", "tool exec3.00038 %"),
+        ("other", "other2.00025 %"),
+    ]
+    bar = [e["attrs"] for e in dom.where(tag="span") if e["attrs"].get("title", "").startswith("client CPU")]
+    assert bar == [{"class": "cpu", "style": "width:18.8%", "title": "client CPU: 1.500 s"}]
+    (root,) = dom.where(tag="html")
+    for shown in ("end to end8.000 s", "client CPU1.500 s", "model1.500 s", "tool exec3.000 s", "other2.000 s"):
+        assert shown in root["attrs"]["data-hover-turn"]

@@ -33,8 +33,10 @@ span (``FrameworkRun``) where the application opened none around it: the
 application's own ``agent_span`` wins, and a run inside another run's call
 (a sub-agent run by a tool) is a run of its own, under that call.
 
-Every model call recorded here, and every peer instrumentation's model
-span the process's tracer provider ends (``PeerModelSpans``), is also
+Every model call recorded here, every peer instrumentation's model
+span the process's tracer provider starts with its attributes
+(``PeerModelSpans``), and, while a simulated GPU follows them, the model
+calls a hook sees and a peer records (``FollowedModelCall``), is also
 kept in ``model_calls`` (``ModelCallLog``): in flight, and the recent
 finished ones (bounded). The live blame reads it (the model server's
 share, docs/attribution.md), and a simulated GPU follows it: busy while a
@@ -266,11 +268,20 @@ def watch_peers(provider) -> None:
     del _watched[:-8]  # a few providers at most (one per instrument() that made one)
 
 
+# The peers' instrumentation scopes whose model calls a framework hook
+# follows itself (``FollowedModelCall``): their model spans start with no
+# attributes (OpenInference's and OpenLLMetry's LangChain ones), so the hook,
+# which sees the same calls through the framework's callbacks, keeps them in
+# ``model_calls`` instead; their spans are not kept a second time. Set by
+# the hooks while instrumented.
+hook_followed_scopes: set[str] = set()
+
+
 def _peer_model(span) -> Optional[str]:
     """The model of a peer's model span, or None for any other span."""
     scope = getattr(span, "instrumentation_scope", None)
-    if scope is not None and scope.name == SCOPE_NAME:
-        return None  # agent-otel's own: ModelSpan has it
+    if scope is not None and (scope.name == SCOPE_NAME or scope.name in hook_followed_scopes):
+        return None  # agent-otel's own (ModelSpan has it), or one a hook follows
     attributes = span.attributes or {}
     operation = attributes.get(GEN_AI_OPERATION_NAME)
     kind = attributes.get(OPENINFERENCE_SPAN_KIND) or attributes.get(TRACELOOP_SPAN_KIND)
@@ -321,6 +332,14 @@ def hooks_record() -> bool:
     if _recorder.current is None or _mode == "off":
         return False
     return _mode == "on" or peer_instrumentation() is None
+
+
+def hooks_follow() -> bool:
+    """Whether the framework hooks that see the model calls a peer records
+    keep them in ``model_calls`` (``FollowedModelCall``): while a simulated
+    GPU follows the peers' model calls (``peer_model_spans.enabled``), unless
+    ``model_spans`` is ``off``."""
+    return peer_model_spans.enabled and _recorder.current is not None and _mode != "off"
 
 
 # Time to first token is the time to the first piece of output: text (or a
@@ -464,6 +483,42 @@ class ModelSpan:
         span.end(end_time=now)
         model_calls.end(id(self), now)
         _in_flight.pop(id(self), None)
+
+
+class FollowedModelCall:
+    """A model call a framework hook sees and another instrumentation records
+    the span of (``hooks_record()`` false): no span, only its place in
+    ``model_calls`` while in flight, so a simulated GPU is busy while it
+    generates (``hooks_follow()``). The same methods as ``ModelSpan``."""
+
+    __slots__ = ("start_ns", "first_chunk_ns", "response_model")
+
+    def __init__(self, start_ns: int):
+        self.start_ns = start_ns
+        self.first_chunk_ns = 0
+        self.response_model: Optional[str] = None
+
+    @classmethod
+    def start(cls, model: str, operation: str = GEN_AI_OPERATION_CHAT) -> Optional["FollowedModelCall"]:
+        """Start following a model call (None unless ``hooks_follow()``)."""
+        if not hooks_follow():
+            return None
+        call = cls(now_ns())
+        model_calls.start(
+            id(call), ModelCall(str(model) if model else "unknown", call.start_ns, 0, operation=operation)
+        )
+        return call
+
+    def first_chunk(self) -> None:
+        if not self.first_chunk_ns:
+            self.first_chunk_ns = max(now_ns(), self.start_ns)
+            model_calls.first_token(id(self), self.first_chunk_ns)
+
+    def usage(self, input_tokens: Optional[int] = None, output_tokens: Optional[int] = None) -> None:
+        """(The peer's span records them.)"""
+
+    def end(self, exc: Optional[BaseException] = None, error: Optional[tuple[str, str]] = None) -> None:
+        model_calls.end(id(self), max(now_ns(), self.start_ns))
 
 
 # The model calls in flight on an asyncio loop, by id (at most MAX_IN_FLIGHT:

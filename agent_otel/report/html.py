@@ -12,8 +12,9 @@ every call drawn as its queue part (pale) and its exec part (solid), and
 the idle time blamed on the call as a red strip under it. Wheel zooms
 around the pointer, drag pans, double-click resets; hovering a call shows
 its tool, call id, queue, exec, blamed idle and trace id, a model call its
-duration, time to first chunk and tokens, a turn its four parts. The side
-panel breaks the turns down (model, tool queue, tool exec, other) and says
+duration, time to first chunk and tokens, a turn its parts. The side
+panel breaks the turns down (client CPU where there is any, model, tool
+queue, tool exec, other: the text report's parts) and says
 per tool what it costs the GPU per call and what share of the end-to-end
 latency it holds, then the recommendations; under the timeline, every
 table of the text report with all its columns.
@@ -37,6 +38,7 @@ from agent_otel.report.cost import money_text
 from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json, run_name
 from agent_otel.report.stats import assign_rows
 from agent_otel.report.table import amount, percent
+from agent_otel.report.turns import PARTS
 from agent_otel.semconv import OUTCOMES
 
 # Calls overlapping beyond this many rows share the last row of their lane.
@@ -271,9 +273,7 @@ def _turn_data(analysis: Analysis, ms) -> dict:
         "end": [ms(t.end_ns) for t in turns],
         "row": [min(row, MAX_ROWS - 1) for row in rows],
         "name": [t.name for t in turns],
-        "parts": [
-            [round(t.model_s, 6), round(t.tool_queue_s, 6), round(t.tool_exec_s, 6), round(t.other_s, 6)] for t in turns
-        ],
+        "parts": [[round(getattr(t, f"{part}_s"), 6) for part in PARTS] for t in turns],  # timeline.js: in this order
         "trace": [f"{t.trace_id:032x}" for t in turns],
     }
 
@@ -460,11 +460,14 @@ def _turns_view(report: dict) -> str:
         return '<section id="turns"><h2>Turns</h2><p>no tool or model calls in the traces</p></section>'
     total = turns["end_to_end_s"] or 1.0
     parts = [
+        ("client CPU", "client_cpu_s", "cpu"),
         ("model", "model_s", "model"),
         ("tool queue", "tool_queue_s", "q"),
         ("tool exec", "tool_exec_s", "e"),
         ("other", "other_s", "other"),
     ]
+    # as the text report: client CPU only where the client blocked its loop at all
+    parts = [part for part in parts if part[1] != "client_cpu_s" or turns[part[1]]]
     bar = "".join(
         f'<span class="{css}" style="width:{100 * turns[key] / total:.1f}%" title="{label}: {turns[key]:.3f} s"></span>'
         for label, key, css in parts

@@ -511,11 +511,12 @@
     var k = nearest(turnStart, turnEnd, turnRow, lowerBound(turnStart, 0, turnStart.length, at - maxTurn - slack),
                     turnStart.length, r, at, slack);
     if (k < 0) return null;
-    var p = T.parts[k];
+    var p = T.parts[k];  // client CPU, model, tool queue, tool exec, other (report/turns.py's PARTS)
     return "<b>" + esc(T.name[k]) + "</b><table>" +
       rowHtml("end to end", ms(turnEnd[k] - turnStart[k])) +
-      rowHtml("model", p[0].toFixed(3) + " s") + rowHtml("tool queue", p[1].toFixed(3) + " s") +
-      rowHtml("tool exec", p[2].toFixed(3) + " s") + rowHtml("other", p[3].toFixed(3) + " s") +
+      (p[0] ? rowHtml("client CPU", p[0].toFixed(3) + " s") : "") +  // as the text: only where there is any
+      rowHtml("model", p[1].toFixed(3) + " s") + rowHtml("tool queue", p[2].toFixed(3) + " s") +
+      rowHtml("tool exec", p[3].toFixed(3) + " s") + rowHtml("other", p[4].toFixed(3) + " s") +
       rowHtml("trace id", T.trace[k]) + "</table>";
   }
 

@@ -47,7 +47,13 @@ provider's ``token_usage``, time to first token when the answer streams
 role-only chunk a chat completions stream opens with, nor a Responses API
 event before the output).
 Only while ``agent_otel.capture.models.hooks_record()`` (the
-``model_spans`` setting).
+``model_spans`` setting). When a peer records them instead (OpenInference's
+or OpenLLMetry's LangChain instrumentation, whose model spans start with
+no attributes) and a simulated GPU follows the model calls
+(``models.hooks_follow()``), the handler keeps each call in
+``models.model_calls`` while it is in flight, with no span
+(``models.FollowedModelCall``), so the simulated GPU is busy while it
+generates.
 
 With OpenInference's LangChain instrumentation active and no span current,
 a tool's span is made a child of OpenInference's span for the LangChain run
@@ -67,7 +73,7 @@ import contextvars
 import functools
 import sys
 from concurrent.futures import Executor
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
@@ -92,6 +98,8 @@ from agent_otel.semconv import GEN_AI_OPERATION_CHAT, GEN_AI_OPERATION_TEXT_COMP
 FRAMEWORK = "langchain"
 # OpenInference's LangChain instrumentation, whose run spans our tool spans join (_peer_parent).
 OPENINFERENCE_LANGCHAIN = "openinference.instrumentation.langchain"
+# The peers' LangChain instrumentations, whose model calls the handler follows (FollowedModelCall).
+PEER_SCOPES = (OPENINFERENCE_LANGCHAIN, "opentelemetry.instrumentation.langchain")
 _patches = Patches()
 
 
@@ -392,6 +400,7 @@ def _add_model_call_handler() -> None:
 
     _handler = _model_call_handler_class()()
     context.register_configure_hook(_model_calls_var, True)
+    models.hook_followed_scopes.update(PEER_SCOPES)
 
 
 def _remove_model_call_handler() -> None:
@@ -399,12 +408,15 @@ def _remove_model_call_handler() -> None:
     from langchain_core.tracers import context
 
     context._configure_hooks[:] = [hook for hook in context._configure_hooks if hook[0] is not _model_calls_var]
+    models.hook_followed_scopes.difference_update(PEER_SCOPES)
     _handler = None
 
 
 def _model_call_handler():
     """The handler to add to a model call's run now, or None."""
-    return _handler if _handler is not None and models.hooks_record() else None
+    if _handler is None:
+        return None
+    return _handler if models.hooks_record() or models.hooks_follow() else None
 
 
 def _wrap_model_call(original):
@@ -488,7 +500,8 @@ def _model_call_handler_class():
     from langchain_core.callbacks import BaseCallbackHandler
 
     class ModelCalls(BaseCallbackHandler):
-        """Each chat model and LLM call of a run as a model span; ignores every other event."""
+        """Each chat model and LLM call of a run as a model span (or followed,
+        ``models.FollowedModelCall``); ignores every other event."""
 
         run_inline = True  # called in the caller's context, also from async code
         raise_error = False
@@ -522,7 +535,8 @@ def _model_call_handler_class():
                 call.end(error if isinstance(error, BaseException) else None)
 
         def _start(self, run_id, operation, serialized, metadata, kwargs):
-            if not models.hooks_record():
+            record = models.hooks_record()
+            if not record and not models.hooks_follow():
                 return
             metadata = metadata or {}
             params = kwargs.get("invocation_params") or {}
@@ -534,7 +548,11 @@ def _model_call_handler_class():
                 or (serialized or {}).get("name")
                 or ((serialized or {}).get("id") or ["unknown"])[-1]
             )
-            call = models.ModelSpan.start(model, operation, metadata.get("ls_provider"))
+            call: Optional[Union[models.ModelSpan, models.FollowedModelCall]]
+            if record:
+                call = models.ModelSpan.start(model, operation, metadata.get("ls_provider"))
+            else:
+                call = models.FollowedModelCall.start(model, operation)
             if call is not None:
                 self.calls[run_id] = call
 
