@@ -114,3 +114,32 @@ def test_calls_the_rule_keeps_apart(tmp_path, capsys):
     (tool,) = report["tools"]
     assert tool["calls"] == 4
     assert report["inputs"]["peer_tool_spans_merged"] == 0
+
+
+def test_a_pair_of_agent_otels_span_and_a_peers_merges_as_in_any_group():
+    """A (trace, tool) group of agent-otel's span and one other is merged
+    inline; on random pairs (nested, overlapping, apart, ids equal, other,
+    absent) it drops what the general rules drop: the same pair with a far
+    agent-otel span added (a group of three, no candidate for the peer)."""
+    import random
+
+    from agent_otel.report.peers import SLACK_NS, merge_tool_spans
+
+    rng = random.Random(5)
+    merged = 0
+    for case in range(400):
+        submits = [rng.randrange(0, 4) * SLACK_NS for _ in range(2)] + [10**12]
+        ends = [s + rng.randrange(1, 5) * SLACK_NS for s in submits]
+        ours = bytearray([1, 0, 1]) if case % 2 else bytearray([0, 1, 1])
+        families = bytearray(0 if o else 1 for o in ours)
+        ids = [rng.choice([0, 7, 9]), rng.choice([0, 7, 9]), 0]
+        found: list[list[int]] = []
+        for rows in ([0, 1], [0, 1, 2]):
+            dropped: list[int] = []
+            rows = sorted(rows, key=submits.__getitem__)
+            count = merge_tool_spans(rows, ours, families, ids, submits, ends, dropped.append)
+            assert count == len(dropped)
+            found.append(dropped)
+        assert found[0] == found[1], case
+        merged += bool(found[0])
+    assert 0 < merged < 400

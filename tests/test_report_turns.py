@@ -318,3 +318,68 @@ def test_the_client_blocking_its_loop_during_a_call_is_client_cpu_not_model_time
     assert report["turns"]["client_cpu_s"] == pytest.approx(1.5)
     assert main(["report", str(tmp_path / "traces.jsonl")]) == 0
     assert "client CPU 1.5 s" in capsys.readouterr().out
+
+
+def test_a_turn_of_many_calls_splits_in_numpy_as_in_the_sweep(monkeypatch):
+    """Past ``SWEEP_MAX`` calls a turn's time is split in numpy (in batches); on random
+    turns (overlapping calls, equal ends and requests, model calls and client
+    blocks reaching past the turn) the four sums are the sweep's, exactly."""
+    import random
+
+    from agent_otel.records import ModelCall
+    from agent_otel.report import turns
+    from agent_otel.report.calls import CallTable
+
+    rng = random.Random(7)
+    for case in range(60):
+        table = CallTable()
+        a, b = 1_000, 1_000 + rng.randrange(200, 5_000)
+        for _ in range(rng.randrange(1, 150)):
+            submit = rng.randrange(a - 100, b + 50, 25)  # on a grid: many equal requests and ends
+            start = submit + rng.choice([0, 0, rng.randrange(0, 300, 25)])
+            end = start + rng.choice([1, rng.randrange(25, 800, 25)])
+            table.add("t", "pool", submit, start, end, "ok", None, 1, 1, None, None, None, "", None)
+        rows = sorted(range(len(table)), key=table.submit_ns.__getitem__)
+        models = [
+            ModelCall("m", s, s + rng.randrange(1, 400))
+            for s in (rng.randrange(a - 200, b + 100) for _ in range(rng.randrange(0, 6)))
+        ]
+        blocks = sorted((s, s + rng.randrange(1, 200)) for s in (rng.randrange(a - 100, b) for _ in range(case % 4)))
+        monkeypatch.setattr(turns, "SWEEP_MAX", 10**9)
+        swept = turns._split(a, b, models, table, rows, blocks)
+        monkeypatch.setattr(turns, "SWEEP_MAX", 0)
+        assert turns._split(a, b, models, table, rows, blocks) == swept, case
+        monkeypatch.setattr(turns, "_PIECES", 7)  # a few pieces at a time: each edge of a batch met
+        assert turns._split(a, b, models, table, rows, blocks) == swept, case
+        monkeypatch.undo()
+        assert any(swept), case
+
+
+def test_each_tools_time_in_flight_in_numpy_is_the_union_of_its_calls():
+    """Past ``SWEEP_MAX`` calls each tool's time in flight is found in numpy:
+    on random turns (calls before, across and past the turn, nested, equal)
+    it is ``_union_ns`` of the tool's calls, exactly, tool by tool."""
+    import random
+    from collections import defaultdict
+
+    from agent_otel.report import turns
+    from agent_otel.report.calls import CallTable
+
+    rng = random.Random(11)
+    for case in range(60):
+        table = CallTable()
+        a, b = 1_000, 1_000 + rng.randrange(200, 5_000)
+        for _ in range(rng.randrange(1, 150)):
+            submit = rng.randrange(a - 300, b + 50, 25)
+            end = submit + rng.choice([0, rng.randrange(25, 900, 25)])
+            table.add(rng.choice("xyz"), "pool", submit, submit, end, "ok", None, 1, 1, None, None, None, "", None)
+        rows = sorted(range(len(table)), key=table.submit_ns.__getitem__)
+        expected: dict[str, int] = defaultdict(int)
+        for tool in "xyz":
+            spans = [(table.submit_ns[r], table.end_ns[r]) for r in rows if table.tool[r] == tool]
+            expected[tool] += turns._union_ns(a, b, spans) if spans else 0
+        found: dict[str, int] = defaultdict(int)
+        turns._in_flight_columns(a, b, table, rows, found)
+        assert {t: n for t, n in found.items()} == {t: n for t, n in expected.items() if t in found}, case
+        assert set(found) == {table.tool[r] for r in rows}, case
+        assert any(found.values()), case

@@ -74,6 +74,16 @@ def merge_tool_spans(
     time): ``drop(row)`` for each span another one keeps; returns how many
     were dropped. ``ours[row]``: agent-otel's span (it keeps the call where
     there is one); ``ids[row]``: a hash of its call id, 0 for none."""
+    if len(rows) == 2 and ours[rows[0]] != ours[rows[1]]:
+        # agent-otel's span and one other (the usual pair): what the rest does for it, inline
+        host, row = (rows[0], rows[1]) if ours[rows[0]] else (rows[1], rows[0])
+        call_id, host_id = ids[row], ids[host]
+        if (call_id and host_id and call_id != host_id) or not within(
+            submits[row], ends[row], submits[host], ends[host]
+        ):
+            return 0
+        drop(row)
+        return 1
     hosts = [row for row in rows if ours[row]]
     absorbed: dict[int, set[int]] = {row: set() for row in hosts}
     left = []

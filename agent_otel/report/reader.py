@@ -685,7 +685,7 @@ class TraceReader:
         tool = value.stringValue if type(value) is JsonValue else None
         if type(tool) is str and tool.isascii():
             tool = strings.setdefault(tool, tool)
-        else:
+        elif value is not None:
             tool = text(found, GEN_AI_TOOL_NAME)
         if not tool:  # another instrumentation's tool span
             tool = text(found, OPENINFERENCE_TOOL_NAME) or text(found, TRACELOOP_ENTITY_NAME)
@@ -698,7 +698,7 @@ class TraceReader:
         value = found.get(AGENT_TOOL_OUTCOME)
         outcome = value.stringValue if type(value) is JsonValue else None
         outcome = _OUTCOMES.get(outcome) if type(outcome) is str else None  # the shared constant
-        if outcome is None:
+        if outcome is None and value is not None:
             outcome = _OUTCOMES.get(text(found, AGENT_TOOL_OUTCOME))  # type: ignore[arg-type]
         if outcome is None:
             code = _status_code(span)
@@ -720,11 +720,13 @@ class TraceReader:
         executor = value.stringValue if type(value) is JsonValue else None
         if type(executor) is str and executor.isascii() and executor:
             executor = strings.setdefault(executor, executor)
+        elif value is None:  # (another instrumentation's tool span)
+            executor = UNKNOWN_EXECUTOR
         else:
             executor = text(found, AGENT_TOOL_EXECUTOR) or UNKNOWN_EXECUTOR
         value = found.get(GEN_AI_TOOL_CALL_ID)
         call_id = value.stringValue if type(value) is JsonValue else None
-        if type(call_id) is not str or not call_id.isascii():
+        if (type(call_id) is not str or not call_id.isascii()) and value is not None:
             call_id = text(found, GEN_AI_TOOL_CALL_ID, False)
         cpu_s = self._seconds(span, found, AGENT_TOOL_EXEC_CPU_TIME) if AGENT_TOOL_EXEC_CPU_TIME in found else None
         events = span.events
@@ -1040,24 +1042,28 @@ class TraceReader:
     def _merge_peer_tool_spans(self, keep: bytearray) -> None:
         """Other instrumentations' tool spans of a call agent-otel (or another of them) also saw:
         dropped, the call kept once (``peers.merge_tool_spans``)."""
-        calls, ours = self.data.calls, self._ours
-        traces, tools = calls.trace_id, calls.tool
-        peer_keys = {(traces[i], tools[i]) for i in range(len(calls)) if keep[i] and not ours[i]}
-        groups: dict[tuple[int, str], list[int]] = {}
-        for i, (trace, tool) in enumerate(zip(traces, tools)):
-            if keep[i] and (trace, tool) in peer_keys:
-                groups.setdefault((trace, tool), []).append(i)
+        calls, ours, families, ids = self.data.calls, self._ours, self._families, self._call_id_hashes
+        tools, submits, ends = calls.tool, calls.submit_ns, calls.end_ns
 
         def drop(row: int) -> None:
             keep[row] = 0
 
-        submits, ends = calls.submit_ns, calls.end_ns
-        for rows in groups.values():
-            if len(rows) > 1:
-                rows.sort(key=submits.__getitem__)
-                self.data.peer_tool_spans_merged += merge_tool_spans(
-                    rows, ours, self._families, self._call_id_hashes, submits, ends, drop
-                )
+        # trace by trace (no dict of every (trace, tool) pair with a list
+        # each: 80 MB at a million spans, the reader's peak), each tool's
+        # kept spans where one is a peer's
+        for rows in _rows_by_trace(calls.trace_id):
+            if all(ours[i] or not keep[i] for i in rows):
+                continue
+            groups: dict[str, list[int]] = {}
+            for i in rows:
+                if keep[i]:
+                    groups.setdefault(tools[i], []).append(i)
+            for group in groups.values():
+                if len(group) > 1 and not all(ours[i] for i in group):
+                    group.sort(key=submits.__getitem__)
+                    self.data.peer_tool_spans_merged += merge_tool_spans(
+                        group, ours, families, ids, submits, ends, drop
+                    )
 
     def _dedupe_model_calls(self) -> None:
         """A model span under a model span (a framework's call, and a client library's under it) is one
@@ -1249,6 +1255,25 @@ def _ids(*columns: Iterable[int]) -> np.ndarray:
 
     found = distinct(np.concatenate([np.asarray(column, dtype=np.uint64) for column in columns]))
     return found[1:] if len(found) and found[0] == 0 else found
+
+
+def _rows_by_trace(trace_ids: list[int]) -> Iterator[list[int]]:
+    """The rows of each trace (in row order), grouped in numpy: the trace
+    ids' two 64-bit halves sorted."""
+    import numpy as np  # (as in _ids)
+
+    count = len(trace_ids)
+    if not count:
+        return
+    high = np.fromiter((trace >> 64 for trace in trace_ids), np.uint64, count)
+    low = np.fromiter((trace & _SPAN_ID_MASK for trace in trace_ids), np.uint64, count)
+    order = np.lexsort((low, high))  # stable: each trace's rows stay in row order
+    high, low = high[order], low[order]
+    changes = np.flatnonzero((high[1:] != high[:-1]) | (low[1:] != low[:-1])) + 1
+    del high, low
+    bounds = [0, *changes.tolist(), count]
+    for first, last in zip(bounds, bounds[1:]):
+        yield order[first:last].tolist()
 
 
 def _rows_in(column: array, ids: np.ndarray) -> list[int]:

@@ -134,8 +134,11 @@ def find_turns(
         root_span, span = root.span_id, calls.span_id
         if any(span[row] == root_span for row in rows) or any(m.span_id == root_span for m in trace_models):
             continue  # the root is itself a call
-        first = min([root.start_ns] + [submit[row] for row in rows] + [m.start_ns for m in trace_models])
-        last = max([root.end_ns] + [end[row] for row in rows] + [m.end_ns for m in trace_models])
+        # (no list of every call's times: one trace may hold a million, 64 MB of them)
+        first = min(root.start_ns, min(map(submit.__getitem__, rows), default=root.start_ns))
+        first = min(first, min((m.start_ns for m in trace_models), default=first))
+        last = max(root.end_ns, max(map(end.__getitem__, rows), default=root.end_ns))
+        last = max(last, max((m.end_ns for m in trace_models), default=last))
         turn = Turn(root.name, trace_id, first, last, FROM_TRACE)
         turns.add(_breakdown(turn, calls, rows, trace_models, in_flight, True, blocks_of.get(trace_id)))
     return turns.finish(in_flight)
@@ -360,13 +363,20 @@ def _breakdown(
         turn.client_cpu_s, turn.model_s, turn.tool_queue_s, turn.tool_exec_s = _split(
             a, b, model_calls, calls, rows, blocks or []
         )
-        by_tool: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for row in rows:
-            by_tool[tools[row]].append((submits[row], ends[row]))
-        for tool, spans in by_tool.items():
-            in_flight[tool] += _union_ns(a, b, spans)
+        if len(rows) > SWEEP_MAX:
+            _in_flight_columns(a, b, calls, rows, in_flight)
+        else:
+            by_tool: dict[str, list[tuple[int, int]]] = defaultdict(list)
+            for row in rows:
+                by_tool[tools[row]].append((submits[row], ends[row]))
+            for tool, spans in by_tool.items():
+                in_flight[tool] += _union_ns(a, b, spans)
     turn.other_s = max(0.0, turn.seconds - turn.client_cpu_s - turn.model_s - turn.tool_queue_s - turn.tool_exec_s)
     return turn
+
+
+# Past this many calls in one turn, its time is split in numpy (``_split_columns``).
+SWEEP_MAX = 64
 
 
 def _split(
@@ -375,6 +385,8 @@ def _split(
     """(client CPU, model, tool queue, tool exec) seconds of [a, b) (the tool
     calls: these rows, by submit time; ``blocks``: client CPU blocks, by
     start): see the module's docstring."""
+    if len(rows) > SWEEP_MAX:
+        return _split_columns(a, b, model_calls, calls, rows, blocks)
     submits, starts, ends = calls.submit_ns, calls.start_ns, calls.end_ns
     bounds = {a, b}
     for start, end in blocks:
@@ -418,6 +430,71 @@ def _split(
     return client_s / NS_PER_S, model_s / NS_PER_S, queue_s / NS_PER_S, exec_s / NS_PER_S
 
 
+def _split_columns(
+    a: int, b: int, model_calls: list[ModelCall], calls: CallTable, rows: list[int], blocks: list[tuple[int, int]]
+) -> tuple[float, float, float, float]:
+    """``_split`` in numpy, the same sums: each piece of [a, b) between two
+    bounds is the client's where a block covers its start, else the model's
+    where a model call does, else the tool calls' where one is in flight:
+    of those requested by then, the one that ends last (the first of them
+    by request), queued before its start, executing after. The pieces are
+    classed ``_PIECES`` at a time (a trace of a million calls has 3 million)."""
+    u64 = np.uint64
+    taken = np.asarray(rows, np.intp)
+    submits = np.frombuffer(calls.submit_ns, u64)[taken]
+    starts = np.frombuffer(calls.start_ns, u64)[taken]
+    ends = np.frombuffer(calls.end_ns, u64)[taken]
+    del taken
+    model_bounds = np.array([(m.start_ns, m.end_ns) for m in model_calls], u64).reshape(-1, 2)
+    block_bounds = np.array(blocks, u64).reshape(-1, 2)
+    points = np.concatenate((np.array([a, b], u64), block_bounds.ravel(), model_bounds.ravel(), submits, starts, ends))
+    points = points[(points >= u64(a)) & (points <= u64(b))]
+    points.sort()  # (then the distinct ones: np.unique took 15x as long, hashing)
+    points = points[np.concatenate(([True], points[1:] != points[:-1]))]
+    model_bounds = model_bounds[np.argsort(model_bounds[:, 0], kind="stable")]
+    blocks_at, blocks_reach = block_bounds[:, 0], np.maximum.accumulate(block_bounds[:, 1])
+    models_at, models_reach = model_bounds[:, 0], np.maximum.accumulate(model_bounds[:, 1])
+    # the call in flight that ends last, among those requested up to an instant (first by request of equals)
+    reach = np.maximum.accumulate(ends)
+    later = np.empty(len(ends), bool)
+    later[:1] = True
+    np.greater(ends[1:], reach[:-1], out=later[1:])
+    del ends
+    last_start = starts[np.maximum.accumulate(np.where(later, np.arange(len(later)), 0))]
+    del starts, later
+    client = model = queue = execution = 0
+    pieces = len(points) - 1
+    for first in range(0, pieces, _PIECES):
+        t0 = points[first : min(first + _PIECES, pieces)]
+        width = points[first + 1 : first + 1 + len(t0)] - t0
+        free = ~_covered(blocks_at, blocks_reach, t0)
+        client += int(width[~free].sum())
+        modelled = free & _covered(models_at, models_reach, t0)
+        model += int(width[modelled].sum())
+        free &= ~modelled
+        requested = np.searchsorted(submits, t0, "right") - 1
+        free &= requested >= 0
+        np.maximum(requested, 0, out=requested)
+        busy = free & (reach[requested] > t0)
+        queued = busy & (t0 < last_start[requested])
+        queue += int(width[queued].sum())
+        execution += int(width[busy & ~queued].sum())
+    return client / NS_PER_S, model / NS_PER_S, queue / NS_PER_S, execution / NS_PER_S
+
+
+# Pieces of a turn classed at once by ``_split_columns``.
+_PIECES = 1 << 16
+
+
+def _covered(begins: np.ndarray, reach: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Whether an interval of these covers each point of ``at`` (``begins``:
+    their begins, sorted; ``reach``: the running maximum of their ends)."""
+    if not len(begins):
+        return np.zeros(len(at), bool)
+    begun = np.searchsorted(begins, at, "right") - 1
+    return (begun >= 0) & (reach[np.maximum(begun, 0)] > at)
+
+
 def _in_any(blocks: list[tuple[int, int]], first: int, t: int) -> bool:
     """Whether an interval of ``blocks`` (by start) from ``first`` on covers ``t``."""
     for start, end in blocks[first:]:
@@ -437,6 +514,29 @@ def _union_ns(a: int, b: int, spans: list[tuple[int, int]]) -> int:
             total += end - start
             reach = end
     return total
+
+
+def _in_flight_columns(a: int, b: int, calls: CallTable, rows: list[int], in_flight: dict[str, int]) -> None:
+    """``_union_ns`` of each tool's calls among these rows (by submit time),
+    added to ``in_flight``, in numpy: no pair per call (at a million calls
+    in one turn, 100 MB of them)."""
+    u64 = np.uint64
+    tools = calls.tool
+    code_of: dict[str, int] = {}  # tool -> its number, in the order of first calls
+    codes = np.fromiter((code_of.setdefault(tools[row], len(code_of)) for row in rows), np.intp, len(rows))
+    taken = np.asarray(rows, np.intp)
+    submits = np.frombuffer(calls.submit_ns, u64)[taken]
+    ends = np.minimum(np.frombuffer(calls.end_ns, u64)[taken], u64(b))
+    del taken
+    for tool, code in code_of.items():
+        mine = codes == code
+        starts, finishes = submits[mine], ends[mine]
+        reach = np.empty(len(finishes), u64)  # the latest end of the calls before (a at first)
+        reach[0] = a
+        np.maximum(np.maximum.accumulate(finishes[:-1]), u64(a), out=reach[1:])
+        np.maximum(starts, reach, out=starts)
+        covered = finishes > starts
+        in_flight[tool] += int((finishes[covered] - starts[covered]).sum())
 
 
 @dataclass
