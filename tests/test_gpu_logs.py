@@ -230,3 +230,31 @@ def test_written_log_reads_back_as_the_same_samples(tmp_path):
     writer.close()
     back = read_gpu_log(str(path))
     assert sorted(back, key=lambda s: (s.timestamp_ns, s.gpu)) == sorted(samples, key=lambda s: (s.timestamp_ns, s.gpu))
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_written_log_deleted_or_replaced_is_opened_again_with_its_header(tmp_path, caplog, how):
+    # A clean-up deletes the log, or a rotation renames it away and leaves an
+    # empty file: later samples go to the path, under a header the reader
+    # needs (it finds the columns by name), and one line says so.
+    from agent_otel.gpu.logs import GpuLogWriter
+
+    path = tmp_path / "gpu.csv"
+    start = 1_795_000_000_123_000_000
+    samples = [GpuSample("0", start + i * 166_000_000, (i % 3) / 2) for i in range(8)]
+    writer = GpuLogWriter(str(path))
+    writer.write(samples[:4])
+    if how == "deleted":
+        path.unlink()
+    else:
+        path.rename(tmp_path / "gpu.csv.1")
+        path.touch()
+    with caplog.at_level("WARNING", logger="agent_otel.gpu.logs"):
+        writer.write(samples[4:6])
+        writer.write(samples[6:])
+    writer.close()
+    assert list(read_gpu_log(str(path))) == samples[4:]
+    (line,) = [r.getMessage() for r in caplog.records if "opened it again" in r.getMessage()]
+    assert f"{path} was {how}" in line
+    if how == "replaced":
+        assert list(read_gpu_log(str(tmp_path / "gpu.csv.1"))) == samples[:4]

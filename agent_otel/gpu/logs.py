@@ -33,6 +33,8 @@ from __future__ import annotations
 import csv
 import errno
 import heapq
+import logging
+import os
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
@@ -46,6 +48,8 @@ from agent_otel.errors import ConfigError, InputError
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, GAP_SPACINGS, IdleDetector, TimelineStep
 from agent_otel.inputs import Input, MiB, open_input
 from agent_otel.records import NS_PER_S, GpuSample, IdleWindow
+
+_logger = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _CSV_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
@@ -471,7 +475,10 @@ class GpuLogWriter:
     report knows each GPU, and a simulated one ("Simulated GPU",
     ``GPU-simulated-0``) is never taken for a real one. A ``MISSING``
     sample (data lost) is written ``[N/A]``, which the reader skips: the
-    gap it leaves is missing data there too.
+    gap it leaves is missing data there too. A log deleted or replaced
+    while it is written (a clean-up, a log rotation) is opened anew at the
+    next write, its header first where it is empty, with one log line, as
+    the traces file is.
     """
 
     HEADER = "timestamp, index, utilization.gpu [%]\n"
@@ -490,9 +497,7 @@ class GpuLogWriter:
         }
         try:
             self._file = AppendFile(path, truncate=True)
-            header = self.HEADER_WITH_DEVICES if self._device else self.HEADER
-            self._file.append(header)
-            self._size = len(header)
+            self._write_header()
         except OSError as exc:
             raise ConfigError("gpu_log_file", path, f"a writable file ({exc.strerror or exc})") from None
 
@@ -507,10 +512,31 @@ class GpuLogWriter:
             lines.append(f"{stamp}, {sample.gpu}{device}, {value}\n")
         if lines:
             text = "".join(lines)
+            moved = self._file.moved()
+            if moved is not None:
+                self._open_again(moved)
             if self.max_bytes is not None and self._size + len(text) > self.max_bytes:
                 raise OSError(errno.EFBIG, f"the log reached its {self.max_bytes // 2**20} MiB limit", self.path)
             self._file.append(text)
             self._size += len(text)
+
+    def _write_header(self) -> None:
+        header = self.HEADER_WITH_DEVICES if self._device else self.HEADER
+        self._file.append(header)
+        self._size = len(header)
+
+    def _open_again(self, moved: str) -> None:
+        """The log was deleted or replaced: write to ``path`` again (raises
+        ``OSError`` when it cannot be opened: the caller reports it)."""
+        self._file.open_again()
+        self._size = os.fstat(self._file.fileno()).st_size
+        if not self._size:  # a reader finds the columns by the header's names
+            self._write_header()
+        _logger.warning(
+            "%s was %s while GPU samples were written to it; opened it again: later samples are in the file at that path",
+            self.path,
+            moved,
+        )
 
     def close(self) -> None:
         self._file.close()
