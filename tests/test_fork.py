@@ -84,10 +84,14 @@ BUSY_PARENT = """
             generate_latest(handle.metrics.registry)
 
     def model_calls(slot):
-        # The GPU busy 20 ms in 50: idle windows open and close all the time.
+        # The GPU busy 20 ms in 50: idle windows open and close all the time;
+        # half of it through model calls (the model-call log's lock and the
+        # simulated GPU following them, held as often as the tools' locks).
         gpu = handle.gpu_timeline.source
         while not stop.is_set():
-            gpu.run_kernel(0.02)
+            gpu.run_kernel(0.01)
+            with agent_otel.model_span("parent-model", provider="test"):
+                time.sleep(0.01)
             time.sleep(0.03)
 
     threads = [threading.Thread(target=call_tools, args=(i,)) for i in range(4)]
@@ -128,6 +132,8 @@ def test_two_hundred_forks_while_four_threads_make_tool_calls(tmp_path):
             code = 1
             try:
                 child_tool(number)
+                with agent_otel.model_span("child-model", provider="test"):
+                    pass
                 with ThreadPoolExecutor(1) as pool:
                     pool.submit(child_tool, number).result()
                 text = generate_latest(handle.metrics.registry).decode()
@@ -157,6 +163,7 @@ def test_two_hundred_forks_while_four_threads_make_tool_calls(tmp_path):
     # the file or counted as dropped (a tiny export batch can fall behind four
     # threads calling as fast as they can).
     assert tools.count("child_tool") == 400
+    assert [s["name"] for s in spans].count("chat child-model") == 200  # and its model call
     assert tools.count("parent_tool") + result["parent_dropped"] == result["parent_calls"]
     assert tools.count("parent_tool") > result["parent_calls"] / 2
 
