@@ -433,6 +433,9 @@ class Metrics:
                 return
             try:
                 with forks.background_import():  # on whichever thread first needs it: a fork waits
+                    # Every prometheus_client module this file imports later, on any thread
+                    # (registering and scraping import .core): all loaded here, while a fork waits.
+                    import prometheus_client.core  # noqa: F401
                     from prometheus_client import CollectorRegistry, Info
             except ImportError as exc:
                 if "gpu_idle" not in self.__dict__:

@@ -384,6 +384,67 @@ def test_a_fork_while_the_export_thread_imports_its_encoder_does_not_stall_the_c
     assert names.count("execute_tool search") == 2  # the parent's span and the child's
 
 
+SLOW_METRICS_IMPORT_FORK = """
+    import importlib.abc, importlib.machinery, json, os, sys, threading, time
+
+    importing = threading.Event()
+
+    class SlowImport(importlib.abc.MetaPathFinder):
+        # prometheus_client.core's import takes 0.5 s (a cold disk): a fork lands in the middle of it.
+        def find_spec(self, name, path, target=None):
+            if name != "prometheus_client.core":
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            run = spec.loader.exec_module
+            def exec_module(module):
+                importing.set()
+                time.sleep(0.5)
+                run(module)
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, SlowImport())
+    import agent_otel
+
+    # The metrics are made by the first part that counts: here the GPU sampler's thread, at its first poll.
+    handle = agent_otel.instrument(traces_file={traces!r}, traces_exporters="none", gpu="simulated",
+                                   gpu_poll_interval=0.05, frameworks=())
+    assert importing.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            timeline = handle.wait_for_gpu(5)
+            polls = timeline.sampler.polls
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and timeline.sampler.polls < polls + 5:
+                time.sleep(0.01)
+            code = 0 if timeline.sampler.polls >= polls + 5 else 2  # 2: the child's sampler hangs
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, 9)
+        status = None
+    handle.shutdown()
+    print(json.dumps({{"child_exit": None if status is None else os.waitstatus_to_exitcode(status)}}))
+"""
+
+
+def test_a_fork_while_the_gpu_sampler_first_makes_the_metrics_does_not_stall_the_childs_sampling(tmp_path):
+    # The sampler's first poll sets a gauge, which makes the metrics, which
+    # imports prometheus_client's modules on the sampler's thread: a fork then
+    # would leave an import lock held in the child, whose sampler would wait on it for good.
+    traces = tmp_path / "traces.jsonl"
+    result = run_script(SLOW_METRICS_IMPORT_FORK.format(traces=str(traces)), timeout=60)
+    assert result["child_exit"] == 0, result["stderr"]
+
+
 def test_prefork_workers_sharing_a_gpu_are_reported_with_its_idle_time_once(tmp_path, capsys):
     """Workers forked after instrument() each sample the GPU (here the
     simulated one, idle throughout) and write its gpu.idle windows: the

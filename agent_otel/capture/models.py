@@ -437,7 +437,8 @@ class ModelSpan:
         request to the model server, whose own span of the request (vLLM's
         ``llm_request``) then joins this call in ``agent-otel report``
         (docs/model-servers.md). Adds them to ``carrier`` when given."""
-        from opentelemetry import propagate  # here: loading the propagators is for the calls that send headers
+        with forks.background_import():  # any thread's first call: a fork meanwhile waits (agent_otel.forks)
+            from opentelemetry import propagate  # here: loading the propagators is for the calls that send headers
 
         carrier = {} if carrier is None else carrier
         propagate.inject(carrier, context=trace_api.set_span_in_context(self.span))

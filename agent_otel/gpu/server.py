@@ -128,7 +128,8 @@ def read_exposition(text: str) -> Exposition:
     Raises ``UnknownEngine`` when no engine's running or waiting family is
     there, and ``ValueError`` when the text is not the text format.
     """
-    from prometheus_client.parser import text_string_to_metric_families  # here: the GPU modules load without it
+    with forks.background_import():  # the sampler's thread: a fork waits (agent_otel.forks)
+        from prometheus_client.parser import text_string_to_metric_families  # here: the GPU modules load without it
 
     values: dict[str, list[float]] = {}
     for family in text_string_to_metric_families(text):
@@ -265,7 +266,8 @@ class ModelServerSource:
         """Nothing held between scrapes; present for the GpuSource shape."""
 
     def _fetch(self) -> str:
-        import urllib.request  # here: only a process that reads a model server loads the HTTP client
+        with forks.background_import():  # the sampler's thread: a fork waits (agent_otel.forks)
+            import urllib.request  # here: only a process that reads a model server loads the HTTP client
 
         request = urllib.request.Request(self.url, headers={"Accept": "text/plain"})
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 (http(s) checked)
