@@ -87,6 +87,7 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                     )
                     continue
                 calls, duplicates, models = len(data.calls), data.duplicate_count, len(data.model_calls)
+                peers = data.peer_tool_spans  # (a peer's tool span may be set aside, not yet a row: report.peers)
                 try:
                     reader.add(typed_span(_span_json(span)), 0, pool)
                 except SpanFormatError as exc:
@@ -103,7 +104,7 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                     continue
                 if data.duplicate_count > duplicates:
                     decoded.duplicates += 1
-                elif len(data.calls) == calls and len(data.model_calls) == models:
+                elif len(data.calls) == calls and len(data.model_calls) == models and data.peer_tool_spans == peers:
                     decoded.refuse(
                         NOT_A_TOOL_SPAN,
                         f"span {_short_name(span.name)!r} has no {GEN_AI_OPERATION_NAME}={GEN_AI_OPERATION_EXECUTE_TOOL} "

@@ -105,7 +105,7 @@ from agent_otel.attribution import gpu_key
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ServerRequest
 from agent_otel.report.kv_cache import KvWindow
 from agent_otel.report.calls import CallTable
-from agent_otel.report.peers import FAMILY_GENAI, family_of, merge_model_calls, merge_tool_spans
+from agent_otel.report.peers import FAMILY_GENAI, Aside, family_of, merge_model_calls, merge_tool_groups
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
     AGENT_MODEL_SERVER_KV_CACHE_USAGE,
@@ -248,6 +248,25 @@ TRACE_IDS = 1 << 14
 # agent-otel's and still be the same call: their clocks are read apart.
 _PEER_TOOL_KINDS = {OPENINFERENCE_TOOL, TRACELOOP_TOOL}
 _MODEL_KINDS = {OPENINFERENCE_LLM, TRACELOOP_LLM}
+# What ``_tool_call`` reads of a tool span besides its name: a peer's tool
+# span with none of these (and no event) is set aside (``peers.Aside``).
+_ROW_ATTRIBUTES = frozenset(
+    {
+        GEN_AI_TOOL_NAME,
+        GEN_AI_TOOL_CALL_ID,
+        AGENT_TOOL_OUTCOME,
+        AGENT_TOOL_UNFINISHED,
+        AGENT_EXECUTOR_MAX_WORKERS,
+        AGENT_TOOL_EXECUTOR,
+        AGENT_TOOL_EXEC_CPU_TIME,
+        AGENT_TOOL_QUEUE_DURATION,
+        AGENT_TOOL_EXEC_DURATION,
+        AGENT_TOOL_TIMEOUT,
+        AGENT_TOOL_RETRIES,
+        ERROR_TYPE,
+        THREAD_NAME,
+    }
+)
 _AGENT_KINDS = {OPENINFERENCE_AGENT, TRACELOOP_AGENT, TRACELOOP_WORKFLOW}
 
 # A failure this long (ns) or more before a tool call ended is one the call
@@ -423,6 +442,7 @@ class TraceReader:
         self._trace_ids: dict[int, int] = {}  # recent trace ids: one int object per trace for its records
         self._ours = bytearray()  # per call: 1 when agent-otel made the span (it has the timing)
         self._families = bytearray()  # per call: which instrumentation made the span (peers.family_of)
+        self._aside = Aside()  # peers' tool spans not (yet) rows (peers.Aside)
         self._hops: dict[int, int] = {}  # MCP client request span -> its parent (trace_id << 64 | span id)
         self._model_parents = array("Q")  # per model call, as _parents
         self._model_families: list[int] = []  # per model call, as _families
@@ -594,12 +614,38 @@ class TraceReader:
                 if parent:
                     self._hops[key] = (key >> 64) << 64 | parent
         elif kind in _PEER_TOOL_KINDS:
-            self._tool_call(span, found, key, start_ns, end_ns, pool)
+            if span.events or not found.keys().isdisjoint(_ROW_ATTRIBUTES):
+                self._tool_call(span, found, key, start_ns, end_ns, pool)
+            else:
+                self._peer_tool_call(span, found, key, start_ns, end_ns, pool)
         elif kind in _MODEL_KINDS:
             self._model_call(span, found, key, start_ns, end_ns, "chat", pool)
         elif kind in _AGENT_KINDS:
             return self._agent_run(span, found, key, start_ns, end_ns)
         return None
+
+    def _peer_tool_call(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
+        """A peer's tool span with none of ``_ROW_ATTRIBUTES`` and no event: set aside
+        (``peers.Aside``), what ``_tool_call`` would make of it."""
+        tool = self._text(found, OPENINFERENCE_TOOL_NAME) or self._text(found, TRACELOOP_ENTITY_NAME)
+        if not tool:
+            name = span.name
+            prefix = SPAN_EXECUTE_TOOL_PREFIX
+            tool = self._name(
+                name[len(prefix) :] if type(name) is str and name.startswith(prefix) else _name_of(span) or "unknown"
+            )
+        failed = _status_code(span) == STATUS_ERROR
+        parent = self._parent(span)
+        trace_id = key >> 64  # one int per trace, as in _tool_call
+        trace_ids = self._trace_ids
+        shared = trace_ids.setdefault(trace_id, trace_id)
+        if shared is trace_id and len(trace_ids) > TRACE_IDS:
+            self._trace_ids = {trace_id: trace_id}
+        data = self.data
+        self._aside.add(
+            tool, start_ns, end_ns, shared, key & _SPAN_ID_MASK, parent, pool, family_of(found), failed, len(data.calls)
+        )
+        data.peer_tool_spans += 1
 
     def _model_call(
         self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, operation: str, pool: str
@@ -984,6 +1030,8 @@ class TraceReader:
         """Keep one record per tool call; returns trace_id << 64 | span id -> tool of every
         tool span another span hangs under."""
         data = self.data
+        if self._aside and self._aside_joined():
+            self._rows_of_aside()  # (a peer's span that others hang under, or that hangs under a tool span)
         calls, parents, ours, hops = data.calls, self._parents, self._ours, self._hops
         # The calls other spans hang under: found by span id, then checked by trace.
         parent_ids = [key & _SPAN_ID_MASK for key in self._live]
@@ -1033,37 +1081,97 @@ class TraceReader:
         if data.peer_tool_spans:
             self._merge_peer_tool_spans(keep)
         self._join_inner(tool_of)  # before the calls are deduplicated: self._parents lines up with them
-        if not all(keep):
-            before = len(calls)
+        aside, count = self._aside, len(calls)
+        if aside:  # the peers' spans set aside that the merge left: rows, each where it was read
+            left = [j for j in range(len(aside)) if keep[count + j]]
+            for j in left:
+                self._add_aside(j)
+            calls.select(aside.order([i for i in range(count) if keep[i]], left, count))
+            data.duplicate_count += count + len(aside) - len(calls)
+            self._aside = Aside()
+        elif not all(keep):
             calls.select([i for i, kept in enumerate(keep) if kept])
-            data.duplicate_count += before - len(calls)
+            data.duplicate_count += count - len(calls)
         return tool_of
+
+    def _aside_joined(self) -> bool:
+        """Whether a peer's span set aside may be in a chain of one call's
+        spans or have calls nested in it (what ``_dedupe_tool_calls`` and
+        ``_join_inner`` find by parent): a span something hangs under, or
+        one that hangs under a tool span. By span id alone: a span id of
+        another trace only makes the spans rows."""
+        aside, calls = self._aside, self.data.calls
+        hung = _ids(
+            self._parents,
+            aside.parent,
+            [key & _SPAN_ID_MASK for key in self._live],
+            [key & _SPAN_ID_MASK for key in self._hops.values()],
+            [key & _SPAN_ID_MASK for key in self._failed_children],
+        )
+        if _rows_in(aside.span_id, hung):
+            return True
+        tool_spans = _ids(calls.span_id, aside.span_id, [key & _SPAN_ID_MASK for key in self._hops])
+        return bool(_rows_in(aside.parent, tool_spans))
+
+    def _add_aside(self, j: int) -> None:
+        """Span ``j`` set aside, a row at the end of the table (as ``_tool_call`` makes it)."""
+        aside = self._aside
+        start_ns = aside.start_ns[j]
+        self.data.calls.add(
+            aside.tool[j],
+            UNKNOWN_EXECUTOR,
+            start_ns,
+            start_ns,
+            aside.end_ns[j],
+            OUTCOME_ERROR if aside.failed[j] else OUTCOME_OK,
+            None,
+            aside.trace_id[j],
+            aside.span_id[j],
+            None,
+            None,
+            None,
+            aside.pool[j],
+            None,
+        )
+
+    def _rows_of_aside(self) -> None:
+        """Every span set aside a row, each where it was read, with its parent, family and no call id."""
+        aside, calls = self._aside, self.data.calls
+        count = len(calls)
+        for j in range(len(aside)):
+            self._add_aside(j)
+        self._parents.extend(aside.parent)
+        self._call_id_hashes.extend(bytes(8 * len(aside)))
+        self._ours.extend(bytes(len(aside)))
+        self._families.extend(aside.family)
+        order = aside.order(range(count), range(len(aside)), count)
+        calls.select(order)
+        self._parents = array("Q", [self._parents[i] for i in order])
+        self._call_id_hashes = array("q", [self._call_id_hashes[i] for i in order])
+        self._ours = bytearray(self._ours[i] for i in order)
+        self._families = bytearray(self._families[i] for i in order)
+        self._aside = Aside()
 
     def _merge_peer_tool_spans(self, keep: bytearray) -> None:
         """Other instrumentations' tool spans of a call agent-otel (or another of them) also saw:
-        dropped, the call kept once (``peers.merge_tool_spans``)."""
-        calls, ours, families, ids = self.data.calls, self._ours, self._families, self._call_id_hashes
-        tools, submits, ends = calls.tool, calls.submit_ns, calls.end_ns
+        dropped, the call kept once (``peers.merge_tool_spans``). The spans set aside
+        (``peers.Aside``) take part as rows after the table's: ``keep`` grows by them."""
+        calls, aside = self.data.calls, self._aside
+        count, more = len(calls), len(aside)
+        ours, families, ids = self._ours, self._families, self._call_id_hashes
+        tools, submits, ends, trace_ids = calls.tool, calls.submit_ns, calls.end_ns, calls.trace_id
+        if more:
+            ours, families, ids = ours + bytes(more), families + aside.family, ids + array("q", bytes(8 * more))
+            tools, submits, ends = tools + aside.tool, submits + aside.start_ns, ends + aside.end_ns
+            trace_ids = trace_ids + aside.trace_id
+            keep.extend(b"\x01" * more)
 
         def drop(row: int) -> None:
             keep[row] = 0
 
-        # trace by trace (no dict of every (trace, tool) pair with a list
-        # each: 80 MB at a million spans, the reader's peak), each tool's
-        # kept spans where one is a peer's
-        for rows in _rows_by_trace(calls.trace_id):
-            if all(ours[i] or not keep[i] for i in rows):
-                continue
-            groups: dict[str, list[int]] = {}
-            for i in rows:
-                if keep[i]:
-                    groups.setdefault(tools[i], []).append(i)
-            for group in groups.values():
-                if len(group) > 1 and not all(ours[i] for i in group):
-                    group.sort(key=submits.__getitem__)
-                    self.data.peer_tool_spans_merged += merge_tool_spans(
-                        group, ours, families, ids, submits, ends, drop
-                    )
+        self.data.peer_tool_spans_merged += merge_tool_groups(
+            keep, ours, families, ids, submits, ends, trace_ids, tools, aside, count, drop
+        )
 
     def _dedupe_model_calls(self) -> None:
         """A model span under a model span (a framework's call, and a client library's under it) is one
@@ -1255,25 +1363,6 @@ def _ids(*columns: Iterable[int]) -> np.ndarray:
 
     found = distinct(np.concatenate([np.asarray(column, dtype=np.uint64) for column in columns]))
     return found[1:] if len(found) and found[0] == 0 else found
-
-
-def _rows_by_trace(trace_ids: list[int]) -> Iterator[list[int]]:
-    """The rows of each trace (in row order), grouped in numpy: the trace
-    ids' two 64-bit halves sorted."""
-    import numpy as np  # (as in _ids)
-
-    count = len(trace_ids)
-    if not count:
-        return
-    high = np.fromiter((trace >> 64 for trace in trace_ids), np.uint64, count)
-    low = np.fromiter((trace & _SPAN_ID_MASK for trace in trace_ids), np.uint64, count)
-    order = np.lexsort((low, high))  # stable: each trace's rows stay in row order
-    high, low = high[order], low[order]
-    changes = np.flatnonzero((high[1:] != high[:-1]) | (low[1:] != low[:-1])) + 1
-    del high, low
-    bounds = [0, *changes.tolist(), count]
-    for first, last in zip(bounds, bounds[1:]):
-        yield order[first:last].tolist()
 
 
 def _rows_in(column: array, ids: np.ndarray) -> list[int]:
