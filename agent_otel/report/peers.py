@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from itertools import accumulate
+from itertools import accumulate, chain
 from typing import Callable, Sequence
 
 from agent_otel.records import NS_PER_S, ModelCall
@@ -82,8 +82,8 @@ def merge_tool_groups(
     ids: array,
     submits: array,
     ends: array,
-    trace_ids: Sequence[int],
-    tools: Sequence[str],
+    trace_ids: tuple[Sequence[int], Sequence[int]],
+    tools: tuple[Sequence[str], Sequence[str]],
     aside: Aside,
     count: int,
     drop: Callable[[int], None],
@@ -92,7 +92,9 @@ def merge_tool_groups(
     (rows as in ``Aside.place``: the table's ``count``, then the spans set
     aside); returns how many were dropped. The columns are as in
     ``merge_tool_spans``, ``ids`` an ``array("q")``, ``submits`` and
-    ``ends`` ``array("Q")``. The usual group, agent-otel's span and one
+    ``ends`` ``array("Q")``; ``trace_ids`` and ``tools`` in two parts, the
+    table's and the spans set aside's (not joined: a list of a million
+    rows is 8 MB). The usual group, agent-otel's span and one
     peer's, is decided in numpy (as ``merge_tool_spans`` decides it); the
     others one by one."""
     import numpy as np  # (as in Aside.order)
@@ -102,10 +104,12 @@ def merge_tool_groups(
     if n < 2:
         return 0
     # the kept rows grouped by (trace, tool): the trace ids' halves and a code per tool, sorted
-    high = np.fromiter((trace >> 64 for trace in trace_ids), np.uint64, total)[rows]
-    low = np.fromiter((trace & _LOW_64 for trace in trace_ids), np.uint64, total)[rows]
+    high = np.fromiter((trace >> 64 for trace in chain(*trace_ids)), np.uint64, total)
+    low = np.fromiter((trace & _LOW_64 for trace in chain(*trace_ids)), np.uint64, total)
     codes: dict[str, int] = {}
-    tool = np.fromiter((codes.setdefault(name, len(codes)) for name in tools), np.int64, total)[rows]
+    tool = np.fromiter((codes.setdefault(name, len(codes)) for name in chain(*tools)), np.int32, total)
+    if n < total:  # (the rows a chain of one call's spans left out)
+        high, low, tool = high[rows], low[rows], tool[rows]
     order = np.lexsort((tool, low, high))
     high, low, tool, rows = high[order], low[order], tool[order], rows[order]
     del order

@@ -1159,18 +1159,27 @@ class TraceReader:
         calls, aside = self.data.calls, self._aside
         count, more = len(calls), len(aside)
         ours, families, ids = self._ours, self._families, self._call_id_hashes
-        tools, submits, ends, trace_ids = calls.tool, calls.submit_ns, calls.end_ns, calls.trace_id
+        submits, ends = calls.submit_ns, calls.end_ns
         if more:
             ours, families, ids = ours + bytes(more), families + aside.family, ids + array("q", bytes(8 * more))
-            tools, submits, ends = tools + aside.tool, submits + aside.start_ns, ends + aside.end_ns
-            trace_ids = trace_ids + aside.trace_id
+            submits, ends = submits + aside.start_ns, ends + aside.end_ns
             keep.extend(b"\x01" * more)
 
         def drop(row: int) -> None:
             keep[row] = 0
 
         self.data.peer_tool_spans_merged += merge_tool_groups(
-            keep, ours, families, ids, submits, ends, trace_ids, tools, aside, count, drop
+            keep,
+            ours,
+            families,
+            ids,
+            submits,
+            ends,
+            (calls.trace_id, aside.trace_id),
+            (calls.tool, aside.tool),
+            aside,
+            count,
+            drop,
         )
 
     def _dedupe_model_calls(self) -> None:
