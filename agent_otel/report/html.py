@@ -49,7 +49,7 @@ MAX_ROWS = 12
 def render(analysis: Analysis) -> str:
     """The page as a string."""
     report = report_parts(analysis)
-    data = _timeline_data(analysis)
+    data = _timeline_data(analysis, report)
     script = resources.files("agent_otel.report").joinpath("timeline.js").read_text(encoding="utf-8")
     style = resources.files("agent_otel.report").joinpath("timeline.css").read_text(encoding="utf-8")
     what, when = report.run_name()
@@ -62,10 +62,10 @@ def render(analysis: Analysis) -> str:
         else ""
     )
     summary = (
-        f"{badge}{html.escape(when)} &middot; {len(analysis.calls)} tool calls &middot; "
+        f"{badge}{html.escape(when)} &middot; {report.inputs.tool_calls} tool calls &middot; "
         f"{html.escape(_gpu_source(report, simulated))}"
     )
-    warnings = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in analysis.warnings)
+    warnings = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in report.inputs.warnings)
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -181,14 +181,15 @@ def _embed(data: dict) -> str:
     return json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
 
 
-def _timeline_data(analysis: Analysis) -> dict:
+def _timeline_data(analysis: Analysis, report: Report) -> dict:
+    """Every record drawn (from the analysis), in the lanes of the report's parts."""
     origin = analysis.start_ns
 
     def ms(ns: int) -> float:
         return round((ns - origin) / 1e6, 3)
 
     blocked = analysis.blocked_by_call()
-    lane_of = {tool.tool: index for index, tool in enumerate(analysis.tools)}
+    lane_of = {tool.tool: index for index, tool in enumerate(report.tools)}
     calls = sorted(analysis.calls, key=lambda c: (lane_of[c.tool], c.submit_ns, c.start_ns))
     columns: dict[str, list] = {
         k: [] for k in ("lane", "row", "submit", "start", "end", "blocked", "id", "trace", "outcome")
@@ -197,7 +198,7 @@ def _timeline_data(analysis: Analysis) -> dict:
     lanes = []
     position: dict[int, int] = {}
     first = 0
-    for tool in analysis.tools:
+    for tool in report.tools:
         lane_calls = calls[first : first + tool.calls]
         rows = assign_rows([(c.submit_ns, c.end_ns) for c in lane_calls])
         for call, row in zip(lane_calls, rows):
@@ -217,7 +218,7 @@ def _timeline_data(analysis: Analysis) -> dict:
                 "rows": min(max(rows, default=0) + 1, MAX_ROWS),
                 "first": first,
                 "count": tool.calls,
-                "blocked_s": round(tool.blocked_s, 6),
+                "blocked_s": tool.gpu_idle_blocked_s,
             }
         )
         first += tool.calls
@@ -229,7 +230,7 @@ def _timeline_data(analysis: Analysis) -> dict:
         shares["start"].append(ms(share.start_ns))
         shares["end"].append(ms(share.end_ns))
     gpus = []
-    for gpu in analysis.gpus:
+    for gpu in report.gpus:
         samples: Iterable[GpuSample] = analysis.samples.get(gpu.gpu) or ()
         windows = [a for a in analysis.attributions if gpu_key(a.window) == gpu.gpu]
         curve = analysis.underuse.blocked_curve.get(gpu.gpu) if analysis.underuse is not None else None
@@ -254,8 +255,8 @@ def _timeline_data(analysis: Analysis) -> dict:
         "seconds": analysis.seconds,
         "outcomes": list(OUTCOMES),
         "turns": _turn_data(analysis, ms),
-        "models": _model_data(analysis, ms),
-        "loops": _loop_data(analysis, ms),
+        "models": _model_data(analysis, report, ms),
+        "loops": _loop_data(analysis, report, ms),
         "lanes": lanes,
         "calls": columns,
         "traces": [f"{trace_id:032x}" for trace_id in traces],
@@ -279,7 +280,7 @@ def _turn_data(analysis: Analysis, ms) -> dict:
     }
 
 
-def _loop_data(analysis: Analysis, ms) -> list[dict]:
+def _loop_data(analysis: Analysis, report: Report, ms) -> list[dict]:
     """One lane per event loop (by its thread, most blocked first, as the
     event-loop table), its blocks by start: the tool that held the loop
     (None: code that is no tool) and how many calls waited for it."""
@@ -287,12 +288,12 @@ def _loop_data(analysis: Analysis, ms) -> list[dict]:
     for block in analysis.loop_blocks:
         blocks.setdefault(block.thread, []).append(block)
     lanes = []
-    for loop in analysis.loops:
+    for loop in report.event_loops:
         mine = sorted(blocks.get(loop.thread, ()), key=lambda b: b.start_ns)
         lanes.append(
             {
                 "thread": loop.thread,
-                "blocked_s": round(loop.blocked_s, 6),
+                "blocked_s": loop.blocked_s,
                 "start": [ms(b.start_ns) for b in mine],
                 # a loop still blocked at the end of the traces: to the end of the window
                 "end": [ms(b.end_ns or analysis.end_ns) for b in mine],
@@ -303,14 +304,14 @@ def _loop_data(analysis: Analysis, ms) -> list[dict]:
     return lanes
 
 
-def _model_data(analysis: Analysis, ms) -> dict:
+def _model_data(analysis: Analysis, report: Report, ms) -> dict:
     """One lane per model (in the order of the models table), the calls as columns."""
-    lane_of = {stats.model: index for index, stats in enumerate(analysis.models)}
+    lane_of = {stats.model: index for index, stats in enumerate(report.models)}
     calls = sorted(analysis.model_calls, key=lambda c: (lane_of[c.model], c.start_ns))
     columns: dict[str, list] = {k: [] for k in ("row", "start", "end", "first", "input", "output", "failed")}
     lanes = []
     first = 0
-    for stats in analysis.models:
+    for stats in report.models:
         lane_calls = calls[first : first + stats.calls]
         rows = assign_rows([(c.start_ns, c.end_ns) for c in lane_calls])
         for call, row in zip(lane_calls, rows):
@@ -327,7 +328,7 @@ def _model_data(analysis: Analysis, ms) -> dict:
                 "rows": min(max(rows, default=0) + 1, MAX_ROWS),
                 "first": first,
                 "count": stats.calls,
-                "seconds": round(stats.seconds, 6),
+                "seconds": stats.seconds,
             }
         )
         first += stats.calls
