@@ -9,6 +9,7 @@ the ground truth is the script, to the nanosecond.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import sys
 
 import pytest
@@ -18,7 +19,7 @@ pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py provides the real NV
 from opentelemetry import trace  # noqa: E402
 
 from agent_otel.attribution import attribute  # noqa: E402
-from agent_otel.attribution.live import LiveTimeline  # noqa: E402
+from agent_otel.attribution.live import GpuOptions, LiveTimeline  # noqa: E402
 from agent_otel.exporters.prometheus import Metrics  # noqa: E402
 from agent_otel.gpu.nvml import NvmlSource  # noqa: E402
 from agent_otel.pipeline import Pipeline  # noqa: E402
@@ -53,12 +54,11 @@ class Agent:
         self.pipeline = Pipeline(self.recorder, None, self.metrics)
         self.timeline = LiveTimeline(
             NvmlSource(clock=self.clock),
+            dataclasses.replace(GpuOptions.default(), horizon_s=horizon_s, **options),
             tracer=trace.get_tracer("test"),
             metrics=self.metrics,
             recorder=self.recorder,
             pipeline=self.pipeline,
-            horizon_s=horizon_s,
-            **options,
         )
         self.origin = self.clock()
         self.next_poll = self.origin

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 from agent_otel.attribution import attribute
 from agent_otel.attribution.engine import BlameEngine
-from agent_otel.attribution.live import LiveTimeline
+from agent_otel.attribution.live import GpuOptions, LiveTimeline
 from agent_otel.attribution.rule import CallShare
 from agent_otel.attribution.service import PoolTimeline
 from agent_otel.exporters.prometheus import Metrics
@@ -269,11 +269,12 @@ def test_an_agent_on_an_idle_gpu_holds_no_more_memory_after_ten_minutes_than_aft
     metrics = Metrics()
     timeline = LiveTimeline(
         SimulatedGpu([], clock=clock),
+        # every share a child span: the spans leave as they are made
+        dataclasses.replace(GpuOptions.default(), share_min_s=0.001),
         tracer=provider.get_tracer("soak"),
         metrics=metrics,
         recorder=tables,
         pipeline=Pipeline(tables, None, metrics),  # type: ignore[arg-type]  # the tables it reads
-        share_min_s=0.001,  # every share a child span: the spans leave as they are made
     )
     origin = clock()
     running: collections.deque = collections.deque()
