@@ -70,15 +70,15 @@ forks.after_fork_in_child(_reinit_after_fork)
 class Instrumentation:
     """What ``instrument()`` set up; ``shutdown()`` flushes and undoes it.
 
-    ``start()`` makes the handle and then its parts (``_setup``), each once,
-    in the order below, each given the parts it needs; a part not made
-    (turned off, or a start that failed before it) stays None. After
-    ``instrument()`` returns, only these change: ``gpu_timeline`` (and
-    ``background``) when the GPU search finds a GPU, and whether it is shut
-    down.
+    Making it makes its parts, each once, in the order below, each given
+    the parts it needs; a part not made (turned off, or a start that failed
+    before it) stays None. After ``instrument()`` returns, only these
+    change: ``gpu_timeline`` and ``background`` when the GPU search finds a
+    GPU (``settings`` without a GPU log that cannot be written), and
+    whether it is shut down (``metrics_server`` is None in a forked child).
     """
 
-    # The parts, made once by _setup in this order.
+    # The parts, made once by _make_parts in this order.
     tracer_provider: Optional[TracerProvider] = None  # with span_processors, sinks, owns_provider: _setup_tracing's
     owns_provider = False
     tracer: Optional[trace_api.Tracer] = None
@@ -88,7 +88,14 @@ class Instrumentation:
     pipeline: Optional[Pipeline] = None
     metrics_server: Optional[MetricsServer] = None  # None in a forked child too: /metrics stays the parent's
 
-    def __init__(self, settings: Settings, gpu_pool: str = "", refused: Optional[_Refused] = None):
+    def __init__(
+        self,
+        settings: Settings,
+        gpu_pool: str = "",
+        refused: Optional[_Refused] = None,
+        detected: Optional[Resource] = None,
+    ):
+        """``detected``: the resource OpenTelemetry's detectors made (``start()``), for a new tracer provider."""
         self.settings = settings
         # The GPU pool this process's tool calls can block ("" for none: its
         # own GPUs); from gpu_pool, or else the resource's agent.gpu.pool.
@@ -117,6 +124,79 @@ class Instrumentation:
         # Why instrument() could not set up (logged with its traceback), where
         # it then left the agent uninstrumented; None when it set up.
         self.failure: Optional[Exception] = None
+        try:
+            self._make_parts(detected)
+        except Exception as exc:
+            self.shutdown(timeout_s=1.0)
+            if self.refused.problems is None:  # the commands: a failure to start is theirs to report
+                raise
+            # instrument(): a failure of agent-otel's own (a bug, a library
+            # it cannot work with) leaves the agent running uninstrumented.
+            logger.error(
+                "agent-otel: instrument() failed (%s: %s); nothing is instrumented, the agent runs as without it",
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+            self.failure = exc
+        except BaseException:
+            self.shutdown(timeout_s=1.0)
+            raise
+
+    def _make_parts(self, detected: Optional[Resource]) -> None:
+        """Make the parts, each once, each with the parts it needs (``__init__`` only)."""
+        settings = self.settings
+        clock.follow_wall_clock()  # imported long before, maybe; the pipeline thread keeps it up (clock.py)
+        tracer = self.tracer = _setup_tracing(self, detected)
+        recorder = self.recorder = Recorder(
+            tracer,
+            record_arguments=settings.record_arguments,
+            record_results=settings.record_results,
+            max_attribute_length=settings.max_attribute_length,
+            redact=settings.redact,
+            record_exception_messages=settings.record_exception_messages,
+            deferred_spans=settings.deferred_spans,
+            remedy_metrics=self.metrics.remedies,
+        )
+        self.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
+        if settings.loop_monitor:
+            self.loop_monitor = LoopMonitor(
+                tracer, threshold_s=settings.loop_block_threshold, max_stack_chars=settings.max_attribute_length
+            )
+        self.pipeline = Pipeline(recorder, self.monitor, self.metrics, loop_monitor=self.loop_monitor)
+        if settings.prometheus_port is not None:
+            try:
+                self.metrics_server = MetricsServer(
+                    self.metrics.registry, settings.prometheus_port, settings.prometheus_address
+                )
+            except (OSError, ImportError) as exc:  # a port in use; a broken prometheus_client
+                logger.warning(
+                    "agent-otel: cannot serve /metrics on %s:%s (%s); metrics are not exposed",
+                    settings.prometheus_address,
+                    settings.prometheus_port,
+                    exc,
+                )
+        models.configure(settings.model_spans)
+        _recorder.current = self.recorder
+        if self.monitor is not None:
+            executors.install(self.monitor)
+        frameworks.instrument_frameworks(settings.frameworks)
+        self.background.append(frameworks.FrameworkHooks())
+        self.pipeline.start()
+        if self.loop_monitor is not None:
+            self.background.append(self.loop_monitor)
+            self.loop_monitor.install()  # hooks asyncio now, or when the application imports it
+        if settings.gpu in ("auto", "nvml") and not self.gpu_pool:
+            # Whether there is a GPU is NVML's answer: loading NVML takes tens of
+            # milliseconds, and a wedged driver never answers. Asked on a thread
+            # of its own: instrument() returns first, and never waits for it.
+            starter = GpuStart(self)
+            self.background.append(starter)
+            starter.start()
+        elif settings.gpu != "off" and not self.gpu_pool:
+            _start_named_gpu(self)  # a simulated GPU, a replayed log: opened now, its errors said here
+        # Last, so that in a forked child it runs after every part above put itself right.
+        forks.after_fork_in_child(self.reinit_after_fork)
 
     # -- what the gauges read at each scrape (exporters.prometheus.LiveReadings)
 
@@ -485,26 +565,9 @@ def start(settings: Settings, problems: Optional[list[AgentOtelError]] = None) -
                 )
             )
             settings = dataclasses.replace(settings, gpu="auto")
-        handle = Instrumentation(settings, gpu_pool, refused)
-        try:
-            _setup(handle, detected)
-        except Exception as exc:
-            handle.shutdown(timeout_s=1.0)
-            if problems is None:  # the commands: a failure to start is theirs to report
-                raise
-            # instrument(): a failure of agent-otel's own (a bug, a library
-            # it cannot work with) leaves the agent running uninstrumented.
-            logger.error(
-                "agent-otel: instrument() failed (%s: %s); nothing is instrumented, the agent runs as without it",
-                type(exc).__name__,
-                exc,
-                exc_info=exc,
-            )
-            handle.failure = exc
-            return handle
-        except BaseException:
-            handle.shutdown(timeout_s=1.0)
-            raise
+        handle = Instrumentation(settings, gpu_pool, refused, detected)
+        if handle.failure is not None:
+            return handle  # shut down, uninstrumented
         _handle = handle
         _at_exit_once(handle)
         handle.flush_at_worker_exit()
@@ -554,62 +617,6 @@ def _at_exit() -> None:
         line = sinks.exit_line(plan)
         if line is not None:
             logger.warning("%s", line)
-
-
-def _setup(handle: Instrumentation, detected: Optional[Resource]) -> None:
-    """Make the handle's parts, each once, each with the parts it needs (``Instrumentation``)."""
-    settings = handle.settings
-    clock.follow_wall_clock()  # imported long before, maybe; the pipeline thread keeps it up (clock.py)
-    tracer = handle.tracer = _setup_tracing(handle, detected)
-    recorder = handle.recorder = Recorder(
-        tracer,
-        record_arguments=settings.record_arguments,
-        record_results=settings.record_results,
-        max_attribute_length=settings.max_attribute_length,
-        redact=settings.redact,
-        record_exception_messages=settings.record_exception_messages,
-        deferred_spans=settings.deferred_spans,
-        remedy_metrics=handle.metrics.remedies,
-    )
-    handle.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
-    if settings.loop_monitor:
-        handle.loop_monitor = LoopMonitor(
-            tracer, threshold_s=settings.loop_block_threshold, max_stack_chars=settings.max_attribute_length
-        )
-    handle.pipeline = Pipeline(recorder, handle.monitor, handle.metrics, loop_monitor=handle.loop_monitor)
-    if settings.prometheus_port is not None:
-        try:
-            handle.metrics_server = MetricsServer(
-                handle.metrics.registry, settings.prometheus_port, settings.prometheus_address
-            )
-        except (OSError, ImportError) as exc:  # a port in use; a broken prometheus_client
-            logger.warning(
-                "agent-otel: cannot serve /metrics on %s:%s (%s); metrics are not exposed",
-                settings.prometheus_address,
-                settings.prometheus_port,
-                exc,
-            )
-    models.configure(settings.model_spans)
-    _recorder.current = handle.recorder
-    if handle.monitor is not None:
-        executors.install(handle.monitor)
-    frameworks.instrument_frameworks(settings.frameworks)
-    handle.background.append(frameworks.FrameworkHooks())
-    handle.pipeline.start()
-    if handle.loop_monitor is not None:
-        handle.background.append(handle.loop_monitor)
-        handle.loop_monitor.install()  # hooks asyncio now, or when the application imports it
-    if settings.gpu in ("auto", "nvml") and not handle.gpu_pool:
-        # Whether there is a GPU is NVML's answer: loading NVML takes tens of
-        # milliseconds, and a wedged driver never answers. Asked on a thread
-        # of its own: instrument() returns first, and never waits for it.
-        starter = GpuStart(handle)
-        handle.background.append(starter)
-        starter.start()
-    elif settings.gpu != "off" and not handle.gpu_pool:
-        _start_named_gpu(handle)  # a simulated GPU, a replayed log: opened now, its errors said here
-    # Last, so that in a forked child it runs after every part above put itself right.
-    forks.after_fork_in_child(handle.reinit_after_fork)
 
 
 def _start_named_gpu(handle: Instrumentation) -> None:
