@@ -14,7 +14,7 @@ import pytest
 
 import agent_otel.gpu.nvml
 from agent_otel import instrumentation
-from agent_otel.attribution.live import GpuOptions
+from agent_otel.attribution.options import GpuOptions
 from agent_otel.attribution.service import PoolTimeline
 from agent_otel.blame_service import start_blame_service
 from agent_otel.config import load_settings

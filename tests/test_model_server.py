@@ -22,7 +22,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agent_otel import semconv
-from agent_otel.attribution.live import GpuOptions, LiveTimeline
+from agent_otel.attribution.live import LiveTimeline
+from agent_otel.attribution.options import GpuOptions
 from agent_otel.config import load_settings
 from agent_otel.errors import ConfigError
 from agent_otel.exporters.prometheus import Metrics

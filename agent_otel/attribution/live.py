@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Protocol
 
 from opentelemetry import trace as trace_api
@@ -34,11 +33,12 @@ from agent_otel.attribution.engine import (
     ClosedWindow,
     SettledShare,
 )
+from agent_otel.attribution.options import GpuOptions
 from agent_otel.attribution.rule import largest_share
 from agent_otel.capture.models import model_calls, peer_model_spans
 from agent_otel.gpu.logs import GpuLogWriter
 from agent_otel.clock import now_ns
-from agent_otel.config import DEFAULTS, Settings, check
+from agent_otel.config import check
 from agent_otel.gpu.device import GpuSource
 from agent_otel.gpu.sampler import GpuSampler
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
@@ -67,7 +67,6 @@ from agent_otel.semconv import (
     GPU_UUID,
     SPAN_GPU_IDLE,
 )
-from agent_otel.prices import GpuPrices, parse_prices
 from agent_otel.problems import Problems
 from agent_otel.text import NAME_LIMIT, valid_text
 
@@ -92,40 +91,8 @@ __all__ = [
     "CallsInFlight",
     "FinishedCalls",
     "GpuMetrics",
-    "GpuOptions",
     "LiveTimeline",
 ]
-
-
-@dataclass(frozen=True)
-class GpuOptions:
-    """What the settings say about sampling and blaming a GPU (``GpuOptions.of(settings)``):
-    the one place they are read, for the agent's timeline and the blame service's alike."""
-
-    poll_interval_s: float
-    idle_threshold: float
-    min_idle_s: float
-    horizon_s: float
-    share_min_s: float
-    children: bool
-    prices: Optional[GpuPrices]
-
-    @classmethod
-    def of(cls, settings: Settings) -> GpuOptions:
-        return cls(
-            poll_interval_s=settings.gpu_poll_interval,
-            idle_threshold=settings.gpu_idle_threshold,
-            min_idle_s=settings.gpu_min_idle,
-            horizon_s=settings.attribution_horizon,
-            share_min_s=settings.gpu_idle_share_min,
-            children=settings.gpu_idle_children,
-            prices=parse_prices(settings.gpu_hour_price),
-        )
-
-    @classmethod
-    def default(cls) -> GpuOptions:
-        """The options of the default settings."""
-        return cls.of(DEFAULTS)
 
 
 class CallsInFlight(Protocol):
@@ -240,11 +207,9 @@ class LiveTimeline:
             None if getattr(source, "reports_gaps", False) else max(DEFAULT_MAX_GAP_S, 3 * options.poll_interval_s)
         )
         self.engine = BlameEngine(
-            idle_threshold=options.idle_threshold,
-            min_idle_s=options.min_idle_s,
+            options,
             max_gap_s=max_gap_s,
             uuids=uuids,
-            horizon_s=options.horizon_s,
             max_calls=max_calls,
             share_min_s=self.share_min,
             max_links=self.max_links,

@@ -59,7 +59,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from agent_otel.attribution.live import GpuOptions, LiveTimeline
+from agent_otel.attribution.live import LiveTimeline
+from agent_otel.attribution.options import GpuOptions
 from agent_otel.records import NS_PER_S, GpuSample, ModelCall, ToolCall
 
 # Refusal reasons (the ``reason`` label of agent_otel_refused_spans_total).

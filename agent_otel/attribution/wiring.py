@@ -27,7 +27,8 @@ from typing import Callable, Optional
 
 from opentelemetry import trace as trace_api
 
-from agent_otel.attribution.live import CallsInFlight, FinishedCalls, GpuMetrics, GpuOptions, LiveTimeline
+from agent_otel.attribution.live import CallsInFlight, FinishedCalls, GpuMetrics, LiveTimeline
+from agent_otel.attribution.options import GpuOptions
 from agent_otel.clock import now_ns
 from agent_otel.config import Settings
 from agent_otel.errors import ConfigError
