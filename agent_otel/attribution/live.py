@@ -163,7 +163,11 @@ class GpuMetrics(Protocol):
 
 
 class LiveTimeline:
-    """Samples -> blame -> spans and metrics, in process."""
+    """Samples -> blame -> spans and metrics, in process.
+
+    ``options``: the GPU settings (``GpuOptions``; their defaults without).
+    ``attribution.wiring.gpu_timeline`` builds it from the settings.
+    """
 
     part_name = "GPU sampling"
 
@@ -293,7 +297,8 @@ class LiveTimeline:
         self.apply(self.engine.feed(samples, self._in_flight(), self._blocks(), self._models()))
 
     def gpu_states(self) -> list[tuple[str, str, str]]:
-        """``(gpu, state, reason)`` of each sampled GPU now (``GpuSampler.states``)."""
+        """``(gpu, state, reason)`` of each sampled GPU now (``GpuSampler.states``): the
+        ``agent_otel_gpu_state`` gauge reads it at each scrape (``exporters.prometheus.LiveReadings``)."""
         self.sampler.check_stuck()
         return [(gpu, state, reason) for gpu, (state, reason) in sorted(self.sampler.states().items())]
 
