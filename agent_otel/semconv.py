@@ -251,7 +251,8 @@ EXECUTOR_ANYIO: Final = "anyio"  # anyio's worker threads (anyio.to_thread.run_s
 
 POOL_REJECTION_CALLER_RUNS: Final = "caller_runs"
 
-# agent.gpu.source: the GPU source's kind (agent_otel.gpu.sources).
+# Every GPU source, by kind: agent.gpu.source's values and, beside auto and
+# off, the gpu setting's (config.GPU_CHOICES); agent_otel.gpu.sources opens each.
 GPU_SOURCE_NVML: Final = "nvml"
 GPU_SOURCE_SIMULATED: Final = "simulated"
 GPU_SOURCE_REPLAY: Final = "replay"
