@@ -455,7 +455,8 @@ _TOOL = (LABEL_TOOL,)
 _EXECUTOR = (LABEL_EXECUTOR,)
 _GPU = (LABEL_GPU,)
 
-# Every metric, by name, in the order of docs/telemetry.md.
+# Every metric, by name, in the order /metrics shows them (docs/telemetry.md groups
+# them by subject).
 METRICS: Final[dict[str, MetricSpec]] = {
     spec.name: spec
     for spec in (
@@ -516,9 +517,6 @@ METRICS: Final[dict[str, MetricSpec]] = {
             attribute="executor_wait",
         ),
         MetricSpec(
-            METRIC_GPU_UTILIZATION, GAUGE, _GPU, "GPU utilization, last sample (0..1).", attribute="gpu_utilization"
-        ),
-        MetricSpec(
             METRIC_GPU_IDLE, COUNTER, _GPU, "GPU idle time in idle windows.", kept=KEPT_TOGETHER, attribute="gpu_idle"
         ),
         MetricSpec(
@@ -536,22 +534,6 @@ METRICS: Final[dict[str, MetricSpec]] = {
             "GPU idle time with neither a model call nor a tool call in flight.",
             kept=KEPT_TOGETHER,
             attribute="gpu_idle_unattributed",
-        ),
-        MetricSpec(
-            METRIC_GPU_IDLE_MODEL,
-            COUNTER,
-            (LABEL_GPU, LABEL_MODEL, LABEL_PHASE),
-            "GPU idle time while model calls of its pool were in flight (the model server's share), by model and phase.",
-            kept=KEPT_TOGETHER,
-            attribute="gpu_idle_model",
-        ),
-        MetricSpec(
-            METRIC_GPU_MODEL_IDLE_RATIO,
-            GAUGE,
-            _GPU,
-            "Share of the time model calls were in flight that the GPU read idle (over ~0.2: the GPU data contradicts "
-            "the model calls).",
-            attribute="gpu_model_idle_ratio",
         ),
         MetricSpec(
             METRIC_GPU_UNDERUSED,
@@ -578,22 +560,20 @@ METRICS: Final[dict[str, MetricSpec]] = {
             attribute="gpu_underused_unattributed",
         ),
         MetricSpec(
+            METRIC_GPU_IDLE_MODEL,
+            COUNTER,
+            (LABEL_GPU, LABEL_MODEL, LABEL_PHASE),
+            "GPU idle time while model calls of its pool were in flight (the model server's share), by model and phase.",
+            kept=KEPT_TOGETHER,
+            attribute="gpu_idle_model",
+        ),
+        MetricSpec(
             METRIC_GPU_UNDERUSED_MODEL,
             COUNTER,
             (LABEL_GPU, LABEL_MODEL, LABEL_PHASE),
             "Unused GPU capacity while model calls of its pool were in flight, by model and phase.",
             kept=KEPT_TOGETHER,
             attribute="gpu_underused_model",
-        ),
-        MetricSpec(
-            METRIC_SPANS_DROPPED,
-            COUNTER,
-            (LABEL_KIND,),
-            "Spans no sink could take (export queue full, export failed), by kind of span.",
-            attribute="spans_dropped",
-        ),
-        MetricSpec(
-            METRIC_GPU_ERRORS, COUNTER, (LABEL_REASON,), "GPU sampling problems, by reason.", attribute="gpu_errors"
         ),
         MetricSpec(
             METRIC_GPU_MISSING,
@@ -604,24 +584,24 @@ METRICS: Final[dict[str, MetricSpec]] = {
             attribute="gpu_missing",
         ),
         MetricSpec(
+            METRIC_GPU_UTILIZATION, GAUGE, _GPU, "GPU utilization, last sample (0..1).", attribute="gpu_utilization"
+        ),
+        MetricSpec(
+            METRIC_GPU_MODEL_IDLE_RATIO,
+            GAUGE,
+            _GPU,
+            "Share of the time model calls were in flight that the GPU read idle (over ~0.2: the GPU data contradicts "
+            "the model calls).",
+            attribute="gpu_model_idle_ratio",
+        ),
+        MetricSpec(
+            METRIC_GPU_ERRORS, COUNTER, (LABEL_REASON,), "GPU sampling problems, by reason.", attribute="gpu_errors"
+        ),
+        MetricSpec(
             METRIC_GPU_STATE,
             GAUGE,
             (LABEL_GPU, LABEL_STATE, LABEL_REASON),
             "1 for each sampled GPU, in its sampling state now (ok, error, lost, stuck) and why.",
-            kept=KEPT_SCRAPE,
-        ),
-        MetricSpec(
-            METRIC_LOOP_BLOCKED,
-            COUNTER,
-            _TOOL,
-            "Time an asyncio event loop was blocked, by the tool call that blocked it (unknown: none).",
-            attribute="loop_blocked",
-        ),
-        MetricSpec(
-            METRIC_LOOP_LAG,
-            GAUGE,
-            (LABEL_THREAD,),
-            "How late the event loop's latest heartbeat ran; while it is blocked, how long so far.",
             kept=KEPT_SCRAPE,
         ),
         MetricSpec(
@@ -659,6 +639,27 @@ METRICS: Final[dict[str, MetricSpec]] = {
             "The model server's KV cache in use while the GPU idled (share, 0..1) times the idle time blamed on "
             "each tool: cache held by requests waiting on that tool, in cache-seconds.",
             attribute="gpu_idle_kv_cache_held",
+        ),
+        MetricSpec(
+            METRIC_SPANS_DROPPED,
+            COUNTER,
+            (LABEL_KIND,),
+            "Spans no sink could take (export queue full, export failed), by kind of span.",
+            attribute="spans_dropped",
+        ),
+        MetricSpec(
+            METRIC_LOOP_BLOCKED,
+            COUNTER,
+            _TOOL,
+            "Time an asyncio event loop was blocked, by the tool call that blocked it (unknown: none).",
+            attribute="loop_blocked",
+        ),
+        MetricSpec(
+            METRIC_LOOP_LAG,
+            GAUGE,
+            (LABEL_THREAD,),
+            "How late the event loop's latest heartbeat ran; while it is blocked, how long so far.",
+            kept=KEPT_SCRAPE,
         ),
         MetricSpec(
             METRIC_TOOL_FALLBACKS,
