@@ -285,8 +285,10 @@ def test_a_sampled_gpu_is_logged_beside_the_chosen_traces_file_and_the_line_says
     agent = tmp_path / "agent.py"
     agent.write_text(
         "import time\nimport agent_otel\n"
-        'agent_otel.instrument(service_name="first-run", gpu="simulated")\n\n'
+        'handle = agent_otel.instrument(service_name="first-run", gpu="simulated")\n\n'
         "@agent_otel.tool\ndef search(q):\n    time.sleep(0.6)\n    return q\n\n"
+        # Sampling starts on a background thread, later on a loaded machine: the call comes after.
+        "handle.wait_for_gpu(30)\n"
         'search("x")\n' + END
     )
     _, _, _, err = run_until_exit(agent, clean_env(), tmp_path)
