@@ -24,8 +24,8 @@ attributes: ``family_of``):
 A peer's tool span that carries nothing but its tool, times and ids (no
 attribute of agent-otel's, no call id, no event: OpenInference's ``TOOL``
 span as it is written) is read into ``Aside``, a few columns, not into a
-call's row: most are merged away, and reading one aside costs about 13 %
-fewer instructions than a row. Those left after the merge become rows,
+call's row: most are merged away, and a span set aside skips the reads of
+what such a span lacks. Those left after the merge become rows,
 each where it would have been (``Aside.order``), so the records are the
 same as if every span had been a row from the start. Where one of them
 may be in a chain of one call's spans (a span under a tool span, or one
