@@ -59,7 +59,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agent_otel import forks
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.capture.recorder import error_type_of
 from agent_otel.clock import now_ns
 from agent_otel.records import NS_PER_S, ModelCall
@@ -329,7 +329,7 @@ def _base_instrumentor():
 
 def hooks_record() -> bool:
     """Whether the framework hooks record model spans now."""
-    if _recorder.current is None or _mode == "off":
+    if current_recorder() is None or _mode == "off":
         return False
     return _mode == "on" or peer_instrumentation() is None
 
@@ -339,7 +339,7 @@ def hooks_follow() -> bool:
     keep them in ``model_calls`` (``FollowedModelCall``): while a simulated
     GPU follows the peers' model calls (``peer_model_spans.enabled``), unless
     ``model_spans`` is ``off``."""
-    return peer_model_spans.enabled and _recorder.current is not None and _mode != "off"
+    return peer_model_spans.enabled and current_recorder() is not None and _mode != "off"
 
 
 # Time to first token is the time to the first piece of output: text (or a
@@ -409,7 +409,7 @@ class ModelSpan:
         context=None,
     ) -> Optional["ModelSpan"]:
         """Start a model call's span (None when not instrumented)."""
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return None
         model = str(model) if model else "unknown"
@@ -646,7 +646,7 @@ class FrameworkRun:
 
     @classmethod
     def start(cls, name: Any, owner: Any) -> Optional["FrameworkRun"]:
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return None
         try:
@@ -717,7 +717,7 @@ class agent_span:
         self._run_token: Optional[Token] = None
 
     def __enter__(self):
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return trace_api.INVALID_SPAN
         span = self._span = rec.tracer.start_span(

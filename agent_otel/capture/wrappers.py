@@ -21,7 +21,7 @@ from typing import Callable, Literal, Optional
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.capture import stacks
 from agent_otel.capture.meta import (
     TOOL_MARK,
@@ -71,7 +71,7 @@ def _wrap_function(fn, meta: ToolMeta):
     # clock over the call is the call's CPU time (agent.tool.exec.cpu_time),
     # read on the calls meta.cpu_clock picks (inlined: the hot path).
     def wrapper(*args, **kwargs):
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return fn(*args, **kwargs)
         active = rec.begin(meta)
@@ -100,7 +100,7 @@ def _wrap_function(fn, meta: ToolMeta):
 
 def _wrap_coroutine(fn, meta: ToolMeta):
     async def wrapper(*args, **kwargs):
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return await fn(*args, **kwargs)
         active = rec.begin(meta)
@@ -122,7 +122,7 @@ def _wrap_generator(fn, meta: ToolMeta):
     # The span covers the whole iteration; it is the current span only while
     # the generator's own code runs, never while the consumer's code does.
     def wrapper(*args, **kwargs):
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return (yield from fn(*args, **kwargs))
         active = rec.begin(meta, attach=False)
@@ -163,7 +163,7 @@ def _wrap_async_generator(fn, meta: ToolMeta):
     # uninstrumented call too (``async for`` alone would drop ``asend``
     # values and leave the inner generator unclosed on ``aclose``).
     async def wrapper(*args, **kwargs):
-        rec = _recorder.current
+        rec = current_recorder()
         active = span_context = None
         if rec is not None:
             active = rec.begin(meta, attach=False)
@@ -244,7 +244,7 @@ class tool_span:
         return span
 
     def _enter(self):
-        rec = self._recorder = _recorder.current
+        rec = self._recorder = current_recorder()
         if rec is None:
             return trace_api.INVALID_SPAN
         self._active = rec.begin(self._meta, self._call_id)
