@@ -1,4 +1,5 @@
-"""The running instrumentation, found in one place.
+"""What is current: the running instrumentation, found in one place, and
+the tool call an executor worker is about to run.
 
 ``instrument()`` installs its ``Recorder`` here and ``shutdown()`` removes
 it; every other module (the tool wrappers, ``tool_span``, the model and
@@ -9,19 +10,19 @@ library's functions at import time, before the application calls
 ``instrument()`` (or without it ever doing so), and those calls are
 recorded from the moment it does.
 
-This module imports nothing (the ``Recorder`` only for the type checker):
-the decorator and the span helpers load it without OpenTelemetry's SDK.
+Light (``threading`` only; the ``Recorder`` for the type checker): the
+decorator and the span helpers load it without OpenTelemetry's SDK.
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+import threading
+from typing import TYPE_CHECKING, Optional
+
 if TYPE_CHECKING:
-    from typing import Optional
+    from agent_otel.capture.recorder import LiveCall, Recorder
 
-    from agent_otel.capture.recorder import Recorder
-
-__all__ = ["current_recorder", "set_recorder"]
+__all__ = ["current_recorder", "set_recorder", "worker_local"]
 
 _recorder: Optional[Recorder] = None
 
@@ -38,3 +39,13 @@ def set_recorder(recorder: Optional[Recorder]) -> Optional[Recorder]:
     global _recorder
     previous, _recorder = _recorder, recorder
     return previous
+
+
+class _WorkerLocal(threading.local):
+    # The submission an executor worker is about to run, when the submitted
+    # callable is a tool: the first tool call in that work item claims it
+    # (``Recorder.begin``).
+    pending: Optional[LiveCall] = None
+
+
+worker_local = _WorkerLocal()

@@ -42,7 +42,7 @@ from agent_otel.clock import perf_counter_ns
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta
 from agent_otel.capture.otel_context import attach, detach, get_current, reset
 from agent_otel.capture.patching import Patch
-from agent_otel.capture.recorder import worker_local
+from agent_otel.capture.current import worker_local
 from agent_otel.records import ToolCall
 from agent_otel.semconv import EXECUTOR_ASYNCIO_DEFAULT, EXECUTOR_UNNAMED
 

@@ -55,12 +55,11 @@ from typing import Any, Callable, Literal, Optional
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agent_otel import forks
 from agent_otel.capture.current import current_recorder
-from agent_otel.capture.recorder import error_type_of
+from agent_otel.capture.outcomes import error_type_of
 from agent_otel.clock import now_ns
 from agent_otel.records import NS_PER_S, ModelCall
 from agent_otel.semconv import (
@@ -213,24 +212,25 @@ def _tell(listener: Callable[[bool], None], started: bool) -> None:
 model_calls = ModelCallLog()
 
 
-class PeerModelSpans(SpanProcessor):
-    """A span processor that puts other instrumentations' model spans
-    (OpenTelemetry GenAI ``chat`` / ``text_completion`` / ``generate_content``
-    spans, OpenInference and OpenLLMetry LLM spans) in ``model_calls`` while
-    they are in flight, when ``enabled``. agent-otel's own model spans are
-    there already.
+class PeerModelSpans:
+    """Puts other instrumentations' model spans (OpenTelemetry GenAI
+    ``chat`` / ``text_completion`` / ``generate_content`` spans,
+    OpenInference and OpenLLMetry LLM spans) in ``model_calls`` while they
+    are in flight, when ``enabled``. agent-otel's own model spans are there
+    already.
 
-    Added to the tracer provider only where a simulated GPU follows the
-    model calls (``watch_peers``). It acts on model spans only: a tool
-    span, started with its attributes or without them (deferred,
-    ``capture.sdk_span``), is never one, so it declares itself
-    ``blind_to_tool_spans`` and the tool spans keep their fast path.
+    Fed by a span processor added to the tracer provider only where a
+    simulated GPU follows the model calls (``watch_peers``). It acts on
+    model spans only: a tool span, started with its attributes or without
+    them (deferred, ``capture.sdk_span``), is never one, so that processor
+    declares itself ``blind_to_tool_spans`` and the tool spans keep their
+    fast path. (The processor, an SDK class, is made there: this module
+    loads with OpenTelemetry's API alone.)
     """
 
     enabled = False
-    blind_to_tool_spans = True
 
-    def on_start(self, span, parent_context=None) -> None:
+    def on_start(self, span) -> None:
         if not self.enabled:
             return
         try:
@@ -260,10 +260,25 @@ _watched: list[Any] = []  # the providers peer_model_spans was added to (each on
 
 
 def watch_peers(provider) -> None:
-    """Add ``peer_model_spans`` to ``provider`` (an SDK ``TracerProvider``), once."""
+    """Feed ``peer_model_spans`` the spans of ``provider`` (an SDK
+    ``TracerProvider``) through a span processor, once per provider."""
     if any(watched is provider for watched in _watched) or not hasattr(provider, "add_span_processor"):
         return
-    provider.add_span_processor(peer_model_spans)
+    from opentelemetry.sdk.trace import SpanProcessor  # instrument() has loaded the SDK
+
+    class PeerModelSpanProcessor(SpanProcessor):
+        """The SDK's span processor interface over ``peer_model_spans``."""
+
+        blind_to_tool_spans = True
+        peers = peer_model_spans
+
+        def on_start(self, span, parent_context=None) -> None:
+            peer_model_spans.on_start(span)
+
+        def on_end(self, span) -> None:
+            peer_model_spans.on_end(span)
+
+    provider.add_span_processor(PeerModelSpanProcessor())
     _watched.append(provider)
     del _watched[:-8]  # a few providers at most (one per instrument() that made one)
 

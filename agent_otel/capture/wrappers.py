@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from asyncio import _get_running_loop
 from time import thread_time_ns
-from typing import Callable, Literal, Optional
+from typing import TYPE_CHECKING, Callable, Literal, Optional
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
@@ -33,8 +32,13 @@ from agent_otel.capture.meta import (
     meta_for,
     name_of,
 )
-from agent_otel.capture.recorder import ActiveCall, Recorder
 from agent_otel.semconv import GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, TOOL_TYPE_FUNCTION
+
+if TYPE_CHECKING:
+    # Only the type checker: the recorder loads OpenTelemetry's SDK, and a
+    # library decorates its tools with only the API loaded (instrument()
+    # loads the SDK and installs the recorder these wrappers ask for).
+    from agent_otel.capture.recorder import ActiveCall, Recorder
 
 
 def wrap(fn: Callable, meta: ToolMeta) -> Callable:
@@ -239,8 +243,12 @@ class tool_span:
 
     def __enter__(self):
         span = self._enter()
-        if self._active is not None and _get_running_loop() is None:
-            self._cpu = cpu_clock(self._meta)
+        if self._active is not None:
+            # Outside a running event loop (asyncio's, read without importing
+            # asyncio: no loop runs before something imports it).
+            asyncio = sys.modules.get("asyncio")
+            if asyncio is None or asyncio._get_running_loop() is None:
+                self._cpu = cpu_clock(self._meta)
         return span
 
     def _enter(self):

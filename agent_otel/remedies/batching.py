@@ -42,7 +42,7 @@ from agent_otel import forks
 from agent_otel.capture.current import current_recorder
 from agent_otel.errors import ConfigError
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, first_doc_line, name_of
-from agent_otel.capture.recorder import error_type_of
+from agent_otel.capture.outcomes import error_type_of
 from agent_otel.remedies import pools
 from agent_otel.remedies.telemetry import metrics, open_call
 from agent_otel.semconv import AGENT_TOOL_BATCH_SIZE, AGENT_TOOL_EXECUTOR, ERROR_TYPE, GEN_AI_TOOL_NAME, batch_span_name

@@ -16,13 +16,13 @@ the same.
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from agent_otel.text import NAME_LIMIT, valid_text
-from agent_otel.capture.current import current_recorder
+from agent_otel.capture.current import current_recorder, worker_local
 from agent_otel.clock import now_ns
 from agent_otel.capture.meta import ToolMeta
-from agent_otel.capture.recorder import ActiveCall, Recorder, error_type_of, outcome_of, worker_local
+from agent_otel.capture.outcomes import error_type_of, outcome_of
 from agent_otel.semconv import (
     AGENT_TOOL_ATTEMPT,
     AGENT_TOOL_OUTCOME,
@@ -32,6 +32,9 @@ from agent_otel.semconv import (
     GEN_AI_TOOL_CALL_RESULT,
     OUTCOME_OK,
 )
+
+if TYPE_CHECKING:  # (the recorder loads OpenTelemetry's SDK: a library's remedies load without it)
+    from agent_otel.capture.recorder import ActiveCall, Recorder
 
 
 def metrics():

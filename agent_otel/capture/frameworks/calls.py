@@ -42,7 +42,8 @@ from agent_otel.capture import stacks
 from agent_otel.capture.executors import executor_name
 from agent_otel.capture.patching import SharedPatch, warn_once
 from agent_otel.capture.meta import TOOL_MARK, meta_for
-from agent_otel.capture.recorder import ActiveCall, LiveCall, Recorder, worker_local
+from agent_otel.capture.current import worker_local
+from agent_otel.capture.recorder import ActiveCall, LiveCall, Recorder
 from agent_otel.capture.payloads import UNREPRESENTABLE
 from agent_otel.semconv import (
     ERROR_TYPE,
