@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from agent_otel import clock, forks, host, sinks
 from agent_otel.background import Background
-from agent_otel.capture import executors, frameworks, models, recorder as _recorder
+from agent_otel.capture import executors, frameworks, models
 from agent_otel.capture.current import set_recorder
 from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
 from agent_otel.config import Settings, load_settings
