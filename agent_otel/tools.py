@@ -63,9 +63,13 @@ def tool(fn=None, *, name=None, description=None, tool_type=TOOL_TYPE_FUNCTION, 
             raise TypeError(f"tool() got an unexpected keyword argument {key!r}")
     values = {**remedy_options.DEFAULTS, **remedies}
     if fn is None:
-        return lambda f: tool(f, name=name, description=description, tool_type=tool_type, **values)
+        return lambda f: _decorate(f, name, description, tool_type, values)
+    return _decorate(fn, name, description, tool_type, values)
+
+
+def _decorate(fn, name, description, tool_type, values):
     if isinstance(fn, (staticmethod, classmethod)):
-        return type(fn)(tool(fn.__func__, name=name, description=description, tool_type=tool_type, **values))
+        return type(fn)(_decorate(fn.__func__, name, description, tool_type, values))
     meta = ToolMeta(name or name_of(fn), description or first_doc_line(fn), tool_type)
     if remedy_options.wanted(values):
         from agent_otel.remedies import policy  # (here: a plain tool loads no pools, no cache)

@@ -67,7 +67,11 @@ def measure(statement: str, pythonpath: str | None) -> dict:
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
     done = subprocess.run(
-        [sys.executable, "-P", "-c", PROBE.format(statement=statement)], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-P", "-c", PROBE.format(statement=statement)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     return json.loads(done.stdout)
 

@@ -70,7 +70,9 @@ def test_each_option_is_checked_with_the_message_its_declaration_gives(option):
     values = {option.name: INVALID[option.name]}
     if option.off is None:  # it tunes another remedy: checked where one is on
         values["retries"] = 1
-    with pytest.raises(agent_otel.ConfigError, match=re.escape(f"@tool 'search' {option.name}: expected {option.accepts}")):
+    with pytest.raises(
+        agent_otel.ConfigError, match=re.escape(f"@tool 'search' {option.name}: expected {option.accepts}")
+    ):
 
         @agent_otel.tool(**values)
         def search(query):

@@ -19,7 +19,6 @@ TIMEOUT_ERRORS = tuple({TimeoutError, concurrent.futures.TimeoutError})
 CANCELLED_ERRORS = (concurrent.futures.CancelledError, GeneratorExit)
 
 
-
 def outcome_of(exc: BaseException) -> str:
     asyncio = sys.modules.get("asyncio")
     if isinstance(exc, CANCELLED_ERRORS) or isinstance(exc, getattr(asyncio, "CancelledError", ())):

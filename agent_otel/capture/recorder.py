@@ -11,10 +11,8 @@ that drains that deque (see ``pipeline.py``).
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import sys
-import threading
 from collections import deque
 from contextvars import Token
 from operator import itemgetter
@@ -58,12 +56,11 @@ from agent_otel.semconv import (
     EXECUTOR_DIRECT,
     GEN_AI_TOOL_CALL_ID,
     OUTCOME_CANCELLED,
-    OUTCOME_ERROR,
-    OUTCOME_TIMEOUT,
     SCOPE_NAME,
 )
 
 logger = logging.getLogger("agent_otel")
+
 
 class LiveCall(ToolCall):
     """A call this recorder made: the record, and while it runs its span and
