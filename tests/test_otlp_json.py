@@ -27,7 +27,7 @@ from opentelemetry.trace import (
 )
 
 from agent_otel.errors import ConfigError, InputError
-from agent_otel.exporters.otlp_json import iter_spans
+from agent_otel.spans.otlp_json import iter_spans
 from agent_otel.exporters.otlp_json_file import OtlpJsonFileExporter, encode_spans_json
 
 

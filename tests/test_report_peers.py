@@ -123,7 +123,7 @@ def test_a_pair_of_agent_otels_span_and_a_peers_merges_as_in_any_group():
     agent-otel span added (a group of three, no candidate for the peer)."""
     import random
 
-    from agent_otel.report.peers import SLACK_NS, merge_tool_spans
+    from agent_otel.spans.peers import SLACK_NS, merge_tool_spans
 
     rng = random.Random(5)
     merged = 0

@@ -21,7 +21,7 @@ import numpy as np
 
 from agent_otel.records import NS_PER_S
 from agent_otel.report.calls import CallTable
-from agent_otel.report.stats import distinct
+from agent_otel.spans.ids import distinct
 
 # Below this many nanoseconds a double holds every int exactly (see seconds_sorted).
 _EXACT_NS = 1 << 53
