@@ -349,17 +349,7 @@ class SpanReader:
         # (from here on, what raises SpanFormatError leaves no trace of the
         # span: each kind's reader adds its record after everything that can
         # raise, and the span is counted at the end)
-        start_ns, end_ns = span.startTimeUnixNano, span.endTimeUnixNano
-        if type(start_ns) is str and type(end_ns) is str and len(start_ns) <= 20 and len(end_ns) <= 20:
-            try:
-                start_ns, end_ns = int(start_ns), int(end_ns)
-            except ValueError:
-                start_ns, end_ns = _span_times(span)
-            else:
-                if not 0 < start_ns <= end_ns < _UINT64_END:
-                    start_ns, end_ns = _span_times(span)
-        else:
-            start_ns, end_ns = _span_times(span)
+        start_ns, end_ns = _span_times(span)
         items = span.attributes
         found: dict[Any, Any]  # key -> JsonValue, or what typed_span kept of another shape
         if items:
@@ -406,13 +396,19 @@ class SpanReader:
         if end_ns > data.end_ns:
             data.end_ns = end_ns
         if not span.parentSpanId:
-            if run is None:
-                if operation == GEN_AI_OPERATION_EXECUTE_TOOL or operation in MODEL_OPERATIONS:
-                    # a trace whose root is itself a call has no turn: no record of
-                    # its root (with a trace per call, a million of them took 200 MB)
-                    return
-                run = AgentRun(self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
-            data.roots[run.trace_id] = run
+            self._root(span, run, operation, key, start_ns, end_ns)
+
+    def _root(
+        self, span: JsonSpan, run: Optional[AgentRun], operation: object, key: int, start_ns: int, end_ns: int
+    ) -> None:
+        """A root span (no parent): its trace's turn, ``run`` where the span is an agent run."""
+        if run is None:
+            if operation == GEN_AI_OPERATION_EXECUTE_TOOL or operation in MODEL_OPERATIONS:
+                # a trace whose root is itself a call has no turn: no record of
+                # its root (with a trace per call, a million of them took 200 MB)
+                return
+            run = AgentRun(self._name(_name_of(span)), start_ns, end_ns, self._trace_id(key), key & _SPAN_ID_MASK)
+        self.data.roots[run.trace_id] = run
 
     def _counted(self, start_ns: int, end_ns: int) -> None:
         """A span read: counted, and the time window widened to it."""
@@ -532,47 +528,25 @@ class SpanReader:
 
     def _tool_call(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
         data = self.data
-        text, strings = self._text, self._strings
-        tool = self._tool_name(span, found)
+        text = self._text
         # The fields every tool span has, read inline (a string value in
         # printable ASCII); anything else goes through _text.
-        value = found.get(AGENT_TOOL_OUTCOME)
-        outcome = value.stringValue if type(value) is JsonValue else None
-        outcome = _OUTCOMES.get(outcome) if type(outcome) is str else None  # the shared constant
-        if outcome is None and value is not None:
-            outcome = _OUTCOMES.get(text(found, AGENT_TOOL_OUTCOME))  # type: ignore[arg-type]
-        if outcome is None:
-            code = _status_code(span)
-            outcome = OUTCOME_ERROR if code == STATUS_ERROR else OUTCOME_OK
+        tool = self._tool_name(span, found)
+        outcome = self._outcome(span, found)
         unfinished = (
             AGENT_TOOL_UNFINISHED in found and value_of(found[AGENT_TOOL_UNFINISHED], AGENT_TOOL_UNFINISHED) is True
         )
         workers = found.get(AGENT_EXECUTOR_MAX_WORKERS)
         if workers is not None:
             workers = _workers(workers)
-        value = found.get(AGENT_TOOL_EXECUTOR)
-        executor = value.stringValue if type(value) is JsonValue else None
-        if type(executor) is str and executor.isascii() and executor:
-            executor = strings.setdefault(executor, executor)
-        elif value is None:  # (another instrumentation's tool span)
-            executor = UNKNOWN_EXECUTOR
-        else:
-            executor = text(found, AGENT_TOOL_EXECUTOR) or UNKNOWN_EXECUTOR
+        executor = self._executor(found)
         value = found.get(GEN_AI_TOOL_CALL_ID)
         call_id = value.stringValue if type(value) is JsonValue else None
         if (type(call_id) is not str or not call_id.isascii()) and value is not None:
             call_id = text(found, GEN_AI_TOOL_CALL_ID, False)
         cpu_s = self._seconds(span, found, AGENT_TOOL_EXEC_CPU_TIME) if AGENT_TOOL_EXEC_CPU_TIME in found else None
         events = span.events
-        exec_ns = None
-        if not events:  # a direct call: no exec.start event, the queue (0) in an attribute
-            value = found.get(AGENT_TOOL_QUEUE_DURATION)
-            if value is None:
-                exec_ns = start_ns
-            elif type(value) is JsonValue and type(value.doubleValue) is float and not value.doubleValue:
-                exec_ns = start_ns
-        if exec_ns is None:
-            exec_ns = self._exec_start(span, found, start_ns, end_ns)
+        exec_ns = self._exec_start(span, found, start_ns, end_ns)
         # The trace id: one int per trace (see _trace_id).
         trace_id = key >> 64
         trace_ids = self._trace_ids
@@ -583,16 +557,7 @@ class SpanReader:
         thread = text(found, THREAD_NAME) if THREAD_NAME in found else None
         # Everything that can raise first: a span that fails adds nothing.
         timeout = self._seconds(span, found, AGENT_TOOL_TIMEOUT) if AGENT_TOOL_TIMEOUT in found else None
-        parent = span.parentSpanId
-        if not parent:
-            parent = 0
-        elif type(parent) is str and len(parent) == 16:
-            try:
-                parent = int(parent, 16)
-            except ValueError:
-                parent = self._parent(span)
-        else:
-            parent = self._parent(span)
+        parent = self._parent(span)
         ours = AGENT_TOOL_EXEC_DURATION in found
         exceptions = self._exceptions(events, end_ns) if events and AGENT_TOOL_RETRIES not in found else None
         data.calls.add(  # a ToolCall's fields
@@ -620,6 +585,28 @@ class SpanReader:
             self._families.append(family_of(found))
             data.peer_tool_spans += 1
         self._keep_tool_call(tool, key, unfinished, timeout, exceptions, found)
+
+    def _executor(self, found: dict) -> str:
+        """A tool call's executor; ``UNKNOWN_EXECUTOR`` where it names none (another instrumentation's span)."""
+        value = found.get(AGENT_TOOL_EXECUTOR)
+        executor = value.stringValue if type(value) is JsonValue else None
+        if type(executor) is str and executor.isascii() and executor:
+            return self._strings.setdefault(executor, executor)
+        if value is None:
+            return UNKNOWN_EXECUTOR
+        return self._text(found, AGENT_TOOL_EXECUTOR) or UNKNOWN_EXECUTOR
+
+    def _outcome(self, span: JsonSpan, found: dict) -> str:
+        """A tool call's outcome: ``agent.tool.outcome`` (one of ``OUTCOMES``, the
+        shared constant), else from the span's status."""
+        value = found.get(AGENT_TOOL_OUTCOME)
+        outcome = value.stringValue if type(value) is JsonValue else None
+        outcome = _OUTCOMES.get(outcome) if type(outcome) is str else None
+        if outcome is None and value is not None:
+            outcome = _OUTCOMES.get(self._text(found, AGENT_TOOL_OUTCOME))  # type: ignore[arg-type]
+        if outcome is None:
+            outcome = OUTCOME_ERROR if _status_code(span) == STATUS_ERROR else OUTCOME_OK
+        return outcome
 
     def _tool_name(self, span: JsonSpan, found: dict) -> str:
         """A tool span's tool: ``gen_ai.tool.name`` (read inline where it is printable
@@ -662,9 +649,16 @@ class SpanReader:
         return shared
 
     def _exec_start(self, span: JsonSpan, found: dict, start_ns: int, end_ns: int) -> int:
-        """When execution began, kept inside the span."""
+        """When execution began, kept inside the span: its ``exec.start``
+        event, else start + ``agent.tool.queue.duration``."""
         events = span.events
-        if events:
+        if not events:  # a direct call: no exec.start event, the queue (0) in an attribute
+            value = found.get(AGENT_TOOL_QUEUE_DURATION)
+            if value is None or (
+                type(value) is JsonValue and type(value.doubleValue) is float and not value.doubleValue
+            ):
+                return start_ns
+        else:
             if type(events) is not list:
                 raise SpanFormatError("events is not a JSON array")
             for event in events:
@@ -1108,7 +1102,22 @@ def _status_code(span: JsonSpan) -> int:
 
 
 def _span_times(span: JsonSpan) -> tuple[int, int]:
-    """(start, end) in epoch ns; a span must start, and not end before it starts."""
+    """(start, end) in epoch ns: read inline where both are decimal strings; a span must start,
+    and not end before it starts."""
+    start_ns, end_ns = span.startTimeUnixNano, span.endTimeUnixNano
+    if type(start_ns) is str and type(end_ns) is str and len(start_ns) <= 20 and len(end_ns) <= 20:
+        try:
+            start_ns, end_ns = int(start_ns), int(end_ns)
+        except ValueError:
+            pass
+        else:
+            if 0 < start_ns <= end_ns < _UINT64_END:
+                return start_ns, end_ns
+    return _valid_span_times(span)
+
+
+def _valid_span_times(span: JsonSpan) -> tuple[int, int]:
+    """(start, end) in epoch ns, validated; a span must start, and not end before it starts."""
     start_ns = nanos(span.startTimeUnixNano, "startTimeUnixNano")
     end_ns = nanos(span.endTimeUnixNano, "endTimeUnixNano")
     if not start_ns:
