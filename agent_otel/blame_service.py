@@ -23,16 +23,15 @@ from typing import Callable, Optional
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from agent_otel.attribution.service import DEFAULT_WATERMARK_S, Intake, PoolTimeline
+from agent_otel.attribution.wiring import gpu_timeline
 from agent_otel.clock import now_ns
 from agent_otel.config import DEFAULTS, SETTINGS, Settings
 from agent_otel.errors import ConfigError
 from agent_otel.exporters.prometheus import BlameServiceMetrics
-from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.instrumentation import Instrumentation, declared_gpu_pool, start
 from agent_otel.receiver.decode import tool_calls
 from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
 from agent_otel.receiver.server import DEFAULT_LIMITS, Limits, OtlpReceiver, Outcome
-from agent_otel.prices import parse_prices
 from agent_otel.problems import Problems
 from agent_otel.records import NS_PER_S
 from agent_otel.semconv import METRIC_LATE_SPANS
@@ -199,34 +198,11 @@ def _pool_service(
     http_endpoint: Optional[str],
     max_request_bytes: int,
 ) -> Optional[BlameService]:
-    source = open_gpu_source(
-        settings.gpu,
-        list(settings.gpu_devices) if settings.gpu_devices else None,
-        model_server=settings.model_server_metrics,
-    )
-    if source is None or not source.devices():
-        for reason, count in getattr(source, "errors", {}).items():
-            handle.metrics.gpu_errors.labels(reason).inc(count)
-        if source is not None:
-            source.close()
+    assert handle.tracer is not None
+    timeline = gpu_timeline(settings, tracer=handle.tracer, metrics=handle.metrics, pool=pool, watermark_s=watermark_s)
+    if timeline is None:
         return None
-    timeline = PoolTimeline(
-        source,
-        pool=pool,
-        watermark_s=watermark_s,
-        tracer=handle.tracer,
-        metrics=handle.metrics,
-        poll_interval_s=settings.gpu_poll_interval,
-        idle_threshold=settings.gpu_idle_threshold,
-        min_idle_s=settings.gpu_min_idle,
-        horizon_s=settings.attribution_horizon,
-        log_path=settings.gpu_log_file,
-        share_min_s=settings.gpu_idle_share_min,
-        children=settings.gpu_idle_children,
-        prices=parse_prices(settings.gpu_hour_price),
-        price_pool=pool,
-        clock=now_ns,
-    )
+    assert isinstance(timeline, PoolTimeline)
     metrics = BlameServiceMetrics(
         handle.metrics.registry,
         handle.metrics.tool_label,

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
@@ -32,10 +32,11 @@ from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
 from agent_otel.config import Settings, load_settings
 from agent_otel.errors import AgentOtelError, ConfigError
 from agent_otel.pipeline import Pipeline
+from agent_otel.records import ToolCall
 from agent_otel.capture.recorder import Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor, SpanLosses
 from agent_otel.exporters.deferred import DeferredExporter
-from agent_otel.exporters.prometheus import Metrics, MetricsServer
+from agent_otel.exporters.prometheus import LiveReadings, Metrics, MetricsServer
 from agent_otel.semconv import (
     AGENT_GPU_POOL,
     AGENT_PROCESS_CPU_COUNT,
@@ -67,38 +68,154 @@ forks.after_fork_in_child(_reinit_after_fork)
 
 
 class Instrumentation:
-    """What ``instrument()`` set up; ``shutdown()`` flushes and undoes it."""
+    """What ``instrument()`` set up; ``shutdown()`` flushes and undoes it.
 
-    def __init__(self, settings: Settings, gpu_pool: str = ""):
+    Making it makes its parts, each once, in the order below, each given
+    the parts it needs; a part not made (turned off, or a start that failed
+    before it) stays None. After ``instrument()`` returns, only these
+    change: ``gpu_timeline`` and ``background`` when the GPU search finds a
+    GPU (``settings`` without a GPU log that cannot be written), and
+    whether it is shut down (``metrics_server`` is None in a forked child).
+    """
+
+    # The parts, made once by _make_parts in this order.
+    tracer_provider: Optional[TracerProvider] = None  # with span_processors, sinks, owns_provider: _setup_tracing's
+    owns_provider = False
+    tracer: Optional[trace_api.Tracer] = None
+    recorder: Optional[Recorder] = None
+    monitor: Optional[executors.ExecutorMonitor] = None
+    loop_monitor: Optional[LoopMonitor] = None
+    pipeline: Optional[Pipeline] = None
+    metrics_server: Optional[MetricsServer] = None  # None in a forked child too: /metrics stays the parent's
+
+    def __init__(
+        self,
+        settings: Settings,
+        gpu_pool: str = "",
+        refused: Optional[_Refused] = None,
+        detected: Optional[Resource] = None,
+    ):
+        """``detected``: the resource OpenTelemetry's detectors made (``start()``), for a new tracer provider."""
         self.settings = settings
         # The GPU pool this process's tool calls can block ("" for none: its
         # own GPUs); from gpu_pool, or else the resource's agent.gpu.pool.
         self.gpu_pool = gpu_pool
-        self.detected_resource: Optional[Resource] = None  # Resource.create()'s, made once by start()
-        self.tracer_provider: Optional[TracerProvider] = None
-        self.owns_provider = False
+        self.refused = refused if refused is not None else _Refused(None)  # start()'s: settings it could not use
         self.span_processors: list[BatchSpanProcessor] = []
+        self.sinks = sinks.Plan(())  # where spans go (agent_otel.sinks), when agent-otel set up the exporters
+        # The pipeline counts into the metrics, and a scrape drains the
+        # pipeline: the metrics, made first, read the parts through the handle.
         self.metrics = Metrics(
             tool_name_limit=settings.tool_name_limit,
             executor_name_limit=settings.executor_name_limit,
             gpu_pool=gpu_pool,
+            live=LiveReadings(
+                before_collect=self._drain,
+                inflight_calls=self._inflight_calls,
+                executor_stats=self._executor_stats,
+                loop_lags=self._loop_lags,
+                thread_label=thread_label,
+                gpu_states=self._gpu_states,
+            ),
         )
-        # Shared by the span processors: a span is dropped when every one of them lost it.
-        self.losses = SpanLosses(self.metrics.dropped)
-        self.metrics_server: Optional[MetricsServer] = None
-        self.recorder: Optional[Recorder] = None
-        self.monitor: Optional[executors.ExecutorMonitor] = None
-        self.pipeline: Optional[Pipeline] = None
-        self.loop_monitor: Optional[LoopMonitor] = None
-        self.tracer: Optional[trace_api.Tracer] = None
-        self.gpu_timeline: Optional[LiveTimeline] = None  # when a GPU is sampled
         self.background: list[Background] = []  # other parts: GPU timeline, loop monitor, frameworks
+        self.gpu_timeline: Optional[LiveTimeline] = None  # when a GPU is sampled (found later with gpu="auto")
         self._closed = False
-        self.sinks = sinks.Plan(())  # where spans go (agent_otel.sinks), when agent-otel set up the exporters
-        self.refused = _Refused(None)  # start()'s: settings it could not use
         # Why instrument() could not set up (logged with its traceback), where
         # it then left the agent uninstrumented; None when it set up.
         self.failure: Optional[Exception] = None
+        try:
+            self._make_parts(detected)
+        except Exception as exc:
+            self.shutdown(timeout_s=1.0)
+            if self.refused.problems is None:  # the commands: a failure to start is theirs to report
+                raise
+            # instrument(): a failure of agent-otel's own (a bug, a library
+            # it cannot work with) leaves the agent running uninstrumented.
+            logger.error(
+                "agent-otel: instrument() failed (%s: %s); nothing is instrumented, the agent runs as without it",
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+            self.failure = exc
+        except BaseException:
+            self.shutdown(timeout_s=1.0)
+            raise
+
+    def _make_parts(self, detected: Optional[Resource]) -> None:
+        """Make the parts, each once, each with the parts it needs (``__init__`` only)."""
+        settings = self.settings
+        clock.follow_wall_clock()  # imported long before, maybe; the pipeline thread keeps it up (clock.py)
+        tracer = self.tracer = _setup_tracing(self, detected)
+        recorder = self.recorder = Recorder(
+            tracer,
+            record_arguments=settings.record_arguments,
+            record_results=settings.record_results,
+            max_attribute_length=settings.max_attribute_length,
+            redact=settings.redact,
+            record_exception_messages=settings.record_exception_messages,
+            deferred_spans=settings.deferred_spans,
+            remedy_metrics=self.metrics.remedies,
+        )
+        self.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
+        if settings.loop_monitor:
+            self.loop_monitor = LoopMonitor(
+                tracer, threshold_s=settings.loop_block_threshold, max_stack_chars=settings.max_attribute_length
+            )
+        self.pipeline = Pipeline(recorder, self.monitor, self.metrics, loop_monitor=self.loop_monitor)
+        if settings.prometheus_port is not None:
+            try:
+                self.metrics_server = MetricsServer(
+                    self.metrics.registry, settings.prometheus_port, settings.prometheus_address
+                )
+            except (OSError, ImportError) as exc:  # a port in use; a broken prometheus_client
+                logger.warning(
+                    "agent-otel: cannot serve /metrics on %s:%s (%s); metrics are not exposed",
+                    settings.prometheus_address,
+                    settings.prometheus_port,
+                    exc,
+                )
+        models.configure(settings.model_spans)
+        _recorder.current = self.recorder
+        if self.monitor is not None:
+            executors.install(self.monitor)
+        frameworks.instrument_frameworks(settings.frameworks)
+        self.background.append(frameworks.FrameworkHooks())
+        self.pipeline.start()
+        if self.loop_monitor is not None:
+            self.background.append(self.loop_monitor)
+            self.loop_monitor.install()  # hooks asyncio now, or when the application imports it
+        if settings.gpu in ("auto", "nvml") and not self.gpu_pool:
+            # Whether there is a GPU is NVML's answer: loading NVML takes tens of
+            # milliseconds, and a wedged driver never answers. Asked on a thread
+            # of its own: instrument() returns first, and never waits for it.
+            starter = GpuStart(self)
+            self.background.append(starter)
+            starter.start()
+        elif settings.gpu != "off" and not self.gpu_pool:
+            _start_named_gpu(self)  # a simulated GPU, a replayed log: opened now, its errors said here
+        # Last, so that in a forked child it runs after every part above put itself right.
+        forks.after_fork_in_child(self.reinit_after_fork)
+
+    # -- what the gauges read at each scrape (exporters.prometheus.LiveReadings)
+
+    def _drain(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.drain()
+
+    def _inflight_calls(self) -> list[ToolCall]:
+        return list(self.recorder.inflight.values()) if self.recorder is not None else []
+
+    def _executor_stats(self) -> Iterable[executors.ExecutorStats]:
+        return self.monitor.snapshot() if self.monitor is not None else ()
+
+    def _loop_lags(self) -> Iterable[tuple[str, float]]:
+        return self.loop_monitor.lags() if self.loop_monitor is not None else ()
+
+    def _gpu_states(self) -> Iterable[tuple[str, str, str]]:
+        timeline = self.gpu_timeline
+        return timeline.gpu_states() if timeline is not None else ()
 
     @property
     def config_errors(self) -> tuple[AgentOtelError, ...]:
@@ -296,7 +413,9 @@ def _span_exporters(settings: Settings, names: tuple[str, ...]) -> list[SpanExpo
     return exporters
 
 
-def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
+def _setup_tracing(handle: Instrumentation, detected: Optional[Resource]) -> trace_api.Tracer:
+    """The tracer provider (the application's, an earlier one of agent-otel's, or a new one with
+    ``detected``, the resource start() made) and its span processors."""
     global _global_provider
     settings = handle.settings
     if settings.sdk_disabled:
@@ -328,7 +447,6 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
             attributes[AGENT_GPU_POOL] = handle.gpu_pool
         attributes[AGENT_PROCESS_CPU_COUNT] = host.cores()  # what the report sizes its worker advice by
         # Resource.create(attributes), with the detectors' resource made in start() when there is one.
-        detected = handle.detected_resource
         resource = detected.merge(Resource(attributes)) if detected is not None else Resource.create(attributes)
         provider = TracerProvider(resource=resource)
         handle.owns_provider = True
@@ -341,13 +459,15 @@ def _setup_tracing(handle: Instrumentation) -> trace_api.Tracer:
             handle.refused(error)
     elif handle.sinks.default_file is not None:
         exporters.append(OtlpJsonFileExporter(handle.sinks.default_file, max_bytes=sinks.DEFAULT_FILE_LIMIT_BYTES))
+    # Shared by the span processors: a span is dropped when every one of them lost it.
+    losses = SpanLosses(handle.metrics.dropped)
     for exporter in exporters:
         processor = BatchSpanProcessor(
             exporter,
             max_queue_size=settings.max_queue_size,
             batch_size=settings.export_batch_size,
             interval_s=settings.export_interval,
-            losses=handle.losses,
+            losses=losses,
             sink=_sink_name(exporter, settings),
             advice=sinks.grpc_tls_advice(settings) if isinstance(exporter, DeferredExporter) else None,
         )
@@ -445,28 +565,9 @@ def start(settings: Settings, problems: Optional[list[AgentOtelError]] = None) -
                 )
             )
             settings = dataclasses.replace(settings, gpu="auto")
-        handle = Instrumentation(settings, gpu_pool)
-        handle.detected_resource = detected
-        handle.refused = refused
-        try:
-            _setup(handle)
-        except Exception as exc:
-            handle.shutdown(timeout_s=1.0)
-            if problems is None:  # the commands: a failure to start is theirs to report
-                raise
-            # instrument(): a failure of agent-otel's own (a bug, a library
-            # it cannot work with) leaves the agent running uninstrumented.
-            logger.error(
-                "agent-otel: instrument() failed (%s: %s); nothing is instrumented, the agent runs as without it",
-                type(exc).__name__,
-                exc,
-                exc_info=exc,
-            )
-            handle.failure = exc
-            return handle
-        except BaseException:
-            handle.shutdown(timeout_s=1.0)
-            raise
+        handle = Instrumentation(settings, gpu_pool, refused, detected)
+        if handle.failure is not None:
+            return handle  # shut down, uninstrumented
         _handle = handle
         _at_exit_once(handle)
         handle.flush_at_worker_exit()
@@ -518,67 +619,6 @@ def _at_exit() -> None:
             logger.warning("%s", line)
 
 
-def _setup(handle: Instrumentation) -> None:
-    settings = handle.settings
-    clock.follow_wall_clock()  # imported long before, maybe; the pipeline thread keeps it up (clock.py)
-    tracer = handle.tracer = _setup_tracing(handle)
-    recorder = handle.recorder = Recorder(
-        tracer,
-        record_arguments=settings.record_arguments,
-        record_results=settings.record_results,
-        max_attribute_length=settings.max_attribute_length,
-        redact=settings.redact,
-        record_exception_messages=settings.record_exception_messages,
-        deferred_spans=settings.deferred_spans,
-    )
-    recorder.remedy_metrics = handle.metrics.remedies
-    handle.monitor = executors.ExecutorMonitor() if settings.instrument_executors else None
-    if settings.loop_monitor:
-        handle.loop_monitor = LoopMonitor(
-            tracer, threshold_s=settings.loop_block_threshold, max_stack_chars=settings.max_attribute_length
-        )
-        handle.metrics.loop_lags = handle.loop_monitor.lags
-        handle.metrics.thread_label = thread_label
-    handle.pipeline = Pipeline(recorder, handle.monitor, handle.metrics, loop_monitor=handle.loop_monitor)
-    handle.metrics.inflight_calls = lambda: list(recorder.inflight.values())
-    if handle.monitor is not None:
-        handle.metrics.executor_stats = handle.monitor.snapshot
-    handle.metrics.before_collect = handle.pipeline.drain
-    if settings.prometheus_port is not None:
-        try:
-            handle.metrics_server = MetricsServer(
-                handle.metrics.registry, settings.prometheus_port, settings.prometheus_address
-            )
-        except (OSError, ImportError) as exc:  # a port in use; a broken prometheus_client
-            logger.warning(
-                "agent-otel: cannot serve /metrics on %s:%s (%s); metrics are not exposed",
-                settings.prometheus_address,
-                settings.prometheus_port,
-                exc,
-            )
-    models.configure(settings.model_spans)
-    _recorder.current = handle.recorder
-    if handle.monitor is not None:
-        executors.install(handle.monitor)
-    frameworks.instrument_frameworks(settings.frameworks)
-    handle.background.append(frameworks.FrameworkHooks())
-    handle.pipeline.start()
-    if handle.loop_monitor is not None:
-        handle.background.append(handle.loop_monitor)
-        handle.loop_monitor.install()  # hooks asyncio now, or when the application imports it
-    if settings.gpu in ("auto", "nvml") and not handle.gpu_pool:
-        # Whether there is a GPU is NVML's answer: loading NVML takes tens of
-        # milliseconds, and a wedged driver never answers. Asked on a thread
-        # of its own: instrument() returns first, and never waits for it.
-        starter = GpuStart(handle)
-        handle.background.append(starter)
-        starter.start()
-    elif settings.gpu != "off" and not handle.gpu_pool:
-        _start_named_gpu(handle)  # a simulated GPU, a replayed log: opened now, its errors said here
-    # Last, so that in a forked child it runs after every part above put itself right.
-    forks.after_fork_in_child(handle.reinit_after_fork)
-
-
 def _start_named_gpu(handle: Instrumentation) -> None:
     """``_start_gpu_timeline``, a setting it cannot use refused (``handle.refused``)."""
     try:
@@ -600,7 +640,7 @@ def _start_gpu_timeline(handle: Instrumentation) -> None:
     has the parent's timeline (and restarts its sampling) or none, and then
     looks for the GPU itself (``GpuStart``), never both.
     """
-    from agent_otel.attribution.live import open_source, start_live_timeline
+    from agent_otel.attribution.wiring import gpu_timeline, open_source
 
     assert handle.tracer is not None
     tracer = handle.tracer
@@ -608,18 +648,19 @@ def _start_gpu_timeline(handle: Instrumentation) -> None:
     if source is None:
         return
     with forks.background_import():
-        timeline = start_live_timeline(
+        timeline = gpu_timeline(
             handle.settings,
             tracer=tracer,
             metrics=handle.metrics,
+            source=source,
             recorder=handle.recorder,
             pipeline=handle.pipeline,
             loop_blocks=handle.loop_monitor.blocks_between if handle.loop_monitor is not None else None,
             default_log=sinks.default_gpu_log(handle.sinks),
-            source=source,
         )
         if timeline is None:
             return
+        timeline.start()
         if timeline.source.kind == GPU_SOURCE_SIMULATED and handle.tracer_provider is not None:
             # A simulated GPU follows the peers' model spans too (docs/gpu.md).
             models.watch_peers(handle.tracer_provider)
@@ -634,7 +675,7 @@ def _start_gpu_timeline(handle: Instrumentation) -> None:
 
 def _import_gpu_modules() -> None:
     """What the GPU search imports: the timeline's modules and NVML's bindings."""
-    import agent_otel.attribution.live  # noqa: F401
+    import agent_otel.attribution.wiring  # noqa: F401
     import agent_otel.gpu.nvml  # noqa: F401
 
     try:

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import random
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agent_otel.attribution import attribute
 from agent_otel.attribution.engine import BlameEngine, WholeWindows
+from agent_otel.attribution.options import GpuOptions
 from agent_otel.config import DEFAULTS
 from agent_otel.gpu.logs import GpuLog
 from agent_otel.gpu.timeline import IdleDetector, is_missing
@@ -253,7 +254,7 @@ class Live:
         from agent_otel.gpu.nvml import NvmlSource
 
         self.source = NvmlSource(clock=self.clock)
-        self.engine = BlameEngine(max_gap_s=None, horizon_s=self.horizon_s)
+        self.engine = BlameEngine(replace(GpuOptions.default(), horizon_s=self.horizon_s), max_gap_s=None)
         self.origin = self.clock()
         self.next_poll = self.origin
         self.in_flight: dict[int, ToolCall] = {}

@@ -19,6 +19,7 @@ import logging
 import math
 import threading
 import time
+from dataclasses import dataclass
 from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import islice
@@ -219,8 +220,37 @@ class _Locked:
             return [family for collector in self.collectors for family in collector.collect()]
 
 
+def _nothing() -> None:
+    pass
+
+
+def _no_rows() -> Iterable:
+    return ()
+
+
+@dataclass(frozen=True)
+class LiveReadings:
+    """Where the gauges read at scrape time read from, given to ``Metrics`` when it is made:
+    ``instrument()`` gives its running parts (``agent_otel.instrumentation``); each reads nothing by default.
+
+    ``before_collect`` brings the counters up to date before a scrape reads
+    them (the pipeline's drain); ``inflight_calls`` the tool calls in
+    flight; ``executor_stats`` each pool's ``ExecutorStats``; ``loop_lags``
+    ``(thread, seconds)`` of each event loop, ``thread_label`` folding the
+    thread's name; ``gpu_states`` ``(gpu, state, reason)`` of each sampled
+    GPU (``LiveTimeline.gpu_states``).
+    """
+
+    before_collect: Callable[[], None] = _nothing
+    inflight_calls: Callable[[], Iterable[ToolCall]] = _no_rows
+    executor_stats: Callable[[], Iterable] = _no_rows
+    loop_lags: Callable[[], Iterable[tuple[str, float]]] = _no_rows
+    thread_label: Callable[[str], str] = str
+    gpu_states: Callable[[], Iterable[tuple[str, str, str]]] = _no_rows
+
+
 class _LiveGauges:
-    """Collector for the gauges read at scrape time."""
+    """Collector for the gauges read at scrape time (``LiveReadings``)."""
 
     SPECS = tuple(
         semconv.METRICS[name]
@@ -234,8 +264,9 @@ class _LiveGauges:
         )
     )
 
-    def __init__(self, metrics: "Metrics"):
+    def __init__(self, metrics: "Metrics", live: LiveReadings):
         self._metrics = metrics
+        self._live = live
 
     def describe(self):
         from prometheus_client.core import GaugeMetricFamily
@@ -244,13 +275,12 @@ class _LiveGauges:
         return [GaugeMetricFamily(spec.name, "") for spec in self.SPECS]
 
     def collect(self):
-        metrics = self._metrics
-        if metrics.before_collect is not None:
-            metrics.before_collect()
+        metrics, live = self._metrics, self._live
+        live.before_collect()
         inflight_spec, queue_depth_spec, active_spec, max_workers_spec, lag_spec, gpu_state_spec = self.SPECS
         inflight = _gauge_family(inflight_spec)
         counts: dict[tuple[str, str], int] = {}
-        for call in metrics.inflight_calls():
+        for call in live.inflight_calls():
             key = (metrics.tool_label(call.tool), PHASE_QUEUE if call.start_ns == 0 else PHASE_EXEC)
             counts[key] = counts.get(key, 0) + 1
         for (tool, phase), count in sorted(counts.items()):
@@ -261,7 +291,7 @@ class _LiveGauges:
         active = _gauge_family(active_spec)
         max_workers = _gauge_family(max_workers_spec)
         totals: dict[str, list[int]] = {}
-        for stats in metrics.executor_stats():
+        for stats in live.executor_stats():
             row = totals.setdefault(metrics.executor_label(stats.name), [0, 0, 0])
             row[0] += max(stats.queued, 0)
             row[1] += max(stats.active, 0)
@@ -276,15 +306,15 @@ class _LiveGauges:
 
         lag = _gauge_family(lag_spec)
         lags: dict[str, float] = {}
-        for thread, seconds in metrics.loop_lags():
-            thread = metrics.thread_values(metrics.thread_label(thread))
+        for thread, seconds in live.loop_lags():
+            thread = metrics.thread_values(live.thread_label(thread))
             lags[thread] = max(seconds, lags.get(thread, 0.0))
         for thread, seconds in sorted(lags.items()):
             lag.add_metric([thread], seconds)
         yield lag
 
         gpu_state = _gauge_family(gpu_state_spec)
-        for gpu, state, reason in metrics.gpu_states():
+        for gpu, state, reason in live.gpu_states():
             gpu_state.add_metric([metrics.gpu_label(gpu), state, metrics.reason_label(reason) if reason else ""], 1)
         yield gpu_state
 
@@ -371,8 +401,10 @@ class Metrics:
         executor_name_limit: int = DEFAULTS.executor_name_limit,
         registry: Optional[CollectorRegistry] = None,
         gpu_pool: str = "",
+        live: LiveReadings = LiveReadings(),
     ):
         self._given_registry = registry
+        self._live = live
         self._gpu_pool = gpu_pool
         self._build_lock = threading.Lock()
         # Every label whose values come from outside goes through one of these.
@@ -391,15 +423,6 @@ class Metrics:
         self.queue = PipelineHistogram(spec[semconv.METRIC_TOOL_QUEUE])
         self.exec = PipelineHistogram(spec[semconv.METRIC_TOOL_EXEC])
         self.executor_wait = PipelineHistogram(spec[semconv.METRIC_EXECUTOR_WAIT])
-        # Set by instrument(): where the scrape-time gauges read from, and a
-        # hook that brings the counters up to date before a scrape.
-        self.inflight_calls: Callable[[], Iterable[ToolCall]] = lambda: ()
-        self.executor_stats: Callable[[], Iterable] = lambda: ()
-        self.loop_lags: Callable[[], Iterable[tuple[str, float]]] = lambda: ()
-        # (gpu, state, reason) of each sampled GPU, set by the GPU timeline.
-        self.gpu_states: Callable[[], Iterable[tuple[str, str, str]]] = lambda: ()
-        self.thread_label: Callable[[str], str] = str
-        self.before_collect: Optional[Callable[[], None]] = None
         self._children: dict[tuple, tuple] = {}
         # executor name -> its wait histogram's child (observe_waits)
         self._wait_children: dict[str, list] = {}
@@ -448,7 +471,7 @@ class Metrics:
             spec = semconv.METRICS
             # Registered first: its collect() brings the counters up to date
             # (before_collect) before the registry reads the others.
-            r.register(_LiveGauges(self))
+            r.register(_LiveGauges(self, self._live))
             for collector in (self.calls, self.duration, self.queue, self.exec, self.executor_wait):
                 r.register(_Locked([collector], self))
             # The GPU time counters, updated together by the live timeline

@@ -285,8 +285,10 @@ def test_a_sampled_gpu_is_logged_beside_the_chosen_traces_file_and_the_line_says
     agent = tmp_path / "agent.py"
     agent.write_text(
         "import time\nimport agent_otel\n"
-        'agent_otel.instrument(service_name="first-run", gpu="simulated")\n\n'
+        'handle = agent_otel.instrument(service_name="first-run", gpu="simulated")\n\n'
         "@agent_otel.tool\ndef search(q):\n    time.sleep(0.6)\n    return q\n\n"
+        # Sampling starts on a background thread, later on a loaded machine: the call comes after.
+        "handle.wait_for_gpu(30)\n"
         'search("x")\n' + END
     )
     _, _, _, err = run_until_exit(agent, clean_env(), tmp_path)
@@ -312,7 +314,7 @@ def test_a_sampled_gpu_is_logged_beside_the_chosen_traces_file_and_the_line_says
 
 
 def test_the_default_gpu_log_is_capped_and_a_log_that_cannot_be_written_leaves_sampling_on(tmp_path, caplog):
-    from agent_otel.attribution.live import start_live_timeline
+    from agent_otel.attribution.wiring import gpu_timeline
     from agent_otel.exporters.prometheus import Metrics
     from agent_otel.gpu.logs import GpuLogWriter
     from agent_otel.records import GpuSample
@@ -329,14 +331,14 @@ def test_the_default_gpu_log_is_capped_and_a_log_that_cannot_be_written_leaves_s
     taken = tmp_path / "taken-gpu.csv"
     taken.mkdir()
     settings = load_settings({"gpu": "simulated", "traces_exporters": "none"}, environ={})
-    timeline = start_live_timeline(
+    timeline = gpu_timeline(
         settings,
         tracer=TracerProvider().get_tracer("t"),
         metrics=Metrics(),
-        recorder=None,
-        pipeline=None,
         default_log=(str(taken), 1000),
     )
+    assert timeline is not None
+    timeline.start()
     try:
         assert timeline is not None and timeline.log is None and timeline.running
         assert "the GPU samples are not logged" in caplog.text

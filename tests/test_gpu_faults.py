@@ -27,7 +27,7 @@ from opentelemetry import trace as trace_api  # noqa: E402
 import agent_otel  # noqa: E402
 from agent_otel.attribution.engine import BlameEngine  # noqa: E402
 from agent_otel.attribution.live import LiveTimeline  # noqa: E402
-from agent_otel.exporters.prometheus import Metrics  # noqa: E402
+from agent_otel.exporters.prometheus import LiveReadings, Metrics  # noqa: E402
 from agent_otel.gpu.nvml import NvmlSource  # noqa: E402
 from agent_otel.gpu.sampler import GpuSampler  # noqa: E402
 from agent_otel.records import NS_PER_S, ToolCall  # noqa: E402
@@ -189,7 +189,7 @@ def timeline_on(monkeypatch, nvml_gpus=1):
     gpus = [DriverGpu(clock, index=i, period_s=PERIOD_S) for i in range(nvml_gpus)]
     nvml = FaultyNvml(gpus)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    metrics = Metrics()
+    metrics = Metrics(live=LiveReadings(gpu_states=lambda: timeline.gpu_states()))  # as instrument() wires it
     timeline = LiveTimeline(NvmlSource(clock=clock), tracer=trace_api.NoOpTracer(), metrics=metrics)
     return clock, nvml, metrics, timeline
 
@@ -225,7 +225,7 @@ def test_a_poll_stuck_in_the_driver_shows_as_stuck_while_it_lasts(monkeypatch, c
     nvml = FaultyNvml([DriverGpu(clock, index=0, period_s=PERIOD_S), DriverGpu(clock, index=1, period_s=PERIOD_S)])
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     seconds = [0.0]  # the sampler's clock: the test moves it
-    metrics = Metrics()
+    metrics = Metrics(live=LiveReadings(gpu_states=lambda: timeline.gpu_states()))  # as instrument() wires it
     timeline = LiveTimeline(NvmlSource(clock=clock), tracer=trace_api.NoOpTracer(), metrics=metrics)
     sampler = timeline.sampler = GpuSampler(
         timeline.source, 0.5, timeline.on_samples, timeline._count_source_errors, clock=lambda: seconds[0]
@@ -365,7 +365,7 @@ def test_the_blame_service_shows_a_lost_gpu_at_once_not_a_watermark_late(monkeyp
     clock = VirtualClock()
     nvml = FaultyNvml([DriverGpu(clock, period_s=PERIOD_S)])
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    metrics = Metrics()
+    metrics = Metrics(live=LiveReadings(gpu_states=lambda: timeline.gpu_states()))  # as the blame service wires it
     timeline = PoolTimeline(
         NvmlSource(clock=clock), pool="vllm-a:8000", watermark_s=30.0, tracer=trace_api.NoOpTracer(), metrics=metrics
     )

@@ -9,6 +9,7 @@ the ground truth is the script, to the nanosecond.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import sys
 
 import pytest
@@ -19,6 +20,7 @@ from opentelemetry import trace  # noqa: E402
 
 from agent_otel.attribution import attribute  # noqa: E402
 from agent_otel.attribution.live import LiveTimeline  # noqa: E402
+from agent_otel.attribution.options import GpuOptions  # noqa: E402
 from agent_otel.exporters.prometheus import Metrics  # noqa: E402
 from agent_otel.gpu.nvml import NvmlSource  # noqa: E402
 from agent_otel.pipeline import Pipeline  # noqa: E402
@@ -53,12 +55,11 @@ class Agent:
         self.pipeline = Pipeline(self.recorder, None, self.metrics)
         self.timeline = LiveTimeline(
             NvmlSource(clock=self.clock),
+            dataclasses.replace(GpuOptions.default(), horizon_s=horizon_s, **options),
             tracer=trace.get_tracer("test"),
             metrics=self.metrics,
             recorder=self.recorder,
             pipeline=self.pipeline,
-            horizon_s=horizon_s,
-            **options,
         )
         self.origin = self.clock()
         self.next_poll = self.origin
@@ -347,7 +348,7 @@ def test_an_idle_stretch_is_counted_once_it_lasts_the_minimum_and_each_stretch_i
     monkeypatch.setattr(engine_module, "attribute", counting)
     t0 = 1_700_000_000 * NS_PER_S
     step = NS_PER_S // 10
-    engine = BlameEngine(max_gap_s=None, min_idle_s=0.5)
+    engine = BlameEngine(dataclasses.replace(GpuOptions.default(), min_idle_s=0.5), max_gap_s=None)
     # One call per 0.1 s stretch, each within it; the GPU idles 0.1-0.4 s
     # (too short), is busy, then idles 0.5-1.3 s (a window from 1.0 s on).
     calls = [ToolCall("t", "direct", t0 + i * step + 1, t0 + i * step + 1, t0 + i * step + 2) for i in range(16)]

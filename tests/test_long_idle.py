@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from agent_otel.attribution import attribute
 from agent_otel.attribution.engine import BlameEngine
 from agent_otel.attribution.live import LiveTimeline
+from agent_otel.attribution.options import GpuOptions
 from agent_otel.attribution.rule import CallShare
 from agent_otel.attribution.service import PoolTimeline
 from agent_otel.exporters.prometheus import Metrics
@@ -143,7 +144,9 @@ def test_a_window_of_many_thousands_of_calls_is_blamed_share_by_share_as_the_off
     planned = plan(rng, seconds, rate=40.0)
     # Two long windows (0-200 s, 210-420 s) and a short one between busy stretches.
     busy = [(T0 + 200 * NS_PER_S, T0 + 203 * NS_PER_S), (T0 + 205 * NS_PER_S, T0 + 210 * NS_PER_S)]
-    engine = BlameEngine(max_gap_s=None, share_min_s=0.05, max_links=16, horizon_s=1.0)
+    engine = BlameEngine(
+        dataclasses.replace(GpuOptions.default(), horizon_s=1.0), max_gap_s=None, share_min_s=0.05, max_links=16
+    )
     settled, closed, most_shares, most_horizon = run_engine(engine, planned, seconds, busy)
 
     windows = [c.attribution.window for c in closed]
@@ -269,11 +272,12 @@ def test_an_agent_on_an_idle_gpu_holds_no_more_memory_after_ten_minutes_than_aft
     metrics = Metrics()
     timeline = LiveTimeline(
         SimulatedGpu([], clock=clock),
+        # every share a child span: the spans leave as they are made
+        dataclasses.replace(GpuOptions.default(), share_min_s=0.001),
         tracer=provider.get_tracer("soak"),
         metrics=metrics,
         recorder=tables,
         pipeline=Pipeline(tables, None, metrics),  # type: ignore[arg-type]  # the tables it reads
-        share_min_s=0.001,  # every share a child span: the spans leave as they are made
     )
     origin = clock()
     running: collections.deque = collections.deque()

@@ -9,6 +9,7 @@ from a clock the test moves, so what a sample covers is exact.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import math
@@ -22,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agent_otel import semconv
 from agent_otel.attribution.live import LiveTimeline
+from agent_otel.attribution.options import GpuOptions
 from agent_otel.config import load_settings
 from agent_otel.errors import ConfigError
 from agent_otel.exporters.prometheus import Metrics
@@ -30,6 +32,9 @@ from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.records import NS_PER_S, ServerSample
 from tests.helpers.model_server import FakeModelServer, sglang, tgi, vllm_v0, vllm_v1
 from tests.helpers.nvml_driver import VirtualClock as _VirtualClock
+
+# Idle windows from half a second (gpu_min_idle), as the scripts below read every 0.5 s.
+MIN_IDLE_HALF_S = dataclasses.replace(GpuOptions.default(), min_idle_s=0.5)
 
 
 class VirtualClock(_VirtualClock):
@@ -245,7 +250,7 @@ def test_the_queue_length_is_kept_on_the_timeline_and_on_the_idle_windows_spans(
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     metrics = Metrics()
     source = source_on(server, clock)
-    timeline = LiveTimeline(source, tracer=provider.get_tracer("test"), metrics=metrics, min_idle_s=0.5)
+    timeline = LiveTimeline(source, MIN_IDLE_HALF_S, tracer=provider.get_tracer("test"), metrics=metrics)
     origin = clock()
     script = [(2, 0, 0.5)] * 2 + [(0, 3, 0.4)] * 6 + [(1, 0, 0.5)] * 2  # (running, waiting, kv) every 0.5 s
     generation = 0
@@ -396,11 +401,7 @@ def test_the_kv_cache_held_while_a_tool_blocks_the_idle_gpu_is_counted_per_tool(
     # A tool call in flight the whole time: every idle second is blamed on it.
     call = ToolCall("search", "direct", clock() - NS_PER_S, clock() - NS_PER_S, trace_id=1, span_id=2)
     timeline = LiveTimeline(
-        source,
-        tracer=trace.get_tracer("test"),
-        metrics=metrics,
-        recorder=InFlight(call),
-        min_idle_s=0.5,
+        source, MIN_IDLE_HALF_S, tracer=trace.get_tracer("test"), metrics=metrics, recorder=InFlight(call)
     )
     script = [(1, 0, 0.9)] * 2 + [(0, 2, 0.6)] * 5 + [(1, 0, 0.9)] * 2  # the idle readings: 60 % of the cache
     generation = 0

@@ -108,17 +108,17 @@ def test_the_loop_monitor_watches_loops_of_an_asyncio_imported_after_instrument(
 @pytest.fixture
 def held_gpu_search(monkeypatch):
     """``gpu="auto"`` whose search (opening NVML) waits for ``release`` and then finds a simulated GPU."""
-    import agent_otel.attribution.live as live
+    import agent_otel.attribution.wiring as wiring
 
     release, entered = threading.Event(), threading.Event()
-    real = live.open_source
+    real = wiring.open_source
 
     def held(settings):
         entered.set()
         assert release.wait(30)
         return real(instrumentation.load_settings({"gpu": "simulated"}))
 
-    monkeypatch.setattr(live, "open_source", held)
+    monkeypatch.setattr(wiring, "open_source", held)
     yield release, entered
     release.set()
 

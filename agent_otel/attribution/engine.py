@@ -4,7 +4,7 @@ and closed idle windows out.
 Usage::
 
     from agent_otel.attribution.engine import BlameEngine
-    engine = BlameEngine(horizon_s=120.0)
+    engine = BlameEngine(GpuOptions.of(settings))
     engine.add_finished(finished_calls)             # as calls finish
     update = engine.feed(samples, in_flight_calls)  # as samples arrive
     update.idle, update.underused, update.missing_s # add these to the counters
@@ -57,6 +57,7 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 
 from agent_otel import forks
 from agent_otel.attribution.horizon import CallHorizon
+from agent_otel.attribution.options import GpuOptions
 from agent_otel.attribution.rule import (
     BlameTotals,
     CallShare,
@@ -66,7 +67,6 @@ from agent_otel.attribution.rule import (
     gpu_key,
     model_by_phase,
 )
-from agent_otel.config import DEFAULTS
 from agent_otel.gpu.timeline import IdleDetector, is_missing
 from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, LoopBlock, ModelCall, ToolCall, UtilizationSegment
 
@@ -296,7 +296,8 @@ def _add_blocked(
 class BlameEngine:
     """Samples + calls -> counter increments + closed windows; see the module docstring.
 
-    ``max_gap_s`` is the detector's (None when the source vouches for the
+    ``options``: the idle threshold, minimum idle window and attribution
+    horizon (``GpuOptions``; the settings' defaults without). ``max_gap_s`` is the detector's (None when the source vouches for the
     gaps between its samples, as the NVML source does). ``pool`` is the GPU
     pool the samples come from: only calls of that pool are blamed
     (``ToolCall.pool``; "" for a process that declared none), and the GPU
@@ -311,12 +312,10 @@ class BlameEngine:
 
     def __init__(
         self,
+        options: Optional[GpuOptions] = None,
         *,
-        idle_threshold: float = DEFAULTS.gpu_idle_threshold,
-        min_idle_s: float = DEFAULTS.gpu_min_idle,
         max_gap_s: Optional[float] = None,
         uuids: Optional[dict[str, str]] = None,
-        horizon_s: float = DEFAULTS.attribution_horizon,
         max_calls: int = MAX_HORIZON_CALLS,
         pool: str = "",
         share_min_s: float = 0.0,
@@ -325,8 +324,11 @@ class BlameEngine:
         self.pool = pool
         self.share_min_s = share_min_s
         self.max_links = max(0, max_links)
-        self.detector = IdleDetector(idle_threshold, min_idle_s, max_gap_s=max_gap_s, uuids=uuids, pool=pool)
-        self.horizon = CallHorizon(horizon_s, max_calls)
+        options = options if options is not None else GpuOptions.default()
+        self.detector = IdleDetector(
+            options.idle_threshold, options.min_idle_s, max_gap_s=max_gap_s, uuids=uuids, pool=pool
+        )
+        self.horizon = CallHorizon(options.horizon_s, max_calls)
         self._open: dict[str, _OpenWindow] = {}
         self._newest_ns = 0
         forks.after_fork_in_child(self.reinit_after_fork)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Protocol
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import SpanLimits
@@ -33,15 +33,14 @@ from agent_otel.attribution.engine import (
     ClosedWindow,
     SettledShare,
 )
+from agent_otel.attribution.options import GpuOptions
 from agent_otel.attribution.rule import largest_share
 from agent_otel.capture.models import model_calls, peer_model_spans
-from agent_otel.errors import ConfigError
 from agent_otel.gpu.logs import GpuLogWriter
 from agent_otel.clock import now_ns
-from agent_otel.config import DEFAULTS, Settings, check
+from agent_otel.config import check
 from agent_otel.gpu.device import GpuSource
 from agent_otel.gpu.sampler import GpuSampler
-from agent_otel.gpu.sources import open_gpu_source
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, is_missing
 from agent_otel.records import NS_PER_S, LoopBlock, ModelCall, ServerSample, ToolCall
 from agent_otel.semconv import (
@@ -68,7 +67,6 @@ from agent_otel.semconv import (
     GPU_UUID,
     SPAN_GPU_IDLE,
 )
-from agent_otel.prices import GpuPrices, parse_prices
 from agent_otel.problems import Problems
 from agent_otel.text import NAME_LIMIT, valid_text
 
@@ -94,8 +92,6 @@ __all__ = [
     "FinishedCalls",
     "GpuMetrics",
     "LiveTimeline",
-    "open_source",
-    "start_live_timeline",
 ]
 
 
@@ -165,47 +161,43 @@ class GpuMetrics(Protocol):
     @property
     def reason_label(self) -> Callable[[str], str]: ...
 
-    # Read at each scrape: (gpu, state, reason) of each sampled GPU (agent_otel_gpu_state).
-    gpu_states: Callable[[], Iterable[tuple[str, str, str]]]
-
 
 class LiveTimeline:
-    """Samples -> blame -> spans and metrics, in process."""
+    """Samples -> blame -> spans and metrics, in process.
+
+    ``options``: the GPU settings (``GpuOptions``; their defaults without).
+    ``attribution.wiring.gpu_timeline`` builds it from the settings.
+    """
 
     part_name = "GPU sampling"
 
     def __init__(
         self,
         source: GpuSource,
+        options: Optional[GpuOptions] = None,
         *,
         tracer: trace_api.Tracer,
         metrics: GpuMetrics,
         recorder: Optional[CallsInFlight] = None,
         pipeline: Optional[FinishedCalls] = None,
-        poll_interval_s: float = DEFAULTS.gpu_poll_interval,
-        idle_threshold: float = DEFAULTS.gpu_idle_threshold,
-        min_idle_s: float = DEFAULTS.gpu_min_idle,
-        horizon_s: float = DEFAULTS.attribution_horizon,
         log_path: Optional[str] = None,
+        log_max_bytes: Optional[int] = None,
         loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None,
         max_calls: int = MAX_HORIZON_CALLS,
-        log_max_bytes: Optional[int] = None,
-        share_min_s: float = DEFAULTS.gpu_idle_share_min,
-        children: bool = DEFAULTS.gpu_idle_children,
-        prices: Optional[GpuPrices] = None,
         price_pool: str = "",
     ):
+        options = self.options = options if options is not None else GpuOptions.default()
         # First: a log that cannot be written (ConfigError) leaves nothing behind.
         self.log = GpuLogWriter(log_path, source.devices(), log_max_bytes) if log_path else None
         self.source = source
         # A share of a window this long or longer gets a link and (with
         # ``children``) a child span; every share is in the window's totals.
-        self.share_min = check("gpu_idle_share_min", share_min_s, "share_min_s")
-        self.children = children
+        self.share_min = check("gpu_idle_share_min", options.share_min_s, "share_min_s")
+        self.children = options.children
         self.max_links = link_limit()
         # (start_ns, end_ns) -> the event-loop blocks overlapping it (the loop monitor's)
         self.loop_blocks = loop_blocks
-        self.horizon_s = horizon_s
+        self.horizon_s = options.horizon_s
         self.tracer = tracer
         self.metrics = metrics
         self.recorder = recorder
@@ -215,13 +207,13 @@ class LiveTimeline:
         # dry, marked where data was lost) needs no gap limit; for the others
         # a poll interval above a second spaces samples out: widen the limit
         # with it, or sparse samples read as missing data.
-        max_gap_s = None if getattr(source, "reports_gaps", False) else max(DEFAULT_MAX_GAP_S, 3 * poll_interval_s)
+        max_gap_s = (
+            None if getattr(source, "reports_gaps", False) else max(DEFAULT_MAX_GAP_S, 3 * options.poll_interval_s)
+        )
         self.engine = BlameEngine(
-            idle_threshold=idle_threshold,
-            min_idle_s=min_idle_s,
+            options,
             max_gap_s=max_gap_s,
             uuids=uuids,
-            horizon_s=horizon_s,
             max_calls=max_calls,
             share_min_s=self.share_min,
             max_links=self.max_links,
@@ -238,9 +230,9 @@ class LiveTimeline:
             from agent_otel.gpu.server import ServerTimeline  # here: loaded only where a server is read
 
             self.server = ServerTimeline()
-        if prices is not None:  # what an hour of each GPU costs, for the cost panels (docs/report.md)
+        if options.prices is not None:  # what an hour of each GPU costs, for the cost panels (docs/report.md)
             for device in source.devices():
-                price = prices.price(price_pool, device.name)
+                price = options.prices.price(price_pool, device.name)
                 if price is not None:
                     metrics.gpu_hour_price.labels(metrics.gpu_label(device.index)).set(price)
         if pipeline is not None:
@@ -259,8 +251,7 @@ class LiveTimeline:
         forks.after_fork_in_child(self.reinit_after_fork)
         # The source's errors are counted after every poll, with samples or
         # without (a lost GPU gives none): they show on /metrics at once.
-        self.sampler = GpuSampler(source, poll_interval_s, self.on_samples, self._count_source_errors)
-        metrics.gpu_states = self.gpu_states
+        self.sampler = GpuSampler(source, options.poll_interval_s, self.on_samples, self._count_source_errors)
 
     def start(self) -> None:
         self.sampler.start()
@@ -306,7 +297,8 @@ class LiveTimeline:
         self.apply(self.engine.feed(samples, self._in_flight(), self._blocks(), self._models()))
 
     def gpu_states(self) -> list[tuple[str, str, str]]:
-        """``(gpu, state, reason)`` of each sampled GPU now (``GpuSampler.states``)."""
+        """``(gpu, state, reason)`` of each sampled GPU now (``GpuSampler.states``): the
+        ``agent_otel_gpu_state`` gauge reads it at each scrape (``exporters.prometheus.LiveReadings``)."""
         self.sampler.check_stuck()
         return [(gpu, state, reason) for gpu, (state, reason) in sorted(self.sampler.states().items())]
 
@@ -535,77 +527,3 @@ def link_limit() -> int:
     except ValueError:  # a bad variable: the SDK says so where it makes its tracer provider
         return DEFAULT_LINK_LIMIT
     return DEFAULT_LINK_LIMIT if limit is None else limit
-
-
-def open_source(settings: Settings) -> Optional[GpuSource]:
-    """The GPU source ``settings`` name (``gpu``, ``gpu_devices``, ``model_server_metrics``); None for none."""
-    return open_gpu_source(
-        settings.gpu,
-        list(settings.gpu_devices) if settings.gpu_devices else None,
-        model_server=settings.model_server_metrics,
-    )
-
-
-def start_live_timeline(
-    settings: Settings,
-    *,
-    tracer: trace_api.Tracer,
-    metrics: GpuMetrics,
-    recorder: Optional[CallsInFlight],
-    pipeline: Optional[FinishedCalls],
-    loop_blocks: Optional[Callable[[int, int], list[LoopBlock]]] = None,
-    default_log: Optional[tuple[str, int]] = None,
-    source: Optional[GpuSource] = None,
-) -> Optional[LiveTimeline]:
-    """Open the GPU source ``settings`` name and start the timeline; None without a GPU.
-
-    ``loop_blocks(start_ns, end_ns)``: the event-loop blocks of a stretch (the loop monitor's).
-    ``default_log``: ``(path, max_bytes)`` of the GPU log to write when
-    ``settings.gpu_log_file`` names none (next to the traces file agent-otel
-    chose, ``agent_otel.sinks``); sampling goes on without it if it cannot be
-    written. ``source``: the source, opened already (``open_source``; NVML's
-    initialisation can hang on a wedged driver), else opened here.
-    """
-    if source is None:  # else opened by the caller (open_source)
-        source = open_source(settings)
-    if source is None:
-        return None
-    if not source.devices():
-        # Asked for NVML where it does not work: the source logged why;
-        # count it, and sample nothing.
-        for reason, count in getattr(source, "errors", {}).items():
-            metrics.gpu_errors.labels(metrics.reason_label(reason)).inc(count)
-        source.close()
-        return None
-    log_path, log_max_bytes = settings.gpu_log_file, None
-    if log_path is None and default_log is not None:
-        log_path, log_max_bytes = default_log
-
-    def make(log_path: Optional[str]) -> LiveTimeline:
-        return LiveTimeline(
-            source,
-            tracer=tracer,
-            metrics=metrics,
-            recorder=recorder,
-            pipeline=pipeline,
-            poll_interval_s=settings.gpu_poll_interval,
-            idle_threshold=settings.gpu_idle_threshold,
-            min_idle_s=settings.gpu_min_idle,
-            horizon_s=settings.attribution_horizon,
-            log_path=log_path,
-            loop_blocks=loop_blocks,
-            share_min_s=settings.gpu_idle_share_min,
-            children=settings.gpu_idle_children,
-            log_max_bytes=log_max_bytes,
-            prices=parse_prices(settings.gpu_hour_price),
-        )
-
-    try:
-        timeline = make(log_path)
-    except ConfigError as error:
-        if settings.gpu_log_file is not None or error.setting != "gpu_log_file":
-            raise  # a log the user named: instrument() says so
-        logger.warning("agent-otel: the GPU samples are not logged: %s", error)
-        timeline = make(None)
-    timeline.start()
-    return timeline

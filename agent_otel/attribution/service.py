@@ -3,7 +3,7 @@ processes, GPU samples from this host, joined behind a watermark.
 
 Usage (``agent_otel.blame_service`` wires it to the OTLP receiver)::
 
-    timeline = PoolTimeline(source, pool="vllm-a:8000", watermark_s=30.0, tracer=tracer, metrics=metrics)
+    timeline = PoolTimeline(source, options, pool="vllm-a:8000", watermark_s=30.0, tracer=tracer, metrics=metrics)
     timeline.start()
     outcome = timeline.add_calls(calls)      # tool calls received over OTLP, any thread
     ...
@@ -53,13 +53,14 @@ call's share as the frontier passes its end).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from agent_otel.attribution.live import LiveTimeline
-from agent_otel.config import DEFAULTS
+from agent_otel.attribution.options import GpuOptions
 from agent_otel.records import NS_PER_S, GpuSample, ModelCall, ToolCall
 
 # Refusal reasons (the ``reason`` label of agent_otel_refused_spans_total).
@@ -174,13 +175,13 @@ class PoolTimeline(LiveTimeline):
     def __init__(
         self,
         source,
+        options: Optional[GpuOptions] = None,
         *,
         pool: str,
         watermark_s: float = DEFAULT_WATERMARK_S,
         max_calls: int = MAX_CALLS,
-        horizon_s: float = DEFAULTS.attribution_horizon,
         clock: Callable[[], int] = time.time_ns,
-        **options,
+        **parts,
     ):
         if not pool:
             raise ValueError("a blame service needs the GPU pool it blames (agent.gpu.pool)")
@@ -201,7 +202,15 @@ class PoolTimeline(LiveTimeline):
         # the calls as its one unnamed pool: every call it holds is of this
         # service's pool, and so its GPU keys stay plain indexes, as
         # agent_gpu_utilization_ratio's (the pool is on target_info).
-        super().__init__(delayed, horizon_s=max(horizon_s, 2 * watermark_s + 60.0), max_calls=max_calls, **options)
+        options = options if options is not None else GpuOptions.default()
+        horizon_s = max(options.horizon_s, 2 * watermark_s + 60.0)
+        super().__init__(
+            delayed,
+            dataclasses.replace(options, horizon_s=horizon_s),
+            max_calls=max_calls,
+            price_pool=pool,
+            **parts,
+        )
 
     # -- calls, from the receiver's threads ------------------------------
 

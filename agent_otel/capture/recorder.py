@@ -155,6 +155,7 @@ class Recorder:
         redact: Optional[Callable[[str, str], str]] = None,
         record_exception_messages: bool = DEFAULTS.record_exception_messages,
         deferred_spans: bool = DEFAULTS.deferred_spans,
+        remedy_metrics: Optional[RemedyCounts] = None,
     ):
         self.tracer = tracer
         # What a tool span starts with (None where nothing reads it then).
@@ -175,8 +176,8 @@ class Recorder:
         self.max_attribute_length = max_attribute_length
         self.redact = redact
         self.record_exception_messages = record_exception_messages
-        # The remedies' counters, set by instrument(); None when nothing serves them.
-        self.remedy_metrics: Optional[RemedyCounts] = None
+        # The remedies' counters (instrument()'s metrics); None when nothing serves them.
+        self.remedy_metrics = remedy_metrics
         # id(call) -> call, for every call requested and not yet finished.
         self.inflight: dict[int, ToolCall] = {}
         # Finished calls waiting for the pipeline thread. deque.append and

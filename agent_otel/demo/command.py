@@ -37,7 +37,8 @@ from agent_otel.errors import AgentOtelError, ConfigError
 from agent_otel.instrumentation import Instrumentation, start
 from agent_otel.instrumentation import current as current_instrumentation
 from agent_otel.report import html, table
-from agent_otel.report.analysis import Analysis, analyse, report_json
+from agent_otel.report.analysis import Analysis, analyse
+from agent_otel.report.parts import Report, report_parts
 
 SERVICE_NAME = "agent-otel-demo"
 DEFAULT_OUT = "agent-otel-demo"
@@ -161,7 +162,7 @@ def _demo(args: argparse.Namespace, gpu: demo_gpu.GpuChoice) -> int:
         _write(page, html.render(analysis))
         _say("")
         _say(table.render(analysis, width=width, colour=colour), end="")
-        reports[scenario.name] = report_json(analysis)
+        reports[scenario.name] = report_parts(analysis)
     _say("")
     _say(comparison(reports["baseline"], reports["fixed"]), end="")
     _say("")
@@ -226,7 +227,7 @@ def _say(text: str, end: str = "\n", flush: bool = False) -> None:
 
 @dataclass
 class RunTotals:
-    """The numbers the comparison shows, all taken from one run's report JSON."""
+    """The numbers the comparison shows, all taken from one run's report (its parts: report.parts)."""
 
     seconds: float
     calls: int
@@ -237,22 +238,18 @@ class RunTotals:
     tools: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # blocked, queue, exec
 
     @classmethod
-    def of(cls, report: dict) -> "RunTotals":
-        gpus = report["gpus"]
+    def of(cls, report: Report) -> "RunTotals":
+        gpus = report.gpus
         return cls(
-            seconds=report["window"]["seconds"],
-            calls=sum(tool["calls"] for tool in report["tools"]),
-            idle_s=sum(g["idle_s"] for g in gpus),
-            blocked_s=sum(g["idle_blocked_s"] for g in gpus),
-            unattributed_s=sum(g["idle_unattributed_s"] for g in gpus),
-            loop_blocked_s=sum(loop["blocked_s"] for loop in report.get("event_loops", ())),
+            seconds=report.window.seconds,
+            calls=sum(tool.calls for tool in report.tools),
+            idle_s=sum(g.idle_s for g in gpus),
+            blocked_s=sum(g.idle_blocked_s for g in gpus),
+            unattributed_s=sum(g.idle_unattributed_s for g in gpus),
+            loop_blocked_s=sum(loop.blocked_s for loop in report.event_loops),
             tools={
-                tool["tool"]: (
-                    tool["gpu_idle_blocked_s"],
-                    tool["gpu_idle_blocked_queue_s"],
-                    tool["gpu_idle_blocked_exec_s"],
-                )
-                for tool in report["tools"]
+                tool.tool: (tool.gpu_idle_blocked_s, tool.gpu_idle_blocked_queue_s, tool.gpu_idle_blocked_exec_s)
+                for tool in report.tools
             },
         )
 
@@ -265,8 +262,8 @@ class RunTotals:
         return self.calls / self.seconds if self.seconds else 0.0
 
 
-def comparison(baseline_report: dict, fixed_report: dict) -> str:
-    """The closing table: baseline against fixed, from the two reports' JSON."""
+def comparison(baseline_report: Report, fixed_report: Report) -> str:
+    """The closing table: baseline against fixed, from the two reports' parts."""
     base, fixed = RunTotals.of(baseline_report), RunTotals.of(fixed_report)
     label_width, value_width = 40, 22
     lines = [

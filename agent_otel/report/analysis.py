@@ -26,27 +26,24 @@ one that idled it for half a second), else by their blamed idle time.
 from __future__ import annotations
 
 import dataclasses
-import os
 from array import array
 from bisect import bisect_left
 from operator import attrgetter
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
 from agent_otel.attribution import BlameTotals, WindowAttribution, attribute, gpu_key
 from agent_otel.attribution.edges import sharpen
-from agent_otel.exporters.otlp_json import input_name
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
-from agent_otel.inputs import STDIN
 from agent_otel.prices import GpuPrices
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
 from agent_otel.report.calls import CallTable
 from agent_otel.report.cost import Costs, price_analysis
 from agent_otel.report.kv_cache import KvCacheHeld
+from agent_otel.report.parts import report_parts, rfc3339
 from agent_otel.report.server_spans import ServerSpans, join_server_requests
 from agent_otel.report.columns import CallColumns, seconds_sorted, total
 from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
@@ -61,8 +58,6 @@ from agent_otel.report.waits import (
     LoopStats,
     cpu_stats,
     loop_block_stats,
-    loops_json,
-    tool_json,
 )
 from agent_otel.slo import Slos
 from agent_otel.semconv import (
@@ -933,231 +928,8 @@ def _gpu_stats(analysis: Analysis, totals: BlameTotals, observed: dict[str, floa
 # ---------------------------------------------------------------- JSON
 
 
-def rfc3339(ns: int) -> str:
-    """Epoch ns as RFC 3339 UTC, to the microsecond."""
-    moment = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=ns // 1000)
-    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def run_name(report: dict) -> tuple[str, str]:
-    """What a report is of, from its JSON: (the service(s) and the input
-    file(s), the time range): ``("agent-otel-demo, baseline.jsonl",
-    "2026-11-30 13:55:53 to 13:56:05 UTC (11.8 s)")``."""
-    inputs, window = report["inputs"], report["window"]
-    services = _some(inputs["services"], "services")
-    files = _some(
-        [input_name(path) if path == STDIN else os.path.basename(path) or path for path in inputs["traces"]], "files"
-    )
-    what = ", ".join(part for part in (services, files) if part)
-    start, end = window["start"], window["end"]
-    if not start or not end:
-        return what, "no spans"
-    first, last = start[:19].replace("T", " "), end[:19].replace("T", " ")
-    if first[:10] == last[:10]:
-        last = last[11:]
-    return what, f"{first} to {last} UTC ({window['seconds']:.1f} s)"
-
-
-def _some(names: list[str], plural: str) -> str:
-    """``a``, ``a, b``, ``a, b, c``, or ``a, b and 5 more services``."""
-    if len(names) <= 3:
-        return ", ".join(names)
-    return f"{', '.join(names[:2])} and {len(names) - 2} more {plural}"
-
-
-def _s(seconds: float) -> float:
-    return round(seconds, 6)
-
-
-def _maybe(seconds: Optional[float]) -> Optional[float]:
-    return None if seconds is None else round(seconds, 6)
-
-
 def report_json(analysis: Analysis) -> dict:
     """The contract's report, plus an ``inputs`` section and a few added
-    keys (the contract allows additions, never renames)."""
-    has_spans = analysis.span_count > 0
-    slo_of = {result.tool: result for result in analysis.slos}
-    blame_of = {blame.model: blame for blame in analysis.model_blame}
-    return {
-        "window": {
-            "start": rfc3339(analysis.start_ns) if has_spans else None,
-            "end": rfc3339(analysis.end_ns) if has_spans else None,
-            "seconds": _s(analysis.seconds),
-        },
-        "tools": [
-            {
-                "tool": t.tool,
-                "calls": t.calls,
-                "errors": t.errors,
-                "duration_p50_s": _s(percentile(t.duration_s, 50)),
-                "duration_p95_s": _s(percentile(t.duration_s, 95)),
-                "duration_p99_s": _s(percentile(t.duration_s, 99)),
-                "exec_p50_s": _s(percentile(t.exec_s, 50)),
-                "exec_p95_s": _s(percentile(t.exec_s, 95)),
-                "exec_p99_s": _s(percentile(t.exec_s, 99)),
-                "queue_p50_s": _s(percentile(t.queue_s, 50)),
-                "queue_p95_s": _s(percentile(t.queue_s, 95)),
-                "queue_p99_s": _s(percentile(t.queue_s, 99)),
-                "gpu_idle_blocked_s": _s(t.blocked_s),
-                "gpu_idle_blocked_queue_s": _s(t.blocked_queue_s),
-                "gpu_idle_blocked_exec_s": _s(t.blocked_exec_s),
-                "gpu_idle_blocked_live_s": None if t.live_blocked_s is None else _s(t.live_blocked_s),
-                "executors": t.executors,
-                "timeout_s": t.timeout_s,
-                **tool_json(t.cpu, t.loop, t.loop_idle_blocked_s),
-                "gpu_underused_blocked_s": _maybe(t.underused_s),
-                "gpu_underused_blocked_queue_s": _maybe(t.underused_queue_s),
-                "gpu_underused_blocked_exec_s": _maybe(t.underused_exec_s),
-                "gpu_idle_blocked_per_call_s": _s(t.blocked_s / t.calls) if t.calls else 0.0,
-                "latency_share": _share(analysis.turn_totals.latency_share(t.tool)),
-                "slo": slo_of[t.tool].to_json() if t.tool in slo_of else None,
-            }
-            for t in analysis.tools
-        ],
-        "slos": [result.to_json() for result in analysis.slos],
-        "models": [
-            {
-                "model": m.model,
-                "calls": m.calls,
-                "errors": m.errors,
-                "seconds": _s(m.seconds),
-                "duration_p50_s": _s(percentile(m.duration_s, 50)),
-                "duration_p95_s": _s(percentile(m.duration_s, 95)),
-                "time_to_first_chunk_p50_s": _s(percentile(m.first_chunk_s, 50)) if m.first_chunk_s else None,
-                "input_tokens": m.input_tokens,
-                "output_tokens": m.output_tokens,
-                **_model_blame_json(blame_of.get(m.model), analysis.underuse is not None),
-            }
-            for m in analysis.models
-        ],
-        "turns": _turns_json(analysis),
-        "executors": [
-            {
-                "executor": e.executor,
-                "submissions": e.submissions,
-                "wait_p95_s": _s(e.wait_p95_s),
-                "max_queue_depth": e.max_queue_depth,
-                "queued_calls": e.queued_calls,
-                "max_workers": e.max_workers,
-                "max_concurrent_exec": e.max_concurrent_exec,
-                "peak_in_flight": e.peak_in_flight,
-                "tools": e.tools,
-            }
-            for e in analysis.executors
-        ],
-        "gpus": [
-            {
-                "gpu": g.gpu,
-                "busy_s": _s(g.busy_s),
-                "idle_s": _s(g.idle_s),
-                "idle_blocked_s": _s(g.idle_blocked_s),
-                "idle_unattributed_s": _s(g.idle_unattributed_s),
-                "uuid": g.uuid,
-                "underused_s": _maybe(g.underused_s),
-                "underused_blocked_s": _maybe(g.underused_blocked_s),
-                "underused_unattributed_s": _maybe(g.underused_unattributed_s),
-                "missing_s": _maybe(g.missing_s),
-                "utilization_avg": None if g.utilization_avg is None else round(g.utilization_avg, 4),
-                "simulated": g.simulated,
-                "idle_model_s": _s(g.idle_model_s),
-                "underused_model_s": _maybe(g.underused_model_s),
-                "model_in_flight_s": _s(g.model_in_flight_s),
-                "model_idle_ratio": None if g.model_idle_ratio is None else round(g.model_idle_ratio, 4),
-                "idle_samples_s": _maybe(g.idle_samples_s),
-                "busy_samples_s": None if g.idle_samples_s is None else _s(max(0.0, g.observed_s - g.idle_samples_s)),
-                "edges_moved": g.edges_moved,
-            }
-            for g in analysis.gpus
-        ],
-        "event_loops": loops_json(analysis.loops),
-        "recommendations": [r.to_json() for r in analysis.recommendations],
-        "cost": analysis.costs.to_json() if analysis.costs is not None else None,
-        "model_server": analysis.server_spans.to_json() if analysis.server_spans is not None else None,
-        "kv_cache": analysis.kv_cache.to_json() if analysis.kv_cache is not None else None,
-        "inputs": {
-            "traces": analysis.trace_paths,
-            "services": list(analysis.services),
-            "cpu_count": analysis.cpu_count,
-            "spans": analysis.span_count,
-            "duplicate_spans": analysis.duplicate_spans,
-            "tool_calls": len(analysis.calls),
-            "model_calls": len(analysis.model_calls),
-            "agent_runs": len(analysis.agent_runs),
-            "peer_tool_spans": analysis.peer_tool_spans,
-            "peer_tool_spans_merged": analysis.peer_tool_spans_merged,
-            "gpu_source": analysis.gpu_source,
-            "gpu_logs": [
-                {
-                    "path": log.path,
-                    "samples": log.samples,
-                    "start": rfc3339(log.start_ns) if log.samples else None,
-                    "end": rfc3339(log.end_ns) if log.samples else None,
-                    "overlaps_traces": log.overlaps_traces,
-                    "sample_interval_s": _s(log.sample_interval_s),
-                }
-                for log in analysis.gpu_logs
-            ],
-            "gpu_edges": analysis.edges,
-            "idle_threshold": analysis.idle_threshold,
-            "min_idle_s": analysis.min_idle_s,
-            "warnings": analysis.warnings,
-        },
-    }
-
-
-def _model_blame_json(blame: Optional[ModelBlame], underuse_known: bool) -> dict:
-    """A model's keys for the model server's share (0 where none was blamed;
-    unused capacity None without utilization samples)."""
-    if blame is None:
-        blame = ModelBlame("", underused_s=0.0 if underuse_known else None)
-    return {
-        "gpu_idle_blocked_s": _s(blame.idle_s),
-        "gpu_idle_blocked_queued_s": _s(blame.idle_queued_s),
-        "gpu_idle_blocked_decode_s": _s(blame.idle_decode_s),
-        "gpu_underused_blocked_s": _maybe(blame.underused_s),
-    }
-
-
-def _share(ratio: Optional[float]) -> Optional[float]:
-    return None if ratio is None else round(ratio, 4)
-
-
-def _turns_json(analysis: Analysis) -> dict:
-    totals = analysis.turn_totals
-    split = analysis.server_spans
-    durations = totals.durations_s
-    slowest = totals.slowest
-    return {
-        "count": totals.count,
-        "from_agent_spans": totals.from_agent_spans,
-        "end_to_end_s": _s(totals.end_to_end_s),
-        "end_to_end_p50_s": _s(percentile(durations, 50)),
-        "end_to_end_p95_s": _s(percentile(durations, 95)),
-        "client_cpu_s": _s(totals.client_cpu_s),
-        "model_s": _s(totals.model_s),
-        "tool_queue_s": _s(totals.tool_queue_s),
-        "tool_exec_s": _s(totals.tool_exec_s),
-        "other_s": _s(totals.other_s),
-        # the model time split by the model servers' own spans (report.server_spans); null without them
-        "model_split": split.totals.to_json() if split is not None else None,
-        "slowest": [
-            {
-                "name": turn.name,
-                "trace_id": f"{turn.trace_id:032x}",
-                "start": rfc3339(turn.start_ns),
-                "seconds": _s(turn.seconds),
-                "client_cpu_s": _s(turn.client_cpu_s),
-                "model_s": _s(turn.model_s),
-                "tool_queue_s": _s(turn.tool_queue_s),
-                "tool_exec_s": _s(turn.tool_exec_s),
-                "other_s": _s(turn.other_s),
-                "tool_calls": turn.tool_calls,
-                "model_calls": turn.model_calls,
-                "model_split": split.of(turn.trace_id, turn.start_ns, turn.end_ns).to_json()
-                if split is not None
-                else None,
-            }
-            for turn in slowest
-        ],
-    }
+    keys (the contract allows additions, never renames): the JSON of the
+    report's parts (``report.parts``)."""
+    return report_parts(analysis).to_json()

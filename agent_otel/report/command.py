@@ -36,7 +36,8 @@ from agent_otel.spans.otlp_json import input_name
 from agent_otel.inputs import STDIN
 from agent_otel.prices import parse_prices
 from agent_otel.report import html, perfetto, table
-from agent_otel.report.analysis import EDGES, EDGES_SPANS, Analysis, analyse, report_json
+from agent_otel.report.analysis import EDGES, EDGES_SPANS, Analysis, analyse
+from agent_otel.report.parts import report_parts
 from agent_otel.report.progress import Progress
 from agent_otel.slo import Slos
 
@@ -148,11 +149,11 @@ def run(args: argparse.Namespace) -> int:
             "Perfetto trace",
         )
     if args.format == "json":
-        report = report_json(analysis)
+        report = report_parts(analysis)
         # The table shows its warnings; JSON read by a program would hide them from the person running it.
-        for warning in report["inputs"]["warnings"]:
+        for warning in report.inputs.warnings:
             _print(f"agent-otel report: warning: {table.visible(warning)}\n", sys.stderr)
-        _print(json.dumps(report, indent=2) + "\n", sys.stdout)
+        _print(json.dumps(report.to_json(), indent=2) + "\n", sys.stdout)
     else:
         width, colour = table.terminal_style(sys.stdout)
         _print(table.render(analysis, width=width, colour=colour), sys.stdout)

@@ -66,40 +66,6 @@ class Costs:
     def tool(self, name: str) -> Optional[ToolCost]:
         return next((cost for cost in self.tools if cost.tool == name), None)
 
-    def to_json(self) -> dict:
-        scale = self.day_scale
-        return {
-            "currency": CURRENCY,
-            "source": self.source,
-            "idle_cost": _money(sum(g.idle_cost for g in self.gpus)),
-            "idle_blocked_cost": _money(sum(g.blocked_cost for g in self.gpus)),
-            "idle_unattributed_cost": _money(sum(g.unattributed_cost for g in self.gpus)),
-            "idle_model_cost": _money(sum(g.model_cost for g in self.gpus)),
-            "per_day_scale": round(scale, 6),
-            "gpus": [
-                {
-                    "gpu": g.gpu,
-                    "gpu_hour_price": g.price,
-                    "idle_cost": _money(g.idle_cost),
-                    "idle_blocked_cost": _money(g.blocked_cost),
-                    "idle_unattributed_cost": _money(g.unattributed_cost),
-                    "idle_model_cost": _money(g.model_cost),
-                }
-                for g in self.gpus
-            ],
-            "tools": [
-                {
-                    "tool": t.tool,
-                    "gpu_idle_blocked_gpu_hours": round(t.gpu_hours, 6),
-                    "gpu_idle_blocked_cost": _money(t.cost),
-                    "gpu_hours_per_day": round(t.gpu_hours * scale, 4),
-                    "cost_per_day": _money(t.cost * scale),
-                }
-                for t in self.tools
-            ],
-            "unpriced_gpus": self.unpriced_gpus,
-        }
-
 
 def _money(value: float) -> float:
     return round(value, 4)

@@ -35,7 +35,8 @@ from typing import Iterable
 from agent_otel.attribution import gpu_key
 from agent_otel.records import GpuSample
 from agent_otel.report.cost import money_text
-from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis, report_json, run_name
+from agent_otel.report.analysis import GPU_FROM_LOGS, GPU_FROM_TRACES, Analysis
+from agent_otel.report.parts import Report, report_parts
 from agent_otel.report.stats import assign_rows
 from agent_otel.report.table import amount, percent
 from agent_otel.report.turns import PARTS
@@ -47,13 +48,13 @@ MAX_ROWS = 12
 
 def render(analysis: Analysis) -> str:
     """The page as a string."""
-    report = report_json(analysis)
-    data = _timeline_data(analysis)
+    report = report_parts(analysis)
+    data = _timeline_data(analysis, report)
     script = resources.files("agent_otel.report").joinpath("timeline.js").read_text(encoding="utf-8")
     style = resources.files("agent_otel.report").joinpath("timeline.css").read_text(encoding="utf-8")
-    what, when = run_name(report)
+    what, when = report.run_name()
     title = f"agent-otel report: {what}" if what else "agent-otel report"
-    simulated = [g["gpu"] for g in report["gpus"] if g["simulated"]]
+    simulated = report.simulated_gpus
     badge = (
         '<span class="badge simulated" title="the GPU data came from agent-otel\'s simulated GPU, '
         'not a real one">simulated GPU</span> '
@@ -61,10 +62,10 @@ def render(analysis: Analysis) -> str:
         else ""
     )
     summary = (
-        f"{badge}{html.escape(when)} &middot; {len(analysis.calls)} tool calls &middot; "
+        f"{badge}{html.escape(when)} &middot; {report.inputs.tool_calls} tool calls &middot; "
         f"{html.escape(_gpu_source(report, simulated))}"
     )
-    warnings = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in analysis.warnings)
+    warnings = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in report.inputs.warnings)
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -145,12 +146,12 @@ _NEEDS = {
 }
 
 
-def _legend(report: dict) -> str:
+def _legend(report: Report) -> str:
     present = {
-        "gpus": bool(report["gpus"]),
-        "turns": bool(report["turns"]["count"]),
-        "models": bool(report["models"]),
-        "loops": bool(report["event_loops"]),
+        "gpus": bool(report.gpus),
+        "turns": bool(report.turns.count),
+        "models": bool(report.models),
+        "loops": bool(report.event_loops),
     }
     return "\n".join(
         f'<span><i class="sw {name}"></i>{html.escape(text)}</span>'
@@ -159,12 +160,12 @@ def _legend(report: dict) -> str:
     )
 
 
-def _gpu_source(report: dict, simulated: list) -> str:
+def _gpu_source(report: Report, simulated: list) -> str:
     """Where the GPU data came from, for the header."""
-    source = report["inputs"]["gpu_source"]
+    source = report.inputs.gpu_source
     if source == GPU_FROM_LOGS:
         text = "GPU utilization from " + ", ".join(
-            os.path.basename(log["path"]) or log["path"] for log in report["inputs"]["gpu_logs"]
+            os.path.basename(log.path) or log.path for log in report.inputs.gpu_logs
         )
     elif source == GPU_FROM_TRACES:
         text = "GPU idle windows from gpu.idle spans (no utilization curve)"
@@ -180,14 +181,15 @@ def _embed(data: dict) -> str:
     return json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
 
 
-def _timeline_data(analysis: Analysis) -> dict:
+def _timeline_data(analysis: Analysis, report: Report) -> dict:
+    """Every record drawn (from the analysis), in the lanes of the report's parts."""
     origin = analysis.start_ns
 
     def ms(ns: int) -> float:
         return round((ns - origin) / 1e6, 3)
 
     blocked = analysis.blocked_by_call()
-    lane_of = {tool.tool: index for index, tool in enumerate(analysis.tools)}
+    lane_of = {tool.tool: index for index, tool in enumerate(report.tools)}
     calls = sorted(analysis.calls, key=lambda c: (lane_of[c.tool], c.submit_ns, c.start_ns))
     columns: dict[str, list] = {
         k: [] for k in ("lane", "row", "submit", "start", "end", "blocked", "id", "trace", "outcome")
@@ -196,7 +198,7 @@ def _timeline_data(analysis: Analysis) -> dict:
     lanes = []
     position: dict[int, int] = {}
     first = 0
-    for tool in analysis.tools:
+    for tool in report.tools:
         lane_calls = calls[first : first + tool.calls]
         rows = assign_rows([(c.submit_ns, c.end_ns) for c in lane_calls])
         for call, row in zip(lane_calls, rows):
@@ -216,7 +218,7 @@ def _timeline_data(analysis: Analysis) -> dict:
                 "rows": min(max(rows, default=0) + 1, MAX_ROWS),
                 "first": first,
                 "count": tool.calls,
-                "blocked_s": round(tool.blocked_s, 6),
+                "blocked_s": tool.gpu_idle_blocked_s,
             }
         )
         first += tool.calls
@@ -228,7 +230,7 @@ def _timeline_data(analysis: Analysis) -> dict:
         shares["start"].append(ms(share.start_ns))
         shares["end"].append(ms(share.end_ns))
     gpus = []
-    for gpu in analysis.gpus:
+    for gpu in report.gpus:
         samples: Iterable[GpuSample] = analysis.samples.get(gpu.gpu) or ()
         windows = [a for a in analysis.attributions if gpu_key(a.window) == gpu.gpu]
         curve = analysis.underuse.blocked_curve.get(gpu.gpu) if analysis.underuse is not None else None
@@ -253,8 +255,8 @@ def _timeline_data(analysis: Analysis) -> dict:
         "seconds": analysis.seconds,
         "outcomes": list(OUTCOMES),
         "turns": _turn_data(analysis, ms),
-        "models": _model_data(analysis, ms),
-        "loops": _loop_data(analysis, ms),
+        "models": _model_data(analysis, report, ms),
+        "loops": _loop_data(analysis, report, ms),
         "lanes": lanes,
         "calls": columns,
         "traces": [f"{trace_id:032x}" for trace_id in traces],
@@ -278,7 +280,7 @@ def _turn_data(analysis: Analysis, ms) -> dict:
     }
 
 
-def _loop_data(analysis: Analysis, ms) -> list[dict]:
+def _loop_data(analysis: Analysis, report: Report, ms) -> list[dict]:
     """One lane per event loop (by its thread, most blocked first, as the
     event-loop table), its blocks by start: the tool that held the loop
     (None: code that is no tool) and how many calls waited for it."""
@@ -286,12 +288,12 @@ def _loop_data(analysis: Analysis, ms) -> list[dict]:
     for block in analysis.loop_blocks:
         blocks.setdefault(block.thread, []).append(block)
     lanes = []
-    for loop in analysis.loops:
+    for loop in report.event_loops:
         mine = sorted(blocks.get(loop.thread, ()), key=lambda b: b.start_ns)
         lanes.append(
             {
                 "thread": loop.thread,
-                "blocked_s": round(loop.blocked_s, 6),
+                "blocked_s": loop.blocked_s,
                 "start": [ms(b.start_ns) for b in mine],
                 # a loop still blocked at the end of the traces: to the end of the window
                 "end": [ms(b.end_ns or analysis.end_ns) for b in mine],
@@ -302,14 +304,14 @@ def _loop_data(analysis: Analysis, ms) -> list[dict]:
     return lanes
 
 
-def _model_data(analysis: Analysis, ms) -> dict:
+def _model_data(analysis: Analysis, report: Report, ms) -> dict:
     """One lane per model (in the order of the models table), the calls as columns."""
-    lane_of = {stats.model: index for index, stats in enumerate(analysis.models)}
+    lane_of = {stats.model: index for index, stats in enumerate(report.models)}
     calls = sorted(analysis.model_calls, key=lambda c: (lane_of[c.model], c.start_ns))
     columns: dict[str, list] = {k: [] for k in ("row", "start", "end", "first", "input", "output", "failed")}
     lanes = []
     first = 0
-    for stats in analysis.models:
+    for stats in report.models:
         lane_calls = calls[first : first + stats.calls]
         rows = assign_rows([(c.start_ns, c.end_ns) for c in lane_calls])
         for call, row in zip(lane_calls, rows):
@@ -326,7 +328,7 @@ def _model_data(analysis: Analysis, ms) -> dict:
                 "rows": min(max(rows, default=0) + 1, MAX_ROWS),
                 "first": first,
                 "count": stats.calls,
-                "seconds": round(stats.seconds, 6),
+                "seconds": stats.seconds,
             }
         )
         first += stats.calls
@@ -354,33 +356,33 @@ def _known_cell(value: float | None, digits: int) -> str:
     return _cell("-") if value is None else _cell(value, digits)
 
 
-def _tools_table(report: dict) -> str:
+def _tools_table(report: Report) -> str:
     """Every column of the text table's tools section, ranked as it is."""
     rows = []
-    tools = report["tools"]
-    known = any(t["gpu_underused_blocked_s"] is not None for t in tools)
-    loops = any(t["loop_blocks"] for t in tools)
-    cpu = any(t["exec_cpu_share"] is not None for t in tools)
-    total = max((t["gpu_idle_blocked_s"] for t in tools), default=0.0) or 1.0
+    tools = report.tools
+    known = report.underuse_known
+    loops = any(t.loop_blocks for t in tools)
+    cpu = any(t.exec_cpu_share is not None for t in tools)
+    total = max((t.gpu_idle_blocked_s for t in tools), default=0.0) or 1.0
     for rank, t in enumerate(tools, start=1):
-        queue_pc = 100 * t["gpu_idle_blocked_queue_s"] / total
-        exec_pc = 100 * t["gpu_idle_blocked_exec_s"] / total
+        queue_pc = 100 * t.gpu_idle_blocked_queue_s / total
+        exec_pc = 100 * t.gpu_idle_blocked_exec_s / total
         bar = (
             f'<span class="bar"><span class="q" style="width:{queue_pc:.1f}%"></span>'
             f'<span class="e" style="width:{exec_pc:.1f}%"></span></span>'
         )
-        unused = t["gpu_underused_blocked_s"]
-        share, kind = t["exec_cpu_share"], t["wait_kind"]
+        unused = t.gpu_underused_blocked_s
+        share, kind = t.exec_cpu_share, t.wait_kind
         rows.append(
-            f'<tr data-tool="{html.escape(t["tool"], quote=True)}">'
-            f'{_cell(rank)}<td class="name">{html.escape(t["tool"])}</td>'
+            f'<tr data-tool="{html.escape(t.tool, quote=True)}">'
+            f'{_cell(rank)}<td class="name">{html.escape(t.tool)}</td>'
             f"{_known_cell(unused, 3)}"
-            f"{_cell(t['gpu_idle_blocked_s'], 3)}"
-            f'<td class="split">{bar}<span class="split-text">{_number(t["gpu_idle_blocked_queue_s"], 3)} / '
-            f"{_number(t['gpu_idle_blocked_exec_s'], 3)}</span></td>"
-            f"{_cell(t['calls'])}{_cell(t['errors'])}{_cell(t['duration_p50_s'], 3)}{_cell(t['duration_p95_s'], 3)}"
-            f"{_cell(t['duration_p99_s'], 3)}{_cell(t['queue_p95_s'], 3)}{_cell(t['exec_p95_s'], 3)}"
-            + (_cell(t["loop_blocked_s"] if t["loop_blocks"] else 0.0, 3) if loops else "")
+            f"{_cell(t.gpu_idle_blocked_s, 3)}"
+            f'<td class="split">{bar}<span class="split-text">{_number(t.gpu_idle_blocked_queue_s, 3)} / '
+            f"{_number(t.gpu_idle_blocked_exec_s, 3)}</span></td>"
+            f"{_cell(t.calls)}{_cell(t.errors)}{_cell(t.duration_p50_s, 3)}{_cell(t.duration_p95_s, 3)}"
+            f"{_cell(t.duration_p99_s, 3)}{_cell(t.queue_p95_s, 3)}{_cell(t.exec_p95_s, 3)}"
+            + (_cell(t.loop_blocked_s if t.loop_blocks else 0.0, 3) if loops else "")
             + (_cell("-" if share is None else f"{share:.0%}" + (f" {kind}" if kind else "")) if cpu else "")
             + "</tr>"
         )
@@ -404,17 +406,17 @@ def _tools_table(report: dict) -> str:
     )
 
 
-def _loops_table(report: dict) -> str:
+def _loops_table(report: Report) -> str:
     """The event loops, most blocked first, and what blocked them (the text table's)."""
-    if not report["event_loops"]:
+    if not report.event_loops:
         return ""
     rows = "".join(
-        f'<tr data-loop="{html.escape(loop["thread"], quote=True)}"><td class="name">{html.escape(loop["thread"])}</td>'
-        f"{_cell(loop['blocks'])}{_cell(loop['blocked_s'], 3)}{_cell(loop['longest_s'], 3)}"
+        f'<tr data-loop="{html.escape(loop.thread, quote=True)}"><td class="name">{html.escape(loop.thread)}</td>'
+        f"{_cell(loop.blocks)}{_cell(loop.blocked_s, 3)}{_cell(loop.longest_s, 3)}"
         f'<td class="by">'
-        + ", ".join(f"{html.escape(by['tool'])} {_number(by['blocked_s'], 3)}" for by in loop["by_tool"])
+        + ", ".join(f"{html.escape(by.tool)} {_number(by.blocked_s, 3)}" for by in loop.by_tool)
         + "</td></tr>"
-        for loop in report["event_loops"]
+        for loop in report.event_loops
     )
     return (
         '<section id="loops"><h2>Event loops, by time blocked (asyncio.loop.blocked spans)</h2>'
@@ -423,25 +425,25 @@ def _loops_table(report: dict) -> str:
     )
 
 
-def _slos_table(report: dict) -> str:
+def _slos_table(report: Report) -> str:
     """Each tool's latency SLO compliance, the tools that break it first."""
-    if not report["slos"]:
+    if not report.slos:
         return ""
     rows = []
-    for s in report["slos"]:
-        slo = f"{s['objective'] * 100:.6g}% within {s['threshold_s']:g} s" + ("" if s["on_bucket_bound"] else " *")
-        verdict = '<td class="ok">met</td>' if s["met"] else '<td class="breaks">breaks</td>'
-        row_class = "" if s["met"] else ' class="breaks"'
-        compliance, spent = f"{s['compliance']:.1%}", f"{s['budget_spent']:.0%}"
+    for s in report.slos:
+        slo = f"{s.objective * 100:.6g}% within {s.threshold_s:g} s" + ("" if s.on_bucket_bound else " *")
+        verdict = '<td class="ok">met</td>' if s.met else '<td class="breaks">breaks</td>'
+        row_class = "" if s.met else ' class="breaks"'
+        compliance, spent = f"{s.compliance:.1%}", f"{s.budget_spent:.0%}"
         rows.append(
-            f'<tr data-slo-tool="{html.escape(s["tool"], quote=True)}"{row_class}>'
-            f'<td class="name">{html.escape(s["tool"])}</td><td>{slo}</td>'
-            f"{_cell(compliance)}{verdict}{_cell(s['calls'])}{_cell(s['over'])}{_cell(spent)}</tr>"
+            f'<tr data-slo-tool="{html.escape(s.tool, quote=True)}"{row_class}>'
+            f'<td class="name">{html.escape(s.tool)}</td><td>{slo}</td>'
+            f"{_cell(compliance)}{verdict}{_cell(s.calls)}{_cell(s.over)}{_cell(spent)}</tr>"
         )
     note = (
         '<p class="note">* not a bound of the duration histograms: measured exactly here, but the alert rules '
         "cannot alert on it (docs/dashboards.md#latency-slos)</p>"
-        if not all(s["on_bucket_bound"] for s in report["slos"])
+        if not all(s.on_bucket_bound for s in report.slos)
         else ""
     )
     return (
@@ -454,62 +456,62 @@ def _slos_table(report: dict) -> str:
     )
 
 
-def _turns_view(report: dict) -> str:
-    turns = report["turns"]
-    if not turns["count"]:
+def _turns_view(report: Report) -> str:
+    turns = report.turns
+    if not turns.count:
         return '<section id="turns"><h2>Turns</h2><p>no tool or model calls in the traces</p></section>'
-    total = turns["end_to_end_s"] or 1.0
+    total = turns.end_to_end_s or 1.0
     parts = [
-        ("client CPU", "client_cpu_s", "cpu"),
-        ("model", "model_s", "model"),
-        ("tool queue", "tool_queue_s", "q"),
-        ("tool exec", "tool_exec_s", "e"),
-        ("other", "other_s", "other"),
+        ("client CPU", turns.client_cpu_s, "cpu"),
+        ("model", turns.model_s, "model"),
+        ("tool queue", turns.tool_queue_s, "q"),
+        ("tool exec", turns.tool_exec_s, "e"),
+        ("other", turns.other_s, "other"),
     ]
     # as the text report: client CPU only where the client blocked its loop at all
-    parts = [part for part in parts if part[1] != "client_cpu_s" or turns[part[1]]]
+    parts = [part for part in parts if part[1] or part[2] != "cpu"]
     bar = "".join(
-        f'<span class="{css}" style="width:{100 * turns[key] / total:.1f}%" title="{label}: {turns[key]:.3f} s"></span>'
-        for label, key, css in parts
+        f'<span class="{css}" style="width:{100 * seconds / total:.1f}%" title="{label}: {seconds:.3f} s"></span>'
+        for label, seconds, css in parts
     )
     legend = "".join(
-        f'<tr data-part="{css}"><td><span class="sw {css}"></span>{label}</td>{_cell(turns[key], 3)}'
-        f"{_cell(f'{100 * turns[key] / total:.0f} %')}</tr>"
-        for label, key, css in parts
+        f'<tr data-part="{css}"><td><span class="sw {css}"></span>{label}</td>{_cell(seconds, 3)}'
+        f"{_cell(f'{100 * seconds / total:.0f} %')}</tr>"
+        for label, seconds, css in parts
     )
-    source = f"{turns['from_agent_spans']} from invoke_agent spans" if turns["from_agent_spans"] else "from traces"
+    source = f"{turns.from_agent_spans} from invoke_agent spans" if turns.from_agent_spans else "from traces"
     # the text report's sentences, word for word
     sentences = "".join(
-        f'<li data-tool="{html.escape(t["tool"], quote=True)}"><b>{html.escape(t["tool"])}</b> idles the GPU '
-        f"{amount(t['gpu_idle_blocked_per_call_s'])} s per call ({amount(t['gpu_idle_blocked_s'])} s blamed over "
-        f"{t['calls']} call{'s' if t['calls'] != 1 else ''}), in flight for {percent(t['latency_share'])} of the "
+        f'<li data-tool="{html.escape(t.tool, quote=True)}"><b>{html.escape(t.tool)}</b> idles the GPU '
+        f"{amount(t.gpu_idle_blocked_per_call_s)} s per call ({amount(t.gpu_idle_blocked_s)} s blamed over "
+        f"{t.calls} call{'s' if t.calls != 1 else ''}), in flight for {percent(t.latency_share)} of the "
         "turns' time</li>"
-        for t in report["tools"]
-        if t["latency_share"] is not None and (t["latency_share"] or t["gpu_idle_blocked_s"])
+        for t in report.tools
+        if t.latency_share is not None and (t.latency_share or t.gpu_idle_blocked_s)
     )
     return (
         f'<section id="turns"><h2>Turns: where the end-to-end time went</h2>'
-        f"<p>{turns['count']} turn{'s' if turns['count'] != 1 else ''} ({source}), {turns['end_to_end_s']:.1f} s end "
-        f"to end; per turn p50 {turns['end_to_end_p50_s']:.3f} s, p95 {turns['end_to_end_p95_s']:.3f} s</p>"
+        f"<p>{turns.count} turn{'s' if turns.count != 1 else ''} ({source}), {turns.end_to_end_s:.1f} s end "
+        f"to end; per turn p50 {turns.end_to_end_p50_s:.3f} s, p95 {turns.end_to_end_p95_s:.3f} s</p>"
         f'<div class="bar turn-bar">{bar}</div>'
         f'<table id="turns-table"><tbody>{legend}</tbody></table>'
         f'<ul id="tool-costs">{sentences}</ul></section>'
     )
 
 
-def _models_table(report: dict) -> str:
-    if not report["models"]:
+def _models_table(report: Report) -> str:
+    if not report.models:
         return ""
     rows = "".join(
-        f'<tr data-model="{html.escape(m["model"], quote=True)}"><td class="name">{html.escape(m["model"])}</td>'
-        f"{_cell(m['calls'])}{_cell(m['seconds'], 3)}{_cell(m['duration_p50_s'], 3)}{_cell(m['duration_p95_s'], 3)}"
-        + (_cell(m["time_to_first_chunk_p50_s"], 3) if m["time_to_first_chunk_p50_s"] is not None else _cell("-"))
-        + _cell("-" if m["input_tokens"] is None else m["input_tokens"])
-        + _cell("-" if m["output_tokens"] is None else m["output_tokens"])
-        + _cell(m["errors"])
-        + _cell(m["gpu_idle_blocked_s"], 3)
+        f'<tr data-model="{html.escape(m.model, quote=True)}"><td class="name">{html.escape(m.model)}</td>'
+        f"{_cell(m.calls)}{_cell(m.seconds, 3)}{_cell(m.duration_p50_s, 3)}{_cell(m.duration_p95_s, 3)}"
+        + (_cell(m.time_to_first_chunk_p50_s, 3) if m.time_to_first_chunk_p50_s is not None else _cell("-"))
+        + _cell("-" if m.input_tokens is None else m.input_tokens)
+        + _cell("-" if m.output_tokens is None else m.output_tokens)
+        + _cell(m.errors)
+        + _cell(m.gpu_idle_blocked_s, 3)
         + "</tr>"
-        for m in report["models"]
+        for m in report.models
     )
     return (
         '<section id="models"><h2>Models</h2><table id="models-table"><thead><tr><th>model</th><th>calls</th>'
@@ -519,26 +521,26 @@ def _models_table(report: dict) -> str:
     )
 
 
-def _model_server(report: dict) -> str:
+def _model_server(report: Report) -> str:
     """The text report's sentence per model the GPU idled on, word for word."""
     items = "".join(
-        f'<li data-model="{html.escape(m["model"], quote=True)}">the model server idles the GPU '
-        f"{amount(m['gpu_idle_blocked_s'])} s while <b>{html.escape(m['model'])}</b> calls are in flight "
-        f"({amount(m['gpu_idle_blocked_queued_s'])} s before their first token, "
-        f"{amount(m['gpu_idle_blocked_decode_s'])} s streaming)</li>"
-        for m in report["models"]
-        if m["gpu_idle_blocked_s"]
+        f'<li data-model="{html.escape(m.model, quote=True)}">the model server idles the GPU '
+        f"{amount(m.gpu_idle_blocked_s)} s while <b>{html.escape(m.model)}</b> calls are in flight "
+        f"({amount(m.gpu_idle_blocked_queued_s)} s before their first token, "
+        f"{amount(m.gpu_idle_blocked_decode_s)} s streaming)</li>"
+        for m in report.models
+        if m.gpu_idle_blocked_s
     )
     return f'<ul id="model-server">{items}</ul>' if items else ""
 
 
-def _recommendations(report: dict) -> str:
+def _recommendations(report: Report) -> str:
     items = "".join(
-        f'<li data-kind="{html.escape(r["kind"], quote=True)}"><span class="kind">{html.escape(r["kind"])}</span> '
-        f"{html.escape(r['message'])}"
-        + (f'<pre class="remedy">{html.escape(r["remedy"])}</pre>' if r["remedy"] else "")
+        f'<li data-kind="{html.escape(r.kind, quote=True)}"><span class="kind">{html.escape(r.kind)}</span> '
+        f"{html.escape(r.message)}"
+        + (f'<pre class="remedy">{html.escape(r.remedy)}</pre>' if r.remedy else "")
         + "</li>"
-        for r in report["recommendations"]
+        for r in report.recommendations
     )
     body = (
         f'<ul id="recommendations">{items}</ul>'
@@ -548,21 +550,21 @@ def _recommendations(report: dict) -> str:
     return f"<section><h2>Recommendations</h2>{body}</section>"
 
 
-def _gpus_table(report: dict) -> str:
-    if not report["gpus"]:
+def _gpus_table(report: Report) -> str:
+    if not report.gpus:
         return (
             "<section><h2>GPUs</h2><p>no gpu.idle spans in the traces and no GPU log: "
             "the GPU was never idle, or was not sampled</p></section>"
         )
     rows = "".join(
-        f'<tr><td class="name">{html.escape(g["gpu"])}'
-        + (' <span class="badge simulated">simulated</span>' if g["simulated"] else "")
-        + f"</td>{_cell(g['busy_s'], 1)}{_cell(g['idle_s'], 1)}"
-        f"{_cell(g['idle_blocked_s'], 1)}{_cell(g['idle_model_s'], 1)}{_cell(g['idle_unattributed_s'], 1)}"
-        + _cell("-" if g["utilization_avg"] is None else f"{g['utilization_avg']:.0%}")
-        + f"{_known_cell(g['underused_s'], 1)}{_known_cell(g['underused_blocked_s'], 1)}"
-        f"{_known_cell(g['missing_s'], 1)}</tr>"
-        for g in report["gpus"]
+        f'<tr><td class="name">{html.escape(g.gpu)}'
+        + (' <span class="badge simulated">simulated</span>' if g.simulated else "")
+        + f"</td>{_cell(g.busy_s, 1)}{_cell(g.idle_s, 1)}"
+        f"{_cell(g.idle_blocked_s, 1)}{_cell(g.idle_model_s, 1)}{_cell(g.idle_unattributed_s, 1)}"
+        + _cell("-" if g.utilization_avg is None else f"{g.utilization_avg:.0%}")
+        + f"{_known_cell(g.underused_s, 1)}{_known_cell(g.underused_blocked_s, 1)}"
+        f"{_known_cell(g.missing_s, 1)}</tr>"
+        for g in report.gpus
     )
     return (
         '<section id="gpus"><h2>GPUs</h2><table id="gpus-table"><thead><tr><th>gpu</th><th>busy s</th><th>idle s</th>'
@@ -574,22 +576,22 @@ def _gpus_table(report: dict) -> str:
     )
 
 
-def _model_server_table(report: dict) -> str:
+def _model_server_table(report: Report) -> str:
     """The model calls split by the model servers' own spans; nothing without them."""
-    server = report["model_server"]
+    server = report.model_server
     if server is None:
         return ""
     rows = "".join(
-        f'<tr><td class="name">{html.escape(m["model"])}</td>{_cell(m["model_calls"])}{_cell(m["seconds"], 3)}'
-        f"{_cell(m['client_network_s'], 3)}{_cell(m['server_queue_s'], 3)}{_cell(m['prefill_s'], 3)}"
-        f"{_cell(m['decode_s'], 3)}{_cell(m['server_other_s'], 3)}</tr>"
-        for m in server["models"]
+        f'<tr><td class="name">{html.escape(m.model)}</td>{_cell(m.split.model_calls)}{_cell(m.split.seconds, 3)}'
+        f"{_cell(m.split.client_network_s, 3)}{_cell(m.split.server_queue_s, 3)}{_cell(m.split.prefill_s, 3)}"
+        f"{_cell(m.split.decode_s, 3)}{_cell(m.split.server_other_s, 3)}</tr>"
+        for m in server.models
     )
     return (
         "<section><h2>Model calls at the server</h2>"
-        f"<p>{server['model_calls']} model calls joined to {server['requests']} server spans "
-        f"(by parent {server['joined_by_parent']}, by trace and time {server['joined_by_time']}; "
-        f"{server['unjoined']} unjoined)</p>"
+        f"<p>{server.totals.model_calls} model calls joined to {server.requests} server spans "
+        f"(by parent {server.joined_by_parent}, by trace and time {server.joined_by_time}; "
+        f"{server.unjoined} unjoined)</p>"
         '<table id="model-server-table"><thead><tr><th>model</th><th>calls</th><th>s</th>'
         '<th title="the call less the server\'s time">client + network s</th><th>server queue s</th>'
         "<th>prefill s</th><th>decode s</th><th>server other s</th></tr></thead>"
@@ -597,21 +599,21 @@ def _model_server_table(report: dict) -> str:
     )
 
 
-def _kv_cache_table(report: dict) -> str:
+def _kv_cache_table(report: Report) -> str:
     """The model server's KV cache held per tool while the GPU idled; nothing without the server's readings."""
-    kv = report["kv_cache"]
+    kv = report.kv_cache
     if kv is None:
         return ""
     rows = "".join(
-        f'<tr><td class="name">{html.escape(t["tool"])}</td>{_cell(t["gpu_idle_blocked_s"], 3)}'
-        + (_cell("-") if t["kv_cache_held_share"] is None else _cell(100 * t["kv_cache_held_share"], 1))
-        + f"{_cell(t['kv_cache_held_s'], 3)}</tr>"
-        for t in kv["tools"]
+        f'<tr><td class="name">{html.escape(t.tool)}</td>{_cell(t.gpu_idle_blocked_s, 3)}'
+        + (_cell("-") if t.kv_cache_held_share is None else _cell(100 * t.kv_cache_held_share, 1))
+        + f"{_cell(t.kv_cache_held_s, 3)}</tr>"
+        for t in kv.tools
     )
-    average = "-" if kv["kv_cache_usage_avg"] is None else f"{100 * kv['kv_cache_usage_avg']:.0f}%"
+    average = "-" if kv.kv_cache_usage_avg is None else f"{100 * kv.kv_cache_usage_avg:.0f}%"
     return (
         "<section><h2>KV cache held while tools ran</h2>"
-        f"<p>over {kv['windows']} idle windows the model server's KV cache was {average} in use on average: "
+        f"<p>over {kv.windows} idle windows the model server's KV cache was {average} in use on average: "
         "GPU memory held by requests waiting on the tools below</p>"
         '<table id="kv-cache-table"><thead><tr><th>tool</th><th>GPU idle blamed s</th>'
         '<th title="the share of the cache in use while it blocked the idle GPU">cache held %</th>'
@@ -619,45 +621,45 @@ def _kv_cache_table(report: dict) -> str:
     )
 
 
-def _cost_table(report: dict) -> str:
+def _cost_table(report: Report) -> str:
     """The blamed idle time as money, with gpu_hour_price; nothing without it."""
-    cost = report["cost"]
+    cost = report.cost
     if cost is None:
         return ""
     rows = "".join(
-        f'<tr><td class="name">{html.escape(t["tool"])}</td>{_cell(t["gpu_idle_blocked_gpu_hours"], 3)}'
-        f'<td class="num">{html.escape(money_text(t["gpu_idle_blocked_cost"]))}</td>'
-        f'{_cell(t["gpu_hours_per_day"], 2)}<td class="num">{html.escape(money_text(t["cost_per_day"]))}</td></tr>'
-        for t in cost["tools"]
+        f'<tr><td class="name">{html.escape(t.tool)}</td>{_cell(t.gpu_idle_blocked_gpu_hours, 3)}'
+        f'<td class="num">{html.escape(money_text(t.gpu_idle_blocked_cost))}</td>'
+        f'{_cell(t.gpu_hours_per_day, 2)}<td class="num">{html.escape(money_text(t.cost_per_day))}</td></tr>'
+        for t in cost.tools
     )
     unpriced = (
-        f"<p>no price for GPU {html.escape(', '.join(cost['unpriced_gpus']))}: not counted</p>"
-        if cost["unpriced_gpus"]
+        f"<p>no price for GPU {html.escape(', '.join(cost.unpriced_gpus))}: not counted</p>"
+        if cost.unpriced_gpus
         else ""
     )
     return (
         '<section><h2>What the GPU idle time costs</h2><p class="cost">'
-        f"idle {html.escape(money_text(cost['idle_cost']))}: blocked by tools "
-        f"{html.escape(money_text(cost['idle_blocked_cost']))}, the model server "
-        f"{html.escape(money_text(cost['idle_model_cost']))}, with no call in flight "
-        f"{html.escape(money_text(cost['idle_unattributed_cost']))}; at this load, per day "
-        f"{html.escape(money_text(cost['idle_cost'] * cost['per_day_scale']))}</p>"
-        f'<p class="source">prices: {html.escape(cost["source"])}</p>{unpriced}'
+        f"idle {html.escape(money_text(cost.idle_cost))}: blocked by tools "
+        f"{html.escape(money_text(cost.idle_blocked_cost))}, the model server "
+        f"{html.escape(money_text(cost.idle_model_cost))}, with no call in flight "
+        f"{html.escape(money_text(cost.idle_unattributed_cost))}; at this load, per day "
+        f"{html.escape(money_text(cost.idle_cost * cost.per_day_scale))}</p>"
+        f'<p class="source">prices: {html.escape(cost.source)}</p>{unpriced}'
         '<table id="cost-table"><thead><tr><th>tool</th><th>GPU-hours</th><th>cost</th>'
         "<th>GPU-hours a day</th><th>cost a day</th></tr></thead>"
         f"<tbody>{rows}</tbody></table></section>"
     )
 
 
-def _executors_table(report: dict) -> str:
-    if not report["executors"]:
+def _executors_table(report: Report) -> str:
+    if not report.executors:
         return ""
     rows = "".join(
-        f'<tr><td class="name">{html.escape(e["executor"])}</td>{_cell(e["submissions"])}'
-        f"{_cell(e['wait_p95_s'], 3)}{_cell(e['queued_calls'])}{_cell(e['max_queue_depth'])}"
-        f"{_cell(e['max_concurrent_exec'])}{_cell(e['peak_in_flight'])}"
-        f"{_cell('?' if e['max_workers'] is None else e['max_workers'])}</tr>"
-        for e in report["executors"]
+        f'<tr><td class="name">{html.escape(e.executor)}</td>{_cell(e.submissions)}'
+        f"{_cell(e.wait_p95_s, 3)}{_cell(e.queued_calls)}{_cell(e.max_queue_depth)}"
+        f"{_cell(e.max_concurrent_exec)}{_cell(e.peak_in_flight)}"
+        f"{_cell('?' if e.max_workers is None else e.max_workers)}</tr>"
+        for e in report.executors
     )
     return (
         '<section id="executors"><h2>Executors</h2><table id="executors-table"><thead><tr><th>executor</th>'

@@ -6,7 +6,7 @@ Usage::
     held = KvCacheHeld(traces.kv_windows)
     for attribution in attributions:
         held.add(attribution)
-    held.to_json()["tools"]   # per tool: the share of the cache in use while it blocked the idle GPU
+    KvCache.of(held).tools   # per tool: the share of the cache in use while it blocked the idle GPU (report.parts)
 
 Where a model server's metrics are read (``model_server_metrics``), each
 ``gpu.idle`` window's span carries the server's mean KV-cache usage during
@@ -91,22 +91,3 @@ class KvCacheHeld:
             tool = share.call.tool
             self.blocked_s[tool] = self.blocked_s.get(tool, 0.0) + share.blocked_s
             self.tool_held_s[tool] = self.tool_held_s.get(tool, 0.0) + usage * share.blocked_s
-
-    def to_json(self) -> dict:
-        tools = sorted(self.tool_held_s, key=lambda tool: (-self.tool_held_s[tool], tool))
-        return {
-            "windows": self.matched,
-            "idle_s": round(self.idle_s, 6),
-            "kv_cache_usage_avg": round(self.held_s / self.idle_s, 4) if self.idle_s else None,
-            "tools": [
-                {
-                    "tool": tool,
-                    "gpu_idle_blocked_s": round(self.blocked_s[tool], 6),
-                    "kv_cache_held_s": round(self.tool_held_s[tool], 6),
-                    "kv_cache_held_share": round(self.tool_held_s[tool] / self.blocked_s[tool], 4)
-                    if self.blocked_s[tool]
-                    else None,
-                }
-                for tool in tools
-            ],
-        }

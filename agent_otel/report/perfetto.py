@@ -32,7 +32,8 @@ from typing import Optional, Sequence
 
 from agent_otel.attribution import gpu_key
 from agent_otel.records import ToolCall
-from agent_otel.report.analysis import Analysis, rfc3339
+from agent_otel.report.analysis import Analysis
+from agent_otel.report.parts import Report, report_parts
 from agent_otel.report.stats import assign_rows
 from agent_otel.semconv import PHASE_EXEC, PHASE_QUEUE, SPAN_GPU_IDLE
 
@@ -43,6 +44,8 @@ MODELS_NAME = "Models"
 
 
 def trace_events(analysis: Analysis) -> dict:
+    """Every record drawn (from the analysis), on the tracks of the report's parts."""
+    report = report_parts(analysis)
     origin = analysis.start_ns
 
     def us(ns: int) -> float:
@@ -51,7 +54,7 @@ def trace_events(analysis: Analysis) -> dict:
     events: list[dict] = []
     _name(events, "process_name", GPU_PID, None, "GPUs")
     gpu_tid: dict[str, int] = {}
-    for number, gpu in enumerate(sorted({g.gpu for g in analysis.gpus} | set(analysis.samples)), start=1):
+    for number, gpu in enumerate(sorted({g.gpu for g in report.gpus} | set(analysis.samples)), start=1):
         gpu_tid[gpu] = number
         label = f"GPU {gpu} (simulated)" if gpu in analysis.simulated_gpus else f"GPU {gpu}"
         _name(events, "thread_name", GPU_PID, number, f"{label} idle")
@@ -87,7 +90,7 @@ def trace_events(analysis: Analysis) -> dict:
         )
 
     tracks = _call_tracks(analysis.calls, events)
-    _turns_and_models(analysis, events, us, first_pid=max((t[0] for t in tracks.values()), default=GPU_PID) + 1)
+    _turns_and_models(analysis, report, events, us, first_pid=max((t[0] for t in tracks.values()), default=GPU_PID) + 1)
     blocked = analysis.blocked_by_call()
     for call in analysis.calls:
         pid, queue_tid, exec_tid = tracks[id(call)]
@@ -125,7 +128,7 @@ def trace_events(analysis: Analysis) -> dict:
         "displayTimeUnit": "ms",
         "otherData": {
             "origin_unix_ns": str(origin),
-            "window_start": rfc3339(origin) if analysis.span_count else None,
+            "window_start": report.window.start,
             "generator": "agent-otel report",
         },
     }
@@ -168,7 +171,7 @@ def _call_tracks(calls: Sequence[ToolCall], events: list[dict]) -> dict[int, tup
     return tracks
 
 
-def _turns_and_models(analysis: Analysis, events: list[dict], us, first_pid: int) -> None:
+def _turns_and_models(analysis: Analysis, report: Report, events: list[dict], us, first_pid: int) -> None:
     """The turns, then the model calls, each in a process of its own after the executors."""
     turns = sorted(analysis.turns, key=lambda t: t.start_ns)
     if turns:
@@ -202,7 +205,7 @@ def _turns_and_models(analysis: Analysis, events: list[dict], us, first_pid: int
         pid = first_pid
         _name(events, "process_name", pid, None, MODELS_NAME)
         next_tid = 1
-        for stats in analysis.models:
+        for stats in report.models:
             calls = [c for c in analysis.model_calls if c.model == stats.model]
             rows = assign_rows([(c.start_ns, c.end_ns) for c in calls])
             for row in range(max(rows) + 1):

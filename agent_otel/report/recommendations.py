@@ -90,7 +90,6 @@ import numpy as np
 
 from agent_otel.records import NS_PER_S
 from agent_otel.remedies.suggest import (
-    DOCS,
     MIDDLE_TIER_P99S,
     QUEUE_PER_WORKER,
     TIMEOUT_P99S,
@@ -175,16 +174,6 @@ class Recommendation:
     def remedy(self) -> Optional[str]:
         """The agent-otel code that applies it (docs/remedies.md), if any."""
         return snippet_for(self.kind, self.evidence)
-
-    def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "subject": self.subject,
-            "message": self.message,
-            "evidence": self.evidence,
-            "remedy": self.remedy,
-            "docs": DOCS[self.kind],
-        }
 
 
 def recommend(analysis: Analysis) -> list[Recommendation]:

@@ -90,13 +90,6 @@ class SplitTotals:
         for part in PARTS:
             setattr(self, part, getattr(self, part) + getattr(split, part))
 
-    def to_json(self) -> dict:
-        return {
-            "model_calls": self.calls,
-            "seconds": round(self.seconds, 6),
-            **{part: round(getattr(self, part), 6) for part in PARTS},
-        }
-
 
 @dataclass
 class ServerSpans:
@@ -125,19 +118,6 @@ class ServerSpans:
             for split in self.splits:
                 self._index[split.call.trace_id].append(split)
         return self._index
-
-    def to_json(self) -> dict:
-        return {
-            "requests": self.requests,
-            "joined_by_parent": self.joined_by_parent,
-            "joined_by_time": self.joined_by_time,
-            "unjoined": self.unjoined,
-            **self.totals.to_json(),
-            "models": [
-                {"model": model, **totals.to_json()}
-                for model, totals in sorted(self.models.items(), key=lambda item: (-item[1].seconds, item[0]))
-            ],
-        }
 
 
 def _overlap(call: ModelCall, request: ServerRequest) -> int:

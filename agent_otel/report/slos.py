@@ -38,20 +38,6 @@ class SloCompliance:
         """Calls over the threshold per call the objective allows over it."""
         return (1 - self.compliance) / self.slo.error_budget
 
-    def to_json(self) -> dict:
-        return {
-            "tool": self.tool,
-            "threshold_s": self.slo.threshold_s,
-            "objective": self.slo.objective,
-            "calls": self.calls,
-            "within": self.within,
-            "over": self.calls - self.within,
-            "compliance": round(self.compliance, 4),
-            "budget_spent": round(self.budget_spent, 4),
-            "met": not self.breaks,
-            "on_bucket_bound": self.slo.on_bucket_bound,
-        }
-
 
 def compliance(durations: dict[str, Sequence[float]], slos: Slos) -> list[SloCompliance]:
     """``durations``: each tool's call durations (seconds), sorted. Breaking tools first."""

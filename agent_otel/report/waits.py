@@ -36,7 +36,6 @@ from typing import Optional, Sequence
 
 from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
 from agent_otel.report.calls import CallTable
-from agent_otel.semconv import BLOCKED_BY_UNKNOWN as UNKNOWN
 
 CPU_BOUND_SHARE = 0.6
 IO_BOUND_SHARE = 0.25
@@ -200,42 +199,3 @@ def loop_block_stats(blocks: Sequence[LoopBlock]) -> tuple[dict[Optional[str], L
         loop.by_tool[block.tool] = loop.by_tool.get(block.tool, 0.0) + block.seconds
     loops = sorted(by_thread.values(), key=lambda loop: (-loop.blocked_s, loop.thread))
     return by_tool, loops
-
-
-def _s(seconds: float) -> float:
-    return round(seconds, 6)
-
-
-def _ratio(value: Optional[float]) -> Optional[float]:
-    return None if value is None else round(value, 4)
-
-
-def tool_json(cpu: Optional[CpuStats], loop: Optional[LoopBlockStats], loop_idle_s: float) -> dict:
-    """The keys a tool's entry in the report's JSON gains from these stats."""
-    return {
-        "exec_cpu_s": None if cpu is None else _s(cpu.all.cpu_s),
-        "exec_cpu_share": None if cpu is None else _ratio(cpu.share),
-        "exec_cpu_share_alone": None if cpu is None else _ratio(cpu.alone_share),
-        "exec_cpu_share_parallel": None if cpu is None else _ratio(cpu.parallel_share),
-        "wait_kind": None if cpu is None else cpu.kind,
-        "loop_blocks": 0 if loop is None else loop.blocks,
-        "loop_blocked_s": 0.0 if loop is None else _s(loop.blocked_s),
-        "loop_blocked_longest_s": 0.0 if loop is None else _s(loop.longest_s),
-        "gpu_idle_blocked_loop_s": _s(loop_idle_s),
-    }
-
-
-def loops_json(loops: Sequence[LoopStats]) -> list[dict]:
-    return [
-        {
-            "thread": loop.thread,
-            "blocks": loop.blocks,
-            "blocked_s": _s(loop.blocked_s),
-            "longest_s": _s(loop.longest_s),
-            "by_tool": [
-                {"tool": tool if tool is not None else UNKNOWN, "blocked_s": _s(seconds)}
-                for tool, seconds in sorted(loop.by_tool.items(), key=lambda item: (-item[1], item[0] or ""))
-            ],
-        }
-        for loop in loops
-    ]
