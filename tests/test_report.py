@@ -581,7 +581,7 @@ def test_attribution_in_groups_gives_the_same_blame(monkeypatch):
 
     from agent_otel.records import IdleWindow, ToolCall
     from agent_otel.report import analysis as analysis_module
-    from agent_otel.report.calls import CallTable
+    from agent_otel.spans.calls import CallTable
 
     rng = random.Random(3)
     calls, windows = [], []

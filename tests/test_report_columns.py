@@ -17,7 +17,7 @@ import pytest
 
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, ToolCall
 from agent_otel.report import analysis as analysis_module
-from agent_otel.report.calls import CallTable
+from agent_otel.spans.calls import CallTable
 from agent_otel.report.columns import CallColumns, Names, seconds_sorted, total
 from agent_otel.spans.ids import distinct, distinct_ids, rows_in
 from agent_otel.report.stats import max_overlap, peak_depth
@@ -169,7 +169,7 @@ def sum_in_order(values) -> float:
 
 
 def test_the_call_table_gives_back_the_records_it_was_given():
-    """report/calls.py: the reader's columns make the same ToolCall records,
+    """spans/calls.py: the reader's columns make the same ToolCall records,
     however they are reached (index, slice, iteration, rows), before and
     after a selection, with sparse columns filled in when a value comes."""
     rng = random.Random(7)

@@ -1,4 +1,4 @@
-"""One call, one record: the spans several instrumentations made of one call are merged (report.peers).
+"""One call, one record: the spans several instrumentations made of one call are merged (spans.peers).
 
 Each run states its timeline in seconds; the report reads it back from the
 OTLP/JSON file the real SDK wrote.

@@ -104,7 +104,7 @@ from agent_otel.semconv import EXECUTOR_DIRECT
 
 if TYPE_CHECKING:
     from agent_otel.records import ToolCall
-    from agent_otel.report.calls import CallTable
+    from agent_otel.spans.calls import CallTable
     from agent_otel.report.analysis import Analysis, ToolStats
     from agent_otel.report.reader import InnerFailures
 
