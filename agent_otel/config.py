@@ -30,10 +30,10 @@ from typing import Any, Callable, Optional, Protocol, Union, get_args, get_origi
 
 from agent_otel import prices
 from agent_otel.errors import AgentOtelError, ConfigError
+from agent_otel.semconv import GPU_SOURCE_REPLAY, GPU_SOURCES
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
-REPLAY_PREFIX = "replay:"
 _KEY = "agent_otel"
 _KEEP_DEFAULT = object()  # a list setting given as empty keeps its default
 
@@ -60,7 +60,16 @@ def setting(default: Any, help: str, **declaration: Any) -> Any:
     return field(default=default, metadata={_KEY: Declaration(help, **declaration)})
 
 
-GPU_SOURCES = ("auto", "nvml", "simulated", REPLAY_PREFIX + "PATH", "model_server", "off")
+# The gpu setting's values: auto, each GPU source of semconv.GPU_SOURCES (a
+# replay with its log's path: replay:PATH), off.
+GPU_AUTO = "auto"
+GPU_OFF = "off"
+REPLAY_PREFIX = GPU_SOURCE_REPLAY + ":"
+GPU_CHOICES = (
+    GPU_AUTO,
+    *(REPLAY_PREFIX + "PATH" if kind == GPU_SOURCE_REPLAY else kind for kind in GPU_SOURCES),
+    GPU_OFF,
+)
 
 
 @dataclass(frozen=True)
@@ -188,7 +197,7 @@ class Settings:
         "`auto` (NVML if a GPU is found, else the model server's metrics if `model_server_metrics` names them, "
         "else off), `nvml`, `simulated`, `replay:PATH`, `model_server` (its metrics alone), `off`",
         env=("AGENT_OTEL_GPU",),
-        choices=GPU_SOURCES,
+        choices=GPU_CHOICES,
     )
     gpu_devices: Optional[tuple[str, ...]] = setting(
         None, "comma list of GPU indexes or UUIDs", env=("AGENT_OTEL_GPU_DEVICES",), if_empty=None, shown_default="all"

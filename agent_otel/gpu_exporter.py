@@ -33,12 +33,13 @@ from agent_otel.attribution.service import DEFAULT_WATERMARK_S
 from agent_otel.errors import ConfigError
 from agent_otel.instrumentation import declared_gpu_pool, start
 from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
+from agent_otel.semconv import GPU_SOURCE_NVML
 
 # Where the exporter differs from instrument(): it samples NVML (a GPU host
 # without one is a mistake worth a non-zero exit), serves /metrics on the
 # port DCGM's exporter leaves free, names itself, and hooks no tool calls.
 # The environment variables still win over these.
-DEFAULTS = {"gpu": "nvml", "prometheus_port": 9400, "service_name": "agent-otel-gpu-exporter"}
+DEFAULTS = {"gpu": GPU_SOURCE_NVML, "prometheus_port": 9400, "service_name": "agent-otel-gpu-exporter"}
 FIXED = {"instrument_executors": False, "frameworks": ()}
 
 # option -> (the setting it sets, metavar)

@@ -29,7 +29,7 @@ from agent_otel import clock, forks, host, sinks
 from agent_otel.background import Background
 from agent_otel.capture import executors, frameworks, models, recorder as _recorder
 from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
-from agent_otel.config import Settings, load_settings
+from agent_otel.config import GPU_AUTO, GPU_OFF, Settings, load_settings
 from agent_otel.errors import AgentOtelError, ConfigError
 from agent_otel.pipeline import Pipeline
 from agent_otel.records import ToolCall
@@ -40,6 +40,7 @@ from agent_otel.exporters.prometheus import LiveReadings, Metrics, MetricsServer
 from agent_otel.semconv import (
     AGENT_GPU_POOL,
     AGENT_PROCESS_CPU_COUNT,
+    GPU_SOURCE_NVML,
     GPU_SOURCE_SIMULATED,
     SCOPE_NAME,
     SERVICE_NAME,
@@ -186,14 +187,14 @@ class Instrumentation:
         if self.loop_monitor is not None:
             self.background.append(self.loop_monitor)
             self.loop_monitor.install()  # hooks asyncio now, or when the application imports it
-        if settings.gpu in ("auto", "nvml") and not self.gpu_pool:
+        if settings.gpu in (GPU_AUTO, GPU_SOURCE_NVML) and not self.gpu_pool:
             # Whether there is a GPU is NVML's answer: loading NVML takes tens of
             # milliseconds, and a wedged driver never answers. Asked on a thread
             # of its own: instrument() returns first, and never waits for it.
             starter = GpuStart(self)
             self.background.append(starter)
             starter.start()
-        elif settings.gpu != "off" and not self.gpu_pool:
+        elif settings.gpu != GPU_OFF and not self.gpu_pool:
             _start_named_gpu(self)  # a simulated GPU, a replayed log: opened now, its errors said here
         # Last, so that in a forked child it runs after every part above put itself right.
         forks.after_fork_in_child(self.reinit_after_fork)
@@ -555,7 +556,7 @@ def start(settings: Settings, problems: Optional[list[AgentOtelError]] = None) -
         if not settings.gpu_pool and not isinstance(trace_api.get_tracer_provider(), TracerProvider):
             detected = Resource.create()
         gpu_pool = declared_gpu_pool(settings, detected)
-        if gpu_pool and settings.gpu not in ("auto", "off"):
+        if gpu_pool and settings.gpu not in (GPU_AUTO, GPU_OFF):
             refused(
                 ConfigError(
                     "gpu",
@@ -564,7 +565,7 @@ def start(settings: Settings, problems: Optional[list[AgentOtelError]] = None) -
                     "sampled and blamed by its blame service, agent-otel gpu-exporter --pool",
                 )
             )
-            settings = dataclasses.replace(settings, gpu="auto")
+            settings = dataclasses.replace(settings, gpu=GPU_AUTO)
         handle = Instrumentation(settings, gpu_pool, refused, detected)
         if handle.failure is not None:
             return handle  # shut down, uninstrumented

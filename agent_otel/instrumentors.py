@@ -32,7 +32,8 @@ class FrameworkInstrumentor(BaseInstrumentor):
     application's ``agent_otel.uninstrument()`` removes everything.
     """
 
-    framework: str = ""  # the name in agent_otel.capture.frameworks.FRAMEWORKS
+    # Set per framework from its agent_otel.capture.frameworks.FRAMEWORKS entry:
+    framework: str = ""  # its name there
     requirement: str = ""  # the versions the hook understands
     module: str = ""  # the framework's import name
 
@@ -51,57 +52,22 @@ class FrameworkInstrumentor(BaseInstrumentor):
         frameworks.uninstrument_frameworks((self.framework,))
 
 
-class LangChainInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_langchain``."""
-
-    framework = "langchain"
-    requirement = "langchain-core >= 1.8, < 2"
-    module = "langchain_core"
-
-
-class OpenAIAgentsInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_openai_agents``."""
-
-    framework = "openai_agents"
-    requirement = "openai-agents >= 0.24, < 0.25"
-    module = "agents"
-
-
-class LlamaIndexInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_llamaindex``."""
-
-    framework = "llamaindex"
-    requirement = "llama-index-core >= 0.14.25, < 0.15"
-    module = "llama_index.core"
+def _instrumentor(name: str, framework: frameworks.Framework) -> type[FrameworkInstrumentor]:
+    return type(
+        framework.instrumentor,
+        (FrameworkInstrumentor,),
+        {
+            "__doc__": f"``opentelemetry-instrument`` entry point ``{frameworks.ENTRY_POINT_PREFIX}{name}``.",
+            "__module__": __name__,
+            "__qualname__": framework.instrumentor,
+            "framework": name,
+            "requirement": framework.requirement,
+            "module": framework.module,
+        },
+    )
 
 
-class McpInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_mcp``."""
-
-    framework = "mcp"
-    requirement = "mcp >= 2.3, < 3"
-    module = "mcp"
-
-
-class SmolagentsInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_smolagents``."""
-
-    framework = "smolagents"
-    requirement = "smolagents >= 1.26, < 2"
-    module = "smolagents"
-
-
-class PydanticAIInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_pydantic_ai``."""
-
-    framework = "pydantic_ai"
-    requirement = "pydantic-ai-slim >= 2.68, < 3"
-    module = "pydantic_ai"
-
-
-class CrewAIInstrumentor(FrameworkInstrumentor):
-    """``opentelemetry-instrument`` entry point ``agent_otel_crewai``."""
-
-    framework = "crewai"
-    requirement = "crewai >= 1.15, < 2"
-    module = "crewai"
+# One class per framework of the registry (LangChainInstrumentor, ...), the
+# entry points pyproject.toml names.
+INSTRUMENTORS = {name: _instrumentor(name, framework) for name, framework in frameworks.FRAMEWORKS.items()}
+globals().update({cls.__name__: cls for cls in INSTRUMENTORS.values()})

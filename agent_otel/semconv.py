@@ -251,7 +251,8 @@ EXECUTOR_ANYIO: Final = "anyio"  # anyio's worker threads (anyio.to_thread.run_s
 
 POOL_REJECTION_CALLER_RUNS: Final = "caller_runs"
 
-# agent.gpu.source: the GPU source's kind (agent_otel.gpu.sources).
+# Every GPU source, by kind: agent.gpu.source's values and, beside auto and
+# off, the gpu setting's (config.GPU_CHOICES); agent_otel.gpu.sources opens each.
 GPU_SOURCE_NVML: Final = "nvml"
 GPU_SOURCE_SIMULATED: Final = "simulated"
 GPU_SOURCE_REPLAY: Final = "replay"
@@ -351,6 +352,19 @@ GAUGE: Final = "gauge"
 HISTOGRAM: Final = "histogram"
 
 
+# How the Prometheus exporter keeps a metric (MetricSpec.kept): a
+# prometheus_client metric; one of those kept together, updated together under
+# Metrics.lock and collected in one hold of it (the GPU's idle time and its
+# blame add up in every scrape); a plain table the pipeline thread counts
+# (exporters.prometheus.PipelineCounter, PipelineHistogram); or computed when
+# Prometheus scrapes, from live tables.
+KEPT_CLIENT: Final = "client"
+KEPT_TOGETHER: Final = "together"
+KEPT_PIPELINE: Final = "pipeline"
+KEPT_SCRAPE: Final = "scrape"
+KEPT: Final = (KEPT_CLIENT, KEPT_TOGETHER, KEPT_PIPELINE, KEPT_SCRAPE)
+
+
 class MetricSpec(NamedTuple):
     """One Prometheus metric: its name as scraped and queried (counters end in
     ``_total``), type, labels, help text and, for a histogram, bucket bounds."""
@@ -362,6 +376,12 @@ class MetricSpec(NamedTuple):
     buckets: tuple[float, ...] = ()
     remedy: bool = False  # exported by the remedies of docs/remedies.md, beyond the core contract
     blame_service: bool = False  # exported by the blame service of a GPU pool (agent-otel gpu-exporter --pool) only
+    # How agent_otel.exporters.prometheus keeps it (one of KEPT), and the
+    # attribute its counting code reaches it by (on Metrics, on
+    # Metrics.remedies for a remedy's, on BlameServiceMetrics for the blame
+    # service's); none for a metric computed when Prometheus scrapes.
+    kept: str = KEPT_CLIENT
+    attribute: str = ""
 
     def series(self) -> tuple[str, ...]:
         """The series names a query may use: a histogram's ``_bucket``, ``_count`` and ``_sum``."""
@@ -435,17 +455,27 @@ _TOOL = (LABEL_TOOL,)
 _EXECUTOR = (LABEL_EXECUTOR,)
 _GPU = (LABEL_GPU,)
 
-# Every metric, by name, in the order of docs/telemetry.md.
+# Every metric, by name, in the order /metrics shows them (docs/telemetry.md groups
+# them by subject).
 METRICS: Final[dict[str, MetricSpec]] = {
     spec.name: spec
     for spec in (
-        MetricSpec(METRIC_TOOL_CALLS, COUNTER, (LABEL_TOOL, LABEL_OUTCOME), "Tool calls by outcome."),
+        MetricSpec(
+            METRIC_TOOL_CALLS,
+            COUNTER,
+            (LABEL_TOOL, LABEL_OUTCOME),
+            "Tool calls by outcome.",
+            kept=KEPT_PIPELINE,
+            attribute="calls",
+        ),
         MetricSpec(
             METRIC_TOOL_DURATION,
             HISTOGRAM,
             _TOOL,
             f"Tool call duration, request to result ({GEN_AI_EXECUTE_TOOL_DURATION}).",
             DURATION_BUCKETS,
+            kept=KEPT_PIPELINE,
+            attribute="duration",
         ),
         MetricSpec(
             METRIC_TOOL_QUEUE,
@@ -453,36 +483,108 @@ METRICS: Final[dict[str, MetricSpec]] = {
             (LABEL_TOOL, LABEL_EXECUTOR),
             "Time a tool call waited for an executor worker.",
             DURATION_BUCKETS,
+            kept=KEPT_PIPELINE,
+            attribute="queue",
         ),
-        MetricSpec(METRIC_TOOL_EXEC, HISTOGRAM, _TOOL, "Time a tool call ran.", DURATION_BUCKETS),
         MetricSpec(
-            METRIC_TOOL_INFLIGHT, GAUGE, (LABEL_TOOL, LABEL_PHASE), "Tool calls requested and not finished, by phase."
+            METRIC_TOOL_EXEC,
+            HISTOGRAM,
+            _TOOL,
+            "Time a tool call ran.",
+            DURATION_BUCKETS,
+            kept=KEPT_PIPELINE,
+            attribute="exec",
         ),
-        MetricSpec(METRIC_EXECUTOR_QUEUE_DEPTH, GAUGE, _EXECUTOR, "Submissions waiting for a worker."),
-        MetricSpec(METRIC_EXECUTOR_ACTIVE_WORKERS, GAUGE, _EXECUTOR, "Workers running a submission."),
-        MetricSpec(METRIC_EXECUTOR_MAX_WORKERS, GAUGE, _EXECUTOR, "Workers the executor may start."),
         MetricSpec(
-            METRIC_EXECUTOR_WAIT, HISTOGRAM, _EXECUTOR, "Time any submission waited for a worker.", DURATION_BUCKETS
+            METRIC_TOOL_INFLIGHT,
+            GAUGE,
+            (LABEL_TOOL, LABEL_PHASE),
+            "Tool calls requested and not finished, by phase.",
+            kept=KEPT_SCRAPE,
         ),
-        MetricSpec(METRIC_GPU_UTILIZATION, GAUGE, _GPU, "GPU utilization, last sample (0..1)."),
-        MetricSpec(METRIC_GPU_IDLE, COUNTER, _GPU, "GPU idle time in idle windows."),
+        MetricSpec(
+            METRIC_EXECUTOR_QUEUE_DEPTH, GAUGE, _EXECUTOR, "Submissions waiting for a worker.", kept=KEPT_SCRAPE
+        ),
+        MetricSpec(METRIC_EXECUTOR_ACTIVE_WORKERS, GAUGE, _EXECUTOR, "Workers running a submission.", kept=KEPT_SCRAPE),
+        MetricSpec(METRIC_EXECUTOR_MAX_WORKERS, GAUGE, _EXECUTOR, "Workers the executor may start.", kept=KEPT_SCRAPE),
+        MetricSpec(
+            METRIC_EXECUTOR_WAIT,
+            HISTOGRAM,
+            _EXECUTOR,
+            "Time any submission waited for a worker.",
+            DURATION_BUCKETS,
+            kept=KEPT_PIPELINE,
+            attribute="executor_wait",
+        ),
+        MetricSpec(
+            METRIC_GPU_IDLE, COUNTER, _GPU, "GPU idle time in idle windows.", kept=KEPT_TOGETHER, attribute="gpu_idle"
+        ),
         MetricSpec(
             METRIC_GPU_IDLE_BLOCKED,
             COUNTER,
             (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
             "GPU idle time while tool calls were in flight, by tool and phase.",
+            kept=KEPT_TOGETHER,
+            attribute="gpu_idle_blocked",
         ),
         MetricSpec(
             METRIC_GPU_IDLE_UNATTRIBUTED,
             COUNTER,
             _GPU,
             "GPU idle time with neither a model call nor a tool call in flight.",
+            kept=KEPT_TOGETHER,
+            attribute="gpu_idle_unattributed",
+        ),
+        MetricSpec(
+            METRIC_GPU_UNDERUSED,
+            COUNTER,
+            _GPU,
+            "GPU capacity left unused, (1 - utilization) x time, in GPU-seconds (idle windows included).",
+            kept=KEPT_TOGETHER,
+            attribute="gpu_underused",
+        ),
+        MetricSpec(
+            METRIC_GPU_UNDERUSED_BLOCKED,
+            COUNTER,
+            (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
+            "Unused GPU capacity while tool calls were in flight, by tool and phase.",
+            kept=KEPT_TOGETHER,
+            attribute="gpu_underused_blocked",
+        ),
+        MetricSpec(
+            METRIC_GPU_UNDERUSED_UNATTRIBUTED,
+            COUNTER,
+            _GPU,
+            "Unused GPU capacity with neither a model call nor a tool call in flight.",
+            kept=KEPT_TOGETHER,
+            attribute="gpu_underused_unattributed",
         ),
         MetricSpec(
             METRIC_GPU_IDLE_MODEL,
             COUNTER,
             (LABEL_GPU, LABEL_MODEL, LABEL_PHASE),
             "GPU idle time while model calls of its pool were in flight (the model server's share), by model and phase.",
+            kept=KEPT_TOGETHER,
+            attribute="gpu_idle_model",
+        ),
+        MetricSpec(
+            METRIC_GPU_UNDERUSED_MODEL,
+            COUNTER,
+            (LABEL_GPU, LABEL_MODEL, LABEL_PHASE),
+            "Unused GPU capacity while model calls of its pool were in flight, by model and phase.",
+            kept=KEPT_TOGETHER,
+            attribute="gpu_underused_model",
+        ),
+        MetricSpec(
+            METRIC_GPU_MISSING,
+            COUNTER,
+            _GPU,
+            "GPU time whose utilization samples were lost: neither idle nor busy.",
+            kept=KEPT_TOGETHER,
+            attribute="gpu_missing",
+        ),
+        MetricSpec(
+            METRIC_GPU_UTILIZATION, GAUGE, _GPU, "GPU utilization, last sample (0..1).", attribute="gpu_utilization"
         ),
         MetricSpec(
             METRIC_GPU_MODEL_IDLE_RATIO,
@@ -490,82 +592,45 @@ METRICS: Final[dict[str, MetricSpec]] = {
             _GPU,
             "Share of the time model calls were in flight that the GPU read idle (over ~0.2: the GPU data contradicts "
             "the model calls).",
+            attribute="gpu_model_idle_ratio",
         ),
         MetricSpec(
-            METRIC_GPU_UNDERUSED,
-            COUNTER,
-            _GPU,
-            "GPU capacity left unused, (1 - utilization) x time, in GPU-seconds (idle windows included).",
-        ),
-        MetricSpec(
-            METRIC_GPU_UNDERUSED_BLOCKED,
-            COUNTER,
-            (LABEL_GPU, LABEL_TOOL, LABEL_PHASE),
-            "Unused GPU capacity while tool calls were in flight, by tool and phase.",
-        ),
-        MetricSpec(
-            METRIC_GPU_UNDERUSED_UNATTRIBUTED,
-            COUNTER,
-            _GPU,
-            "Unused GPU capacity with neither a model call nor a tool call in flight.",
-        ),
-        MetricSpec(
-            METRIC_GPU_UNDERUSED_MODEL,
-            COUNTER,
-            (LABEL_GPU, LABEL_MODEL, LABEL_PHASE),
-            "Unused GPU capacity while model calls of its pool were in flight, by model and phase.",
-        ),
-        MetricSpec(
-            METRIC_SPANS_DROPPED,
-            COUNTER,
-            (LABEL_KIND,),
-            "Spans no sink could take (export queue full, export failed), by kind of span.",
-        ),
-        MetricSpec(METRIC_GPU_ERRORS, COUNTER, (LABEL_REASON,), "GPU sampling problems, by reason."),
-        MetricSpec(
-            METRIC_GPU_MISSING, COUNTER, _GPU, "GPU time whose utilization samples were lost: neither idle nor busy."
+            METRIC_GPU_ERRORS, COUNTER, (LABEL_REASON,), "GPU sampling problems, by reason.", attribute="gpu_errors"
         ),
         MetricSpec(
             METRIC_GPU_STATE,
             GAUGE,
             (LABEL_GPU, LABEL_STATE, LABEL_REASON),
             "1 for each sampled GPU, in its sampling state now (ok, error, lost, stuck) and why.",
-        ),
-        MetricSpec(
-            METRIC_LOOP_BLOCKED,
-            COUNTER,
-            _TOOL,
-            "Time an asyncio event loop was blocked, by the tool call that blocked it (unknown: none).",
-        ),
-        MetricSpec(
-            METRIC_LOOP_LAG,
-            GAUGE,
-            (LABEL_THREAD,),
-            "How late the event loop's latest heartbeat ran; while it is blocked, how long so far.",
+            kept=KEPT_SCRAPE,
         ),
         MetricSpec(
             METRIC_GPU_HOUR_PRICE,
             GAUGE,
             _GPU,
             "What an hour of the GPU costs (the gpu_hour_price setting); absent without a price.",
+            attribute="gpu_hour_price",
         ),
         MetricSpec(
             METRIC_SERVER_RUNNING,
             GAUGE,
             (LABEL_SERVER,),
             "Requests the model server is running, at its latest scrape.",
+            attribute="server_running",
         ),
         MetricSpec(
             METRIC_SERVER_WAITING,
             GAUGE,
             (LABEL_SERVER,),
             "Requests queued at the model server (waiting to run), at its latest scrape.",
+            attribute="server_waiting",
         ),
         MetricSpec(
             METRIC_SERVER_KV_CACHE,
             GAUGE,
             (LABEL_SERVER,),
             "Share of the model server's KV cache in use (0..1), at its latest scrape.",
+            attribute="server_kv_cache",
         ),
         MetricSpec(
             METRIC_GPU_IDLE_KV_CACHE_HELD,
@@ -573,10 +638,44 @@ METRICS: Final[dict[str, MetricSpec]] = {
             (LABEL_GPU, LABEL_TOOL),
             "The model server's KV cache in use while the GPU idled (share, 0..1) times the idle time blamed on "
             "each tool: cache held by requests waiting on that tool, in cache-seconds.",
+            attribute="gpu_idle_kv_cache_held",
         ),
-        MetricSpec(METRIC_TOOL_FALLBACKS, COUNTER, _TOOL, "Tool calls answered by their fallback.", remedy=True),
         MetricSpec(
-            METRIC_TOOL_RETRIES, COUNTER, _TOOL, "Tool call attempts retried after a failure or timeout.", remedy=True
+            METRIC_SPANS_DROPPED,
+            COUNTER,
+            (LABEL_KIND,),
+            "Spans no sink could take (export queue full, export failed), by kind of span.",
+            attribute="spans_dropped",
+        ),
+        MetricSpec(
+            METRIC_LOOP_BLOCKED,
+            COUNTER,
+            _TOOL,
+            "Time an asyncio event loop was blocked, by the tool call that blocked it (unknown: none).",
+            attribute="loop_blocked",
+        ),
+        MetricSpec(
+            METRIC_LOOP_LAG,
+            GAUGE,
+            (LABEL_THREAD,),
+            "How late the event loop's latest heartbeat ran; while it is blocked, how long so far.",
+            kept=KEPT_SCRAPE,
+        ),
+        MetricSpec(
+            METRIC_TOOL_FALLBACKS,
+            COUNTER,
+            _TOOL,
+            "Tool calls answered by their fallback.",
+            remedy=True,
+            attribute="fallbacks",
+        ),
+        MetricSpec(
+            METRIC_TOOL_RETRIES,
+            COUNTER,
+            _TOOL,
+            "Tool call attempts retried after a failure or timeout.",
+            remedy=True,
+            attribute="retries",
         ),
         MetricSpec(
             METRIC_TOOL_REJECTIONS,
@@ -584,14 +683,40 @@ METRICS: Final[dict[str, MetricSpec]] = {
             (LABEL_TOOL, LABEL_EXECUTOR),
             "Submissions a full tool pool rejected.",
             remedy=True,
+            attribute="rejections",
         ),
-        MetricSpec(METRIC_TOOL_CACHE_HITS, COUNTER, _TOOL, "Tool calls answered from the result cache.", remedy=True),
         MetricSpec(
-            METRIC_TOOL_CACHE_MISSES, COUNTER, _TOOL, "Tool calls the result cache could not answer.", remedy=True
+            METRIC_TOOL_CACHE_HITS,
+            COUNTER,
+            _TOOL,
+            "Tool calls answered from the result cache.",
+            remedy=True,
+            attribute="cache_hits",
         ),
-        MetricSpec(METRIC_TOOL_CACHE_EVICTIONS, COUNTER, _TOOL, "Cached results dropped to make room.", remedy=True),
         MetricSpec(
-            METRIC_TOOL_BATCH_SIZE, HISTOGRAM, _TOOL, "Calls merged into one batch.", BATCH_SIZE_BUCKETS, remedy=True
+            METRIC_TOOL_CACHE_MISSES,
+            COUNTER,
+            _TOOL,
+            "Tool calls the result cache could not answer.",
+            remedy=True,
+            attribute="cache_misses",
+        ),
+        MetricSpec(
+            METRIC_TOOL_CACHE_EVICTIONS,
+            COUNTER,
+            _TOOL,
+            "Cached results dropped to make room.",
+            remedy=True,
+            attribute="cache_evicted",
+        ),
+        MetricSpec(
+            METRIC_TOOL_BATCH_SIZE,
+            HISTOGRAM,
+            _TOOL,
+            "Calls merged into one batch.",
+            BATCH_SIZE_BUCKETS,
+            remedy=True,
+            attribute="batch_size",
         ),
         MetricSpec(
             METRIC_TOOL_BATCH_WAIT,
@@ -600,6 +725,7 @@ METRICS: Final[dict[str, MetricSpec]] = {
             "Time a call waited for its batch to start.",
             BATCH_WAIT_BUCKETS,
             remedy=True,
+            attribute="batch_wait",
         ),
         MetricSpec(
             METRIC_EXECUTOR_ABANDONED_WORKERS,
@@ -607,6 +733,7 @@ METRICS: Final[dict[str, MetricSpec]] = {
             _EXECUTOR,
             "Workers still running a call whose caller stopped waiting (timed out).",
             remedy=True,
+            attribute="abandoned_workers",
         ),
         MetricSpec(
             METRIC_RECEIVED_SPANS,
@@ -614,6 +741,7 @@ METRICS: Final[dict[str, MetricSpec]] = {
             (LABEL_TRANSPORT,),
             "Spans received over OTLP, by transport.",
             blame_service=True,
+            attribute="received",
         ),
         MetricSpec(
             METRIC_REFUSED_SPANS,
@@ -622,6 +750,7 @@ METRICS: Final[dict[str, MetricSpec]] = {
             "Received spans refused: not tool spans, malformed, of another GPU pool, or ending too far ahead "
             "of this host's clock.",
             blame_service=True,
+            attribute="refused_spans",
         ),
         MetricSpec(
             METRIC_REFUSED_REQUESTS,
@@ -629,6 +758,7 @@ METRICS: Final[dict[str, MetricSpec]] = {
             (LABEL_TRANSPORT, LABEL_REASON),
             "OTLP requests refused whole: malformed, too large, unsupported, busy or failed.",
             blame_service=True,
+            attribute="refused_requests",
         ),
         MetricSpec(
             METRIC_LATE_SPANS,
@@ -636,14 +766,23 @@ METRICS: Final[dict[str, MetricSpec]] = {
             (LABEL_TOOL,),
             "Tool spans that arrived after the watermark had passed part of their call: that part is not blamed.",
             blame_service=True,
+            attribute="late",
         ),
-        MetricSpec(METRIC_BLAME_CALLS, GAUGE, (), "Finished tool calls held for attribution.", blame_service=True),
+        MetricSpec(
+            METRIC_BLAME_CALLS,
+            GAUGE,
+            (),
+            "Finished tool calls held for attribution.",
+            blame_service=True,
+            kept=KEPT_SCRAPE,
+        ),
         MetricSpec(
             METRIC_BLAME_CALLS_DROPPED,
             COUNTER,
             (),
             "Finished tool calls dropped to stay within the memory bound before they were blamed in full.",
             blame_service=True,
+            kept=KEPT_SCRAPE,
         ),
         MetricSpec(
             METRIC_SPAN_DELAY,
@@ -652,6 +791,7 @@ METRICS: Final[dict[str, MetricSpec]] = {
             "Seconds from a tool span's end (the sender's clock) to its arrival (this host's clock).",
             SPAN_DELAY_BUCKETS,
             blame_service=True,
+            attribute="delay",
         ),
         MetricSpec(
             METRIC_BLAME_LAG,
@@ -659,6 +799,7 @@ METRICS: Final[dict[str, MetricSpec]] = {
             (),
             "Seconds between now and the end of the GPU time blamed so far (the watermark, plus sampling delay).",
             blame_service=True,
+            kept=KEPT_SCRAPE,
         ),
     )
 }

@@ -30,7 +30,12 @@ from agent_otel.config import DEFAULTS
 from agent_otel.records import LoopBlock, ToolCall
 from agent_otel.semconv import (
     BLOCKED_BY_UNKNOWN,
+    COUNTER,
     EXEMPLAR_TRACE_ID,
+    HISTOGRAM,
+    KEPT_CLIENT,
+    KEPT_PIPELINE,
+    KEPT_TOGETHER,
     OTHER_TOOL,
     PHASE_EXEC,
     PHASE_QUEUE,
@@ -40,7 +45,7 @@ from agent_otel.semconv import (
 from agent_otel.text import LABEL_VALUE_LIMIT, valid_text
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+    from prometheus_client import CollectorRegistry
     from prometheus_client.core import GaugeMetricFamily
 
 logger = logging.getLogger("agent_otel")
@@ -53,22 +58,22 @@ REASON_LABEL_LIMIT = 64
 THREAD_LABEL_LIMIT = 64
 
 
-def _counter(spec: MetricSpec, registry: Optional[CollectorRegistry]) -> Counter:
-    from prometheus_client import Counter
+def _client_metric(spec: MetricSpec, registry: Optional[CollectorRegistry]) -> Any:
+    """The prometheus_client metric ``spec`` describes (its kind, name, help, labels, buckets)."""
+    from prometheus_client import Counter, Gauge, Histogram
 
-    return Counter(spec.name, spec.help, spec.labels, registry=registry)
-
-
-def _gauge(spec: MetricSpec, registry: CollectorRegistry) -> Gauge:
-    from prometheus_client import Gauge
-
-    return Gauge(spec.name, spec.help, spec.labels, registry=registry)
+    if spec.kind == HISTOGRAM:
+        return Histogram(spec.name, spec.help, spec.labels, buckets=spec.buckets, registry=registry)
+    return (Counter if spec.kind == COUNTER else Gauge)(spec.name, spec.help, spec.labels, registry=registry)
 
 
-def _histogram(spec: MetricSpec, registry: CollectorRegistry) -> Histogram:
-    from prometheus_client import Histogram
-
-    return Histogram(spec.name, spec.help, spec.labels, buckets=spec.buckets, registry=registry)
+def _specs(*, kept: tuple[str, ...], remedy: bool = False, blame_service: bool = False) -> tuple[MetricSpec, ...]:
+    """The specs of one owner (``Metrics``, its remedies, the blame service) kept one of these ways, in order."""
+    return tuple(
+        spec
+        for spec in semconv.METRICS.values()
+        if spec.kept in kept and spec.remedy == remedy and spec.blame_service == blame_service
+    )
 
 
 def _gauge_family(spec: MetricSpec) -> GaugeMetricFamily:
@@ -337,62 +342,27 @@ class _NullMetric:
 
 _NULL_METRIC: Any = _NullMetric()
 
-# The attributes of Metrics made with prometheus_client, on first use (Metrics._build).
+# Metrics' own metrics: the plain tables made with it, and those made with
+# prometheus_client on first use (Metrics._build), by their attributes.
+_PIPELINE_SPECS = _specs(kept=(KEPT_PIPELINE,))
+_REGISTERED_SPECS = _specs(kept=(KEPT_PIPELINE, KEPT_TOGETHER, KEPT_CLIENT))  # in registration order
 _CLIENT_ATTRIBUTES = frozenset(
-    {
-        "registry",
-        "gpu_utilization",
-        "gpu_idle",
-        "gpu_idle_blocked",
-        "gpu_idle_unattributed",
-        "gpu_underused",
-        "gpu_underused_blocked",
-        "gpu_underused_unattributed",
-        "gpu_idle_model",
-        "gpu_underused_model",
-        "gpu_model_idle_ratio",
-        "gpu_errors",
-        "gpu_missing",
-        "gpu_hour_price",
-        "server_running",
-        "server_waiting",
-        "server_kv_cache",
-        "gpu_idle_kv_cache_held",
-        "spans_dropped",
-        "loop_blocked",
-    }
+    {"registry"} | {spec.attribute for spec in _REGISTERED_SPECS if spec.kept != KEPT_PIPELINE}
 )
 
 
 class Metrics:
     """Every metric of the telemetry contract, in its own registry.
 
-    The tool-call metrics are plain tables (``PipelineCounter``,
-    ``PipelineHistogram``); the registry and the metrics kept by
-    ``prometheus_client`` objects are made when first used (module
-    docstring), so making a ``Metrics`` imports no ``prometheus_client``.
+    Each metric is made from its ``semconv.METRICS`` spec, as the attribute
+    the spec names (``metrics.gpu_idle``): the tool-call metrics as plain
+    tables (``PipelineCounter``, ``PipelineHistogram``); the registry and
+    the metrics kept by ``prometheus_client`` objects when first used
+    (module docstring), so making a ``Metrics`` imports no
+    ``prometheus_client``.
     """
 
     registry: CollectorRegistry
-    gpu_utilization: Gauge
-    gpu_idle: Counter
-    gpu_idle_blocked: Counter
-    gpu_idle_unattributed: Counter
-    gpu_underused: Counter
-    gpu_underused_blocked: Counter
-    gpu_underused_unattributed: Counter
-    gpu_idle_model: Counter
-    gpu_underused_model: Counter
-    gpu_model_idle_ratio: Gauge
-    gpu_errors: Counter
-    gpu_missing: Counter
-    gpu_hour_price: Gauge
-    server_running: Gauge  # a model server's metrics, where they are read (agent_otel.gpu.server)
-    server_waiting: Gauge
-    server_kv_cache: Gauge
-    gpu_idle_kv_cache_held: Counter
-    spans_dropped: Counter
-    loop_blocked: Counter
 
     def __init__(
         self,
@@ -414,15 +384,11 @@ class Metrics:
         self.model_label = LabelValues(tool_name_limit)  # gen_ai.request.model, capped as tool names are
         self.reason_label = LabelValues(REASON_LABEL_LIMIT)
         self.thread_values = LabelValues(THREAD_LABEL_LIMIT)  # after thread_label's folding
-        spec = semconv.METRICS
         # Held by the pipeline thread while it observes a batch, and by a
         # scrape while it reads the tool metrics: a scrape never sees half a batch.
         self.lock = threading.RLock()
-        self.calls = PipelineCounter(spec[semconv.METRIC_TOOL_CALLS])
-        self.duration = PipelineHistogram(spec[semconv.METRIC_TOOL_DURATION])
-        self.queue = PipelineHistogram(spec[semconv.METRIC_TOOL_QUEUE])
-        self.exec = PipelineHistogram(spec[semconv.METRIC_TOOL_EXEC])
-        self.executor_wait = PipelineHistogram(spec[semconv.METRIC_EXECUTOR_WAIT])
+        for spec in _PIPELINE_SPECS:  # calls, duration, queue, exec, executor_wait
+            setattr(self, spec.attribute, (PipelineHistogram if spec.kind == HISTOGRAM else PipelineCounter)(spec))
         self._children: dict[tuple, tuple] = {}
         # executor name -> its wait histogram's child (observe_waits)
         self._wait_children: dict[str, list] = {}
@@ -431,7 +397,11 @@ class Metrics:
         self.remedies = RemedyMetrics(lambda: self.registry, self.tool_label, self.executor_label)
         forks.after_fork_in_child(self.reinit_after_fork)
 
-    if not TYPE_CHECKING:  # (the type checker reads the annotations above)
+    if TYPE_CHECKING:  # the metrics: the attributes semconv.METRICS names, made from their specs
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    else:
 
         def __getattr__(self, name: str) -> Any:
             # Only for attributes not set yet: the prometheus_client ones, before _build().
@@ -468,39 +438,28 @@ class Metrics:
                 raise
 
             r = self._given_registry or CollectorRegistry(auto_describe=True)
-            spec = semconv.METRICS
             # Registered first: its collect() brings the counters up to date
             # (before_collect) before the registry reads the others.
-            r.register(_LiveGauges(self, self._live))
-            for collector in (self.calls, self.duration, self.queue, self.exec, self.executor_wait):
-                r.register(_Locked([collector], self))
-            # The GPU time counters, updated together by the live timeline
-            # (under ``lock``) and collected together.
-            blame: dict[str, Any] = {
-                "gpu_idle": _counter(spec[semconv.METRIC_GPU_IDLE], None),
-                "gpu_idle_blocked": _counter(spec[semconv.METRIC_GPU_IDLE_BLOCKED], None),
-                "gpu_idle_unattributed": _counter(spec[semconv.METRIC_GPU_IDLE_UNATTRIBUTED], None),
-                "gpu_underused": _counter(spec[semconv.METRIC_GPU_UNDERUSED], None),
-                "gpu_underused_blocked": _counter(spec[semconv.METRIC_GPU_UNDERUSED_BLOCKED], None),
-                "gpu_underused_unattributed": _counter(spec[semconv.METRIC_GPU_UNDERUSED_UNATTRIBUTED], None),
-                "gpu_idle_model": _counter(spec[semconv.METRIC_GPU_IDLE_MODEL], None),
-                "gpu_underused_model": _counter(spec[semconv.METRIC_GPU_UNDERUSED_MODEL], None),
-                "gpu_missing": _counter(spec[semconv.METRIC_GPU_MISSING], None),
-            }
-            r.register(_Locked(list(blame.values()), self))
-            made: dict[str, Any] = {
-                **blame,
-                "gpu_utilization": _gauge(spec[semconv.METRIC_GPU_UTILIZATION], r),
-                "gpu_model_idle_ratio": _gauge(spec[semconv.METRIC_GPU_MODEL_IDLE_RATIO], r),
-                "gpu_errors": _counter(spec[semconv.METRIC_GPU_ERRORS], r),
-                "gpu_hour_price": _gauge(spec[semconv.METRIC_GPU_HOUR_PRICE], r),
-                "server_running": _gauge(spec[semconv.METRIC_SERVER_RUNNING], r),
-                "server_waiting": _gauge(spec[semconv.METRIC_SERVER_WAITING], r),
-                "server_kv_cache": _gauge(spec[semconv.METRIC_SERVER_KV_CACHE], r),
-                "gpu_idle_kv_cache_held": _counter(spec[semconv.METRIC_GPU_IDLE_KV_CACHE_HELD], r),
-                "spans_dropped": _counter(spec[semconv.METRIC_SPANS_DROPPED], r),
-                "loop_blocked": _counter(spec[semconv.METRIC_LOOP_BLOCKED], r),
-            }
+            collectors: list[Any] = [_LiveGauges(self, self._live)]
+            # The rest in the order of semconv.METRICS; the metrics kept
+            # together (GPU time and its blame, updated together by the live
+            # timeline under ``lock``) are collected together, where the first
+            # of them is.
+            together: list[Any] = []
+            made: dict[str, Any] = {}
+            for spec in _REGISTERED_SPECS:
+                if spec.kept == KEPT_PIPELINE:
+                    collectors.append(_Locked([getattr(self, spec.attribute)], self))
+                    continue
+                metric = made[spec.attribute] = _client_metric(spec, None)
+                if spec.kept == KEPT_CLIENT:
+                    collectors.append(metric)
+                else:
+                    if not together:
+                        collectors.append(_Locked(together, self))
+                    together.append(metric)
+            for collector in collectors:
+                r.register(collector)
             for kind in SPAN_KINDS:  # every kind shows, at 0, before anything is lost
                 made["spans_dropped"].labels(kind)
             self.remedies.register(r)
@@ -673,17 +632,7 @@ class RemedyMetrics:
     """The remedies' counters, made in the registry ``registry()`` gives when a remedy
     first counts (``Metrics`` makes its registry then), or by ``register``."""
 
-    _NAMES = (
-        "fallbacks",
-        "retries",
-        "rejections",
-        "cache_hits",
-        "cache_misses",
-        "cache_evicted",
-        "batch_size",
-        "batch_wait",
-        "abandoned_workers",
-    )
+    SPECS = _specs(kept=(KEPT_CLIENT,), remedy=True)
 
     def __init__(self, registry: Callable[[], CollectorRegistry], tool_label: LabelValues, executor_label: LabelValues):
         self._registry = registry
@@ -693,22 +642,14 @@ class RemedyMetrics:
 
     def register(self, r: Optional[CollectorRegistry]) -> None:
         """Make the counters in ``r``: once, from ``Metrics._build`` (None: count nothing)."""
-        if r is None:
-            for name in self._NAMES:
-                setattr(self, name, _NULL_METRIC)
-            return
-        spec = semconv.METRICS
-        self.fallbacks = _counter(spec[semconv.METRIC_TOOL_FALLBACKS], r)
-        self.retries = _counter(spec[semconv.METRIC_TOOL_RETRIES], r)
-        self.rejections = _counter(spec[semconv.METRIC_TOOL_REJECTIONS], r)
-        self.cache_hits = _counter(spec[semconv.METRIC_TOOL_CACHE_HITS], r)
-        self.cache_misses = _counter(spec[semconv.METRIC_TOOL_CACHE_MISSES], r)
-        self.cache_evicted = _counter(spec[semconv.METRIC_TOOL_CACHE_EVICTIONS], r)
-        self.batch_size = _histogram(spec[semconv.METRIC_TOOL_BATCH_SIZE], r)
-        self.batch_wait = _histogram(spec[semconv.METRIC_TOOL_BATCH_WAIT], r)
-        self.abandoned_workers = _gauge(spec[semconv.METRIC_EXECUTOR_ABANDONED_WORKERS], r)
+        for spec in self.SPECS:
+            setattr(self, spec.attribute, _NULL_METRIC if r is None else _client_metric(spec, r))
 
-    if not TYPE_CHECKING:  # (the type checker reads the assignments in register)
+    if TYPE_CHECKING:  # the metrics: the attributes SPECS name, made by register
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    else:
 
         def __getattr__(self, name: str) -> Any:
             # A counter before register(): making the registry makes them (Metrics._build).
@@ -766,8 +707,14 @@ class BlameServiceMetrics:
     """The blame service's own metrics, in the contract's registry.
 
     ``held_calls``, ``dropped_calls`` and ``lag_s`` are read when Prometheus
-    scrapes.
+    scrapes; the others are made from their specs, as the attributes they name.
     """
+
+    SPECS = _specs(kept=(KEPT_CLIENT,), blame_service=True)
+
+    if TYPE_CHECKING:  # the metrics: the attributes SPECS name
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def __init__(
         self,
@@ -778,13 +725,9 @@ class BlameServiceMetrics:
         dropped_calls: Callable[[], int],
         lag_s: Callable[[], float],
     ):
-        spec = semconv.METRICS
         self._tool_label = tool_label
-        self.received = _counter(spec[semconv.METRIC_RECEIVED_SPANS], registry)
-        self.refused_spans = _counter(spec[semconv.METRIC_REFUSED_SPANS], registry)
-        self.refused_requests = _counter(spec[semconv.METRIC_REFUSED_REQUESTS], registry)
-        self.late = _counter(spec[semconv.METRIC_LATE_SPANS], registry)
-        self.delay = _histogram(spec[semconv.METRIC_SPAN_DELAY], registry)
+        for spec in self.SPECS:  # received, refused_spans, refused_requests, late, delay
+            setattr(self, spec.attribute, _client_metric(spec, registry))
         registry.register(_BlameServiceGauges(held_calls, dropped_calls, lag_s))
 
     def late_spans(self, tool: str, count: int) -> None:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from agent_otel.errors import ConfigError
+from agent_otel.semconv import GPU_SOURCE_NVML, GPU_SOURCE_SIMULATED
 
-CHOICES = ("auto", "simulated", "real")
+CHOICES = ("auto", GPU_SOURCE_SIMULATED, "real")
 MATMUL_SIZE = 4096
 CALIBRATION_S = 0.5
 
@@ -39,20 +40,20 @@ def choose(requested: str) -> GpuChoice:
     """Pick the GPU for ``--gpu``: ``simulated``, ``real`` (or an error), or ``auto``."""
     if requested not in CHOICES:
         raise ConfigError("--gpu", requested, " or ".join(CHOICES))
-    if requested == "simulated":
-        return GpuChoice("simulated", "--gpu simulated", {"gpu": "simulated"})
+    if requested == GPU_SOURCE_SIMULATED:
+        return GpuChoice(GPU_SOURCE_SIMULATED, f"--gpu {GPU_SOURCE_SIMULATED}", {"gpu": GPU_SOURCE_SIMULATED})
     problem = _real_gpu_problem()
     if problem is None:
         real = TorchGpu()
         return GpuChoice(
             "real",
             "real GPU: model steps are torch matmuls, sampled through NVML",
-            {"gpu": "nvml", "gpu_devices": (real.nvml_id,)},
+            {"gpu": GPU_SOURCE_NVML, "gpu_devices": (real.nvml_id,)},
             real,
         )
     if requested == "real":
         raise ConfigError("--gpu", requested, f"a machine where the demo can use an NVIDIA GPU ({problem})")
-    return GpuChoice("simulated", problem, {"gpu": "simulated"})
+    return GpuChoice(GPU_SOURCE_SIMULATED, problem, {"gpu": GPU_SOURCE_SIMULATED})
 
 
 def _real_gpu_problem() -> Optional[str]:

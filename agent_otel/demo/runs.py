@@ -11,6 +11,7 @@ from typing import Callable
 from agent_otel.demo import agent, tools
 from agent_otel.demo.gpu import GpuChoice
 from agent_otel.errors import AgentOtelError
+from agent_otel.semconv import GPU_SOURCE_SIMULATED
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def model_kernel(handle, gpu: GpuChoice) -> Callable[[float], None]:
     if gpu.real is not None:
         return gpu.real.run_kernel
     timeline = handle.gpu_timeline
-    if timeline is None or timeline.source.kind != "simulated":
+    if timeline is None or timeline.source.kind != GPU_SOURCE_SIMULATED:
         raise AgentOtelError(
             "the demo needs instrument() to sample its simulated GPU, and it does not "
             "(was instrument() already called with other settings?)"

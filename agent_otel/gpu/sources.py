@@ -19,17 +19,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Optional
 
-from agent_otel.config import GPU_SOURCES, describe_choices
+from agent_otel.config import GPU_AUTO, GPU_CHOICES, GPU_OFF, REPLAY_PREFIX, describe_choices
 from agent_otel.errors import ConfigError
 from agent_otel.gpu.device import GpuSource
-from agent_otel.semconv import GPU_SOURCE_SERVER
+from agent_otel.semconv import GPU_SOURCE_NVML, GPU_SOURCE_SERVER, GPU_SOURCE_SIMULATED
 
 if TYPE_CHECKING:
     from agent_otel.gpu.server import ModelServerSource
 
 log = logging.getLogger("agent_otel.gpu")
 
-SPECS = describe_choices(GPU_SOURCES)
+SPECS = describe_choices(GPU_CHOICES)
 
 
 def open_gpu_source(
@@ -49,9 +49,9 @@ def open_gpu_source(
     mistakes, reported when the source is opened, never while sampling.
     """
     text = (spec or "").strip()
-    if text == "off":
+    if text == GPU_OFF:
         return None
-    server = _server(model_server, as_gpu=text in ("auto", GPU_SOURCE_SERVER))
+    server = _server(model_server, as_gpu=text in (GPU_AUTO, GPU_SOURCE_SERVER))
     if text == GPU_SOURCE_SERVER:
         if server is None:
             raise ConfigError("model_server_metrics", None, "the model server's metrics URL, for gpu=model_server")
@@ -78,11 +78,11 @@ def _server(url: Optional[str], as_gpu: bool) -> Optional[ModelServerSource]:
 
 
 def _gpu_source(text: str, devices: Optional[list[str]], alone: bool = False, **options) -> Optional[GpuSource]:
-    if text in ("auto", "nvml"):
+    if text in (GPU_AUTO, GPU_SOURCE_NVML):
         from agent_otel.gpu.nvml import NvmlSource
 
-        source = NvmlSource(devices, quiet=text == "auto", **options)
-        if text == "auto" and not source.devices():
+        source = NvmlSource(devices, quiet=text == GPU_AUTO, **options)
+        if text == GPU_AUTO and not source.devices():
             source.close()
             log.info(
                 "no NVIDIA GPU found (%s); %s",
@@ -91,12 +91,12 @@ def _gpu_source(text: str, devices: Optional[list[str]], alone: bool = False, **
             )
             return None
         return source
-    if text == "simulated":
+    if text == GPU_SOURCE_SIMULATED:
         from agent_otel.gpu.simulated import SimulatedGpu
 
         return SimulatedGpu(devices=devices, **options)
-    if text.startswith("replay:") and len(text) > len("replay:"):
+    if text.startswith(REPLAY_PREFIX) and len(text) > len(REPLAY_PREFIX):
         from agent_otel.gpu.replay import ReplaySource
 
-        return ReplaySource(text[len("replay:") :], devices=devices, **options)
+        return ReplaySource(text[len(REPLAY_PREFIX) :], devices=devices, **options)
     raise ConfigError("gpu", text, SPECS)

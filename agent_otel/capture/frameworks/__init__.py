@@ -25,22 +25,64 @@ import os
 import sys
 import threading
 from types import ModuleType
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from agent_otel import forks
 from agent_otel.errors import ConfigError
 from agent_otel.capture.on_import import when_imported
 from agent_otel.capture.patching import VersionNotUnderstood, importable, logger, warn_once
 
-# name -> (hook module, the framework's import name)
-FRAMEWORKS = {
-    "langchain": ("agent_otel.capture.frameworks.langchain", "langchain_core"),
-    "openai_agents": ("agent_otel.capture.frameworks.openai_agents", "agents"),
-    "llamaindex": ("agent_otel.capture.frameworks.llamaindex", "llama_index.core"),
-    "mcp": ("agent_otel.capture.frameworks.mcp", "mcp"),
-    "smolagents": ("agent_otel.capture.frameworks.smolagents", "smolagents"),
-    "crewai": ("agent_otel.capture.frameworks.crewai", "crewai"),
-    "pydantic_ai": ("agent_otel.capture.frameworks.pydantic_ai", "pydantic_ai"),
+
+class Framework(NamedTuple):
+    """One framework agent-otel hooks: everything else about it is derived from this.
+
+    Its ``opentelemetry-instrument`` entry point is ``ENTRY_POINT_PREFIX`` +
+    its name, the class ``agent_otel.instrumentors.<instrumentor>``;
+    pyproject.toml lists both, and the pip extra ``extra`` installs
+    ``requirement`` (with ``pip_extras``) and ``companions`` for the hook's
+    tests (tests/test_registries.py fails when they drift).
+    """
+
+    hook: str  # the hook module: instrument() and uninstrument()
+    module: str  # the framework's import name
+    requirement: str  # the distribution and the versions the hook understands
+    instrumentor: str  # its class name in agent_otel.instrumentors
+    extra: str = "frameworks"  # the pyproject extra that installs it
+    pip_extras: tuple[str, ...] = ()  # the distribution's own extras the tests install
+    companions: tuple[str, ...] = ()  # other distributions the hook's tests need beside it
+
+
+_HOOKS = "agent_otel.capture.frameworks."
+
+# Every framework agent-otel hooks, by name (the `frameworks` setting's values).
+FRAMEWORKS: dict[str, Framework] = {
+    "langchain": Framework(
+        _HOOKS + "langchain",
+        "langchain_core",
+        "langchain-core >= 1.8, < 2",
+        "LangChainInstrumentor",
+        # LangGraph's agents, and LangChain's OpenAI chat model for the
+        # time-to-first-token tests against a local OpenAI-compatible server
+        # (tests/frameworks/fake_openai.py)
+        companions=("langgraph >= 1.2, < 2", "langchain-openai >= 1.7, < 2"),
+    ),
+    "openai_agents": Framework(
+        _HOOKS + "openai_agents", "agents", "openai-agents >= 0.24, < 0.25", "OpenAIAgentsInstrumentor"
+    ),
+    "llamaindex": Framework(
+        _HOOKS + "llamaindex", "llama_index.core", "llama-index-core >= 0.14.25, < 0.15", "LlamaIndexInstrumentor"
+    ),
+    "mcp": Framework(_HOOKS + "mcp", "mcp", "mcp >= 2.3, < 3", "McpInstrumentor"),
+    "smolagents": Framework(_HOOKS + "smolagents", "smolagents", "smolagents >= 1.26, < 2", "SmolagentsInstrumentor"),
+    # CrewAI needs openai<3, openai-agents needs openai>=3: its tests run in a venv of their own.
+    "crewai": Framework(_HOOKS + "crewai", "crewai", "crewai >= 1.15, < 2", "CrewAIInstrumentor", extra="crewai"),
+    "pydantic_ai": Framework(
+        _HOOKS + "pydantic_ai",
+        "pydantic_ai",
+        "pydantic-ai-slim >= 2.68, < 3",
+        "PydanticAIInstrumentor",
+        pip_extras=("openai",),
+    ),
 }
 ENTRY_POINT_PREFIX = "agent_otel_"
 
@@ -90,14 +132,14 @@ def instrument_frameworks(names: Optional[tuple[str, ...]] = None) -> list[str]:
     # _lock: a thread importing a framework holds Python's import lock for it
     # while its post-import hook waits for _lock, so holding _lock while
     # importing could deadlock against it.
-    installed = {name: FRAMEWORKS[name][1] in sys.modules or importable(FRAMEWORKS[name][1]) for name in wanted}
+    installed = {name: FRAMEWORKS[name].module in sys.modules or importable(FRAMEWORKS[name].module) for name in wanted}
     now, later = [], []
     with _lock:
         generation = _generation
         for name in wanted:
             if name in _hooked or name in _pending or name in _hooking:
                 continue
-            if FRAMEWORKS[name][1] in sys.modules:
+            if FRAMEWORKS[name].module in sys.modules:
                 _hooking.add(name)
                 now.append(name)
             elif installed[name]:
@@ -116,7 +158,7 @@ def _hook(name: str, generation: int) -> None:
     """Install one framework's hook (claimed in ``_hooking`` by the caller)."""
     module: Optional[ModuleType] = None
     try:
-        module = importlib.import_module(FRAMEWORKS[name][0])
+        module = importlib.import_module(FRAMEWORKS[name].hook)
         module.instrument()
     except Exception as exc:  # an unknown version or a broken install must not stop the agent
         if module is not None:
@@ -156,7 +198,7 @@ def _hook_on_import(name: str, generation: int) -> None:
             _hooking.add(name)
         _hook(name, generation)
 
-    when_imported(FRAMEWORKS[name][1], on_import)
+    when_imported(FRAMEWORKS[name].module, on_import)
 
 
 def uninstrument_frameworks(names: Optional[tuple[str, ...]] = None) -> None:
