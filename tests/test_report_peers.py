@@ -1,4 +1,4 @@
-"""One call, one record: the spans several instrumentations made of one call are merged (report.peers).
+"""One call, one record: the spans several instrumentations made of one call are merged (spans.peers).
 
 Each run states its timeline in seconds; the report reads it back from the
 OTLP/JSON file the real SDK wrote.
@@ -123,7 +123,7 @@ def test_a_pair_of_agent_otels_span_and_a_peers_merges_as_in_any_group():
     agent-otel span added (a group of three, no candidate for the peer)."""
     import random
 
-    from agent_otel.report.peers import SLACK_NS, merge_tool_spans
+    from agent_otel.spans.peers import SLACK_NS, merge_tool_spans
 
     rng = random.Random(5)
     merged = 0
