@@ -27,7 +27,8 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from agent_otel import clock, forks, host, sinks
 from agent_otel.background import Background
-from agent_otel.capture import executors, frameworks, models, recorder as _recorder
+from agent_otel.capture import executors, frameworks, models
+from agent_otel.capture.current import set_recorder
 from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
 from agent_otel.config import GPU_AUTO, GPU_OFF, Settings, load_settings
 from agent_otel.errors import AgentOtelError, ConfigError
@@ -178,7 +179,7 @@ class Instrumentation:
                     exc,
                 )
         models.configure(settings.model_spans)
-        _recorder.current = self.recorder
+        set_recorder(self.recorder)
         if self.monitor is not None:
             executors.install(self.monitor)
         frameworks.instrument_frameworks(settings.frameworks)
@@ -275,7 +276,7 @@ class Instrumentation:
         )
         if self.pipeline is not None:
             unfinished += _finish([("the metrics pipeline", self.pipeline.shutdown)], deadline)
-        _recorder.current = None
+        set_recorder(None)
         if self.pipeline is not None and self.recorder is not None and self.recorder.spans:
             if "the metrics pipeline" not in unfinished:
                 # Deferred spans of calls that ended during the pipeline's last

@@ -2,18 +2,19 @@
 
 It names the tool and picks the wrapper: the plain one of
 ``agent_otel.capture.wrappers`` (one ``execute_tool`` span per call), or,
-when a remedy option is given (``pool``, ``timeout``, ``retries``,
-``fallback``, ``cache``), the remedy wrapper of
-``agent_otel.remedies.policy``, which records the same span.
+when a remedy option is given (``agent_otel.remedies.options``), the
+remedy wrapper of ``agent_otel.remedies.policy``, which records the same
+span.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Optional, TypeVar, overload
 
 from agent_otel.capture.meta import ToolMeta, first_doc_line, name_of
 from agent_otel.capture.wrappers import tool_span, wrap
-from agent_otel.remedies import policy
+from agent_otel.remedies import options as remedy_options
 from agent_otel.semconv import TOOL_TYPE_FUNCTION
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -21,6 +22,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 __all__ = ["tool", "tool_span"]
 
 
+# What type checkers read. The remedy options are declared once, in
+# agent_otel/remedies/options.py; tests/test_tool_options.py holds this
+# overload equal to that declaration.
 @overload
 def tool(fn: F) -> F: ...
 @overload
@@ -38,19 +42,7 @@ def tool(
 ) -> Callable[[F], F]: ...
 
 
-def tool(
-    fn=None,
-    *,
-    name=None,
-    description=None,
-    tool_type=TOOL_TYPE_FUNCTION,
-    pool=None,
-    timeout=None,
-    retries=0,
-    retry_interval=0.1,
-    fallback=None,
-    cache=None,
-):
+def tool(fn=None, *, name=None, description=None, tool_type=TOOL_TYPE_FUNCTION, **remedies):
     """Trace every call of ``fn`` as an ``execute_tool {name}`` span.
 
     Works on functions, coroutine functions, generators, async generators,
@@ -58,35 +50,44 @@ def tool(
     the function's ``__name__`` and the description to the first line of its
     docstring.
 
-    ``pool``, ``timeout``, ``retries``, ``retry_interval``, ``fallback`` and
-    ``cache`` add the remedies of ``agent_otel.remedies`` (docs/remedies.md);
-    without them the wrapper is the plain one.
+    The remedy options (the keywords after ``tool_type``; docs/remedies.md
+    has their table) add the remedies of ``agent_otel.remedies``; without
+    them the wrapper is the plain one.
+
+    Decorating loads OpenTelemetry's API only, so a library can decorate its
+    tools at import time; the calls are recorded once the application calls
+    ``instrument()``, and run straight through until then.
     """
-    options = dict(
-        name=name,
-        description=description,
-        tool_type=tool_type,
-        pool=pool,
-        timeout=timeout,
-        retries=retries,
-        retry_interval=retry_interval,
-        fallback=fallback,
-        cache=cache,
-    )
+    for key in remedies:
+        if key not in remedy_options.OPTIONS:
+            raise TypeError(f"tool() got an unexpected keyword argument {key!r}")
+    values = {**remedy_options.DEFAULTS, **remedies}
     if fn is None:
-        return lambda f: tool(f, **options)
+        return lambda f: _decorate(f, name, description, tool_type, values)
+    return _decorate(fn, name, description, tool_type, values)
+
+
+def _decorate(fn, name, description, tool_type, values):
     if isinstance(fn, (staticmethod, classmethod)):
-        return type(fn)(tool(fn.__func__, **options))
+        return type(fn)(_decorate(fn.__func__, name, description, tool_type, values))
     meta = ToolMeta(name or name_of(fn), description or first_doc_line(fn), tool_type)
-    if pool is not None or timeout is not None or retries or fallback is not None or cache:
-        return policy.wrap(
-            fn,
-            meta,
-            pool=pool,
-            timeout=timeout,
-            retries=retries,
-            retry_interval=retry_interval,
-            fallback=fallback,
-            cache=cache,
-        )
+    if remedy_options.wanted(values):
+        from agent_otel.remedies import policy  # (here: a plain tool loads no pools, no cache)
+
+        return policy.wrap(fn, meta, values)
     return wrap(fn, meta)
+
+
+# The signature it always had, from the declaration (help(), IDEs, frameworks that read it).
+tool.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter("fn", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+        inspect.Parameter("name", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("description", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("tool_type", inspect.Parameter.KEYWORD_ONLY, default=TOOL_TYPE_FUNCTION),
+        *(
+            inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default)
+            for option in remedy_options.REMEDY_OPTIONS
+        ),
+    ]
+)

@@ -494,7 +494,7 @@ def child(variant: str, args: list[str]) -> None:
         return
     if variant in ("json.loads", "orjson.loads", "msgspec typed"):
         if variant == "msgspec typed":
-            from agent_otel.exporters.otlp_json import decode_traces, typed_resource_spans
+            from agent_otel.spans.otlp_json import decode_traces, typed_resource_spans
 
             def loads(line: bytes) -> None:
                 for _resource, _count, spans in typed_resource_spans(decode_traces(line)):

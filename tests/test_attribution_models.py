@@ -168,7 +168,7 @@ def test_the_report_attributing_in_groups_gives_the_same_model_and_tool_blame(mo
     import numpy as np
 
     from agent_otel.report import analysis as analysis_module
-    from agent_otel.report.calls import CallTable
+    from agent_otel.spans.calls import CallTable
 
     rng = random.Random(7)
     calls, windows, models = [], [], []

@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 import agent_otel
-from agent_otel.capture import deferred, executors, meta, recorder, wrappers
+from agent_otel.capture import current, deferred, executors, meta, recorder, wrappers
 from agent_otel.capture.deferred import DeferredSpan
 
 
@@ -93,14 +93,14 @@ def _exported(monkeypatch, deferred: bool, scenario, sampler=None):
     monkeypatch.setattr(meta, "thread_time_ns", cpu)
     monkeypatch.setattr(meta, "_META_CACHE", {})  # each run's tool_span starts with the same CPU sampling
     rec = recorder.Recorder(provider.get_tracer(recorder.SCOPE_NAME, agent_otel.__version__), deferred_spans=deferred)
-    monkeypatch.setattr(recorder, "current", rec)
+    monkeypatch.setattr(current, "_recorder", rec)
     monitor = executors.ExecutorMonitor()
     executors.install(monitor)
     try:
         scenario(provider.get_tracer("child"))
     finally:
         executors.uninstall()
-        monkeypatch.setattr(recorder, "current", None)
+        monkeypatch.setattr(current, "_recorder", None)
     assert not rec.inflight
     built_before_drain = len(exporter.get_finished_spans())
     from agent_otel.exporters.prometheus import Metrics
@@ -338,7 +338,7 @@ class _Starts(SpanProcessor):
 def deferred_recorder(monkeypatch, tracer) -> recorder.Recorder:
     """A Recorder with deferred_spans on, over ``tracer``, installed as the current one for the test."""
     rec = recorder.Recorder(tracer, deferred_spans=True)
-    monkeypatch.setattr(recorder, "current", rec)
+    monkeypatch.setattr(current, "_recorder", rec)
     return rec
 
 

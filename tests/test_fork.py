@@ -181,17 +181,17 @@ def test_a_prefork_child_exports_its_spans_while_it_runs(tmp_path):
         code = 1
         try:
             os.close(ready_r)
-            from agent_otel.capture import recorder
+            from agent_otel.capture.current import current_recorder
             names = {{t.name for t in threading.enumerate()}}
             for i in range(2000):
                 child_tool(i)
             # No flush, no shutdown: the restarted threads do the work.
             deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and (recorder.current.finished or handle.span_processors[0].pending):
+            while time.monotonic() < deadline and (current_recorder().finished or handle.span_processors[0].pending):
                 time.sleep(0.01)
             calls = handle.metrics.registry.get_sample_value(
                 "agent_tool_calls_total", {{"tool": "child_tool", "outcome": "ok"}})
-            report = {{"threads": sorted(names), "finished_left": len(recorder.current.finished),
+            report = {{"threads": sorted(names), "finished_left": len(current_recorder().finished),
                       "counted": calls}}
             os.write(ready_w, (json.dumps(report) + "\\n").encode())
             time.sleep(0.5)  # still alive while the parent reads the file (read at once)

@@ -167,4 +167,5 @@ def test_watching_the_peers_keeps_the_tool_spans_fast_path():
     models.watch_peers(provider)
     models.watch_peers(provider)  # once per provider
     assert start.get() is None
-    assert provider._active_span_processor._span_processors.count(models.peer_model_spans) == 1
+    processors = provider._active_span_processor._span_processors
+    assert [getattr(p, "peers", None) for p in processors].count(models.peer_model_spans) == 1

@@ -27,7 +27,7 @@ from opentelemetry.trace import (
 )
 
 from agent_otel.errors import ConfigError, InputError
-from agent_otel.exporters.otlp_json import iter_spans
+from agent_otel.spans.otlp_json import iter_spans
 from agent_otel.exporters.otlp_json_file import OtlpJsonFileExporter, encode_spans_json
 
 
@@ -325,3 +325,29 @@ def test_concurrent_exports_write_whole_lines(tmp_path):
         thread.join()
     exporter.shutdown()
     assert sum(1 for _ in iter_spans(str(path))) == 4 * 10 * 50
+
+
+def test_the_documented_import_path_reads_with_the_one_reader(tmp_path):
+    """agent_otel.exporters.otlp_json (README, CHANGELOG) is the reader of agent_otel.spans, every public name."""
+    import ast
+    import inspect
+
+    from agent_otel.exporters import otlp_json as documented
+    from agent_otel.spans import otlp_json as reader
+
+    tree = ast.parse(inspect.getsource(reader))
+    public = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    public |= {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    public = {name for name in public if not name.startswith("_")}
+    assert public and set(documented.__all__) == public
+    assert all(getattr(documented, name) is getattr(reader, name) for name in public)
+    path = tmp_path / "one.jsonl"
+    span = {"traceId": "1" * 32, "spanId": "2" * 16, "name": "x", "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+    path.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}) + "\n")
+    assert [s.name for s in documented.iter_spans(str(path))] == ["x"]

@@ -38,7 +38,7 @@ from opentelemetry.trace import (
 )
 
 from agent_otel.exporters import otlp_json_file
-from agent_otel.exporters.otlp_json import iter_spans
+from agent_otel.spans.otlp_json import iter_spans
 from agent_otel.exporters.otlp_json_file import encode_spans_json
 
 # --- the reference: the encoder as it was -------------------------------------------

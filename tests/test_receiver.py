@@ -24,7 +24,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from agent_otel.exporters.otlp_json import WRONG_TYPE
+from agent_otel.spans.otlp_json import WRONG_TYPE
 from agent_otel.receiver.decode import NOT_A_TOOL_SPAN, tool_calls
 from agent_otel.receiver.server import GRPC_SERVICE, HTTP_PATH, OtlpReceiver, Outcome
 

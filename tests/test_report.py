@@ -581,7 +581,7 @@ def test_attribution_in_groups_gives_the_same_blame(monkeypatch):
 
     from agent_otel.records import IdleWindow, ToolCall
     from agent_otel.report import analysis as analysis_module
-    from agent_otel.report.calls import CallTable
+    from agent_otel.spans.calls import CallTable
 
     rng = random.Random(3)
     calls, windows = [], []
@@ -609,8 +609,8 @@ def test_attribution_in_groups_gives_the_same_blame(monkeypatch):
 def test_plain_arrays_read_as_value_of_reads_them():
     """The reader's fast path for array attributes (the gpu.idle window's
     per-tool totals) gives what the generic reading gives, or defers to it."""
-    from agent_otel.exporters.otlp_json import JsonValue, value_of
-    from agent_otel.report.reader import _plain_array
+    from agent_otel.spans.otlp_json import JsonValue, value_of
+    from agent_otel.spans.decode import _plain_array
 
     cases = [
         (JsonValue(arrayValue={"values": [{"stringValue": "a"}, {"stringValue": "b"}]}), "stringValue", str),

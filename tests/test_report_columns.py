@@ -17,10 +17,10 @@ import pytest
 
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, ToolCall
 from agent_otel.report import analysis as analysis_module
-from agent_otel.report.calls import CallTable
+from agent_otel.spans.calls import CallTable
 from agent_otel.report.columns import CallColumns, Names, seconds_sorted, total
-from agent_otel.report.reader import _ids, _rows_in
-from agent_otel.report.stats import distinct, max_overlap, peak_depth
+from agent_otel.spans.ids import distinct, distinct_ids, rows_in
+from agent_otel.report.stats import max_overlap, peak_depth
 from agent_otel.report.turns import find_turns
 
 
@@ -124,10 +124,10 @@ def test_the_reader_joins_find_the_rows_a_set_finds():
     rng = random.Random(5)
     column = array("Q", (rng.choice((0, rng.randrange(50), rng.randrange(1 << 64))) for _ in range(1000)))
     wanted = [rng.randrange(50) for _ in range(20)] + [0, (1 << 64) - 1]
-    ids = _ids(wanted, array("Q", [7, 7, 0]))
+    ids = distinct_ids(wanted, array("Q", [7, 7, 0]))
     assert ids.tolist() == sorted(set(wanted + [7]) - {0})
-    assert _rows_in(column, ids) == [i for i, value in enumerate(column) if value in set(ids.tolist())]
-    assert _rows_in(array("Q"), ids) == [] and _rows_in(column, _ids([])) == []
+    assert rows_in(column, ids) == [i for i, value in enumerate(column) if value in set(ids.tolist())]
+    assert rows_in(array("Q"), ids) == [] and rows_in(column, distinct_ids([])) == []
 
 
 def test_turn_totals_are_the_same_whether_the_turns_are_kept_or_not():
@@ -169,7 +169,7 @@ def sum_in_order(values) -> float:
 
 
 def test_the_call_table_gives_back_the_records_it_was_given():
-    """report/calls.py: the reader's columns make the same ToolCall records,
+    """spans/calls.py: the reader's columns make the same ToolCall records,
     however they are reached (index, slice, iteration, rows), before and
     after a selection, with sparse columns filled in when a value comes."""
     rng = random.Random(7)

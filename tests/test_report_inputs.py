@@ -14,7 +14,7 @@ import zlib
 import msgspec
 import pytest
 
-from agent_otel.exporters.otlp_json import JsonSpan, decode_traces
+from agent_otel.spans.otlp_json import JsonSpan, decode_traces
 from agent_otel.version import __version__
 from agent_otel.cli import main
 from agent_otel.inputs import _zstd

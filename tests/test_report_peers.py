@@ -1,4 +1,4 @@
-"""One call, one record: the spans several instrumentations made of one call are merged (report.peers).
+"""One call, one record: the spans several instrumentations made of one call are merged (spans.peers).
 
 Each run states its timeline in seconds; the report reads it back from the
 OTLP/JSON file the real SDK wrote.
@@ -123,7 +123,7 @@ def test_a_pair_of_agent_otels_span_and_a_peers_merges_as_in_any_group():
     agent-otel span added (a group of three, no candidate for the peer)."""
     import random
 
-    from agent_otel.report.peers import SLACK_NS, merge_tool_spans
+    from agent_otel.spans.peers import SLACK_NS, merge_tool_spans
 
     rng = random.Random(5)
     merged = 0
@@ -206,8 +206,9 @@ def test_peers_spans_set_aside_make_the_records_every_span_as_a_row_makes(tmp_pa
     order, and the counts are the same as when every tool span is a row."""
     import random
 
-    from agent_otel.report import reader
+    from agent_otel.report.reader import read_traces
     from agent_otel.semconv import OPENINFERENCE_SPAN_KIND
+    from agent_otel.spans import decode
 
     rng = random.Random(11)
     for case in range(60):
@@ -219,8 +220,8 @@ def test_peers_spans_set_aside_make_the_records_every_span_as_a_row_makes(tmp_pa
         found = []
         for every_span_a_row in (False, True):
             if every_span_a_row:  # what the reader did before: every peer's span through _tool_call
-                monkeypatch.setattr(reader, "_ROW_ATTRIBUTES", reader._ROW_ATTRIBUTES | {OPENINFERENCE_SPAN_KIND})
-            data = reader.read_traces([str(path)])
+                monkeypatch.setattr(decode, "_ROW_ATTRIBUTES", decode._ROW_ATTRIBUTES | {OPENINFERENCE_SPAN_KIND})
+            data = read_traces([str(path)])
             found.append(
                 (list(data.calls), data.duplicate_count, data.peer_tool_spans, data.peer_tool_spans_merged, data.roots)
             )

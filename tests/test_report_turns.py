@@ -328,7 +328,7 @@ def test_a_turn_of_many_calls_splits_in_numpy_as_in_the_sweep(monkeypatch):
 
     from agent_otel.records import ModelCall
     from agent_otel.report import turns
-    from agent_otel.report.calls import CallTable
+    from agent_otel.spans.calls import CallTable
 
     rng = random.Random(7)
     for case in range(60):
@@ -363,7 +363,7 @@ def test_each_tools_time_in_flight_in_numpy_is_the_union_of_its_calls():
     from collections import defaultdict
 
     from agent_otel.report import turns
-    from agent_otel.report.calls import CallTable
+    from agent_otel.spans.calls import CallTable
 
     rng = random.Random(11)
     for case in range(60):

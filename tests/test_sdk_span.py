@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NonRecordingSpan, INVALID_SPAN_CONTEXT
 
 import agent_otel
-from agent_otel.capture import otel_context, recorder, sdk_span
+from agent_otel.capture import current, otel_context, recorder, sdk_span
 
 ATTRIBUTES = {
     "gen_ai.tool.name": "lookup",
@@ -200,7 +200,7 @@ def _tool_spans(provider, monkeypatch, calls=1):
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     rec = recorder.Recorder(provider.get_tracer(recorder.SCOPE_NAME))
-    monkeypatch.setattr(recorder, "current", rec)
+    monkeypatch.setattr(current, "_recorder", rec)
 
     @agent_otel.tool
     def lookup(x):

@@ -36,13 +36,13 @@ from typing import Callable, Optional
 from agent_otel import forks
 from agent_otel.text import NAME_LIMIT, valid_text
 from agent_otel.capture import patching
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel import clock
 from agent_otel.clock import perf_counter_ns
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta
 from agent_otel.capture.otel_context import attach, detach, get_current, reset
 from agent_otel.capture.patching import Patch
-from agent_otel.capture.recorder import worker_local
+from agent_otel.capture.current import worker_local
 from agent_otel.records import ToolCall
 from agent_otel.semconv import EXECUTOR_ASYNCIO_DEFAULT, EXECUTOR_UNNAMED
 
@@ -239,7 +239,7 @@ class _QueuedTool:
 
     def withdraw(self, now_ns: int) -> None:
         self.stats.withdraw(now_ns)
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is not None:
             rec.abandon(self.call, max(now_ns + clock.OFFSET_NS, self.call.submit_ns), self.parent_context)
 
@@ -261,7 +261,7 @@ def _run(stats, submit_perf_ns, parent_context, call, fn, args, kwargs):
             # The tool never claimed its submission (instrumentation was
             # removed meanwhile): forget it rather than leave it in flight.
             worker_local.pending = None
-            rec = _recorder.current
+            rec = current_recorder()
             if rec is not None:
                 rec.inflight.pop(id(call), None)
         if token is not None:
@@ -305,7 +305,7 @@ def _submit_hook(original: Callable) -> Callable:
         stats = getattr(self, _STATS_ATTRIBUTE, None) or monitor.stats_for(self)
         submit_perf_ns = perf_counter_ns()
         parent_context = get_current()
-        rec = _recorder.current
+        rec = current_recorder()
         call = tool = None
         # A plain function that closes over nothing and carries no tool mark
         # is no tool: decided here without a call (the common case).

@@ -55,12 +55,11 @@ from typing import Any, Callable, Literal, Optional
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agent_otel import forks
-from agent_otel.capture import recorder as _recorder
-from agent_otel.capture.recorder import error_type_of
+from agent_otel.capture.current import current_recorder
+from agent_otel.capture.outcomes import error_type_of
 from agent_otel.clock import now_ns
 from agent_otel.records import NS_PER_S, ModelCall
 from agent_otel.semconv import (
@@ -213,24 +212,25 @@ def _tell(listener: Callable[[bool], None], started: bool) -> None:
 model_calls = ModelCallLog()
 
 
-class PeerModelSpans(SpanProcessor):
-    """A span processor that puts other instrumentations' model spans
-    (OpenTelemetry GenAI ``chat`` / ``text_completion`` / ``generate_content``
-    spans, OpenInference and OpenLLMetry LLM spans) in ``model_calls`` while
-    they are in flight, when ``enabled``. agent-otel's own model spans are
-    there already.
+class PeerModelSpans:
+    """Puts other instrumentations' model spans (OpenTelemetry GenAI
+    ``chat`` / ``text_completion`` / ``generate_content`` spans,
+    OpenInference and OpenLLMetry LLM spans) in ``model_calls`` while they
+    are in flight, when ``enabled``. agent-otel's own model spans are there
+    already.
 
-    Added to the tracer provider only where a simulated GPU follows the
-    model calls (``watch_peers``). It acts on model spans only: a tool
-    span, started with its attributes or without them (deferred,
-    ``capture.sdk_span``), is never one, so it declares itself
-    ``blind_to_tool_spans`` and the tool spans keep their fast path.
+    Fed by a span processor added to the tracer provider only where a
+    simulated GPU follows the model calls (``watch_peers``). It acts on
+    model spans only: a tool span, started with its attributes or without
+    them (deferred, ``capture.sdk_span``), is never one, so that processor
+    declares itself ``blind_to_tool_spans`` and the tool spans keep their
+    fast path. (The processor, an SDK class, is made there: this module
+    loads with OpenTelemetry's API alone.)
     """
 
     enabled = False
-    blind_to_tool_spans = True
 
-    def on_start(self, span, parent_context=None) -> None:
+    def on_start(self, span) -> None:
         if not self.enabled:
             return
         try:
@@ -260,10 +260,25 @@ _watched: list[Any] = []  # the providers peer_model_spans was added to (each on
 
 
 def watch_peers(provider) -> None:
-    """Add ``peer_model_spans`` to ``provider`` (an SDK ``TracerProvider``), once."""
+    """Feed ``peer_model_spans`` the spans of ``provider`` (an SDK
+    ``TracerProvider``) through a span processor, once per provider."""
     if any(watched is provider for watched in _watched) or not hasattr(provider, "add_span_processor"):
         return
-    provider.add_span_processor(peer_model_spans)
+    from opentelemetry.sdk.trace import SpanProcessor  # instrument() has loaded the SDK
+
+    class PeerModelSpanProcessor(SpanProcessor):
+        """The SDK's span processor interface over ``peer_model_spans``."""
+
+        blind_to_tool_spans = True
+        peers = peer_model_spans
+
+        def on_start(self, span, parent_context=None) -> None:
+            peer_model_spans.on_start(span)
+
+        def on_end(self, span) -> None:
+            peer_model_spans.on_end(span)
+
+    provider.add_span_processor(PeerModelSpanProcessor())
     _watched.append(provider)
     del _watched[:-8]  # a few providers at most (one per instrument() that made one)
 
@@ -329,7 +344,7 @@ def _base_instrumentor():
 
 def hooks_record() -> bool:
     """Whether the framework hooks record model spans now."""
-    if _recorder.current is None or _mode == "off":
+    if current_recorder() is None or _mode == "off":
         return False
     return _mode == "on" or peer_instrumentation() is None
 
@@ -339,7 +354,7 @@ def hooks_follow() -> bool:
     keep them in ``model_calls`` (``FollowedModelCall``): while a simulated
     GPU follows the peers' model calls (``peer_model_spans.enabled``), unless
     ``model_spans`` is ``off``."""
-    return peer_model_spans.enabled and _recorder.current is not None and _mode != "off"
+    return peer_model_spans.enabled and current_recorder() is not None and _mode != "off"
 
 
 # Time to first token is the time to the first piece of output: text (or a
@@ -409,7 +424,7 @@ class ModelSpan:
         context=None,
     ) -> Optional["ModelSpan"]:
         """Start a model call's span (None when not instrumented)."""
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return None
         model = str(model) if model else "unknown"
@@ -646,7 +661,7 @@ class FrameworkRun:
 
     @classmethod
     def start(cls, name: Any, owner: Any) -> Optional["FrameworkRun"]:
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return None
         try:
@@ -717,7 +732,7 @@ class agent_span:
         self._run_token: Optional[Token] = None
 
     def __enter__(self):
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return trace_api.INVALID_SPAN
         span = self._span = rec.tracer.start_span(

@@ -11,10 +11,8 @@ that drains that deque (see ``pipeline.py``).
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import sys
-import threading
 from collections import deque
 from contextvars import Token
 from operator import itemgetter
@@ -37,6 +35,8 @@ from agent_otel.capture.otel_context import SPAN_KEY, get_current, reset, with_s
 from agent_otel.capture.otel_context import attach as attach_context
 from agent_otel.capture.otel_context import detach
 from agent_otel.capture.meta import CPU_SAMPLE, CPU_SHORT_NS, START_ATTRIBUTES, ToolMeta
+from agent_otel.capture.current import worker_local
+from agent_otel.capture.outcomes import error_type_of, outcome_of
 from agent_otel.records import ToolCall
 from agent_otel.semconv import (
     AGENT_EXECUTOR_MAX_WORKERS,
@@ -56,28 +56,10 @@ from agent_otel.semconv import (
     EXECUTOR_DIRECT,
     GEN_AI_TOOL_CALL_ID,
     OUTCOME_CANCELLED,
-    OUTCOME_ERROR,
-    OUTCOME_TIMEOUT,
     SCOPE_NAME,
 )
 
 logger = logging.getLogger("agent_otel")
-
-# Exceptions that mean "the call ran out of time" or "was cancelled", whichever
-# module raised them (one class from Python 3.11 on, up to three before).
-# asyncio's are read from asyncio once it is imported (none of its exceptions
-# exists before): instrument() does not import asyncio.
-TIMEOUT_ERRORS = tuple({TimeoutError, concurrent.futures.TimeoutError})
-CANCELLED_ERRORS = (concurrent.futures.CancelledError, GeneratorExit)
-
-
-class _WorkerLocal(threading.local):
-    # The submission an executor worker is about to run, when the submitted
-    # callable is a tool: the first tool call in that work item claims it.
-    pending: Optional[LiveCall] = None
-
-
-worker_local = _WorkerLocal()
 
 
 class LiveCall(ToolCall):
@@ -110,23 +92,6 @@ class ActiveCall(tuple):
 
 def _scope_name(span) -> Optional[str]:
     return getattr(getattr(span, "instrumentation_scope", None), "name", None)
-
-
-def outcome_of(exc: BaseException) -> str:
-    asyncio = sys.modules.get("asyncio")
-    if isinstance(exc, CANCELLED_ERRORS) or isinstance(exc, getattr(asyncio, "CancelledError", ())):
-        return OUTCOME_CANCELLED
-    if isinstance(exc, TIMEOUT_ERRORS) or isinstance(exc, getattr(asyncio, "TimeoutError", ())):
-        return OUTCOME_TIMEOUT
-    return OUTCOME_ERROR
-
-
-def error_type_of(exc: BaseException) -> str:
-    """The exception's type as ``error.type`` names it, cut to ``NAME_LIMIT``
-    (a class made at run time may have any name; only a failed call pays the check)."""
-    cls = type(exc)
-    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    return name if len(name) <= NAME_LIMIT and name.isascii() else valid_text(name, NAME_LIMIT)
 
 
 class RemedyCounts(Protocol):

@@ -20,9 +20,10 @@ profilers do; it copies the values, it never changes the frame.
 from __future__ import annotations
 
 from types import CodeType, FrameType
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-from agent_otel.records import ToolCall
+if TYPE_CHECKING:
+    from agent_otel.records import ToolCall
 
 # code object -> (name of its local holding the ActiveCall, whether the call
 # runs on this one thread from start to end: a sync call)
@@ -63,6 +64,10 @@ def _call_in(frame: FrameType) -> Optional[tuple[ToolCall, bool]]:
         active = _INLINE.get(id(frame))
         sync = False
     call = getattr(active, "call", None)
+    # (imported here, where a block is being read: the wrappers that import
+    # this module load with OpenTelemetry's API alone, and no records)
+    from agent_otel.records import ToolCall
+
     return (call, sync) if isinstance(call, ToolCall) else None
 
 

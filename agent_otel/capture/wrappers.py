@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import functools
 import sys
-from asyncio import _get_running_loop
 from time import thread_time_ns
-from typing import Callable, Literal, Optional
+from typing import TYPE_CHECKING, Callable, Literal, Optional
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.capture import stacks
 from agent_otel.capture.meta import (
     TOOL_MARK,
@@ -33,8 +32,13 @@ from agent_otel.capture.meta import (
     meta_for,
     name_of,
 )
-from agent_otel.capture.recorder import ActiveCall, Recorder
 from agent_otel.semconv import GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, TOOL_TYPE_FUNCTION
+
+if TYPE_CHECKING:
+    # Only the type checker: the recorder loads OpenTelemetry's SDK, and a
+    # library decorates its tools with only the API loaded (instrument()
+    # loads the SDK and installs the recorder these wrappers ask for).
+    from agent_otel.capture.recorder import ActiveCall, Recorder
 
 
 def wrap(fn: Callable, meta: ToolMeta) -> Callable:
@@ -71,7 +75,7 @@ def _wrap_function(fn, meta: ToolMeta):
     # clock over the call is the call's CPU time (agent.tool.exec.cpu_time),
     # read on the calls meta.cpu_clock picks (inlined: the hot path).
     def wrapper(*args, **kwargs):
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return fn(*args, **kwargs)
         active = rec.begin(meta)
@@ -100,7 +104,7 @@ def _wrap_function(fn, meta: ToolMeta):
 
 def _wrap_coroutine(fn, meta: ToolMeta):
     async def wrapper(*args, **kwargs):
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return await fn(*args, **kwargs)
         active = rec.begin(meta)
@@ -122,7 +126,7 @@ def _wrap_generator(fn, meta: ToolMeta):
     # The span covers the whole iteration; it is the current span only while
     # the generator's own code runs, never while the consumer's code does.
     def wrapper(*args, **kwargs):
-        rec = _recorder.current
+        rec = current_recorder()
         if rec is None:
             return (yield from fn(*args, **kwargs))
         active = rec.begin(meta, attach=False)
@@ -163,7 +167,7 @@ def _wrap_async_generator(fn, meta: ToolMeta):
     # uninstrumented call too (``async for`` alone would drop ``asend``
     # values and leave the inner generator unclosed on ``aclose``).
     async def wrapper(*args, **kwargs):
-        rec = _recorder.current
+        rec = current_recorder()
         active = span_context = None
         if rec is not None:
             active = rec.begin(meta, attach=False)
@@ -239,12 +243,16 @@ class tool_span:
 
     def __enter__(self):
         span = self._enter()
-        if self._active is not None and _get_running_loop() is None:
-            self._cpu = cpu_clock(self._meta)
+        if self._active is not None:
+            # Outside a running event loop (asyncio's, read without importing
+            # asyncio: no loop runs before something imports it).
+            asyncio = sys.modules.get("asyncio")
+            if asyncio is None or asyncio._get_running_loop() is None:
+                self._cpu = cpu_clock(self._meta)
         return span
 
     def _enter(self):
-        rec = self._recorder = _recorder.current
+        rec = self._recorder = current_recorder()
         if rec is None:
             return trace_api.INVALID_SPAN
         self._active = rec.begin(self._meta, self._call_id)

@@ -1,13 +1,11 @@
-"""A received ``ExportTraceServiceRequest`` -> tool calls, the report's way.
+"""A received ``ExportTraceServiceRequest`` -> tool calls, as the report reads them.
 
-The report's reader (``agent_otel.report.reader.TraceReader``) is the one
-place a span becomes a record: which spans are tool calls, when a call
+A span becomes a record in one place, ``agent_otel.spans``
+(``spans.decode.SpanReader``): which spans are tool calls, when a call
 started executing, its outcome, a call seen from two sides (MCP client and
-server) counted once. The blame service uses it too, so a tool call means
-the same thing live and offline: each protobuf span is given to it in the
-OTLP/JSON shape it reads (hex ids, camelCase keys, ``AnyValue`` objects),
-with only the fields it reads (ids, name, times, the attributes it looks
-at, events, status).
+server) counted once. The report reads its files through it too, so a tool
+call means the same thing live and offline. Each protobuf span is given to
+it in the OTLP/JSON shape it reads (``spans.protobuf``).
 
 Model-call spans (the ``chat`` / ``text_completion`` / ``generate_content``
 spans, OpenInference's and OpenLLMetry's LLM spans) are taken too, as
@@ -22,25 +20,24 @@ value of another type than its attribute's) or ``malformed`` (any other
 broken field: ids, times). A span sent twice counts once.
 
 Every text a call keeps (its tool, executor, call id, exception type,
-thread, pool) is cut to ``text.NAME_LIMIT`` characters here, where it
-enters: a sender cannot make the service hold more per call than that.
+thread, pool) is cut to ``text.NAME_LIMIT`` characters where it enters
+(``spans.protobuf``): a sender cannot make the service hold more per call than that.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from agent_otel.exporters.otlp_json import MALFORMED, OUT_OF_RANGE, WRONG_TYPE, SpanFormatError, typed_span
 from agent_otel.records import ModelCall, ToolCall
-from agent_otel.report.reader import WANTED_ATTRIBUTES, TraceReader
-from agent_otel.semconv import AGENT_GPU_POOL, GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME
-from agent_otel.text import NAME_LIMIT, valid_text
+from agent_otel.semconv import GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_NAME
+from agent_otel.spans.decode import SpanReader
+from agent_otel.spans.otlp_json import MALFORMED, OUT_OF_RANGE, WRONG_TYPE, SpanFormatError
+from agent_otel.spans.protobuf import gpu_pool, span_of
+from agent_otel.text import valid_text
 
 logger = logging.getLogger("agent_otel.receiver")
 
@@ -72,11 +69,11 @@ class Decoded:
 def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
     """The tool calls in ``request``, each with the GPU pool of its resource."""
     decoded = Decoded()
-    reader = TraceReader()
+    reader = SpanReader()
     data = reader.data
     data.calls.keep()  # the records themselves, to hand to the attribution service
     for resource_spans in request.resource_spans:
-        pool = _pool(resource_spans.resource.attributes)
+        pool = gpu_pool(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 if len(span.trace_id) != 16 or len(span.span_id) != 8:
@@ -87,9 +84,9 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                     )
                     continue
                 calls, duplicates, models = len(data.calls), data.duplicate_count, len(data.model_calls)
-                peers = data.peer_tool_spans  # (a peer's tool span may be set aside, not yet a row: report.peers)
+                peers = data.peer_tool_spans  # (a peer's tool span may be set aside, not yet a row: spans.peers)
                 try:
-                    reader.add(typed_span(_span_json(span)), 0, pool)
+                    reader.add(span_of(span), 0, pool)
                 except SpanFormatError as exc:
                     message = str(exc)
                     if not message.startswith("span "):
@@ -118,18 +115,6 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
     return decoded
 
 
-def _pool(attributes) -> str:
-    for item in attributes:
-        if item.key == AGENT_GPU_POOL:
-            value = item.value
-            return (
-                valid_text(value.string_value.strip(), NAME_LIMIT)
-                if value.WhichOneof("value") == "string_value"
-                else ""
-            )
-    return ""
-
-
 def _short_name(name: str) -> str:
     """A span's name for a message: printable, and short."""
     return valid_text(name, 80)
@@ -143,46 +128,3 @@ def _log_once(exc: Exception) -> None:
     if not _logged:
         _logged = True
         logger.warning("blame service: reading a span raised %r (logged once; the span was refused)", exc, exc_info=exc)
-
-
-def _span_json(span) -> dict:
-    """The fields of a protobuf ``Span`` the reader reads, in the OTLP/JSON shape."""
-    encoded = {
-        "traceId": span.trace_id.hex(),
-        "spanId": span.span_id.hex(),
-        "name": valid_text(span.name, NAME_LIMIT),
-        "startTimeUnixNano": span.start_time_unix_nano,
-        "endTimeUnixNano": span.end_time_unix_nano,
-        "attributes": [
-            {"key": item.key, "value": _value(item.value)} for item in span.attributes if item.key in WANTED_ATTRIBUTES
-        ],
-        "status": {"code": span.status.code},
-    }
-    if span.parent_span_id:
-        encoded["parentSpanId"] = span.parent_span_id.hex()
-    if span.events:
-        encoded["events"] = [{"name": event.name, "timeUnixNano": event.time_unix_nano} for event in span.events]
-    return encoded
-
-
-def _value(value: AnyValue) -> dict:
-    kind = value.WhichOneof("value")
-    if kind == "string_value":
-        return {"stringValue": valid_text(value.string_value, NAME_LIMIT)}
-    if kind == "int_value":
-        return {"intValue": value.int_value}
-    if kind == "double_value":
-        return {"doubleValue": value.double_value}
-    if kind == "bool_value":
-        return {"boolValue": value.bool_value}
-    if kind == "array_value":
-        return {"arrayValue": {"values": [_value(item) for item in value.array_value.values]}}
-    if kind == "kvlist_value":
-        return {
-            "kvlistValue": {
-                "values": [{"key": item.key, "value": _value(item.value)} for item in value.kvlist_value.values]
-            }
-        }
-    if kind == "bytes_value":
-        return {"bytesValue": base64.b64encode(value.bytes_value).decode("ascii")}
-    return {}

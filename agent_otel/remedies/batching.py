@@ -39,10 +39,10 @@ from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link
 
 from agent_otel import forks
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.errors import ConfigError
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, first_doc_line, name_of
-from agent_otel.capture.recorder import error_type_of
+from agent_otel.capture.outcomes import error_type_of
 from agent_otel.remedies import pools
 from agent_otel.remedies.telemetry import metrics, open_call
 from agent_otel.semconv import AGENT_TOOL_BATCH_SIZE, AGENT_TOOL_EXECUTOR, ERROR_TYPE, GEN_AI_TOOL_NAME, batch_span_name
@@ -186,7 +186,7 @@ class BatchedTool:
             _answer(slot, result, failed=isinstance(result, BaseException))
 
     def _batch_span(self, spans: list, size: int):
-        rec = _recorder.current
+        rec = current_recorder()
         spans = [span for span in spans if span is not None]
         if rec is None or not spans:
             return None
@@ -213,7 +213,7 @@ def _answer(slot: _Slot, value, *, failed: bool) -> None:
 def _end_batch_span(span, exc: Optional[BaseException]) -> None:
     if span is None:
         return
-    rec = _recorder.current
+    rec = current_recorder()
     if exc is not None:
         span.set_attribute(ERROR_TYPE, error_type_of(exc))
         if rec is not None:

@@ -25,7 +25,7 @@ import functools
 import inspect
 import threading
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
@@ -35,6 +35,7 @@ from agent_otel.capture.meta import ToolMeta, is_async_gen, is_coroutine, is_gen
 from agent_otel.capture.wrappers import finish_wrapper
 from agent_otel.remedies import pools
 from agent_otel.remedies.cache import MISS, ResultCache
+from agent_otel.remedies.options import OPTIONS, check
 from agent_otel.remedies.telemetry import open_call
 from agent_otel.semconv import (
     AGENT_EXECUTOR_MAX_WORKERS,
@@ -51,36 +52,22 @@ from agent_otel.semconv import (
 
 
 class Remedies:
-    """One tool's remedy options, checked once when the tool is decorated."""
+    """One tool's remedy options (``agent_otel.remedies.options``), checked
+    once when the tool is decorated."""
 
-    __slots__ = ("fn", "meta", "pool", "timeout", "retries", "retry_interval", "fallback", "cache", "wrapper")
+    __slots__ = ("fn", "meta", "wrapper", *OPTIONS)
 
-    def __init__(self, fn: Callable, meta: ToolMeta, *, pool, timeout, retries, retry_interval, fallback, cache):
-        where = f"@tool {meta.name!r}"
-        if pool is not None and (not isinstance(pool, str) or not pool.strip()):
-            raise ConfigError(f"{where} pool", pool, "a pool name (str)")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise ConfigError(f"{where} timeout", timeout, "a number of seconds > 0, or None")
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ConfigError(f"{where} retries", retries, "a whole number >= 0")
-        if isinstance(retry_interval, bool) or not isinstance(retry_interval, (int, float)) or retry_interval < 0:
-            raise ConfigError(f"{where} retry_interval", retry_interval, "a number of seconds >= 0")
-        if fallback is not None and not callable(fallback):
-            raise ConfigError(f"{where} fallback", fallback, "a callable taking the tool's arguments")
-        if cache is True:
-            cache = ResultCache()
-        elif cache is False:
-            cache = None
-        if cache is not None and not isinstance(cache, ResultCache):
-            raise ConfigError(f"{where} cache", cache, "True or an agent_otel.ResultCache")
+    def __init__(self, fn: Callable, meta: ToolMeta, values: Mapping[str, Any]):
+        check(values, f"@tool {meta.name!r}")
+        cache = values["cache"]
         self.fn = fn
         self.meta = meta
-        self.pool = pool
-        self.timeout = None if timeout is None else float(timeout)
-        self.retries = retries
-        self.retry_interval = float(retry_interval)
-        self.fallback = fallback
-        self.cache: Optional[ResultCache] = cache
+        self.pool: Optional[str] = values["pool"]
+        self.timeout = None if values["timeout"] is None else float(values["timeout"])
+        self.retries: int = values["retries"]
+        self.retry_interval = float(values["retry_interval"])
+        self.fallback: Optional[Callable] = values["fallback"]
+        self.cache: Optional[ResultCache] = ResultCache() if cache is True else None if cache is False else cache
         self.wrapper: Optional[Callable] = None
 
     def pool_for_call(self) -> Optional[pools.ToolPool]:
@@ -108,26 +95,17 @@ def _call_original(wrapper: Callable, *args, **kwargs):
     return wrapper.__wrapped__(*args, **kwargs)  # type: ignore[attr-defined]  # set by functools.update_wrapper
 
 
-def wrap(
-    fn: Callable, meta: ToolMeta, *, pool=None, timeout=None, retries=0, retry_interval=0.1, fallback=None, cache=None
-) -> Callable:
-    """Build the remedy wrapper of ``fn``, with ``fn``'s metadata and the tool mark."""
+def wrap(fn: Callable, meta: ToolMeta, values: Mapping[str, Any]) -> Callable:
+    """Build the remedy wrapper of ``fn``, with ``fn``'s metadata and the tool
+    mark; ``values``: every remedy option's (``options.DEFAULTS`` for those not given)."""
     if is_gen(fn) or is_async_gen(fn):
         raise ConfigError(
             f"@tool {meta.name!r}",
             "a generator function",
             "a function or coroutine function: remedies need one result per call",
         )
-    remedies = Remedies(
-        fn,
-        meta,
-        pool=pool,
-        timeout=timeout,
-        retries=retries,
-        retry_interval=retry_interval,
-        fallback=fallback,
-        cache=cache,
-    )
+    remedies = Remedies(fn, meta, values)
+    pool = remedies.pool
     if is_coroutine(fn):
         if pool is not None:
             raise ConfigError(

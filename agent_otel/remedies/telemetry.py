@@ -16,13 +16,13 @@ the same.
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from agent_otel.text import NAME_LIMIT, valid_text
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder, worker_local
 from agent_otel.clock import now_ns
 from agent_otel.capture.meta import ToolMeta
-from agent_otel.capture.recorder import ActiveCall, error_type_of, outcome_of, worker_local
+from agent_otel.capture.outcomes import error_type_of, outcome_of
 from agent_otel.semconv import (
     AGENT_TOOL_ATTEMPT,
     AGENT_TOOL_OUTCOME,
@@ -33,10 +33,13 @@ from agent_otel.semconv import (
     OUTCOME_OK,
 )
 
+if TYPE_CHECKING:  # (the recorder loads OpenTelemetry's SDK: a library's remedies load without it)
+    from agent_otel.capture.recorder import ActiveCall, Recorder
+
 
 def metrics():
     """The remedy metrics of the running instrumentation, or None."""
-    rec = _recorder.current
+    rec = current_recorder()
     return rec.remedy_metrics if rec is not None else None
 
 
@@ -84,7 +87,7 @@ class CallTelemetry(_Notes):
 
     __slots__ = ("_recorder", "_meta", "_call", "_active", "_lock")
 
-    def __init__(self, rec: _recorder.Recorder, meta: ToolMeta, executor: str):
+    def __init__(self, rec: Recorder, meta: ToolMeta, executor: str):
         super().__init__()
         executor = valid_text(executor, NAME_LIMIT)  # a pool's name, as the user wrote it
         pending = worker_local.pending
@@ -186,7 +189,7 @@ class NoTelemetry:
 
 def open_call(meta: ToolMeta, executor: str):
     """Start recording one remedy call (its request time is now)."""
-    rec = _recorder.current
+    rec = current_recorder()
     if rec is None:
         return NoTelemetry()
     outer = rec.running(meta)

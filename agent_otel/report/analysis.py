@@ -40,7 +40,7 @@ from agent_otel.attribution.edges import sharpen
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
 from agent_otel.prices import GpuPrices
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
-from agent_otel.report.calls import CallTable
+from agent_otel.spans.calls import CallTable
 from agent_otel.report.cost import Costs, price_analysis
 from agent_otel.report.kv_cache import KvCacheHeld
 from agent_otel.report.parts import report_parts, rfc3339

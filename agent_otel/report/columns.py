@@ -1,4 +1,4 @@
-"""The tool calls' times and names as numpy columns, from the reader's table (``report.calls``).
+"""The tool calls' times and names as numpy columns, from the reader's table (``spans.calls``).
 
 The per-tool and per-executor statistics and the idle windows' filter
 (``report.analysis``) read these: the times are views of the table's
@@ -20,8 +20,8 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from agent_otel.records import NS_PER_S
-from agent_otel.report.calls import CallTable
-from agent_otel.report.stats import distinct
+from agent_otel.spans.calls import CallTable
+from agent_otel.spans.ids import distinct
 
 # Below this many nanoseconds a double holds every int exactly (see seconds_sorted).
 _EXACT_NS = 1 << 53

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Optional
 
-from agent_otel.exporters.otlp_json import input_name
+from agent_otel.spans.otlp_json import input_name
 from agent_otel.inputs import STDIN
 from agent_otel.prices import CURRENCY
 from agent_otel.remedies.suggest import DOCS

@@ -97,14 +97,14 @@ from agent_otel.remedies.suggest import (
     suggested_timeout,
 )
 from agent_otel.report.columns import Names
-from agent_otel.report.reader import UNKNOWN_EXECUTOR
+from agent_otel.spans.decode import UNKNOWN_EXECUTOR
 from agent_otel.report.stats import max_overlap, percentile
 from agent_otel.report.waits import KIND_CPU, KIND_GIL, KIND_IO
 from agent_otel.semconv import EXECUTOR_DIRECT
 
 if TYPE_CHECKING:
     from agent_otel.records import ToolCall
-    from agent_otel.report.calls import CallTable
+    from agent_otel.spans.calls import CallTable
     from agent_otel.report.analysis import Analysis, ToolStats
     from agent_otel.report.reader import InnerFailures
 

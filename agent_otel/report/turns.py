@@ -44,7 +44,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from agent_otel.records import NS_PER_S, AgentRun, LoopBlock, ModelCall
-from agent_otel.report.calls import CallTable
+from agent_otel.spans.calls import CallTable
 
 FROM_AGENT = "agent"
 FROM_TRACE = "trace"

@@ -35,7 +35,7 @@ from itertools import accumulate
 from typing import Optional, Sequence
 
 from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
-from agent_otel.report.calls import CallTable
+from agent_otel.spans.calls import CallTable
 
 CPU_BOUND_SHARE = 0.6
 IO_BOUND_SHARE = 0.25

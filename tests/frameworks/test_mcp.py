@@ -93,7 +93,7 @@ def test_an_agent_otel_tool_served_in_process_is_one_span_counted_once(hooked, s
 
 
 def _spans_in(path):
-    from agent_otel.exporters.otlp_json import iter_spans
+    from agent_otel.spans.otlp_json import iter_spans
 
     return list(iter_spans(str(path)))
 

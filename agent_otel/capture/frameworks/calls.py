@@ -37,12 +37,13 @@ from typing import Any, Callable, Optional
 
 
 from agent_otel.text import NAME_LIMIT, valid_text
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.capture import stacks
 from agent_otel.capture.executors import executor_name
 from agent_otel.capture.patching import SharedPatch, warn_once
 from agent_otel.capture.meta import TOOL_MARK, meta_for
-from agent_otel.capture.recorder import ActiveCall, LiveCall, Recorder, worker_local
+from agent_otel.capture.current import worker_local
+from agent_otel.capture.recorder import ActiveCall, LiveCall, Recorder
 from agent_otel.capture.payloads import UNREPRESENTABLE
 from agent_otel.semconv import (
     ERROR_TYPE,
@@ -175,7 +176,7 @@ def sync_call(
     output, recorded with ``record_arguments`` / ``record_results`` (the
     return value itself when ``result_of`` is None).
     """
-    rec = _recorder.current
+    rec = current_recorder()
     if rec is None:
         return original(*args, **kwargs)
     if args and current_handoff() is not None and handed_off_here(args[0]):
@@ -287,7 +288,7 @@ async def async_call(
     never handed off is then a direct call, with no warning. ``arguments``
     and ``result_of`` as in ``sync_call``.
     """
-    rec = _recorder.current
+    rec = current_recorder()
     if rec is None:
         return await original(*args, **kwargs)
     if thread_owner is _NOT_IN_THREAD:
@@ -558,7 +559,7 @@ class CarriedWork:
             return self.fn(*args, **kwargs)
         finally:
             if worker_local.pending is self.call:  # never claimed: forget it, as the executor hook does
-                rec = _recorder.current
+                rec = current_recorder()
                 if rec is not None:
                     rec.inflight.pop(id(self.call), None)
             worker_local.pending = previous

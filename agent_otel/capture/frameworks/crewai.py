@@ -37,7 +37,7 @@ import functools
 from concurrent.futures import ThreadPoolExecutor
 import inspect
 
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import (
     MarkedWork,
@@ -110,7 +110,7 @@ def _wrap_arun(original):
 def _wrap_ainvoke(original):
     @functools.wraps(original)
     async def ainvoke(self, *args, **kwargs):
-        if _recorder.current is not None and not inspect.iscoroutinefunction(self.func):
+        if current_recorder() is not None and not inspect.iscoroutinefunction(self.func):
             return await async_call(
                 FRAMEWORK,
                 original,
@@ -146,7 +146,7 @@ def _tool_call_pool(pool_class: type[ThreadPoolExecutor]) -> type[ThreadPoolExec
         def submit(self, fn, /, *args, **kwargs):
             # CrewAI submits (context.run, executor._execute_single_native_tool_call, tool_call).
             if (
-                _recorder.current is not None
+                current_recorder() is not None
                 and isinstance(getattr(fn, "__self__", None), contextvars.Context)
                 and len(args) == 2
                 and getattr(args[0], "__name__", "") == "_execute_single_native_tool_call"

@@ -79,7 +79,7 @@ from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 
 from agent_otel.capture import models
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.capture.frameworks.calls import (
     CarriedWork,
     MarkedWork,
@@ -195,7 +195,7 @@ def _wrap_run(original):
     def run(self, tool_input, *args, **kwargs):
         if (
             run.agent_otel_inactive  # type: ignore[attr-defined]  # set by self_switching
-            or _recorder.current is None
+            or current_recorder() is None
             or (current_handoff() is not None and handed_off_here(self))
         ):
             # An inactive patch, not instrumented, or the worker side of a
@@ -226,7 +226,7 @@ def _wrap_arun(original):
     @functools.wraps(original)
     async def arun(self, tool_input, *args, **kwargs):
         describe = _describe(self, kwargs.get("tool_call_id"))
-        if _recorder.current is None:
+        if current_recorder() is None:
             return await original(self, tool_input, *args, **kwargs)
         thread = {"thread_owner": self} if _runs_in_thread(self) else {}
         parent = _peer_parent()
@@ -255,7 +255,7 @@ def _wrap_ainvoke(original):
     # ainvoke goes on to BaseTool.arun, which is hooked itself.
     @functools.wraps(original)
     async def ainvoke(self, input, config=None, **kwargs):
-        if _recorder.current is None or getattr(self, "coroutine", None) is not None:
+        if current_recorder() is None or getattr(self, "coroutine", None) is not None:
             return await original(self, input, config, **kwargs)
         tool_call = isinstance(input, dict) and input.get("type") == "tool_call"
         call_id = input.get("id") if tool_call else None
@@ -300,7 +300,7 @@ class _ToolCallSubmitter(_Submitter):
 
     def submit(self, fn, /, *args, **kwargs):
         call = args[0] if args else None
-        if _recorder.current is not None and isinstance(call, dict) and isinstance(call.get("name"), str):
+        if current_recorder() is not None and isinstance(call, dict) and isinstance(call.get("name"), str):
             carried = CarriedWork.take(call["name"])
             fn = MarkedWork(fn, call["name"]) if carried is None else CarriedWork(fn, carried)
         return self._executor.submit(fn, *args, **kwargs)
@@ -312,7 +312,7 @@ class _TaskSubmitter(_Submitter):
     ``create_react_agent`` sends each) as a marked work item."""
 
     def submit(self, fn, /, *args, **kwargs):
-        if _recorder.current is not None:
+        if current_recorder() is not None:
             name = _task_tool_name(args)
             if name is not None:
                 fn = MarkedWork(fn, name)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 
 from agent_otel.capture import models
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import (
     async_call,
@@ -129,7 +129,7 @@ def _raw_output(result):
 def _wrap_call(original):
     @functools.wraps(original)
     def call(self, *args, **kwargs):
-        if call.agent_otel_inactive or _recorder.current is None:  # type: ignore[attr-defined]  # self_switching
+        if call.agent_otel_inactive or current_recorder() is None:  # type: ignore[attr-defined]  # self_switching
             return original(self, *args, **kwargs)
         # The closures are made here, not by _describe and positional: a Python call fewer each (the hot path).
         return sync_call(
@@ -149,7 +149,7 @@ def _wrap_call(original):
 def _wrap_acall(original):
     @functools.wraps(original)
     async def acall(self, *args, **kwargs):
-        if _recorder.current is not None and _runs_in_thread(self):
+        if current_recorder() is not None and _runs_in_thread(self):
             return await async_call(
                 FRAMEWORK,
                 original,

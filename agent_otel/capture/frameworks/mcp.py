@@ -49,7 +49,7 @@ import anyio.to_thread
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.capture.frameworks.calls import anyio_run_sync_hook, async_call, meta
 from agent_otel.capture.patching import Patches, importable
 from agent_otel.semconv import TOOL_TYPE_EXTENSION
@@ -127,7 +127,7 @@ def _wrap_call_tool(original):
                 if entry[1] == 0 and _client_calls.get(key) is entry:
                     del _client_calls[key]
 
-        if _recorder.current is None:
+        if current_recorder() is None:
             return await original(self, name, *args, **kwargs)
         return await async_call(
             FRAMEWORK,
@@ -150,7 +150,7 @@ def _wrap_get_request_handler(original):
     @functools.wraps(original)
     def get_request_handler(self, method):
         entry = original(self, method)
-        if method != "tools/call" or entry is None or _recorder.current is None:
+        if method != "tools/call" or entry is None or current_recorder() is None:
             return entry
         served = _served_entries.get(id(entry))
         if served is not None and served[0] is entry:

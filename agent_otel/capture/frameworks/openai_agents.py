@@ -44,7 +44,7 @@ from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 
 from agent_otel.capture import models
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import async_call, hook_event_loop, meta, unhook_event_loop
 from agent_otel.capture.patching import Patches, self_switching
@@ -122,7 +122,7 @@ def _wrap_invoke(original):
         function_tool = kwargs.get("function_tool")
         if (
             _invoke_function_tool_with_metadata.agent_otel_inactive  # type: ignore[attr-defined]  # self_switching
-            or _recorder.current is None
+            or current_recorder() is None
             or function_tool is None
         ):
             return await original(*args, **kwargs)

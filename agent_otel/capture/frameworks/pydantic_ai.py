@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import (
     anyio_run_sync_hook,
@@ -66,7 +66,7 @@ def uninstrument() -> None:
 def _wrap_call_tool(original):
     @functools.wraps(original)
     async def call_tool(self, name, tool_args, ctx, tool, *args, **kwargs):
-        if _recorder.current is None:
+        if current_recorder() is None:
             return await original(self, name, tool_args, ctx, tool, *args, **kwargs)
 
         def describe():

@@ -41,7 +41,7 @@ from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 
 from agent_otel.capture import models
-from agent_otel.capture import recorder as _recorder
+from agent_otel.capture.current import current_recorder
 from agent_otel.capture.frameworks import runs
 from agent_otel.capture.frameworks.calls import MarkedWork, meta, sync_call
 from agent_otel.capture.patching import Patches, self_switching
@@ -99,7 +99,7 @@ def _wrap_agent_run(original):
 def _wrap_call(original):
     @functools.wraps(original)
     def __call__(self, *args, **kwargs):
-        if __call__.agent_otel_inactive or _recorder.current is None:  # type: ignore[attr-defined]  # self_switching
+        if __call__.agent_otel_inactive or current_recorder() is None:  # type: ignore[attr-defined]  # self_switching
             return original(self, *args, **kwargs)
         return sync_call(
             FRAMEWORK,
@@ -125,7 +125,7 @@ def _tool_call_pool(pool_class: type[ThreadPoolExecutor]) -> type[ThreadPoolExec
         def submit(self, fn, /, *args, **kwargs):
             # smolagents submits (context.run, process_single_tool_call, tool_call).
             if (
-                _recorder.current is not None
+                current_recorder() is not None
                 and isinstance(getattr(fn, "__self__", None), contextvars.Context)
                 and len(args) == 2
                 and isinstance(args[1], ToolCall)
