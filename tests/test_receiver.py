@@ -264,3 +264,17 @@ def test_a_port_in_use_is_an_error_naming_the_endpoint(receiver):
     )
     with pytest.raises(OSError, match=f"OTLP/gRPC on 127.0.0.1:{server.grpc_port}"):
         other.start()
+
+
+def test_a_peers_bare_tool_span_is_a_tool_call_not_refused():
+    """OpenInference's TOOL span with only its kind and tool name: the reader sets it
+    aside until the merge (report.peers.Aside); the service still counts it a tool call."""
+    request = ExportTraceServiceRequest.FromString(one_tool_span_request(name="search", tool=False))
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    for key, value in (("openinference.span.kind", "TOOL"), ("tool.name", "search")):
+        attribute = span.attributes.add()
+        attribute.key, attribute.value.string_value = key, value
+    decoded = tool_calls(request)
+    assert not decoded.refused
+    (call,) = decoded.calls
+    assert (call.tool, call.executor, call.submit_ns, call.end_ns) == ("search", "unknown", T0, T0 + 10)

@@ -143,3 +143,87 @@ def test_a_pair_of_agent_otels_span_and_a_peers_merges_as_in_any_group():
         assert found[0] == found[1], case
         merged += bool(found[0])
     assert 0 < merged < 400
+
+
+def _otlp_line(spans: list[dict], pool: str) -> bytes:
+    resource = {"attributes": [{"key": "agent.gpu.pool", "value": {"stringValue": pool}}]} if pool else {}
+    return json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": spans}]}]}).encode() + b"\n"
+
+
+def _random_peer_spans(rng) -> list[dict]:
+    """Tool spans of a few traces: agent-otel's, OpenInference's bare TOOL span beside
+    (some with no twin, some at the same request time as another, some failed, some
+    roots) and now and then one nested under a tool span or with a call id."""
+    spans = []
+    for _ in range(rng.randrange(1, 6)):
+        trace_id = f"{rng.getrandbits(128) | 1:032x}"
+        agent = f"{rng.getrandbits(64) | 1:016x}"
+        ours: list[tuple[str, str]] = []  # (span id, tool) of agent-otel's spans
+        for _ in range(rng.randrange(1, 12)):
+            tool = rng.choice(["search", "fetch"])
+            start = 10**18 + rng.randrange(0, 8) * 2_000_000  # ties, overlaps and spans apart
+            end = start + rng.randrange(1, 8) * 2_000_000
+            span_id = f"{rng.getrandbits(64) | 1:016x}"
+            kind = rng.random()
+            if kind < 0.45:
+                attributes = [
+                    {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                    {"key": "gen_ai.tool.name", "value": {"stringValue": tool}},
+                    {"key": "agent.tool.exec.duration", "value": {"doubleValue": (end - start) / 1e9}},
+                ]
+                ours.append((span_id, tool))
+            else:
+                attributes = [
+                    {"key": "openinference.span.kind", "value": {"stringValue": "TOOL"}},
+                    {"key": "tool.name", "value": {"stringValue": tool}},
+                ]
+                if kind > 0.95:
+                    attributes.append({"key": "gen_ai.tool.call.id", "value": {"stringValue": "c1"}})
+            parent = agent if rng.random() < 0.8 else ""
+            if ours and rng.random() < 0.05:
+                parent = rng.choice(ours)[0]  # nested under agent-otel's span (of this tool or another)
+            spans.append(
+                {
+                    "traceId": trace_id,
+                    "spanId": span_id,
+                    "parentSpanId": parent,
+                    "name": f"execute_tool {tool}" if kind < 0.45 else tool,
+                    "startTimeUnixNano": str(start),
+                    "endTimeUnixNano": str(end),
+                    "attributes": attributes,
+                    "status": {"code": 2} if rng.random() < 0.1 else {},
+                }
+            )
+    rng.shuffle(spans)
+    return spans
+
+
+def test_peers_spans_set_aside_make_the_records_every_span_as_a_row_makes(tmp_path, monkeypatch):
+    """A peer's bare tool span is set aside while reading and becomes a row
+    only if the merge leaves it (``peers.Aside``): on random traces (twins,
+    spans with no twin, ties in request time, failed spans, roots, spans
+    nested under a tool span, call ids, two pools) the calls, in their
+    order, and the counts are the same as when every tool span is a row."""
+    import random
+
+    from agent_otel.report.reader import read_traces
+    from agent_otel.semconv import OPENINFERENCE_SPAN_KIND
+    from agent_otel.spans import decode
+
+    rng = random.Random(11)
+    for case in range(60):
+        path = tmp_path / f"traces-{case}.jsonl"
+        spans = _random_peer_spans(rng)
+        with open(path, "wb") as out:
+            for first in range(0, len(spans), 5):
+                out.write(_otlp_line(spans[first : first + 5], rng.choice(["", "gpu-a"])))
+        found = []
+        for every_span_a_row in (False, True):
+            if every_span_a_row:  # what the reader did before: every peer's span through _tool_call
+                monkeypatch.setattr(decode, "_ROW_ATTRIBUTES", decode._ROW_ATTRIBUTES | {OPENINFERENCE_SPAN_KIND})
+            data = read_traces([str(path)])
+            found.append(
+                (list(data.calls), data.duplicate_count, data.peer_tool_spans, data.peer_tool_spans_merged, data.roots)
+            )
+            monkeypatch.undo()
+        assert found[0] == found[1], case

@@ -84,6 +84,7 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                     )
                     continue
                 calls, duplicates, models = len(data.calls), data.duplicate_count, len(data.model_calls)
+                peers = data.peer_tool_spans  # (a peer's tool span may be set aside, not yet a row: spans.peers)
                 try:
                     reader.add(span_of(span), 0, pool)
                 except SpanFormatError as exc:
@@ -100,7 +101,7 @@ def tool_calls(request: ExportTraceServiceRequest) -> Decoded:
                     continue
                 if data.duplicate_count > duplicates:
                     decoded.duplicates += 1
-                elif len(data.calls) == calls and len(data.model_calls) == models:
+                elif len(data.calls) == calls and len(data.model_calls) == models and data.peer_tool_spans == peers:
                     decoded.refuse(
                         NOT_A_TOOL_SPAN,
                         f"span {_short_name(span.name)!r} has no {GEN_AI_OPERATION_NAME}={GEN_AI_OPERATION_EXECUTE_TOOL} "

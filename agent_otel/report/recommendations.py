@@ -639,8 +639,10 @@ def _isolate_tool(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
         if executor not in NOT_POOLS:
             by_pool.setdefault(executor, {}).setdefault(tool, array("l")).append(row)
     found = []
+    # (the seconds in array("d"), 8 bytes each, not lists of floats, 32: at
+    # a million spans three such lists were the report's peak)
     for pool, by_tool in sorted(by_pool.items()):
-        exec_of = {tool: [(ends[i] - starts[i]) / NS_PER_S for i in rows] for tool, rows in by_tool.items()}
+        exec_of = {tool: array("d", [(ends[i] - starts[i]) / NS_PER_S for i in rows]) for tool, rows in by_tool.items()}
         pool_exec = sum(seconds for tool_exec in exec_of.values() for seconds in tool_exec)
         if len(by_tool) < 2 or not pool_exec:
             continue
@@ -648,11 +650,17 @@ def _isolate_tool(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
             share = sum(exec_of[tool]) / pool_exec
             if len(mine) < MIN_SLOW_CALLS or share < SLOW_WORKER_SHARE:
                 continue
-            others = [i for name, rows in by_tool.items() if name != tool for i in rows]
-            slow_p50 = percentile(sorted(exec_of[tool]), 50)
-            other_exec = sorted((ends[i] - starts[i]) / NS_PER_S for i in others)
+            others = array("l")
+            for name, rows in by_tool.items():
+                if name != tool:
+                    others.extend(rows)
+            slow_p50 = percentile(_sorted_seconds(exec_of[tool]), 50)
+            other_exec = _sorted_seconds(array("d", [(ends[i] - starts[i]) / NS_PER_S for i in others]))
             fast_p50, fast_exec_p95 = percentile(other_exec, 50), percentile(other_exec, 95)
-            fast_wait_p95 = percentile(sorted((starts[i] - submits[i]) / NS_PER_S for i in others), 95)
+            del other_exec
+            fast_wait_p95 = percentile(
+                _sorted_seconds(array("d", [(starts[i] - submits[i]) / NS_PER_S for i in others])), 95
+            )
             if not (
                 slow_p50 >= SLOW_FACTOR * fast_p50 and fast_wait_p95 >= MIN_WAIT_P95_S and fast_wait_p95 > fast_exec_p95
             ):
@@ -689,6 +697,13 @@ def _isolate_tool(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
                     },
                 )
             )
+    return found
+
+
+def _sorted_seconds(seconds: array) -> array:
+    """An ``array("d")`` sorted (in numpy; the same values ``sorted`` gives)."""
+    found = array("d")
+    found.frombytes(np.sort(np.frombuffer(seconds, dtype=np.float64)).tobytes())
     return found
 
 

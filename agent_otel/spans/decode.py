@@ -69,7 +69,7 @@ from msgspec import UNSET
 
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ServerRequest
 from agent_otel.spans.calls import CallTable
-from agent_otel.spans.ids import distinct_ids, rows_by_trace, rows_in
+from agent_otel.spans.ids import distinct_ids, rows_in
 from agent_otel.spans.otlp_json import (
     OUT_OF_RANGE,
     STATUS_ERROR,
@@ -86,7 +86,7 @@ from agent_otel.spans.otlp_json import (
     nanos,
     value_of,
 )
-from agent_otel.spans.peers import FAMILY_GENAI, family_of, merge_model_calls, merge_tool_spans
+from agent_otel.spans.peers import FAMILY_GENAI, Aside, family_of, merge_model_calls, merge_tool_groups
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
     AGENT_MODEL_SERVER_KV_CACHE_USAGE,
@@ -224,6 +224,25 @@ TRACE_IDS = 1 << 14
 # agent-otel's and still be the same call: their clocks are read apart.
 _PEER_TOOL_KINDS = {OPENINFERENCE_TOOL, TRACELOOP_TOOL}
 _MODEL_KINDS = {OPENINFERENCE_LLM, TRACELOOP_LLM}
+# What ``_tool_call`` reads of a tool span besides its name: a peer's tool
+# span with none of these (and no event) is set aside (``peers.Aside``).
+_ROW_ATTRIBUTES = frozenset(
+    {
+        GEN_AI_TOOL_NAME,
+        GEN_AI_TOOL_CALL_ID,
+        AGENT_TOOL_OUTCOME,
+        AGENT_TOOL_UNFINISHED,
+        AGENT_EXECUTOR_MAX_WORKERS,
+        AGENT_TOOL_EXECUTOR,
+        AGENT_TOOL_EXEC_CPU_TIME,
+        AGENT_TOOL_QUEUE_DURATION,
+        AGENT_TOOL_EXEC_DURATION,
+        AGENT_TOOL_TIMEOUT,
+        AGENT_TOOL_RETRIES,
+        ERROR_TYPE,
+        THREAD_NAME,
+    }
+)
 _AGENT_KINDS = {OPENINFERENCE_AGENT, TRACELOOP_AGENT, TRACELOOP_WORKFLOW}
 
 # A failure this long (ns) or more before a tool call ended is one the call
@@ -286,6 +305,7 @@ class SpanReader:
         self._trace_ids: dict[int, int] = {}  # recent trace ids: one int object per trace for its records
         self._ours = bytearray()  # per call: 1 when agent-otel made the span (it has the timing)
         self._families = bytearray()  # per call: which instrumentation made the span (peers.family_of)
+        self._aside = Aside()  # peers' tool spans not (yet) rows (peers.Aside)
         self._hops: dict[int, int] = {}  # MCP client request span -> its parent (trace_id << 64 | span id)
         self._model_parents = array("Q")  # per model call, as _parents
         self._model_families: list[int] = []  # per model call, as _families
@@ -444,7 +464,10 @@ class SpanReader:
                 if parent:
                     self._hops[key] = (key >> 64) << 64 | parent
         elif kind in _PEER_TOOL_KINDS:
-            self._tool_call(span, found, key, start_ns, end_ns, pool)
+            if span.events or not found.keys().isdisjoint(_ROW_ATTRIBUTES):
+                self._tool_call(span, found, key, start_ns, end_ns, pool)
+            else:
+                self._peer_tool_call(span, found, key, start_ns, end_ns, pool)
         elif kind in _MODEL_KINDS:
             self._model_call(span, found, key, start_ns, end_ns, "chat", pool)
         elif kind in _AGENT_KINDS:
@@ -585,6 +608,28 @@ class SpanReader:
             self._families.append(family_of(found))
             data.peer_tool_spans += 1
         self._keep_tool_call(tool, key, unfinished, timeout, exceptions, found)
+
+    def _peer_tool_call(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
+        """A peer's tool span with none of ``_ROW_ATTRIBUTES`` and no event: set aside
+        (``peers.Aside``), what ``_tool_call`` would make of it."""
+        tool = self._tool_name(span, found)
+        failed = _status_code(span) == STATUS_ERROR
+        parent = self._parent(span)
+        data = self.data
+        self._aside.add(
+            tool,
+            start_ns,
+            end_ns,
+            self._trace_id(key),
+            key & _SPAN_ID_MASK,
+            parent,
+            pool,
+            family_of(found),
+            failed,
+            len(data.calls),
+        )
+        data.peer_tool_spans += 1
+        self._keep_tool_call(tool, key, False, None, None, found)
 
     def _executor(self, found: dict) -> str:
         """A tool call's executor; ``UNKNOWN_EXECUTOR`` where it names none (another instrumentation's span)."""
@@ -806,6 +851,8 @@ class SpanReader:
         """Keep one record per tool call; returns trace_id << 64 | span id -> tool of every
         tool span another span hangs under."""
         data = self.data
+        if self._aside and self._aside_joined():
+            self._rows_of_aside()  # (a peer's span that others hang under, or that hangs under a tool span)
         calls, parents, ours, hops = data.calls, self._parents, self._ours, self._hops
         # The calls other spans hang under: found by span id, then checked by trace.
         parent_ids = [key & _SPAN_ID_MASK for key in self._parents_wanted()]
@@ -853,37 +900,100 @@ class SpanReader:
         if data.peer_tool_spans:
             self._merge_peer_tool_spans(keep)
         self._joined(tool_of)  # before the calls are deduplicated: self._parents lines up with them
-        if not all(keep):
-            before = len(calls)
+        aside, count = self._aside, len(calls)
+        if aside:  # the peers' spans set aside that the merge left: rows, each where it was read
+            left = [j for j in range(len(aside)) if keep[count + j]]
+            for j in left:
+                self._add_aside(j)
+            calls.select(aside.order([i for i in range(count) if keep[i]], left, count))
+            data.duplicate_count += count + len(aside) - len(calls)
+            self._aside = Aside()
+        elif not all(keep):
             calls.select([i for i, kept in enumerate(keep) if kept])
-            data.duplicate_count += before - len(calls)
+            data.duplicate_count += count - len(calls)
         return tool_of
+
+    def _aside_joined(self) -> bool:
+        """Whether a peer's span set aside may be in a chain of one call's
+        spans or have calls nested in it (what ``_dedupe_tool_calls`` and
+        ``_joined`` find by parent): a span something hangs under, or one
+        that hangs under a tool span. By span id alone: a span id of
+        another trace only makes the spans rows."""
+        aside, calls = self._aside, self.data.calls
+        hung = distinct_ids(self._parents, aside.parent, [key & _SPAN_ID_MASK for key in self._parents_wanted()])
+        if rows_in(aside.span_id, hung):
+            return True
+        tool_spans = distinct_ids(calls.span_id, aside.span_id, [key & _SPAN_ID_MASK for key in self._hops])
+        return bool(rows_in(aside.parent, tool_spans))
+
+    def _add_aside(self, j: int) -> None:
+        """Span ``j`` set aside, a row at the end of the table (as ``_tool_call`` makes it)."""
+        aside = self._aside
+        start_ns = aside.start_ns[j]
+        self.data.calls.add(
+            aside.tool[j],
+            UNKNOWN_EXECUTOR,
+            start_ns,
+            start_ns,
+            aside.end_ns[j],
+            OUTCOME_ERROR if aside.failed[j] else OUTCOME_OK,
+            None,
+            aside.trace_id[j],
+            aside.span_id[j],
+            None,
+            None,
+            None,
+            aside.pool[j],
+            None,
+        )
+
+    def _rows_of_aside(self) -> None:
+        """Every span set aside a row, each where it was read, with its parent, family and no call id."""
+        aside, calls = self._aside, self.data.calls
+        count = len(calls)
+        for j in range(len(aside)):
+            self._add_aside(j)
+        self._parents.extend(aside.parent)
+        self._call_id_hashes.extend(bytes(8 * len(aside)))
+        self._ours.extend(bytes(len(aside)))
+        self._families.extend(aside.family)
+        order = aside.order(range(count), range(len(aside)), count)
+        calls.select(order)
+        self._parents = array("Q", [self._parents[i] for i in order])
+        self._call_id_hashes = array("q", [self._call_id_hashes[i] for i in order])
+        self._ours = bytearray(self._ours[i] for i in order)
+        self._families = bytearray(self._families[i] for i in order)
+        self._aside = Aside()
 
     def _merge_peer_tool_spans(self, keep: bytearray) -> None:
         """Other instrumentations' tool spans of a call agent-otel (or another of them) also saw:
-        dropped, the call kept once (``peers.merge_tool_spans``)."""
-        calls, ours, families, ids = self.data.calls, self._ours, self._families, self._call_id_hashes
-        tools, submits, ends = calls.tool, calls.submit_ns, calls.end_ns
+        dropped, the call kept once (``peers.merge_tool_spans``). The spans set aside
+        (``peers.Aside``) take part as rows after the table's: ``keep`` grows by them."""
+        calls, aside = self.data.calls, self._aside
+        count, more = len(calls), len(aside)
+        ours, families, ids = self._ours, self._families, self._call_id_hashes
+        submits, ends = calls.submit_ns, calls.end_ns
+        if more:
+            ours, families, ids = ours + bytes(more), families + aside.family, ids + array("q", bytes(8 * more))
+            submits, ends = submits + aside.start_ns, ends + aside.end_ns
+            keep.extend(b"\x01" * more)
 
         def drop(row: int) -> None:
             keep[row] = 0
 
-        # trace by trace (no dict of every (trace, tool) pair with a list
-        # each: 80 MB at a million spans, the reader's peak), each tool's
-        # kept spans where one is a peer's
-        for rows in rows_by_trace(calls.trace_id):
-            if all(ours[i] or not keep[i] for i in rows):
-                continue
-            groups: dict[str, list[int]] = {}
-            for i in rows:
-                if keep[i]:
-                    groups.setdefault(tools[i], []).append(i)
-            for group in groups.values():
-                if len(group) > 1 and not all(ours[i] for i in group):
-                    group.sort(key=submits.__getitem__)
-                    self.data.peer_tool_spans_merged += merge_tool_spans(
-                        group, ours, families, ids, submits, ends, drop
-                    )
+        self.data.peer_tool_spans_merged += merge_tool_groups(
+            keep,
+            ours,
+            families,
+            ids,
+            submits,
+            ends,
+            (calls.trace_id, aside.trace_id),
+            (calls.tool, aside.tool),
+            aside,
+            count,
+            drop,
+        )
 
     def _dedupe_model_calls(self) -> None:
         """A model span under a model span (a framework's call, and a client library's under it) is one

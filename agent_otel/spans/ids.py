@@ -7,7 +7,7 @@ start-up (``agent-otel gpu-exporter``) does not load it.
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -32,25 +32,6 @@ def distinct_ids(*columns: Iterable[int]) -> np.ndarray:
 
     found = distinct(np.concatenate([np.asarray(column, dtype=np.uint64) for column in columns]))
     return found[1:] if len(found) and found[0] == 0 else found
-
-
-def rows_by_trace(trace_ids: list[int]) -> Iterator[list[int]]:
-    """The rows of each trace (in row order), grouped in numpy: the trace
-    ids' two 64-bit halves sorted."""
-    import numpy as np
-
-    count = len(trace_ids)
-    if not count:
-        return
-    high = np.fromiter((trace >> 64 for trace in trace_ids), np.uint64, count)
-    low = np.fromiter((trace & _SPAN_ID_MASK for trace in trace_ids), np.uint64, count)
-    order = np.lexsort((low, high))  # stable: each trace's rows stay in row order
-    high, low = high[order], low[order]
-    changes = np.flatnonzero((high[1:] != high[:-1]) | (low[1:] != low[:-1])) + 1
-    del high, low
-    bounds = [0, *changes.tolist(), count]
-    for first, last in zip(bounds, bounds[1:]):
-        yield order[first:last].tolist()
 
 
 def rows_in(column: array, ids: np.ndarray) -> list[int]:

@@ -20,12 +20,23 @@ attributes: ``family_of``):
   split), else the widest; of a model call, the widest, with the token
   counts, the time to first token and the model's name taken from the
   others where it has none.
+
+A peer's tool span that carries nothing but its tool, times and ids (no
+attribute of agent-otel's, no call id, no event: OpenInference's ``TOOL``
+span as it is written) is read into ``Aside``, a few columns, not into a
+call's row: most are merged away, and a span set aside skips the reads of
+what such a span lacks. Those left after the merge become rows,
+each where it would have been (``Aside.order``), so the records are the
+same as if every span had been a row from the start. Where one of them
+may be in a chain of one call's spans (a span under a tool span, or one
+others hang under), they all become rows first.
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right
-from itertools import accumulate
+from itertools import accumulate, chain
 from typing import Callable, Sequence
 
 from agent_otel.records import NS_PER_S, ModelCall
@@ -35,6 +46,9 @@ from agent_otel.semconv import OPENINFERENCE_SPAN_KIND, TRACELOOP_SPAN_KIND
 SLACK_NS = 5_000_000
 # Past this many agent-otel calls of one tool in one trace, a span's candidates are bisected.
 SCAN_MAX = 16
+# Times past this (ns, year 2116) take the one-by-one merge: in numpy they are int64s, with room to add.
+_PAIR_NS_END = 1 << 62
+_LOW_64 = (1 << 64) - 1
 
 # Which instrumentation made a span.
 FAMILY_GENAI = 0  # the GenAI conventions alone: agent-otel's, the OpenTelemetry GenAI instrumentations'
@@ -59,6 +73,77 @@ def within(start: int, end: int, host_start: int, host_end: int) -> bool:
     """Whether [start, end] lies within [host_start, host_end] (to within SLACK_NS, at least half of it)."""
     overlap = min(host_end + SLACK_NS, end) - max(host_start - SLACK_NS, start)
     return overlap >= 0 and overlap * 2 >= end - start
+
+
+def merge_tool_groups(
+    keep: bytearray,
+    ours: bytearray,
+    families: bytearray,
+    ids: array,
+    submits: array,
+    ends: array,
+    trace_ids: tuple[Sequence[int], Sequence[int]],
+    tools: tuple[Sequence[str], Sequence[str]],
+    aside: Aside,
+    count: int,
+    drop: Callable[[int], None],
+) -> int:
+    """Merge the tool spans of each tool in each trace, the rows ``keep``
+    (rows as in ``Aside.place``: the table's ``count``, then the spans set
+    aside); returns how many were dropped. The columns are as in
+    ``merge_tool_spans``, ``ids`` an ``array("q")``, ``submits`` and
+    ``ends`` ``array("Q")``; ``trace_ids`` and ``tools`` in two parts, the
+    table's and the spans set aside's (not joined: a list of a million
+    rows is 8 MB). The usual group, agent-otel's span and one
+    peer's, is decided in numpy (as ``merge_tool_spans`` decides it); the
+    others one by one."""
+    import numpy as np  # (as in Aside.order)
+
+    rows = np.flatnonzero(np.frombuffer(keep, dtype=np.uint8))
+    total, n = len(keep), len(rows)
+    if n < 2:
+        return 0
+    # the kept rows grouped by (trace, tool): the trace ids' halves and a code per tool, sorted
+    high = np.fromiter((trace >> 64 for trace in chain(*trace_ids)), np.uint64, total)
+    low = np.fromiter((trace & _LOW_64 for trace in chain(*trace_ids)), np.uint64, total)
+    codes: dict[str, int] = {}
+    tool = np.fromiter((codes.setdefault(name, len(codes)) for name in chain(*tools)), np.int32, total)
+    if n < total:  # (the rows a chain of one call's spans left out)
+        high, low, tool = high[rows], low[rows], tool[rows]
+    order = np.lexsort((tool, low, high))
+    high, low, tool, rows = high[order], low[order], tool[order], rows[order]
+    del order
+    changes = (high[1:] != high[:-1]) | (low[1:] != low[:-1]) | (tool[1:] != tool[:-1])
+    del high, low, tool
+    starts = np.flatnonzero(np.concatenate(([True], changes)))
+    sizes = np.diff(np.append(starts, n))
+    theirs = np.frombuffer(ours, dtype=np.uint8)[rows] == 0
+    peers = np.add.reduceat(theirs.astype(np.int64), starts)
+    pair = (sizes == 2) & (peers == 1)
+    starts_ns, ends_ns = np.frombuffer(submits, dtype=np.uint64), np.frombuffer(ends, dtype=np.uint64)
+    dropped = 0
+    if pair.any() and int(ends_ns.max()) < _PAIR_NS_END:
+        first = starts[pair]
+        a, b = rows[first], rows[first + 1]
+        a_theirs = theirs[first]
+        row, host = np.where(a_theirs, a, b), np.where(a_theirs, b, a)
+        start, end = starts_ns[row].astype(np.int64), ends_ns[row].astype(np.int64)
+        host_start, host_end = starts_ns[host].astype(np.int64), ends_ns[host].astype(np.int64)
+        overlap = np.minimum(host_end + SLACK_NS, end) - np.maximum(host_start - SLACK_NS, start)
+        call_ids = np.frombuffer(ids, dtype=np.int64)
+        call_id, host_id = call_ids[row], call_ids[host]
+        same = (overlap >= 0) & (overlap * 2 >= end - start) & ((call_id == 0) | (host_id == 0) | (call_id == host_id))
+        for merged in row[same].tolist():
+            drop(merged)
+        dropped += int(same.sum())
+        rest = (sizes > 1) & (peers > 0) & ~pair
+    else:
+        rest = (sizes > 1) & (peers > 0)
+    for first, size in zip(starts[rest].tolist(), sizes[rest].tolist()):
+        group = rows[first : first + size].tolist()
+        aside.by_request(group, submits, count)
+        dropped += merge_tool_spans(group, ours, families, ids, submits, ends, drop)
+    return dropped
 
 
 def merge_tool_spans(
@@ -140,6 +225,90 @@ def _host(
         if within(start, end, submits[host], ends[host]) and (best is None or ends[host] < ends[best]):
             best = host
     return best
+
+
+class Aside:
+    """Peers' tool spans set aside while reading (see the module's
+    docstring): per span, what its call's row would hold that is not the
+    same for all of them (the executor is unknown, the request is the
+    start, no call id, error type, thread, workers or CPU time), what the
+    merge reads, and ``before``: how many rows the table had when it was
+    read (it goes before that row, after the spans set aside before it)."""
+
+    __slots__ = ("tool", "start_ns", "end_ns", "trace_id", "span_id", "parent", "pool", "family", "failed", "before")
+
+    def __init__(self) -> None:
+        self.tool: list[str] = []
+        self.start_ns = array("Q")
+        self.end_ns = array("Q")
+        self.trace_id: list[int] = []
+        self.span_id = array("Q")
+        self.parent = array("Q")  # 0: none
+        self.pool: list[str] = []
+        self.family = bytearray()
+        self.failed = bytearray()  # 1: its status is an error
+        self.before = array("Q")
+
+    def __len__(self) -> int:
+        return len(self.tool)
+
+    def add(
+        self,
+        tool: str,
+        start_ns: int,
+        end_ns: int,
+        trace_id: int,
+        span_id: int,
+        parent: int,
+        pool: str,
+        family: int,
+        failed: bool,
+        before: int,
+    ) -> None:
+        self.tool.append(tool)
+        self.start_ns.append(start_ns)
+        self.end_ns.append(end_ns)
+        self.trace_id.append(trace_id)
+        self.span_id.append(span_id)
+        self.parent.append(parent)
+        self.pool.append(pool)
+        self.family.append(family)
+        self.failed.append(failed)
+        self.before.append(before)
+
+    def place(self, row: int, rows: int) -> int:
+        """Where a row of the table and the spans set aside (``rows`` in the
+        table: row ``rows + j`` is span ``j`` set aside) would have been, had
+        every span been a row as read."""
+        before = self.before
+        if row < rows:
+            return row + bisect_right(before, row)
+        return before[row - rows] + row - rows
+
+    def by_request(self, group: list[int], submits: Sequence[int], rows: int) -> None:
+        """Sort ``group`` (rows as in ``place``) by request time, ties in the
+        order the spans were read (as a stable sort of rows as read)."""
+        if len(group) == 2:  # (the usual group: agent-otel's span and one peer's)
+            a, b = group
+            if submits[a] > submits[b] or (submits[a] == submits[b] and self.place(a, rows) > self.place(b, rows)):
+                group[0], group[1] = b, a
+            return
+        group.sort(key=submits.__getitem__)
+        if any(submits[a] == submits[b] for a, b in zip(group, group[1:])):
+            group.sort(key=lambda row: (submits[row], self.place(row, rows)))
+
+    def order(self, rows: Sequence[int], aside: Sequence[int], count: int) -> list[int]:
+        """The table's rows once the spans ``aside`` (increasing) are appended
+        to it (``count`` rows before), in the order they were read: ``rows``
+        (increasing) and then the new rows, interleaved."""
+        import numpy as np  # (here: the blame service's start-up does not load numpy)
+
+        before = np.frombuffer(self.before, dtype=np.uint64).astype(np.int64)
+        ours = np.asarray(rows, dtype=np.int64)
+        theirs = np.asarray(aside, dtype=np.int64)
+        places = np.concatenate([ours + np.searchsorted(before, ours, side="right"), before[theirs] + theirs])
+        table_rows = np.concatenate([ours, np.arange(count, count + len(theirs), dtype=np.int64)])
+        return table_rows[np.argsort(places, kind="stable")].tolist()
 
 
 def merge_model_calls(calls: list[ModelCall], families: list[int], named: list[bool]) -> list[ModelCall]:
