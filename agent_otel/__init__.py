@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from agent_otel.errors import AgentOtelError, ConfigError, InputError
-    from agent_otel.instrumentation import Instrumentation, instrument, uninstrument
+    from agent_otel.wiring.instrumentation import Instrumentation, instrument, uninstrument
     from agent_otel.capture.models import agent_span, model_span
     from agent_otel.remedies import PoolFullError, ResultCache, batch, pool, pools
     from agent_otel.tools import tool, tool_span
@@ -41,9 +41,9 @@ _PUBLIC: dict[str, str] = {
     "AgentOtelError": "agent_otel.errors",
     "ConfigError": "agent_otel.errors",
     "InputError": "agent_otel.errors",
-    "Instrumentation": "agent_otel.instrumentation",
-    "instrument": "agent_otel.instrumentation",
-    "uninstrument": "agent_otel.instrumentation",
+    "Instrumentation": "agent_otel.wiring.instrumentation",
+    "instrument": "agent_otel.wiring.instrumentation",
+    "uninstrument": "agent_otel.wiring.instrumentation",
     "PoolFullError": "agent_otel.remedies",
     "ResultCache": "agent_otel.remedies",
     "batch": "agent_otel.remedies",

@@ -15,7 +15,7 @@ this module reads only the ones that decide what ``instrument()`` sets up,
 and validates them so a typo fails at start-up, not silently.
 
 Importing this module loads nothing else of the toolkit (only
-``agent_otel.errors`` and ``agent_otel.prices``, which loads only the
+``agent_otel.errors`` and ``agent_otel.support.prices``, which loads only the
 errors), so the dashboards and the GPU modules may use it.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Union, get_args, get_origin, get_type_hints
 
-from agent_otel import prices
+from agent_otel.support import prices
 from agent_otel.errors import AgentOtelError, ConfigError
 from agent_otel.semconv import GPU_SOURCE_REPLAY, GPU_SOURCES
 

@@ -63,8 +63,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agent_otel.attribution.service import PoolTimeline  # noqa: E402
-from agent_otel.blame_service import BlameService  # noqa: E402
-from agent_otel.clock import now_ns  # noqa: E402
+from agent_otel.commands.blame_service import BlameService  # noqa: E402
+from agent_otel.support.clock import now_ns  # noqa: E402
 from agent_otel.exporters.prometheus import BlameServiceMetrics, Metrics  # noqa: E402
 from agent_otel.gpu.simulated import SimulatedGpu  # noqa: E402
 from agent_otel.receiver.decode import tool_calls  # noqa: E402
@@ -222,7 +222,7 @@ def start_service(watermark_s: float, poll_s: float = 0.5) -> tuple[subprocess.P
         [
             sys.executable,
             "-m",
-            "agent_otel.cli",
+            "agent_otel.commands.cli",
             "gpu-exporter",
             "--gpu",
             "simulated",

@@ -106,7 +106,7 @@ def run_background(calls: int, bare: bool) -> None:
     from agent_otel.attribution.live import LiveTimeline
     from agent_otel.exporters.prometheus import Metrics
     from agent_otel.gpu.simulated import SimulatedGpu
-    from agent_otel.pipeline import Pipeline
+    from agent_otel.wiring.pipeline import Pipeline
     from agent_otel.records import NS_PER_S, ToolCall
 
     now = [1_700_000_000 * NS_PER_S]

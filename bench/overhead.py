@@ -484,7 +484,7 @@ DEFERRED_BACKGROUND = {"deferred_spans=True, defaults otherwise": {"deferred_spa
 def run_background(rounds: int, seconds: float, deferred: bool = False) -> bool:
     import tempfile
 
-    from agent_otel.sinks import DEFAULT_PORTS, collector_answers
+    from agent_otel.wiring.sinks import DEFAULT_PORTS, collector_answers
 
     cases = {**BACKGROUND_CASES, **(DEFERRED_BACKGROUND if deferred else {})}
     shares: dict[str, list[float]] = {name: [] for name in cases}

@@ -487,7 +487,7 @@ def child(variant: str, args: list[str]) -> None:
     """Run one variant after its imports; print its CPU seconds and peak RSS as JSON."""
     if variant == "start-up":
         start = time.process_time()
-        from agent_otel.cli import build_parser
+        from agent_otel.commands.cli import build_parser
 
         build_parser("report")
         print(json.dumps({"cpu_s": time.process_time() - start, "peak_mb": 0, "exit": 0}))
@@ -509,7 +509,7 @@ def child(variant: str, args: list[str]) -> None:
         seconds = time.process_time() - start
         exit_code = 0
     else:
-        from agent_otel.cli import build_parser, main
+        from agent_otel.commands.cli import build_parser, main
 
         build_parser("report")  # its imports, timed apart (start-up)
         sys.stdout = open(os.devnull, "w")

@@ -17,7 +17,7 @@ and more:
   minute before trying again (spans wait in the queue meanwhile), instead of
   re-posting every few spans to an endpoint that is down.
 - **One line, not a flood**: each distinct failure is logged once, then at
-  most once a minute with a count (``agent_otel.problems``). The log lines
+  most once a minute with a count (``agent_otel.support.problems``). The log lines
   the OpenTelemetry exporters write while exporting for it (a retry warning
   per attempt) are folded into that one line.
 - **Survives fork()**: the child empties its copy of the queue (the parent
@@ -52,9 +52,9 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.config import DEFAULTS
-from agent_otel.problems import Problems
+from agent_otel.support.problems import Problems
 from agent_otel.semconv import (
     GEN_AI_OPERATION_EXECUTE_TOOL,
     GEN_AI_OPERATION_NAME,
@@ -65,7 +65,7 @@ from agent_otel.semconv import (
     SPAN_KIND_TOOL,
     SPAN_KINDS,
 )
-from agent_otel.text import valid_text
+from agent_otel.support.text import valid_text
 
 logger = logging.getLogger("agent_otel.export")
 

@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.exporters.batch import hold_exporter_logs
 
 

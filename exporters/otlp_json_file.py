@@ -34,8 +34,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanContext, SpanKind, Status, StatusCode, TraceState
 
-from agent_otel import forks
-from agent_otel.appending import AppendFile
+from agent_otel.support import forks
+from agent_otel.support.appending import AppendFile
 from agent_otel.errors import ConfigError
 
 _logger = logging.getLogger(__name__)

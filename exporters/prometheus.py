@@ -25,7 +25,8 @@ from collections import deque
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, cast
 
-from agent_otel import forks, semconv
+from agent_otel.support import forks
+from agent_otel import semconv
 from agent_otel.config import DEFAULTS
 from agent_otel.records import LoopBlock, ToolCall
 from agent_otel.semconv import (
@@ -42,7 +43,7 @@ from agent_otel.semconv import (
     SPAN_KINDS,
     MetricSpec,
 )
-from agent_otel.text import LABEL_VALUE_LIMIT, valid_text
+from agent_otel.support.text import LABEL_VALUE_LIMIT, valid_text
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -236,7 +237,7 @@ def _no_rows() -> Iterable:
 @dataclass(frozen=True)
 class LiveReadings:
     """Where the gauges read at scrape time read from, given to ``Metrics`` when it is made:
-    ``instrument()`` gives its running parts (``agent_otel.instrumentation``); each reads nothing by default.
+    ``instrument()`` gives its running parts (``agent_otel.wiring.instrumentation``); each reads nothing by default.
 
     ``before_collect`` brings the counters up to date before a scrape reads
     them (the pipeline's drain); ``inflight_calls`` the tool calls in

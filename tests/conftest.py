@@ -135,7 +135,7 @@ def metric(agent):
 @pytest.fixture
 def wall_clock_on_the_timeline(monkeypatch):
     """For one test, the wall clock (``time.time_ns``) is read from the
-    process's timeline (``agent_otel.clock``), moved onto the wall clock now.
+    process's timeline (``agent_otel.support.clock``), moved onto the wall clock now.
 
     agent_otel's timeline follows the wall clock to within a millisecond, a few
     times a second (``clock.follow_wall_clock``, the pipeline thread), and the
@@ -146,7 +146,7 @@ def wall_clock_on_the_timeline(monkeypatch):
     clock has been seen running 0.5 % fast against the monotonic clock for
     minutes, and jumping 3.5 s while a worker ran (which failed 21 such tests
     at once, before the timeline followed the wall clock)."""
-    from agent_otel import clock
+    from agent_otel.support import clock
 
     offset = time.time_ns() - clock.perf_counter_ns()
     monkeypatch.setattr(clock, "OFFSET_NS", offset)

@@ -1,4 +1,4 @@
-"""Every background part has the one shape of agent_otel.background.Background:
+"""Every background part has the one shape of agent_otel.support.background.Background:
 ``shutdown(timeout_s: float) -> bool``, in seconds."""
 
 from __future__ import annotations
@@ -9,20 +9,20 @@ import typing
 
 import pytest
 
-from agent_otel.background import Background
+from agent_otel.support.background import Background
 
 # By name, imported by the test that checks each: collecting this module (which
 # every xdist worker does) loads none of them (the blame service loads gRPC).
 PARTS = [
     "agent_otel.exporters.batch.BatchSpanProcessor",
-    "agent_otel.pipeline.Pipeline",
+    "agent_otel.wiring.pipeline.Pipeline",
     "agent_otel.attribution.live.LiveTimeline",
     "agent_otel.attribution.service.PoolTimeline",
     "agent_otel.gpu.sampler.GpuSampler",
     "agent_otel.exporters.prometheus.MetricsServer",
     "agent_otel.capture.frameworks.FrameworkHooks",
     "agent_otel.capture.loop_monitor.LoopMonitor",
-    "agent_otel.blame_service.BlameService",
+    "agent_otel.commands.blame_service.BlameService",
     "agent_otel.receiver.server.OtlpReceiver",
 ]
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 import agent_otel
-from agent_otel import clock
+from agent_otel.support import clock
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from agent_otel.cli import build_parser
+from agent_otel.commands.cli import build_parser
 from conftest import require_tool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ def host_port(address: str) -> tuple[str, int]:
 
 def parse_command(command: list[str]):
     """An agent-otel service's command, parsed as the image's entrypoint would
-    (agent_otel.cli.main: only the chosen command's module is imported)."""
+    (agent_otel.commands.cli.main: only the chosen command's module is imported)."""
     return build_parser(command[0]).parse_args(command)
 
 

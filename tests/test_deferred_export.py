@@ -15,7 +15,7 @@ import pytest
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.exporters.deferred import DeferredExporter
 
 SCRIPT = r"""

@@ -104,7 +104,7 @@ def _exported(monkeypatch, deferred: bool, scenario, sampler=None):
     assert not rec.inflight
     built_before_drain = len(exporter.get_finished_spans())
     from agent_otel.exporters.prometheus import Metrics
-    from agent_otel.pipeline import Pipeline
+    from agent_otel.wiring.pipeline import Pipeline
 
     Pipeline(rec, monitor, Metrics()).drain(spans=True)
     spans = sorted(exporter.get_finished_spans(), key=lambda span: span.context.span_id)
@@ -478,7 +478,7 @@ def test_a_sampler_of_the_users_and_a_disabled_tracer_take_the_default_path(monk
 
 def test_the_pipeline_thread_builds_them_and_a_drain_before_a_scrape_does_not(monkeypatch):
     from agent_otel.exporters.prometheus import Metrics
-    from agent_otel.pipeline import Pipeline
+    from agent_otel.wiring.pipeline import Pipeline
 
     provider = TracerProvider()
     seen = Seen()

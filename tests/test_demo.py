@@ -32,7 +32,7 @@ def report(path, gpu_log=None) -> dict:
 def _report(path: str, gpu_log) -> dict:
     logs = [] if gpu_log is None else ["--gpu-log", gpu_log]
     done = subprocess.run(
-        [sys.executable, "-m", "agent_otel.cli", "report", path, *logs, "--format", "json"],
+        [sys.executable, "-m", "agent_otel.commands.cli", "report", path, *logs, "--format", "json"],
         capture_output=True,
         text=True,
         timeout=60,

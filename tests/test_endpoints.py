@@ -62,7 +62,7 @@ class BlameService:
             [
                 sys.executable,
                 "-m",
-                "agent_otel.cli",
+                "agent_otel.commands.cli",
                 "gpu-exporter",
                 "--gpu",
                 "simulated",
@@ -151,7 +151,7 @@ def test_advice_only_where_the_exporter_opens_tls_and_only_for_a_tls_failure(end
     import dataclasses
 
     from agent_otel.config import DEFAULTS
-    from agent_otel.sinks import grpc_tls_advice
+    from agent_otel.wiring.sinks import grpc_tls_advice
 
     settings = dataclasses.replace(DEFAULTS, otlp_endpoint=endpoint)
     advise = grpc_tls_advice(settings, environ)

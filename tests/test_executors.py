@@ -9,7 +9,7 @@ import pytest
 from opentelemetry import trace
 
 import agent_otel
-from agent_otel import clock
+from agent_otel.support import clock
 
 
 def attrs(span):

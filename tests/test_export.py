@@ -230,7 +230,7 @@ def test_the_otlp_exporters_own_retry_warnings_fold_into_one_line(caplog):
 
 
 def test_repeats_are_said_once_a_minute_with_a_count(caplog):
-    from agent_otel.problems import Problems
+    from agent_otel.support.problems import Problems
 
     now = [0.0]
     problems = Problems(logging.getLogger("agent_otel.test"), clock=lambda: now[0])

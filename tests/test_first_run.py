@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_otel import sinks
+from agent_otel.wiring import sinks
 from agent_otel.config import load_settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"

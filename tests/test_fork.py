@@ -261,7 +261,7 @@ GPU_SEARCH_FORK = """
     from nvml_driver import DriverGpu, StandInNvml
     sys.modules["pynvml"] = StandInNvml([DriverGpu(time.time_ns, period_s=0.02)])  # a GPU for gpu="auto"
     import agent_otel
-    from agent_otel import instrumentation
+    from agent_otel.wiring import instrumentation
 
     begin, entered = threading.Event(), threading.Event()
     run = instrumentation.GpuStart._run
@@ -450,7 +450,7 @@ def test_prefork_workers_sharing_a_gpu_are_reported_with_its_idle_time_once(tmp_
     simulated one, idle throughout) and write its gpu.idle windows: the
     report over their common traces file counts each idle second once and
     blames it on the calls of every worker, not N times over."""
-    from agent_otel.cli import main
+    from agent_otel.commands.cli import main
 
     traces = tmp_path / "traces.jsonl"
     run_script(
@@ -506,7 +506,7 @@ def test_prefork_workers_sharing_a_gpu_are_reported_with_its_idle_time_once(tmp_
 def test_where_the_chosen_traces_file_is_is_said_once_not_by_every_child(tmp_path):
     # No exporter named and no endpoint: the spans go to the file agent-otel
     # picks, and the process says where at exit. Forked workers append to it.
-    from agent_otel import sinks
+    from agent_otel.wiring import sinks
 
     if sinks.collector_answers("localhost", 4317):
         pytest.skip("something listens on localhost:4317 here: the spans would be exported to it")

@@ -18,7 +18,7 @@ def test_gpu_exporter_serves_metrics_and_writes_idle_spans(tmp_path):
         [
             sys.executable,
             "-m",
-            "agent_otel.cli",
+            "agent_otel.commands.cli",
             "gpu-exporter",
             "--gpu",
             "simulated",
@@ -82,7 +82,7 @@ def test_gpu_exporter_with_a_pool_is_the_blame_service_and_exports_its_contract(
         [
             sys.executable,
             "-m",
-            "agent_otel.cli",
+            "agent_otel.commands.cli",
             "gpu-exporter",
             "--gpu",
             "simulated",

@@ -296,7 +296,8 @@ HUNG_INIT = """
 
     sys.modules["pynvml"] = WedgedDriver([DriverGpu(time.time_ns)])
     import agent_otel
-    from agent_otel import forks, instrumentation
+    from agent_otel.support import forks
+    from agent_otel.wiring import instrumentation
 
     instrumentation.GpuStart.STUCK_S = 0.2  # 5 s, in use
     started = time.monotonic()

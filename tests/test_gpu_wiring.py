@@ -13,14 +13,14 @@ import dataclasses
 import pytest
 
 import agent_otel.gpu.nvml
-from agent_otel import instrumentation
+from agent_otel.wiring import instrumentation
 from agent_otel.attribution.options import GpuOptions
 from agent_otel.attribution.service import PoolTimeline
-from agent_otel.blame_service import start_blame_service
+from agent_otel.commands.blame_service import start_blame_service
 from agent_otel.config import load_settings
 from agent_otel.exporters.prometheus import OTHER, REASON_LABEL_LIMIT, LabelValues
 from agent_otel.semconv import GPU_SOURCE_SIMULATED, METRIC_GPU_ERRORS, METRIC_GPU_HOUR_PRICE
-from agent_otel.text import LABEL_VALUE_LIMIT
+from agent_otel.support.text import LABEL_VALUE_LIMIT
 from tests.helpers.model_server import FakeModelServer, vllm_v1
 
 POOL = "vllm-a:8000"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from agent_otel.gpu.logs import GpuLogWriter, read_gpu_log
 from agent_otel.gpu.simulated import SimulatedGpu
 from agent_otel.records import GpuSample

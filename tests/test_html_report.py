@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from conftest import require_tool
 from helpers.browser import HEIGHT, WIDTH, Elements, chromium, console_messages
 from helpers.traces import T0_NS, RecordedRun, write_gpu_csv

@@ -30,48 +30,44 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # room -> the rooms it may import (besides itself). Listed bottom up.
+#
+# A module's room is where it sits (``room_of``): the package under
+# agent_otel/ it is in (agent_otel/capture/... is "capture"), but for the
+# foundation, which is the modules at the top level (the contract:
+# semconv, config, records, errors, slo, version) with their helpers in
+# agent_otel/support/, and the package's face ("api"): agent_otel itself and
+# agent_otel.tools, the decorator users import; and `python -m agent_otel`
+# (agent_otel/__main__.py) is a command.
 ROOMS: dict[str, set[str]] = {
-    "foundation": set(),  # records, clock, errors, semconv, config, version, small helpers, spans/
+    "foundation": set(),
     "capture": {"foundation"},
     "gpu": {"foundation"},
-    "outputs": {"foundation"},  # agent_otel.exporters: spans, metrics, files
+    "spans": {"foundation"},  # span decoding: exported and received spans -> records
+    "exporters": {"foundation", "spans"},  # outputs: spans, metrics, files
     "attribution": {"foundation", "gpu", "capture"},
-    "remedies": {"foundation", "capture", "outputs"},
-    "report": {"foundation", "gpu", "attribution", "outputs", "remedies"},
-    "wiring": {"foundation", "capture", "gpu", "outputs", "attribution", "remedies"},
-    "services": {"foundation", "gpu", "outputs", "attribution"},  # the blame service (OTLP receiver): not the report
-    "commands": {"foundation", "capture", "gpu", "outputs", "attribution", "remedies", "report", "services", "wiring"},
+    "remedies": {"foundation", "capture"},
+    "report": {"foundation", "spans", "gpu", "attribution", "exporters", "remedies"},
+    "wiring": {"foundation", "capture", "gpu", "exporters", "attribution", "remedies"},
+    "api": {"foundation", "capture", "remedies", "wiring"},
+    "receiver": {"foundation", "spans"},  # the blame service's OTLP intake: never the report
+    "demo": {"foundation", "api", "capture", "gpu", "exporters", "attribution", "remedies", "wiring"},
+    "commands": {
+        "foundation",
+        "api",
+        "spans",
+        "capture",
+        "gpu",
+        "exporters",
+        "attribution",
+        "remedies",
+        "report",
+        "receiver",
+        "wiring",
+        "demo",
+    },
     "dashboards": {"foundation"},
 }
-
-FOUNDATION = {
-    "agent_otel.records",
-    "agent_otel.clock",
-    "agent_otel.errors",
-    "agent_otel.semconv",
-    "agent_otel.background",
-    "agent_otel.config",
-    "agent_otel.version",
-    "agent_otel.text",
-    "agent_otel.forks",
-    "agent_otel.problems",
-    "agent_otel.appending",
-    "agent_otel.inputs",
-    "agent_otel.host",
-    "agent_otel.slo",
-    "agent_otel.prices",
-}
-# Packages of the foundation: every module in them.
-FOUNDATION_PACKAGES = ("agent_otel.spans",)  # span decoding: spans -> records, for the report and the blame service
-WIRING = {
-    "agent_otel",
-    "agent_otel.instrumentation",
-    "agent_otel.instrumentors",
-    "agent_otel.pipeline",
-    "agent_otel.tools",
-    "agent_otel.sinks",
-}
-COMMANDS = {"agent_otel.cli", "agent_otel.gpu_exporter", "agent_otel.blame_service"}
+PACKAGE_FACE = {"agent_otel", "agent_otel.tools"}
 
 # Documented CPython functions with no public spelling: a thread's stack; and
 # the context key the OpenTelemetry SDK's own batch processors set while they
@@ -97,24 +93,18 @@ HOOKED_LIBRARIES = (
 
 
 def room_of(module: str) -> str:
-    if module in FOUNDATION or any(module == p or module.startswith(p + ".") for p in FOUNDATION_PACKAGES):
-        return "foundation"
-    if module in WIRING:
-        return "wiring"
-    if module in COMMANDS or module.startswith("agent_otel.demo"):
-        return "commands"
+    """The room of a module, from its path (see ROOMS)."""
     if module.startswith("dashboards"):
         return "dashboards"
-    part = module.split(".")[1]
-    return {
-        "capture": "capture",
-        "gpu": "gpu",
-        "exporters": "outputs",
-        "attribution": "attribution",
-        "remedies": "remedies",
-        "report": "report",
-        "receiver": "services",
-    }[part]
+    if module in PACKAGE_FACE:
+        return "api"
+    parts = module.split(".")
+    if parts[-1] == "__main__":  # `python -m agent_otel`: a command
+        return "commands"
+    top_level_module = len(parts) == 2 and MODULES[module].name != "__init__.py"
+    if top_level_module or parts[1] == "support":
+        return "foundation"
+    return parts[1]
 
 
 def project_modules() -> dict[str, Path]:
@@ -261,7 +251,7 @@ def test_the_analysis_sees_every_kind_of_import():
     assert "agent_otel.report.reader" in all_imports()["agent_otel.report.analysis"].modules  # from x import y
     assert "agent_otel.remedies.options" in all_imports()["agent_otel.tools"].modules  # from x import y as z
     assert "agent_otel.gpu.nvml" in all_imports()["agent_otel.gpu.sources"].modules  # inside a function
-    assert "agent_otel.instrumentation" in all_imports()["agent_otel"].modules  # a lazy public name
+    assert "agent_otel.wiring.instrumentation" in all_imports()["agent_otel"].modules  # a lazy public name
 
 
 def test_no_import_cycles():
@@ -312,7 +302,8 @@ def test_the_blame_service_reads_spans_without_the_report():
 def test_span_decoding_is_foundation():
     spans = [module for module in MODULES if _is(module, "agent_otel.spans")]
     assert {"agent_otel.spans.decode", "agent_otel.spans.otlp_json", "agent_otel.spans.protobuf"} <= set(spans)
-    assert {room_of(module) for module in spans} == {"foundation"}
+    assert {room_of(module) for module in spans} == {"spans"}
+    assert ROOMS["spans"] == {"foundation"}  # beside the contract: it imports nothing else
 
 
 def test_every_module_has_a_room():
@@ -424,11 +415,11 @@ def test_the_report_loads_none_of_the_runtime():
     """`agent-otel report` reads files: it loads neither OpenTelemetry, the
     Prometheus client, the capture nor the remedies' blocks (only the snippets
     it prints, agent_otel.remedies.suggest)."""
-    code = "import json, sys\nfrom agent_otel.report import command, html\nprint(json.dumps(sorted(sys.modules)))\n"
+    code = "import json, sys\nfrom agent_otel.commands import report as command\nfrom agent_otel.report import html\nprint(json.dumps(sorted(sys.modules)))\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout)
-    runtime = ("opentelemetry", "prometheus_client", "grpc", "agent_otel.capture", "agent_otel.instrumentation")
+    runtime = ("opentelemetry", "prometheus_client", "grpc", "agent_otel.capture", "agent_otel.wiring.instrumentation")
     assert [m for m in loaded if any(_is(m, prefix) for prefix in runtime)] == []
     assert [m for m in loaded if _is(m, "agent_otel.remedies")] == [
         "agent_otel.remedies",

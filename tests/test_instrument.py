@@ -17,7 +17,7 @@ from opentelemetry import trace
 import agent_otel
 from agent_otel.config import load_settings
 from agent_otel.errors import ConfigError
-from agent_otel import host
+from agent_otel.support import host
 from agent_otel.report.analysis import analyse, report_json
 
 UNPATCHED_SUBMIT = vars(ThreadPoolExecutor)["submit"]  # at collection, before any test instruments
@@ -99,7 +99,7 @@ def test_invalid_arguments_are_said_and_the_rest_is_used(monkeypatch, caplog, sp
 def test_a_failure_inside_instrument_leaves_the_agent_running_uninstrumented(monkeypatch, caplog, spans):
     # Not a setting: agent-otel's own set-up breaks half-way (here the pipeline
     # thread cannot start, after the executors and the recorder were hooked).
-    from agent_otel.pipeline import Pipeline
+    from agent_otel.wiring.pipeline import Pipeline
 
     def cannot_start(self):
         raise RuntimeError("can't start new thread")
@@ -113,7 +113,7 @@ def test_a_failure_inside_instrument_leaves_the_agent_running_uninstrumented(mon
     assert "RuntimeError: can't start new thread" in said and "the agent runs as without it" in said
     # What was hooked before the failure is undone; nothing is left half-instrumented.
     assert ThreadPoolExecutor.submit is submit
-    assert agent_otel.instrumentation.current() is None
+    assert agent_otel.wiring.instrumentation.current() is None
 
     @agent_otel.tool
     def search(query: str) -> str:
@@ -394,7 +394,7 @@ def test_instrument_again_after_uninstrument_exports_again(tmp_path):
     first, second, failed = tmp_path / "first.jsonl", tmp_path / "second.jsonl", tmp_path / "failed.jsonl"
     result = run_agent(f"""
         import agent_otel
-        from agent_otel.pipeline import Pipeline
+        from agent_otel.wiring.pipeline import Pipeline
         start = Pipeline.start
         def cannot_start(self):
             raise RuntimeError("can't start new thread")

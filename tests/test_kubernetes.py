@@ -28,7 +28,7 @@ import jsonschema
 import pytest
 import yaml
 
-from agent_otel.cli import build_parser
+from agent_otel.commands.cli import build_parser
 from agent_otel.semconv import AGENT_GPU_POOL
 from conftest import require_tool
 from test_compose import COMPONENT_KEYS, unknown_keys

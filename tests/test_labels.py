@@ -7,7 +7,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 import agent_otel
 from agent_otel.exporters.prometheus import LabelValues
-from agent_otel.text import valid_text
+from agent_otel.support.text import valid_text
 
 SURROGATE = "search\udcff"  # text decoded with surrogateescape, or a JSON "\udcff" escape
 

@@ -20,7 +20,7 @@ import textwrap
 import pytest
 
 from agent_otel.attribution.service import DEFAULT_WATERMARK_S
-from agent_otel.blame_service import LateSpans
+from agent_otel.commands.blame_service import LateSpans
 from agent_otel.config import DEFAULTS
 from test_blame_service import POOL, Service, call
 from test_endpoints import BlameService

@@ -23,7 +23,7 @@ from agent_otel.attribution.live import LiveTimeline  # noqa: E402
 from agent_otel.attribution.options import GpuOptions  # noqa: E402
 from agent_otel.exporters.prometheus import Metrics  # noqa: E402
 from agent_otel.gpu.nvml import NvmlSource  # noqa: E402
-from agent_otel.pipeline import Pipeline  # noqa: E402
+from agent_otel.wiring.pipeline import Pipeline  # noqa: E402
 from agent_otel.records import NS_PER_S, IdleWindow, ToolCall  # noqa: E402
 from tests.helpers.nvml_driver import DriverGpu, StandInNvml, VirtualClock  # noqa: E402
 

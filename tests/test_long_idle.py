@@ -31,7 +31,7 @@ from agent_otel.attribution.rule import CallShare
 from agent_otel.attribution.service import PoolTimeline
 from agent_otel.exporters.prometheus import Metrics
 from agent_otel.gpu.simulated import SimulatedGpu
-from agent_otel.pipeline import Pipeline
+from agent_otel.wiring.pipeline import Pipeline
 from agent_otel.records import NS_PER_S, GpuSample, IdleWindow, LoopBlock, ToolCall
 from tests.helpers.nvml_driver import VirtualClock
 

@@ -19,7 +19,7 @@ import random
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from agent_otel.gpu.simulated import SimulatedGpu
 from helpers.traces import T0_NS, RecordedRun, ns, write_gpu_csv
 

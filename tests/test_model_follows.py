@@ -13,7 +13,7 @@ from opentelemetry import trace
 import agent_otel
 from agent_otel.capture import models
 from agent_otel.capture.models import ModelSpan, model_calls
-from agent_otel.clock import now_ns
+from agent_otel.support.clock import now_ns
 from agent_otel.gpu.logs import read_gpu_log
 from agent_otel.gpu.simulated import SimulatedGpu
 from agent_otel.records import NS_PER_S

@@ -332,7 +332,7 @@ def test_the_blame_service_reads_a_model_server_alone_and_exports_its_queue(serv
         [
             sys.executable,
             "-m",
-            "agent_otel.cli",
+            "agent_otel.commands.cli",
             "gpu-exporter",
             "--pool",
             "vllm-a:8000",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from helpers.browser import Elements, chromium, console_messages
 from helpers.traces import RecordedRun, ns
 from helpers.server_traces import ServerTraces, headers_of, kv_window

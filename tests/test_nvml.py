@@ -192,7 +192,7 @@ def test_a_thread_preempted_between_two_clock_reads_does_not_move_the_timeline(m
     # The timeline and the wall clock agree; each clock read takes 1 µs, and
     # the thread is preempted for 1.5 ms after the first read of each
     # function: read once each, the two clocks would seem that far apart.
-    from agent_otel import clock
+    from agent_otel.support import clock
 
     now = [1_000_000_000_000]
     reads = []

@@ -19,7 +19,7 @@ def run(code: str) -> str:
 
 
 def test_public_names_resolve_to_what_they_name():
-    from agent_otel.instrumentation import Instrumentation, instrument, uninstrument
+    from agent_otel.wiring.instrumentation import Instrumentation, instrument, uninstrument
     from agent_otel.tools import tool, tool_span
 
     assert agent_otel.instrument is instrument and agent_otel.uninstrument is uninstrument
@@ -50,10 +50,10 @@ def test_instrument_stays_the_function_whichever_module_is_imported_first():
     # points and the demo do) must not shadow the function on the package.
     assert (
         run("""
-        import agent_otel.instrumentation, agent_otel
+        import agent_otel.wiring.instrumentation, agent_otel
         print(callable(agent_otel.instrument), agent_otel.instrument.__module__)
     """)
-        == "True agent_otel.instrumentation"
+        == "True agent_otel.wiring.instrumentation"
     )
 
 

@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from helpers.traces import RecordedRun, write_gpu_csv
 
 PHASES = {"M", "X", "C", "s", "f"}

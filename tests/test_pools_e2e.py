@@ -157,7 +157,7 @@ def _run(prometheus_bin: str, work: Path, processes: list[Process]) -> dict:
         [
             sys.executable,
             "-m",
-            "agent_otel.cli",
+            "agent_otel.commands.cli",
             "gpu-exporter",
             "--gpu",
             f"replay:{work / 'gpu.csv'}",

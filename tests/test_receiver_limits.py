@@ -300,7 +300,7 @@ class BlameServiceProcess:
 
         self.process = subprocess.Popen(
             [
-                *(sys.executable, "-m", "agent_otel.cli", "gpu-exporter", "--pool", "p", "--gpu", "simulated"),
+                *(sys.executable, "-m", "agent_otel.commands.cli", "gpu-exporter", "--pool", "p", "--gpu", "simulated"),
                 *("--otlp-grpc", "127.0.0.1:0", "--otlp-http", "off", "--prometheus-port", "0", *options),
             ],
             stdout=subprocess.PIPE,
@@ -412,8 +412,8 @@ def blame_service():
     from opentelemetry import trace
 
     from agent_otel.attribution.service import PoolTimeline
-    from agent_otel.blame_service import BlameService
-    from agent_otel.clock import now_ns
+    from agent_otel.commands.blame_service import BlameService
+    from agent_otel.support.clock import now_ns
     from agent_otel.exporters.prometheus import BlameServiceMetrics, Metrics
     from agent_otel.gpu.simulated import SimulatedGpu
 

@@ -45,7 +45,7 @@ def _registry_extra(extra: str, registry: dict[str, Framework]) -> dict[str, tup
 
 def _entry_points(registry: dict[str, Framework]) -> dict[str, str]:
     return {
-        frameworks.ENTRY_POINT_PREFIX + name: f"agent_otel.instrumentors:{framework.instrumentor}"
+        frameworks.ENTRY_POINT_PREFIX + name: f"agent_otel.wiring.instrumentors:{framework.instrumentor}"
         for name, framework in registry.items()
     }
 
@@ -86,7 +86,7 @@ def test_a_drift_either_way_is_found():
 def test_each_framework_has_its_hook_module_and_instrumentor():
     import importlib.util
 
-    from agent_otel import instrumentors
+    from agent_otel.wiring import instrumentors
 
     for name, framework in FRAMEWORKS.items():
         assert importlib.util.find_spec(framework.hook) is not None, framework.hook

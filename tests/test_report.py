@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from agent_otel.report import progress as progress_module
 from agent_otel.report.analysis import analyse, report_json
 from agent_otel.report.progress import Progress
@@ -374,7 +374,10 @@ def test_malformed_traces_from_the_command_line_print_no_traceback(tmp_path):
         '"startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]}\n'
     )
     result = subprocess.run(
-        [sys.executable, "-m", "agent_otel.cli", "report", str(traces)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "agent_otel.commands.cli", "report", str(traces)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"agent-otel report: error: {traces}:1: traceId is not 32 hex digits: 'xyz'"]

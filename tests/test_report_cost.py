@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from agent_otel.errors import ConfigError
-from agent_otel.prices import DEFAULT_TABLE, parse_prices
+from agent_otel.support.prices import DEFAULT_TABLE, parse_prices
 from helpers.traces import RecordedRun, T0, write_gpu_csv
 
 

@@ -16,8 +16,8 @@ import pytest
 
 from agent_otel.spans.otlp_json import JsonSpan, decode_traces
 from agent_otel.version import __version__
-from agent_otel.cli import main
-from agent_otel.inputs import _zstd
+from agent_otel.commands.cli import main
+from agent_otel.support.inputs import _zstd
 from helpers.traces import RecordedRun, write_gpu_csv
 
 zstd = _zstd()
@@ -46,7 +46,7 @@ def run_cli(*argv, stdin=None, memory_limit=None, timeout=60) -> subprocess.Comp
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 
     return subprocess.run(
-        [sys.executable, "-m", "agent_otel.cli", *map(str, argv)],
+        [sys.executable, "-m", "agent_otel.commands.cli", *map(str, argv)],
         input=stdin,
         capture_output=True,
         timeout=timeout,
@@ -386,7 +386,7 @@ def test_an_endless_line_stops_at_the_line_limit_in_bounded_memory(tmp_path):
     )
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "agent_otel.cli", "report", "-"],
+            [sys.executable, "-m", "agent_otel.commands.cli", "report", "-"],
             stdin=process.stdout,
             capture_output=True,
             timeout=120,

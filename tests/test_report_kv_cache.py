@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from helpers.server_traces import kv_window
 from helpers.traces import RecordedRun
 

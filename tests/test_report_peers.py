@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from helpers.traces import RecordedRun
 
 OI_TOOL = {"openinference.span.kind": "TOOL", "tool.name": "search"}

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from agent_otel.errors import ConfigError
 from agent_otel.slo import Slo, Slos, parse_spec
 from helpers.traces import RecordedRun

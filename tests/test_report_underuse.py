@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from helpers.traces import T0, RecordedRun
 
 TURNS = 10

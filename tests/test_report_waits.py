@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from helpers.traces import RecordedRun
 
 

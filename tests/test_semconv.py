@@ -120,7 +120,7 @@ def test_importing_the_contract_and_the_dashboards_loads_no_runtime():
     code = (
         "import sys, agent_otel.semconv, agent_otel.config, dashboards.build, dashboards.rules\n"
         "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.trace', "
-        "'prometheus_client', 'agent_otel.instrumentation', 'agent_otel.capture', 'agent_otel.exporters', "
+        "'prometheus_client', 'agent_otel.wiring.instrumentation', 'agent_otel.capture', 'agent_otel.exporters', "
         "'agent_otel.remedies', 'grpc'))))\n"
     )
     loaded = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

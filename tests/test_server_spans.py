@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 import agent_otel
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 from helpers.model_server import FakeModelServer
 from helpers.server_traces import ServerTraces, headers_of
 from helpers.traces import RecordedRun, ns

@@ -20,7 +20,7 @@ import threading
 import pytest
 
 import agent_otel
-from agent_otel import instrumentation
+from agent_otel.wiring import instrumentation
 from agent_otel.capture import on_import
 from agent_otel.exporters.prometheus import Metrics
 from agent_otel.semconv import LABEL_GPU, LABEL_KIND, METRIC_GPU_IDLE, METRIC_SPANS_DROPPED, SPAN_KIND_TOOL
@@ -212,7 +212,7 @@ def test_a_span_export_runs_with_instrumentation_suppressed(tmp_path):
 
 FORK_DURING_IMPORT = r"""
 import os, sys, threading, time
-from agent_otel import forks
+from agent_otel.support import forks
 
 sys.path.insert(0, sys.argv[1])
 started = threading.Event()

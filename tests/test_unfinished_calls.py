@@ -13,7 +13,7 @@ import pytest
 from opentelemetry import trace
 
 import agent_otel
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 
 UNFINISHED = "agent.tool.unfinished"
 

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Iterable, NamedTuple, Optional, Sequence
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.attribution.horizon import CallHorizon
 from agent_otel.attribution.options import GpuOptions
 from agent_otel.attribution.rule import (

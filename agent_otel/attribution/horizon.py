@@ -28,7 +28,7 @@ from bisect import bisect_left, bisect_right
 from operator import attrgetter
 from typing import Iterable
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.errors import ConfigError
 from agent_otel.records import NS_PER_S, ToolCall
 

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import SpanLimits
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.attribution.engine import (
     DEFAULT_MAX_LINKS,
     MAX_HORIZON_CALLS,
@@ -37,7 +37,7 @@ from agent_otel.attribution.options import GpuOptions
 from agent_otel.attribution.rule import largest_share
 from agent_otel.capture.models import model_calls, peer_model_spans
 from agent_otel.gpu.logs import GpuLogWriter
-from agent_otel.clock import now_ns
+from agent_otel.support.clock import now_ns
 from agent_otel.config import check
 from agent_otel.gpu.device import GpuSource
 from agent_otel.gpu.sampler import GpuSampler
@@ -67,8 +67,8 @@ from agent_otel.semconv import (
     GPU_UUID,
     SPAN_GPU_IDLE,
 )
-from agent_otel.problems import Problems
-from agent_otel.text import NAME_LIMIT, valid_text
+from agent_otel.support.problems import Problems
+from agent_otel.support.text import NAME_LIMIT, valid_text
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge
@@ -103,7 +103,7 @@ class CallsInFlight(Protocol):
 
 
 class FinishedCalls(Protocol):
-    """Where finished tool calls come from (``agent_otel.pipeline.Pipeline``): each batch
+    """Where finished tool calls come from (``agent_otel.wiring.pipeline.Pipeline``): each batch
     is handed to every consumer; ``drain()`` hands over what is pending now."""
 
     @property

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from agent_otel.config import DEFAULTS, Settings
-from agent_otel.prices import GpuPrices, parse_prices
+from agent_otel.support.prices import GpuPrices, parse_prices
 
 __all__ = ["GpuOptions"]
 

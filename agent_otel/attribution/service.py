@@ -1,7 +1,7 @@
 """The blame engine of a GPU pool's blame service: tool calls from many
 processes, GPU samples from this host, joined behind a watermark.
 
-Usage (``agent_otel.blame_service`` wires it to the OTLP receiver)::
+Usage (``agent_otel.commands.blame_service`` wires it to the OTLP receiver)::
 
     timeline = PoolTimeline(source, options, pool="vllm-a:8000", watermark_s=30.0, tracer=tracer, metrics=metrics)
     timeline.start()

@@ -29,7 +29,7 @@ from opentelemetry import trace as trace_api
 
 from agent_otel.attribution.live import CallsInFlight, FinishedCalls, GpuMetrics, LiveTimeline
 from agent_otel.attribution.options import GpuOptions
-from agent_otel.clock import now_ns
+from agent_otel.support.clock import now_ns
 from agent_otel.config import Settings
 from agent_otel.errors import ConfigError
 from agent_otel.gpu.device import GpuSource

@@ -33,12 +33,12 @@ from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED
 from types import FunctionType
 from typing import Callable, Optional
 
-from agent_otel import forks
-from agent_otel.text import NAME_LIMIT, valid_text
+from agent_otel.support import forks
+from agent_otel.support.text import NAME_LIMIT, valid_text
 from agent_otel.capture import patching
 from agent_otel.capture.current import current_recorder
-from agent_otel import clock
-from agent_otel.clock import perf_counter_ns
+from agent_otel.support import clock
+from agent_otel.support.clock import perf_counter_ns
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta
 from agent_otel.capture.otel_context import attach, detach, get_current, reset
 from agent_otel.capture.patching import Patch

@@ -53,12 +53,12 @@ from typing import Any, Optional, Union
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.capture import models, stacks
 from agent_otel.capture.on_import import when_imported
 from agent_otel.capture.patching import Patches
-from agent_otel import clock
-from agent_otel.clock import perf_counter_ns
+from agent_otel.support import clock
+from agent_otel.support.clock import perf_counter_ns
 from agent_otel.records import NS_PER_S, LoopBlock, ToolCall
 from agent_otel.semconv import (
     ASYNCIO_LOOP_BLOCKED_BY,

@@ -24,7 +24,7 @@ from agent_otel.semconv import (
     TOOL_TYPE_FUNCTION,
     tool_span_name,
 )
-from agent_otel.text import NAME_LIMIT, valid_text
+from agent_otel.support.text import NAME_LIMIT, valid_text
 
 # The longest tool description put on a span, in characters.
 DESCRIPTION_LIMIT = 4096

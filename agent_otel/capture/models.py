@@ -57,10 +57,10 @@ from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.capture.current import current_recorder
 from agent_otel.capture.outcomes import error_type_of
-from agent_otel.clock import now_ns
+from agent_otel.support.clock import now_ns
 from agent_otel.records import NS_PER_S, ModelCall
 from agent_otel.semconv import (
     ERROR_TYPE,
@@ -452,7 +452,7 @@ class ModelSpan:
         request to the model server, whose own span of the request (vLLM's
         ``llm_request``) then joins this call in ``agent-otel report``
         (docs/model-servers.md). Adds them to ``carrier`` when given."""
-        with forks.background_import():  # any thread's first call: a fork meanwhile waits (agent_otel.forks)
+        with forks.background_import():  # any thread's first call: a fork meanwhile waits (agent_otel.support.forks)
             from opentelemetry import propagate  # here: loading the propagators is for the calls that send headers
 
         carrier = {} if carrier is None else carrier

@@ -22,7 +22,7 @@ import threading
 from types import ModuleType
 from typing import Any, Callable, Optional
 
-from agent_otel import forks
+from agent_otel.support import forks
 
 logger = logging.getLogger("agent_otel")
 

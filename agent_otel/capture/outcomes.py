@@ -9,7 +9,7 @@ import concurrent.futures
 import sys
 
 from agent_otel.semconv import OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_TIMEOUT
-from agent_otel.text import NAME_LIMIT, valid_text
+from agent_otel.support.text import NAME_LIMIT, valid_text
 
 # Exceptions that mean "the call ran out of time" or "was cancelled", whichever
 # module raised them (one class from Python 3.11 on, up to three before).

@@ -24,7 +24,7 @@ import sys
 import traceback
 from typing import Optional
 
-from agent_otel.text import valid_text
+from agent_otel.support.text import valid_text
 
 STATUS_DESCRIPTION = "otel.status_description"  # the name redact() sees for a span's status description
 REDACTION_FAILED = "<redaction failed>"

@@ -23,11 +23,11 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode, get_current_span
 from opentelemetry.util.types import AttributeValue
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.capture import payloads
-from agent_otel.text import NAME_LIMIT, valid_text
-from agent_otel import clock
-from agent_otel.clock import perf_counter_ns
+from agent_otel.support.text import NAME_LIMIT, valid_text
+from agent_otel.support import clock
+from agent_otel.support.clock import perf_counter_ns
 from agent_otel.config import DEFAULTS
 from agent_otel.capture import sdk_span
 from agent_otel.capture.deferred import Builder, DeferredSpan, bounds, new_span

@@ -24,7 +24,7 @@ the line and what is wrong; so does a log whose utilization values are all
 between 0 and 1 with fractions (ratios, where nvidia-smi writes percentages)
 and a date outside the years a 64-bit nanosecond clock holds.
 
-The log is streamed (``agent_otel.inputs``: a path or ``-``, plain, gzip or
+The log is streamed (``agent_otel.support.inputs``: a path or ``-``, plain, gzip or
 zstd, lines of at most 1 MiB) into one compact ``GpuSeries`` per GPU.
 """
 
@@ -43,10 +43,10 @@ from datetime import datetime, timezone, tzinfo
 from typing import Iterator, Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agent_otel.appending import AppendFile
+from agent_otel.support.appending import AppendFile
 from agent_otel.errors import ConfigError, InputError
 from agent_otel.gpu.timeline import DEFAULT_MAX_GAP_S, GAP_SPACINGS, IdleDetector, TimelineStep
-from agent_otel.inputs import Input, MiB, open_input
+from agent_otel.support.inputs import Input, MiB, open_input
 from agent_otel.records import NS_PER_S, GpuSample, IdleWindow
 
 _logger = logging.getLogger(__name__)

@@ -58,8 +58,8 @@ import time
 import warnings
 from typing import Any, Callable, Optional
 
-from agent_otel import clock as process_clock
-from agent_otel.clock import now_ns
+from agent_otel.support import clock as process_clock
+from agent_otel.support.clock import now_ns
 from agent_otel.gpu.device import GpuDevice
 from agent_otel.gpu.timeline import is_gap
 from agent_otel.records import MISSING, GpuSample
@@ -122,7 +122,7 @@ def detect_clock(raw_us: int) -> str:
 
 def clock_offset_ns(clock: str) -> int:
     """What to add to ``raw_us * 1000`` to put a sample on the process's
-    timeline (``agent_otel.clock.now_ns``: epoch ns from the monotonic clock,
+    timeline (``agent_otel.support.clock.now_ns``: epoch ns from the monotonic clock,
     kept within a millisecond of the wall clock), the timeline every tool
     span is on.
 

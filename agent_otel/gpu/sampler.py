@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.config import check
 from agent_otel.records import GpuSample
 from agent_otel.semconv import GPU_STATE_OK, GPU_STATE_STUCK

@@ -51,9 +51,9 @@ import threading
 from typing import Callable, Iterable, NamedTuple, Optional
 from urllib.parse import urlsplit
 
-from agent_otel import forks
-from agent_otel.clock import now_ns
-from agent_otel.problems import Problems
+from agent_otel.support import forks
+from agent_otel.support.clock import now_ns
+from agent_otel.support.problems import Problems
 from agent_otel.records import MISSING, GpuSample, ServerSample
 from agent_otel import semconv
 from agent_otel.semconv import GPU_SOURCE_SERVER, SERVER_GPU_INDEX
@@ -128,7 +128,7 @@ def read_exposition(text: str) -> Exposition:
     Raises ``UnknownEngine`` when no engine's running or waiting family is
     there, and ``ValueError`` when the text is not the text format.
     """
-    with forks.background_import():  # the sampler's thread: a fork waits (agent_otel.forks)
+    with forks.background_import():  # the sampler's thread: a fork waits (agent_otel.support.forks)
         from prometheus_client.parser import text_string_to_metric_families  # here: the GPU modules load without it
 
     values: dict[str, list[float]] = {}
@@ -266,7 +266,7 @@ class ModelServerSource:
         """Nothing held between scrapes; present for the GpuSource shape."""
 
     def _fetch(self) -> str:
-        with forks.background_import():  # the sampler's thread: a fork waits (agent_otel.forks)
+        with forks.background_import():  # the sampler's thread: a fork waits (agent_otel.support.forks)
             import urllib.request  # here: only a process that reads a model server loads the HTTP client
 
         request = urllib.request.Request(self.url, headers={"Accept": "text/plain"})

@@ -15,7 +15,7 @@ It is named simulated wherever it shows (device name "Simulated GPU", UUID
 mistaken for a real GPU's. It samples like NVML: one sample per sample
 period, each the average utilization over the period ending at its
 timestamp, from the history of its state, on the process's timeline
-(``agent_otel.clock``), the tool calls' (NVML stamps with the wall clock,
+(``agent_otel.support.clock``), the tool calls' (NVML stamps with the wall clock,
 which the NVML source maps onto it). Unlike NVML it keeps sampling while
 idle (0% samples). Scripted phases start when the source is created;
 after the last one the GPU is idle. Driven busy time adds on top: the
@@ -36,8 +36,8 @@ import threading
 import time
 from typing import Callable, Iterator, Optional, Sequence
 
-from agent_otel import forks
-from agent_otel.clock import now_ns
+from agent_otel.support import forks
+from agent_otel.support.clock import now_ns
 from agent_otel.records import NS_PER_S, GpuSample
 from agent_otel.semconv import GPU_SOURCE_SIMULATED, SIMULATED_GPU_NAME, SIMULATED_GPU_UUID_PREFIX
 

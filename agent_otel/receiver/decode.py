@@ -37,7 +37,7 @@ from agent_otel.semconv import GEN_AI_OPERATION_EXECUTE_TOOL, GEN_AI_OPERATION_N
 from agent_otel.spans.decode import SpanReader
 from agent_otel.spans.otlp_json import MALFORMED, OUT_OF_RANGE, WRONG_TYPE, SpanFormatError
 from agent_otel.spans.protobuf import gpu_pool, span_of
-from agent_otel.text import valid_text
+from agent_otel.support.text import valid_text
 
 logger = logging.getLogger("agent_otel.receiver")
 

@@ -38,7 +38,7 @@ from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Link
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.capture.current import current_recorder
 from agent_otel.errors import ConfigError
 from agent_otel.capture.meta import TOOL_MARK, ToolMeta, first_doc_line, name_of

@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Hashable, Optional, Protocol
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.errors import ConfigError
 
 logger = logging.getLogger("agent_otel")

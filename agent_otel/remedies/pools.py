@@ -26,9 +26,9 @@ import threading
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Callable, Optional
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.errors import AgentOtelError, ConfigError
-from agent_otel.host import cores
+from agent_otel.support.host import cores
 from agent_otel.capture.executors import submitted_tool
 from agent_otel.remedies import telemetry
 

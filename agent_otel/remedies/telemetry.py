@@ -18,9 +18,9 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Optional
 
-from agent_otel.text import NAME_LIMIT, valid_text
+from agent_otel.support.text import NAME_LIMIT, valid_text
 from agent_otel.capture.current import current_recorder, worker_local
-from agent_otel.clock import now_ns
+from agent_otel.support.clock import now_ns
 from agent_otel.capture.meta import ToolMeta
 from agent_otel.capture.outcomes import error_type_of, outcome_of
 from agent_otel.semconv import (

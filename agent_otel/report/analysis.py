@@ -38,7 +38,7 @@ import numpy as np
 from agent_otel.attribution import BlameTotals, WindowAttribution, attribute, gpu_key
 from agent_otel.attribution.edges import sharpen
 from agent_otel.gpu.logs import GpuLog, GpuSeries, read_gpu_log
-from agent_otel.prices import GpuPrices
+from agent_otel.support.prices import GpuPrices
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall
 from agent_otel.spans.calls import CallTable
 from agent_otel.report.cost import Costs, price_analysis
@@ -298,7 +298,7 @@ def analyse(
     ``slos``: the latency SLO of each tool (``Slos()``, 95% within 0.8 s for
     every tool, the alert rules' default, when None).
 
-    ``prices``: what a GPU-hour costs (``agent_otel.prices``): the blamed
+    ``prices``: what a GPU-hour costs (``agent_otel.support.prices``): the blamed
     idle time as money (``costs``, and in the recommendations); None: none.
 
     Python's cyclic garbage collector is paused throughout (``paused_gc``):

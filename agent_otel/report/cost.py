@@ -7,7 +7,7 @@ Usage::
 
 Each GPU's idle seconds (blamed on each tool, or on none) are priced at
 that GPU's price per hour (its pool's, its model's, or the default:
-``agent_otel.prices``). "Per day at this load" scales the report's window
+``agent_otel.support.prices``). "Per day at this load" scales the report's window
 to 24 hours: the idle time the same load would leave in a day. A GPU with
 no price adds no money (its seconds still show elsewhere); with no price at
 all there is no ``costs`` and no money anywhere.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from agent_otel.prices import CURRENCY, GpuPrices
+from agent_otel.support.prices import CURRENCY, GpuPrices
 from agent_otel.records import NS_PER_S
 
 if TYPE_CHECKING:

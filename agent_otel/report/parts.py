@@ -34,8 +34,8 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Optional
 
 from agent_otel.spans.otlp_json import input_name
-from agent_otel.inputs import STDIN
-from agent_otel.prices import CURRENCY
+from agent_otel.support.inputs import STDIN
+from agent_otel.support.prices import CURRENCY
 from agent_otel.remedies.suggest import DOCS
 from agent_otel.report.server_spans import SplitTotals
 from agent_otel.report.stats import percentile

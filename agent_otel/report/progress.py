@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Iterable, Optional, TextIO
 
-from agent_otel.inputs import input_size
+from agent_otel.support.inputs import input_size
 
 SHOW_AFTER_S = 0.5
 REDRAW_EVERY_S = 0.1

@@ -33,7 +33,7 @@ into the same structs, so it reads, or fails with the same message, as
 it would without the fast path; so is a span the typed decoder refuses. ``iter_spans`` gives every field as a
 ``SpanRecord``. No protobuf: the report may read millions of spans.
 Inputs are opened by
-``agent_otel.inputs``: a file or ``-``, plain, gzip or zstd, as bounded
+``agent_otel.support.inputs``: a file or ``-``, plain, gzip or zstd, as bounded
 lines.
 """
 
@@ -52,7 +52,7 @@ import orjson
 from msgspec import UNSET, UnsetType
 
 from agent_otel.errors import InputError
-from agent_otel.inputs import STDIN, Input, MiB, open_input
+from agent_otel.support.inputs import STDIN, Input, MiB, open_input
 
 # OTLP Status.code: STATUS_CODE_ERROR
 STATUS_ERROR = 2

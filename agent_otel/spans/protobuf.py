@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from agent_otel.semconv import AGENT_GPU_POOL
 from agent_otel.spans.decode import WANTED_ATTRIBUTES
 from agent_otel.spans.otlp_json import JsonSpan, typed_span
-from agent_otel.text import NAME_LIMIT, valid_text
+from agent_otel.support.text import NAME_LIMIT, valid_text
 
 
 def span_of(span: Any) -> JsonSpan:

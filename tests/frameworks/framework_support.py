@@ -148,7 +148,7 @@ def report_json(traces) -> dict:
     import json
     from contextlib import redirect_stdout
 
-    from agent_otel.cli import main
+    from agent_otel.commands.cli import main
 
     out = io.StringIO()
     with redirect_stdout(out):

@@ -10,7 +10,7 @@ from frameworks.framework_support import require_framework
 
 import agent_otel
 from agent_otel.capture import frameworks
-from agent_otel.instrumentation import current
+from agent_otel.wiring.instrumentation import current
 
 EXTRA = ["langchain", "openai_agents", "llamaindex", "mcp", "smolagents"]
 IMPORTS = {
@@ -71,7 +71,7 @@ def test_disabled_instrumentations_variable_turns_a_hook_off(every_framework_of_
 def test_an_instrumentor_starts_agent_otel_once_and_removes_only_its_hook(
     every_framework_of_the_extra, spans, monkeypatch
 ):
-    from agent_otel.instrumentors import LangChainInstrumentor, McpInstrumentor
+    from agent_otel.wiring.instrumentors import LangChainInstrumentor, McpInstrumentor
 
     monkeypatch.setenv("AGENT_OTEL_GPU", "off")
     monkeypatch.setenv("AGENT_OTEL_FRAMEWORKS", "langchain,mcp")

@@ -19,7 +19,7 @@ from frameworks.framework_support import IN_CI, framework_fixture, report_json
 from opentelemetry import trace
 
 import agent_otel
-from agent_otel.cli import main
+from agent_otel.commands.cli import main
 
 framework = framework_fixture("langchain", "langgraph")
 
@@ -228,7 +228,7 @@ def test_a_simulated_gpu_is_busy_while_a_chat_model_the_peer_records_generates(p
     from langchain_core.messages import AIMessage
 
     from agent_otel.capture.models import model_calls
-    from agent_otel.clock import now_ns
+    from agent_otel.support.clock import now_ns
     from agent_otel.gpu.logs import read_gpu_log
 
     generating = []

@@ -251,7 +251,7 @@ def test_the_report_knows_the_size_of_the_pool_asyncio_made_for_the_tools(hooked
     from langchain_core.messages import HumanMessage
 
     require_framework("langchain", "langgraph")
-    from agent_otel.cli import main
+    from agent_otel.commands.cli import main
 
     traces = tmp_path / "traces.jsonl"
     hooked("langchain", traces_file=str(traces))

@@ -159,7 +159,7 @@ def _report(*paths) -> dict:
     import json
     from contextlib import redirect_stdout
 
-    from agent_otel.cli import main
+    from agent_otel.commands.cli import main
 
     out = io.StringIO()
     with redirect_stdout(out):

@@ -9,7 +9,7 @@ from frameworks.framework_support import require_framework
 
 import agent_otel
 from agent_otel.capture.models import model_calls
-from agent_otel.clock import now_ns
+from agent_otel.support.clock import now_ns
 from agent_otel.gpu.logs import read_gpu_log
 from agent_otel.records import NS_PER_S
 

@@ -17,7 +17,7 @@ def agent_otel(*args: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "OTEL_TRACES_EXPORTER": "none", "PYTHONUNBUFFERED": "1"}
     env.pop("AGENT_OTEL_PROMETHEUS_PORT", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "agent_otel.cli", *args],
+        [sys.executable, "-m", "agent_otel.commands.cli", *args],
         env=env,
         text=True,
         stdout=subprocess.PIPE,

@@ -27,7 +27,7 @@ import threading
 from types import ModuleType
 from typing import NamedTuple, Optional
 
-from agent_otel import forks
+from agent_otel.support import forks
 from agent_otel.errors import ConfigError
 from agent_otel.capture.on_import import when_imported
 from agent_otel.capture.patching import VersionNotUnderstood, importable, logger, warn_once
@@ -37,7 +37,7 @@ class Framework(NamedTuple):
     """One framework agent-otel hooks: everything else about it is derived from this.
 
     Its ``opentelemetry-instrument`` entry point is ``ENTRY_POINT_PREFIX`` +
-    its name, the class ``agent_otel.instrumentors.<instrumentor>``;
+    its name, the class ``agent_otel.wiring.instrumentors.<instrumentor>``;
     pyproject.toml lists both, and the pip extra ``extra`` installs
     ``requirement`` (with ``pip_extras``) and ``companions`` for the hook's
     tests (tests/test_registries.py fails when they drift).
@@ -46,7 +46,7 @@ class Framework(NamedTuple):
     hook: str  # the hook module: instrument() and uninstrument()
     module: str  # the framework's import name
     requirement: str  # the distribution and the versions the hook understands
-    instrumentor: str  # its class name in agent_otel.instrumentors
+    instrumentor: str  # its class name in agent_otel.wiring.instrumentors
     extra: str = "frameworks"  # the pyproject extra that installs it
     pip_extras: tuple[str, ...] = ()  # the distribution's own extras the tests install
     companions: tuple[str, ...] = ()  # other distributions the hook's tests need beside it

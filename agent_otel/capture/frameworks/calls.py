@@ -36,7 +36,7 @@ from time import thread_time_ns
 from typing import Any, Callable, Optional
 
 
-from agent_otel.text import NAME_LIMIT, valid_text
+from agent_otel.support.text import NAME_LIMIT, valid_text
 from agent_otel.capture.current import current_recorder
 from agent_otel.capture import stacks
 from agent_otel.capture.executors import executor_name

@@ -25,14 +25,15 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from agent_otel import clock, forks, host, sinks
-from agent_otel.background import Background
+from agent_otel.support import clock, forks, host
+from agent_otel.wiring import sinks
+from agent_otel.support.background import Background
 from agent_otel.capture import executors, frameworks, models
 from agent_otel.capture.current import set_recorder
 from agent_otel.capture.loop_monitor import LoopMonitor, thread_label
 from agent_otel.config import GPU_AUTO, GPU_OFF, Settings, load_settings
 from agent_otel.errors import AgentOtelError, ConfigError
-from agent_otel.pipeline import Pipeline
+from agent_otel.wiring.pipeline import Pipeline
 from agent_otel.records import ToolCall
 from agent_otel.capture.recorder import Recorder
 from agent_otel.exporters.batch import BatchSpanProcessor, SpanLosses
@@ -104,7 +105,7 @@ class Instrumentation:
         self.gpu_pool = gpu_pool
         self.refused = refused if refused is not None else _Refused(None)  # start()'s: settings it could not use
         self.span_processors: list[BatchSpanProcessor] = []
-        self.sinks = sinks.Plan(())  # where spans go (agent_otel.sinks), when agent-otel set up the exporters
+        self.sinks = sinks.Plan(())  # where spans go (agent_otel.wiring.sinks), when agent-otel set up the exporters
         # The pipeline counts into the metrics, and a scrape drains the
         # pipeline: the metrics, made first, read the parts through the handle.
         self.metrics = Metrics(
@@ -610,7 +611,7 @@ def _at_exit_once(handle: Instrumentation) -> None:
 def _at_exit() -> None:
     """At interpreter exit: shut down what is still instrumented (within
     ``shutdown_timeout``), then say in one line where the traces are when
-    agent-otel chose the file (agent_otel.sinks)."""
+    agent-otel chose the file (agent_otel.wiring.sinks)."""
     with _lock:
         handle = _handle
     if handle is not None:

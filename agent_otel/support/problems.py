@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable, Hashable
 
-from agent_otel import forks
+from agent_otel.support import forks
 
 REPEAT_INTERVAL_S = 60.0
 # Distinct problems remembered; past this, new ones share one key (and one line a minute).

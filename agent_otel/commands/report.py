@@ -33,8 +33,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from agent_otel import config  # noqa: E402 (after the variable above)
 from agent_otel.errors import ConfigError, InputError
 from agent_otel.spans.otlp_json import input_name
-from agent_otel.inputs import STDIN
-from agent_otel.prices import parse_prices
+from agent_otel.support.inputs import STDIN
+from agent_otel.support.prices import parse_prices
 from agent_otel.report import html, perfetto, table
 from agent_otel.report.analysis import EDGES, EDGES_SPANS, Analysis, analyse
 from agent_otel.report.parts import report_parts

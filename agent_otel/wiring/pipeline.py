@@ -17,12 +17,12 @@ import threading
 import time
 from typing import Callable, Optional
 
-from agent_otel import clock, forks
+from agent_otel.support import clock, forks
 from agent_otel.capture.executors import ExecutorMonitor
 from agent_otel.capture.loop_monitor import LoopMonitor
 from agent_otel.capture.recorder import Recorder
 from agent_otel.exporters.prometheus import Metrics
-from agent_otel.problems import Problems
+from agent_otel.support.problems import Problems
 from agent_otel.records import ToolCall
 
 logger = logging.getLogger("agent_otel")

@@ -2,7 +2,7 @@
 
 Usage::
 
-    from agent_otel.prices import parse_prices
+    from agent_otel.support.prices import parse_prices
     prices = parse_prices("table,pool:vllm-a:8000=2.20")
     prices.price(pool="vllm-a:8000", gpu_name="NVIDIA H100 80GB HBM3")   # 2.2: the pool's own
     prices.price(pool="", gpu_name="NVIDIA H100 80GB HBM3")              # 3.0: the table's

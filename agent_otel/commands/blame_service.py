@@ -24,19 +24,19 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from agent_otel.attribution.service import DEFAULT_WATERMARK_S, Intake, PoolTimeline
 from agent_otel.attribution.wiring import gpu_timeline
-from agent_otel.clock import now_ns
+from agent_otel.support.clock import now_ns
 from agent_otel.config import DEFAULTS, SETTINGS, Settings
 from agent_otel.errors import ConfigError
 from agent_otel.exporters.prometheus import BlameServiceMetrics
-from agent_otel.instrumentation import Instrumentation, declared_gpu_pool, start
+from agent_otel.wiring.instrumentation import Instrumentation, declared_gpu_pool, start
 from agent_otel.receiver.decode import tool_calls
 from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
 from agent_otel.receiver.server import DEFAULT_LIMITS, Limits, OtlpReceiver, Outcome
-from agent_otel.problems import Problems
+from agent_otel.support.problems import Problems
 from agent_otel.records import NS_PER_S
 from agent_otel.semconv import METRIC_LATE_SPANS
 
-logger = logging.getLogger("agent_otel.blame_service")
+logger = logging.getLogger("agent_otel.commands.blame_service")
 EXPORT_INTERVAL_VARIABLE = SETTINGS["export_interval"].declaration.env[0]
 
 

@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from agent_otel import config, host
+from agent_otel import config
+from agent_otel.support import host
 from agent_otel.demo import gpu as demo_gpu
 from agent_otel.demo.runs import SCENARIOS, gpu_name, run_scenario
 from agent_otel.errors import AgentOtelError, ConfigError
-from agent_otel.instrumentation import Instrumentation, start
-from agent_otel.instrumentation import current as current_instrumentation
+from agent_otel.wiring.instrumentation import Instrumentation, start
+from agent_otel.wiring.instrumentation import current as current_instrumentation
 from agent_otel.report import html, table
 from agent_otel.report.analysis import Analysis, analyse
 from agent_otel.report.parts import Report, report_parts

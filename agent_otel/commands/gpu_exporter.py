@@ -9,7 +9,7 @@ endpoint whose host you cannot run on; docs/model-servers.md). It samples every 
 and serves the GPU metrics on /metrics.
 
 With ``--pool`` (or ``AGENT_OTEL_GPU_POOL``) it is the **blame service** of
-that GPU pool (``agent_otel.blame_service``): it also receives the tool
+that GPU pool (``agent_otel.commands.blame_service``): it also receives the tool
 spans of every agent of the pool over OTLP (``--otlp-grpc``,
 ``--otlp-http``) and blames the GPUs' idle time on them, a watermark late,
 with the live path's engine: one process per GPU host samples and blames,
@@ -31,7 +31,7 @@ from typing import Optional
 from agent_otel import config
 from agent_otel.attribution.service import DEFAULT_WATERMARK_S
 from agent_otel.errors import ConfigError
-from agent_otel.instrumentation import declared_gpu_pool, start
+from agent_otel.wiring.instrumentation import declared_gpu_pool, start
 from agent_otel.receiver import DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_MAX_REQUEST_BYTES
 from agent_otel.semconv import GPU_SOURCE_NVML
 
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(
                 "--max-request-bytes", args.max_request_bytes, "a number of bytes from 1024 to 1073741824"
             )
-        from agent_otel.blame_service import start_blame_service  # gRPC and protobuf: only for a pool
+        from agent_otel.commands.blame_service import start_blame_service  # gRPC and protobuf: only for a pool
 
         try:
             handle, service = start_blame_service(

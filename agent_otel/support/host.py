@@ -28,13 +28,13 @@ def command() -> str:
     the ``PATH`` and this interpreter has none beside it: a ``--user`` or
     system install); else the full path of the script beside this
     interpreter (a virtual environment that is not activated); else this
-    interpreter with ``-m agent_otel.cli``. (Said once, at exit.)"""
+    interpreter with ``-m agent_otel``. (Said once, at exit.)"""
     import shlex
 
     own = _which(COMMAND, os.path.dirname(sys.executable))
     found = _which(COMMAND, os.environ.get("PATH", os.defpath))
     if own is None:
-        return COMMAND if found is not None else f"{shlex.quote(sys.executable)} -m agent_otel.cli"
+        return COMMAND if found is not None else f"{shlex.quote(sys.executable)} -m agent_otel"
     if found is not None and os.path.realpath(found) == os.path.realpath(own):
         return COMMAND
     return shlex.quote(own)

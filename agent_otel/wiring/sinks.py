@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
-from agent_otel.host import command
+from agent_otel.support.host import command
 
 logger = logging.getLogger("agent_otel")
 

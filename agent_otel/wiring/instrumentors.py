@@ -17,7 +17,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 
 from agent_otel.capture import frameworks
 from agent_otel.capture.patching import importable
-from agent_otel.instrumentation import instrument
+from agent_otel.wiring.instrumentation import instrument
 
 
 class FrameworkInstrumentor(BaseInstrumentor):

@@ -3,7 +3,7 @@ gzip- or zstd-compressed.
 
 Usage::
 
-    from agent_otel.inputs import open_input
+    from agent_otel.support.inputs import open_input
 
     with open_input("traces.jsonl.zst", expected="OTLP/JSON lines") as source:
         for number, line in source:     # line: bytes, newline kept

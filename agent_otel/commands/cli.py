@@ -18,15 +18,15 @@ from agent_otel.errors import AgentOtelError
 # name -> (module, one-line help). Add a line when a subcommand lands.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
-        "agent_otel.demo.command",
+        "agent_otel.commands.demo",
         "Run a demo agent on a simulated GPU, twice: as commonly written and fixed; print what blocked the GPU",
     ),
     "report": (
-        "agent_otel.report.command",
+        "agent_otel.commands.report",
         "Summarise exported traces: which tool blocked the GPU, queue versus exec, and what to change",
     ),
     "gpu-exporter": (
-        "agent_otel.gpu_exporter",
+        "agent_otel.commands.gpu_exporter",
         "Sample the GPUs of this host: gpu.idle spans over OTLP and GPU metrics on /metrics",
     ),
 }

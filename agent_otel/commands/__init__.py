@@ -1,0 +1,3 @@
+"""Commands: the ``agent-otel`` CLI and its subcommands (report, demo, gpu-exporter,
+blame-service).
+"""

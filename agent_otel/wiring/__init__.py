@@ -1,0 +1,3 @@
+"""Wiring: ``instrument()`` and what it builds from the settings (the pipeline,
+the sinks, the framework instrumentors).
+"""
