@@ -394,32 +394,33 @@ def test_a_scrape_sees_the_gpu_time_counters_of_an_update_all_or_none():
     registry = metrics.registry.restricted_registry(
         ["agent_gpu_idle_seconds_total", "agent_gpu_idle_blocked_seconds_total"]
     )
-    done = threading.Event()
+    half = threading.Event()  # the writer is between the two increments, holding the lock
+    scraped = threading.Event()
 
     def write():
-        for _ in range(50):
+        for _ in range(20):
             with metrics.lock:
                 metrics.gpu_idle.labels("0").inc(1.0)
-                time.sleep(0.002)
+                half.set()
+                time.sleep(0.02)  # a scrape that starts meanwhile must wait for the rest of the update
                 metrics.gpu_idle_blocked.labels("0", "search", "exec").inc(1.0)
-        done.set()
+            assert scraped.wait(10)
+            scraped.clear()
 
-    writer = threading.Thread(target=write)
+    writer = threading.Thread(target=write, daemon=True)
     writer.start()
-    scrapes = 0
-    while not done.is_set() or scrapes == 0:
+    for update in range(20):  # one scrape in the middle of each update
+        assert half.wait(10)
+        half.clear()
         values = {
             sample.name: sample.value
             for family in text_string_to_metric_families(generate_latest(registry).decode())
             for sample in family.samples
             if sample.name in ("agent_gpu_idle_seconds_total", "agent_gpu_idle_blocked_seconds_total")
         }
-        assert values.get("agent_gpu_idle_seconds_total", 0.0) == values.get(
-            "agent_gpu_idle_blocked_seconds_total", 0.0
-        ), values
-        scrapes += 1
-    writer.join()
-    assert scrapes > 5
+        assert values["agent_gpu_idle_seconds_total"] == values["agent_gpu_idle_blocked_seconds_total"] == update + 1
+        scraped.set()
+    writer.join(10)
 
 
 def test_a_long_window_sends_each_child_span_as_its_call_is_done_and_links_only_the_largest(monkeypatch, spans):
