@@ -536,9 +536,16 @@ class SpanReader:
         return run
 
     def _count(self, span: JsonSpan, found: dict, *keys: str) -> Optional[int]:
-        """A token count: the first of ``keys`` the span has, as a whole number."""
+        """A token count: the first of ``keys`` the span has, as a whole number
+        (read inline where it is a decimal ``intValue`` alone, as exporters write it)."""
         for key in keys:
-            value = self._value(found, key)
+            value = found.get(key)
+            if type(value) is JsonValue and value.stringValue is UNSET and value.boolValue is UNSET:
+                raw = value.intValue  # (what value_of reads first: a string or bool value would come first)
+                if type(raw) is str and 0 < len(raw) <= 15 and raw.isascii() and raw.isdigit():
+                    return int(raw)  # under 1e15
+            if value is not None:
+                value = value_of(value, key)
             if value is not None:
                 if type(value) is bool or type(value) not in (int, float) or not 0 <= value < 1e15:  # type: ignore[operator]
                     wrong = type(value) is bool or type(value) not in (int, float)
