@@ -102,8 +102,9 @@ def test_the_readme_snippet_with_no_collector(tmp_path):
     # time exit adds is allowed on top, and no more.
     stretch = max(1.0, min(bases) / max(min(base_cpus), 0.01))
     assert min(exits) - min(bases) <= 0.5 + added_cpu_s * (stretch - 1), figures
-    # No round ever waits for an endpoint (the old default waited 5 s).
-    assert max(exits) < 3.0, figures
+    # No waiting for an endpoint (the old default waited 5 s, every round): the
+    # middle round of three, so that one round slowed by a busy machine does not count.
+    assert sorted(exits)[1] < 3.0, figures
 
     for run_dir, err in errs:
         lines = err.strip().splitlines()
