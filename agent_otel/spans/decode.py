@@ -1156,17 +1156,22 @@ def _place_in_numpy(old: array, table: array, mask: int) -> None:
     slot only when it is taken, so ``add`` finds it from its first slot."""
     import numpy as np  # (as in spans.ids: not at import)
 
-    values = np.frombuffer(old, dtype=np.uint64)
-    values = values[values != 0]
-    slots = values & np.uint64(mask)
+    every = np.frombuffer(old, dtype=np.uint64)
     placed = np.frombuffer(table, dtype=np.uint64)
-    while len(values):
-        free = placed[slots] == 0
-        first = np.zeros(len(values), dtype=bool)
-        _, claims = np.unique(slots[free], return_index=True)  # the first claim of each free slot
-        first[np.flatnonzero(free)[claims]] = True
-        placed[slots[first]] = values[first]
-        values, slots = values[~first], (slots[~first] + np.uint64(1)) & np.uint64(mask)
+    for start in range(0, len(every), _PLACED_AT_ONCE):  # (a piece at a time: a few hundred kB of temporaries)
+        values = every[start : start + _PLACED_AT_ONCE]
+        values = values[values != 0]
+        slots = values & np.uint64(mask)
+        while len(values):
+            free = placed[slots] == 0
+            first = np.zeros(len(values), dtype=bool)
+            _, claims = np.unique(slots[free], return_index=True)  # the first claim of each free slot
+            first[np.flatnonzero(free)[claims]] = True
+            placed[slots[first]] = values[first]
+            values, slots = values[~first], (slots[~first] + np.uint64(1)) & np.uint64(mask)
+
+
+_PLACED_AT_ONCE = 1 << 15
 
 
 def _span_key(span: JsonSpan) -> int:
