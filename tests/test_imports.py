@@ -299,7 +299,7 @@ def test_the_blame_service_reads_spans_without_the_report():
     assert found == set()
 
 
-def test_span_decoding_is_foundation():
+def test_span_decoding_is_a_room_that_imports_only_the_foundation():
     spans = [module for module in MODULES if _is(module, "agent_otel.spans")]
     assert {"agent_otel.spans.decode", "agent_otel.spans.otlp_json", "agent_otel.spans.protobuf"} <= set(spans)
     assert {room_of(module) for module in spans} == {"spans"}
