@@ -68,8 +68,8 @@ _fields_of = attrgetter(*_FIELDS)  # a ToolCall's fields, in its order
 _CHUNK = 4096
 
 # Rows kept in ``pending`` before they are moved into the columns: a few
-# hundred kB of tuples (``flush``).
-PENDING_ROWS = 2048
+# tens of kB of tuples (``flush``).
+PENDING_ROWS = 512
 
 # Where each column is kept (a column is read through a property that
 # moves the pending rows in first).

@@ -364,46 +364,14 @@ class SpanReader:
         which either read it or raise ``SpanFormatError``.
         """
         data = self.data
-        # (the ids, the check for a span seen twice and the times inline: _span_key,
-        # _SeenSpans.add and _span_times, with their odd cases left to them)
-        trace, span_id = span.traceId, span.spanId
-        key = None
-        if type(trace) is str and type(span_id) is str and len(trace) == 32 and len(span_id) == 16:
-            try:
-                key = int(trace + span_id, 16)
-            except ValueError:
-                pass
-        if key is None:
-            key = _key(span)
-        seen = self._seen
-        value = (hash((key,)) & _SPAN_ID_MASK) or 1
-        table, mask = seen._table, seen._mask
-        slot = value & mask
-        taken = table[slot]
-        while taken:
-            if taken == value:
-                data.duplicate_count += 1
-                return
-            slot = (slot + 1) & mask
-            taken = table[slot]
-        table[slot] = value
-        seen._count += 1
-        if seen._count * 2 > mask:
-            seen._grow()
+        key = _span_key(span)
+        if not self._seen.add(key):
+            data.duplicate_count += 1
+            return
         # (from here on, what raises SpanFormatError leaves no trace of the
         # span: each kind's reader adds its record after everything that can
         # raise, and the span is counted at the end)
-        start_ns, end_ns = span.startTimeUnixNano, span.endTimeUnixNano  # (_span_times, inline)
-        if type(start_ns) is str and type(end_ns) is str and len(start_ns) <= 20 and len(end_ns) <= 20:
-            try:
-                start_ns, end_ns = int(start_ns), int(end_ns)
-            except ValueError:
-                start_ns, end_ns = _valid_span_times(span)
-            else:
-                if not 0 < start_ns <= end_ns < _UINT64_END:
-                    start_ns, end_ns = _valid_span_times(span)
-        else:
-            start_ns, end_ns = _valid_span_times(span)
+        start_ns, end_ns = _span_times(span)
         items = span.attributes
         found: dict[Any, Any]  # key -> JsonValue, or what typed_span kept of another shape
         if items:
@@ -435,8 +403,15 @@ class SpanReader:
                 self._idle_window(span, found, start_ns, end_ns, pool)
             self._counted(start_ns, end_ns)
             return  # the GPU timeline's traces hold no turn
+        elif span.name == SPAN_LOOP_BLOCKED:
+            self._loop_block(span, found, start_ns, end_ns, pool)
+        elif span.name == SPAN_VLLM_REQUEST:
+            self._server_request(span, found, key, start_ns, end_ns)
+        elif OPENINFERENCE_SPAN_KIND in found or TRACELOOP_SPAN_KIND in found or MCP_METHOD_NAME in found:
+            run = self._other_instrumentation(span, found, key, start_ns, end_ns, pool)
+        # A new kind of span: recognise it here and turn it into a record.
         else:
-            run = self._other_kinds(span, found, key, start_ns, end_ns, pool)
+            self._other_span(span, key, start_ns, end_ns)
         data.span_count += 1
         if start_ns < data.start_ns or not data.start_ns:
             data.start_ns = start_ns
@@ -444,21 +419,6 @@ class SpanReader:
             data.end_ns = end_ns
         if not span.parentSpanId:
             self._root(span, run, operation, key, start_ns, end_ns)
-
-    def _other_kinds(
-        self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, pool: str
-    ) -> Optional[AgentRun]:
-        """A span of none of the kinds ``add`` tells first; the span as an agent run, when it is one."""
-        if span.name == SPAN_LOOP_BLOCKED:
-            self._loop_block(span, found, start_ns, end_ns, pool)
-        elif span.name == SPAN_VLLM_REQUEST:
-            self._server_request(span, found, key, start_ns, end_ns)
-        elif OPENINFERENCE_SPAN_KIND in found or TRACELOOP_SPAN_KIND in found or MCP_METHOD_NAME in found:
-            return self._other_instrumentation(span, found, key, start_ns, end_ns, pool)
-        # A new kind of span: recognise it here and turn it into a record.
-        else:
-            self._other_span(span, key, start_ns, end_ns)
-        return None
 
     def _root(
         self, span: JsonSpan, run: Optional[AgentRun], operation: object, key: int, start_ns: int, end_ns: int
@@ -499,12 +459,7 @@ class SpanReader:
         self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, pool: str
     ) -> Optional[AgentRun]:
         """OpenInference's and OpenLLMetry's span kinds, and the MCP SDK's client request span."""
-        value = found.get(OPENINFERENCE_SPAN_KIND)  # (read inline where it is printable ASCII, as _text reads it)
-        kind = value.stringValue if type(value) is JsonValue else None
-        if type(kind) is str and kind and kind.isascii():
-            kind = self._strings.setdefault(kind, kind)
-        else:
-            kind = self._text(found, OPENINFERENCE_SPAN_KIND) or self._text(found, TRACELOOP_SPAN_KIND)
+        kind = self._text(found, OPENINFERENCE_SPAN_KIND) or self._text(found, TRACELOOP_SPAN_KIND)
         if kind is None:
             if self._value(found, MCP_METHOD_NAME) == MCP_METHOD_TOOLS_CALL:
                 parent = self._parent(span)
@@ -525,20 +480,13 @@ class SpanReader:
         self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, operation: str, pool: str
     ) -> None:
         model = None
-        strings = self._strings
-        for attribute in _MODEL_ATTRIBUTES:
-            value = found.get(attribute)  # (read inline where it is printable ASCII, as _text reads it)
-            model = value.stringValue if type(value) is JsonValue else None
-            if type(model) is str and model.isascii():
-                model = strings.setdefault(model, model)
-            elif value is not None:
-                model = self._text(found, attribute)
+        for attribute in (GEN_AI_REQUEST_MODEL, OPENINFERENCE_MODEL_NAME, GEN_AI_RESPONSE_MODEL):
+            model = self._text(found, attribute)
             if model and model != UNKNOWN_MODEL:
                 break
         named = model is not None and model != "" and model != UNKNOWN_MODEL
         if model is None or not named:
             model = self._name(_name_of(span))
-        status = span.status
         call = ModelCall(
             model,
             start_ns,
@@ -548,15 +496,8 @@ class SpanReader:
             self._name(operation),
             self._count(span, found, GEN_AI_USAGE_INPUT_TOKENS, OPENINFERENCE_PROMPT_TOKENS),
             self._count(span, found, GEN_AI_USAGE_OUTPUT_TOKENS, OPENINFERENCE_COMPLETION_TOKENS),
-            (
-                self._seconds(span, found, GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
-                if GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK in found
-                else None
-            ),
-            # (a status without a code, as most are, read inline)
-            type(status) is JsonStatus
-            and (type(status.code) is not int or status.code != 0)
-            and _status_code(span) == STATUS_ERROR,
+            self._seconds(span, found, GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK),
+            _status_code(span) == STATUS_ERROR,
             pool,
         )
         parent = self._parent(span)
@@ -1191,8 +1132,6 @@ _UINT64_END = 1 << 64
 # signed 64-bit integer (292 years).
 _MAX_SECONDS = 9.2e9
 _OUTCOMES = {outcome: outcome for outcome in OUTCOMES}
-# Where a model span names its model, in this order.
-_MODEL_ATTRIBUTES = (GEN_AI_REQUEST_MODEL, OPENINFERENCE_MODEL_NAME, GEN_AI_RESPONSE_MODEL)
 _SPAN_ID_MASK = (1 << 64) - 1
 
 
