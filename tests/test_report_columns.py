@@ -201,53 +201,6 @@ def test_the_call_table_gives_back_the_records_it_was_given():
     assert kept[10] is calls[10] and kept.records([4, 2])[1] is calls[2]
 
 
-def test_rows_added_as_tuples_wait_and_are_in_every_column_when_read():
-    """spans/calls.py: rows added as tuples (``add_row``, ``pending.append``)
-    wait in ``pending`` and are moved into the columns a chunk at a time,
-    and before anything reads a column, the length or a record; a sparse
-    column is made when its first unusual value is moved in, whichever
-    chunk it comes in; a kept table makes the records of the rows that
-    waited."""
-    from agent_otel.spans.calls import PENDING_ROWS, _FIELDS
-
-    rng = random.Random(11)
-    calls = _calls(rng, 3 * PENDING_ROWS + 17)
-    for i, call in enumerate(calls):
-        call.trace_id, call.span_id = rng.randrange(1 << 128), rng.randrange(1 << 64)
-        if i == PENDING_ROWS + 5:  # one unusual value in the second chunk
-            call.thread = "worker-1"
-        if i >= 3 * PENDING_ROWS + 12:  # in the rows still waiting at the end
-            call.outcome, call.cpu_ns = "error", 12
-    rows = [tuple(getattr(call, name) for name in _FIELDS) for call in calls]
-    table = CallTable()
-    for row in rows[:10]:
-        table.add_row(row)
-    assert len(table.pending) == 10 and len(table) == 10
-    assert list(table.start_ns) == [call.start_ns for call in calls[:10]] and not table.pending  # read: moved in
-    pending = table.pending
-    for row in rows[10:]:
-        pending.append(row)  # as the reader adds (its append bound), a flush at each chunk
-        if len(pending) >= PENDING_ROWS:
-            table.flush()
-    assert len(table.pending) == (len(calls) - 10) % PENDING_ROWS == 7 and len(table) == len(calls)
-    assert table.outcome is not None and table.cpu_ns is not None and not table.pending
-    assert table.thread == [None] * (PENDING_ROWS + 5) + ["worker-1"] + [None] * (len(calls) - PENDING_ROWS - 6)
-    assert table.error_type is None and table.call_id is None  # never an unusual value: no column
-    assert list(table) == calls and table.records([5, len(calls) - 1]) == [calls[5], calls[-1]]
-    kept = CallTable()
-    assert kept.keep() == []
-    for row in rows:
-        kept.add_row(row)
-    assert len(kept) == len(calls) and len(kept.pending) == len(calls) % PENDING_ROWS
-    assert kept[len(calls) - 1] == calls[-1] and kept[len(calls) - 1] is kept[len(calls) - 1]
-    assert kept.keep() == calls and list(kept.column("outcome")) == [call.outcome for call in calls]
-    selected = CallTable()
-    for row in rows[:40]:
-        selected.add_row(row)
-    selected.select([39, 0])  # the waiting rows are selected from too
-    assert list(selected) == [calls[39], calls[0]] and not selected.pending
-
-
 @pytest.mark.parametrize("size", [0, 1, 2, 1000])
 def test_distinct_is_numpys_unique_without_its_hash_table(size):
     rng = np.random.default_rng(size)

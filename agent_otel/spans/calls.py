@@ -12,12 +12,6 @@ The HTML and Perfetto outputs, which map the attribution's shares back to
 their calls by identity, ``keep`` the records instead: then the table
 hands out the same record for a call every time.
 
-The reader adds a call as one tuple of its fields (``add_row``, or
-``pending.append`` where a bound method saves a call per row): the rows
-wait in ``pending`` and are moved into the columns a chunk at a time
-(``flush``: a column extended by a chunk's values, not appended to once a
-call, 14 times), and before anything reads a column or a row.
-
 No numpy at import: the blame service's reader builds a table too
 (``agent-otel gpu-exporter`` starts without numpy).
 """
@@ -27,7 +21,7 @@ from __future__ import annotations
 from array import array
 from itertools import islice, repeat
 from operator import attrgetter, itemgetter
-from typing import Any, Iterable, Iterator, Optional, Sequence, overload
+from typing import Iterable, Iterator, Optional, Sequence, overload
 
 from agent_otel.records import ToolCall
 from agent_otel.semconv import OUTCOME_OK
@@ -67,14 +61,6 @@ _fields_of = attrgetter(*_FIELDS)  # a ToolCall's fields, in its order
 # Records made per step while iterating (each step's columns sliced once).
 _CHUNK = 4096
 
-# Rows kept in ``pending`` before they are moved into the columns: a few
-# tens of kB of tuples (``flush``).
-PENDING_ROWS = 512
-
-# Where each column is kept (a column is read through a property that
-# moves the pending rows in first).
-_SLOTS = tuple("_" + name for name in _FIELDS)
-
 
 class CallTable(Sequence[ToolCall]):
     """The tool calls, row i being call i: a column per ``ToolCall`` field
@@ -82,12 +68,9 @@ class CallTable(Sequence[ToolCall]):
     ``outcome``, ``call_id``, ``error_type``, ``thread``,
     ``executor_workers``, ``pool`` or ``cpu_ns`` is None while every call
     has its usual value (``ok``, None, or "" for the pool): ``column`` reads
-    any column. Rows added with ``add_row`` or ``pending.append`` wait in
-    ``pending`` (at most ``PENDING_ROWS`` of them where the adder calls
-    ``flush`` when it holds that many): reading a column, the length or a
-    record moves them in first."""
+    any column."""
 
-    __slots__ = (*_SLOTS, "_records", "pending")
+    __slots__ = (*_FIELDS, "_records")
 
     tool: list[str]
     executor: list[str]
@@ -103,16 +86,13 @@ class CallTable(Sequence[ToolCall]):
     executor_workers: Optional[list[Optional[int]]]
     pool: Optional[list[str]]
     cpu_ns: Optional[list[Optional[int]]]
-    _tool: list[str]  # (the tool column where it is kept: the length of the columns)
 
     def __init__(self) -> None:
         for name in _DENSE:
-            setattr(self, "_" + name, array("Q") if name in _WORDS else [])
+            setattr(self, name, array("Q") if name in _WORDS else [])
         for name in _SPARSE:
-            setattr(self, "_" + name, None)
+            setattr(self, name, None)
         self._records: Optional[list[ToolCall]] = None
-        # rows not yet in the columns: tuples of ToolCall's fields, in its order
-        self.pending: list[tuple] = []
 
     @classmethod
     def of(cls, calls: Iterable[ToolCall]) -> CallTable:
@@ -149,57 +129,73 @@ class CallTable(Sequence[ToolCall]):
         """Add a call at the end from its fields (``ToolCall``'s, in its
         order): no record is made unless the table keeps them (then
         ``record``, where the caller has it)."""
-        row = (
-            tool,
-            executor,
-            submit_ns,
-            start_ns,
-            end_ns,
-            outcome,
-            call_id,
-            trace_id,
-            span_id,
-            error_type,
-            thread,
-            executor_workers,
-            pool,
-            cpu_ns,
-        )
-        if self._records is None:
-            self.add_row(row)
-            return
-        self.flush()
-        self._records.append(ToolCall(*row) if record is None else record)
-        self._extend([row])
-
-    def add_row(self, row: tuple) -> None:
-        """Add a call at the end: a tuple of its fields, in ``ToolCall``'s order."""
-        pending = self.pending
-        pending.append(row)
-        if len(pending) >= PENDING_ROWS:
-            self.flush()
-
-    def flush(self) -> None:
-        """Move the pending rows into the columns (and, where the table keeps its records, make theirs)."""
-        rows = self.pending
-        if not rows:
-            return
         if self._records is not None:
-            self._records.extend([ToolCall(*row) for row in rows])
-        self._extend(rows)
-        rows.clear()  # (in place: an adder may hold its append)
+            if record is None:
+                record = ToolCall(
+                    tool,
+                    executor,
+                    submit_ns,
+                    start_ns,
+                    end_ns,
+                    outcome,
+                    call_id,
+                    trace_id,
+                    span_id,
+                    error_type,
+                    thread,
+                    executor_workers,
+                    pool,
+                    cpu_ns,
+                )
+            self._records.append(record)
+        # (the sparse columns one by one, unrolled: this runs once a call)
+        rows = len(self.tool)
+        self.tool.append(tool)
+        self.executor.append(executor)
+        self.submit_ns.append(submit_ns)
+        self.start_ns.append(start_ns)
+        self.end_ns.append(end_ns)
+        self.trace_id.append(trace_id)
+        self.span_id.append(span_id)
+        column: Optional[list] = self.outcome
+        if column is not None:
+            column.append(outcome)
+        elif outcome != OUTCOME_OK:
+            self._fill("outcome", outcome, rows)
+        column = self.call_id
+        if column is not None:
+            column.append(call_id)
+        elif call_id is not None:
+            self._fill("call_id", call_id, rows)
+        column = self.error_type
+        if column is not None:
+            column.append(error_type)
+        elif error_type is not None:
+            self._fill("error_type", error_type, rows)
+        column = self.thread
+        if column is not None:
+            column.append(thread)
+        elif thread is not None:
+            self._fill("thread", thread, rows)
+        column = self.executor_workers
+        if column is not None:
+            column.append(executor_workers)
+        elif executor_workers is not None:
+            self._fill("executor_workers", executor_workers, rows)
+        column = self.pool
+        if column is not None:
+            column.append(pool)
+        elif pool != "":
+            self._fill("pool", pool, rows)
+        column = self.cpu_ns
+        if column is not None:
+            column.append(cpu_ns)
+        elif cpu_ns is not None:
+            self._fill("cpu_ns", cpu_ns, rows)
 
-    def _extend(self, rows: list[tuple]) -> None:
-        """The rows' fields at the end of the columns; a sparse column made at its first unusual value."""
-        count = len(self._tool)
-        for slot, name, values in zip(_SLOTS, _FIELDS, zip(*rows)):
-            column = getattr(self, slot)
-            if column is not None:
-                column.extend(values)
-                continue
-            usual = _SPARSE[name]
-            if values.count(usual) != len(values):  # (as != does: the usual values are None, "ok" and "")
-                setattr(self, slot, [usual] * count + list(values))
+    def _fill(self, name: str, value: object, rows: int) -> None:
+        """The first unusual value of a sparse column: the column made, with its usual value before it."""
+        setattr(self, name, [_SPARSE[name]] * rows + [value])
 
     def column(self, name: str) -> Sequence:
         """A field's column (one still None: its usual value in every row)."""
@@ -207,7 +203,7 @@ class CallTable(Sequence[ToolCall]):
         return _Same(_SPARSE[name], len(self)) if column is None else column
 
     def __len__(self) -> int:
-        return len(self._tool) + len(self.pending)
+        return len(self.tool)
 
     @overload
     def __getitem__(self, row: int) -> ToolCall: ...
@@ -216,8 +212,6 @@ class CallTable(Sequence[ToolCall]):
     def __getitem__(self, row: slice) -> list[ToolCall]: ...
 
     def __getitem__(self, row):
-        if self.pending:
-            self.flush()
         if self._records is not None:
             return self._records[row]
         if isinstance(row, slice):
@@ -225,8 +219,6 @@ class CallTable(Sequence[ToolCall]):
         return ToolCall(*(self.column(name)[row] for name in _FIELDS))
 
     def __iter__(self) -> Iterator[ToolCall]:
-        if self.pending:
-            self.flush()
         if self._records is not None:
             yield from self._records
             return
@@ -236,8 +228,6 @@ class CallTable(Sequence[ToolCall]):
 
     def records(self, rows: Sequence[int]) -> list[ToolCall]:
         """The records of these rows, in this order."""
-        if self.pending:
-            self.flush()
         if self._records is not None:
             return [self._records[row] for row in rows]
         if len(rows) < 2:
@@ -256,39 +246,20 @@ class CallTable(Sequence[ToolCall]):
         hands out these records (the same object for a call every time)."""
         if self._records is None:
             self._records = list(self)
-        elif self.pending:
-            self.flush()
         return self._records
 
     def select(self, rows: Sequence[int]) -> None:
         """Keep only these rows, in this order (one column at a time: the
         table's memory grows by one column's meanwhile, not by its copy)."""
-        self.flush()
         pick = itemgetter(*rows) if len(rows) > 1 else lambda column: tuple(column[row] for row in rows)
-        for slot, name in zip(_SLOTS, _FIELDS):
-            column = getattr(self, slot)
+        for name in _FIELDS:
+            column = getattr(self, name)
             if column is not None:
                 picked = pick(column)
-                setattr(self, slot, array("Q", picked) if name in _WORDS else list(picked))
+                setattr(self, name, array("Q", picked) if name in _WORDS else list(picked))
                 del picked
         if self._records is not None:
             self._records = [self._records[row] for row in rows]
-
-
-def _column_of(slot: str) -> property:
-    """A column, read where it is kept (``_SLOTS``) once the pending rows are in."""
-    kept = attrgetter(slot)
-
-    def read(table: CallTable) -> Any:
-        if table.pending:
-            table.flush()
-        return kept(table)
-
-    return property(read, doc=f"the {slot[1:]} column")
-
-
-for _name, _slot in zip(_FIELDS, _SLOTS):
-    setattr(CallTable, _name, _column_of(_slot))
 
 
 def _sliced(column: Optional[Sequence], name: str, first: int) -> Iterable:

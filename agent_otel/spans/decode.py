@@ -68,7 +68,7 @@ from typing import Any, Optional
 from msgspec import UNSET
 
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ServerRequest
-from agent_otel.spans.calls import PENDING_ROWS, CallTable
+from agent_otel.spans.calls import CallTable
 from agent_otel.spans.ids import distinct_ids, rows_in
 from agent_otel.spans.otlp_json import (
     OUT_OF_RANGE,
@@ -622,28 +622,22 @@ class SpanReader:
         else:
             parent = self._parent(span)
         exceptions = self._exceptions(events, end_ns) if events and AGENT_TOOL_RETRIES not in found else None
-        calls = data.calls
-        pending = calls.pending
-        pending.append(  # a ToolCall's fields (CallTable.add_row, inline)
-            (
-                tool,
-                executor,
-                start_ns,
-                exec_ns,
-                end_ns,
-                outcome,
-                call_id if self._call_ids else None,
-                shared,
-                key & _SPAN_ID_MASK,
-                error_type,
-                thread,
-                workers,
-                pool,
-                None if cpu_s is None else round(cpu_s * NS_PER_S),
-            )
+        data.calls.add(  # a ToolCall's fields
+            tool,
+            executor,
+            start_ns,
+            exec_ns,
+            end_ns,
+            outcome,
+            call_id if self._call_ids else None,
+            shared,
+            key & _SPAN_ID_MASK,
+            error_type,
+            thread,
+            workers,
+            pool,
+            None if cpu_s is None else round(cpu_s * NS_PER_S),
         )
-        if len(pending) >= PENDING_ROWS:
-            calls.flush()
         self._parents.append(parent)
         self._call_id_hashes.append((hash(call_id) or 1) if call_id else 0)
         if AGENT_TOOL_EXEC_DURATION in found:  # agent-otel made the span: it has the timing
