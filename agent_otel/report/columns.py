@@ -23,6 +23,9 @@ from agent_otel.records import NS_PER_S
 from agent_otel.spans.calls import CallTable
 from agent_otel.spans.ids import distinct
 
+# Up to this many names, a column's groups are found a pass per name (a
+# comparison and a search over the codes, linear), not by a sort of them.
+_PASSES = 32
 # Below this many nanoseconds a double holds every int exactly (see seconds_sorted).
 _EXACT_NS = 1 << 53
 
@@ -43,6 +46,10 @@ class Names:
         """(name, its rows in ascending order), in order of first appearance."""
         codes = self.codes
         if not len(codes):
+            return
+        if len(self.name_of) <= _PASSES:  # a pass per name: no sort
+            for code, name in self.name_of.items():
+                yield name, np.flatnonzero(codes == code)
             return
         order = np.argsort(codes, kind="stable")
         cuts = np.flatnonzero(np.diff(codes[order])) + 1
