@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from array import array
 from bisect import bisect_left
+from itertools import compress
 from operator import attrgetter
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -386,7 +387,8 @@ def _analyse(
     totals = BlameTotals()
     kv_cache = KvCacheHeld(traces.kv_windows) if traces.kv_windows else None
     models = traces.model_calls
-    for window_attribution in _attribute(analysis.windows, calls, in_windows, analysis.loop_blocks, models):
+    meeting = _models_in_windows(models, analysis.windows)
+    for window_attribution in _attribute(analysis.windows, calls, in_windows, analysis.loop_blocks, meeting):
         totals.add(window_attribution)
         if kv_cache is not None:
             kv_cache.add(window_attribution)
@@ -571,22 +573,43 @@ _NEVER = 1 << 63  # the end of a call still in flight
 def _in_windows(columns: CallColumns, windows: Sequence[IdleWindow]) -> np.ndarray:
     """The rows of the calls in flight during some idle window: the only
     ones the blame depends on (a call outside every window changes no share)."""
-    edges: list[int] = []  # the windows' union, as sorted [start, end) pairs
+    bounds = _union_bounds(windows)
+    if not len(bounds) or not len(columns.submit):
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(_meets(bounds, columns.submit, columns.end))
+
+
+def _union_bounds(windows: Sequence[IdleWindow]) -> np.ndarray:
+    """The windows' union, as sorted [start, end) pairs, flat (``uint64``)."""
+    edges: list[int] = []
     for window in sorted(windows, key=_START):
         if edges and window.start_ns <= edges[-1]:
             edges[-1] = max(edges[-1], window.end_ns)
         else:
             edges += (window.start_ns, window.end_ns)
-    if not edges or not len(columns.submit):
-        return np.zeros(0, np.int64)
-    # inside the union if the call's life [submit, end) meets one of its
-    # intervals: it was submitted inside one, or before one that starts
-    # before it ends (an end of 0: still in flight)
-    bounds = np.array(edges, dtype=np.uint64)
-    i = np.searchsorted(bounds, columns.submit, side="right")
+    return np.array(edges, dtype=np.uint64)
+
+
+def _meets(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each life [start, end) meets the union ``bounds`` (``_union_bounds``,
+    not empty): it began inside one of its intervals, or before one that
+    starts before it ends (an end of 0: still in flight)."""
+    i = np.searchsorted(bounds, starts, side="right")
     next_start = bounds[np.minimum(i, len(bounds) - 1)]
-    inside = (i % 2 == 1) | ((i < len(bounds)) & ((columns.end == 0) | (columns.end > next_start)))
-    return np.flatnonzero(inside)
+    return (i % 2 == 1) | ((i < len(bounds)) & ((ends == 0) | (ends > next_start)))
+
+
+def _models_in_windows(models: Sequence[ModelCall], windows: Sequence[IdleWindow]) -> list[ModelCall]:
+    """The model calls in flight during some idle window, in their order: as
+    for the tool calls (``_in_windows``), the only ones the blame depends on
+    (one outside every window takes no share, and the tool calls it cuts
+    are cut outside every window)."""
+    bounds = _union_bounds(windows)
+    if not len(bounds) or not models:
+        return []
+    starts = np.fromiter(map(_START, models), np.uint64, len(models))
+    ends = np.fromiter(map(_END, models), np.uint64, len(models))
+    return list(compress(models, _meets(bounds, starts, ends).tolist()))
 
 
 def _period_ns(times: Sequence[int]) -> int:
