@@ -46,7 +46,7 @@ from agent_otel.report.cost import Costs, price_analysis
 from agent_otel.report.kv_cache import KvCacheHeld
 from agent_otel.report.parts import report_parts, rfc3339
 from agent_otel.report.server_spans import ServerSpans, join_server_requests
-from agent_otel.report.columns import CallColumns, seconds_sorted, total
+from agent_otel.report.columns import CallColumns, Names, seconds_sorted, total
 from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
 from agent_otel.report.slos import SloCompliance, compliance
@@ -654,15 +654,20 @@ def _model_blame(totals: BlameTotals, underuse: Optional[Underuse]) -> list[Mode
     return sorted(blame.values(), key=lambda b: (-round(b.idle_s, 6), b.model))
 
 
-def _union_within(spans: Sequence[tuple[int, int]], start: int, end: int) -> int:
-    """Nanoseconds of ``[start, end)`` covered by some span."""
-    total, reach = 0, start
-    for a, b in sorted(spans):
-        a, b = max(a, reach), min(b, end)
-        if b > a:
-            total += b - a
-            reach = b
-    return total
+def _union_within(starts: np.ndarray, ends: np.ndarray, start: int, end: int) -> int:
+    """Nanoseconds of ``[start, end)`` covered by some span ``[starts[i], ends[i])``
+    (``uint64``): a sweep in numpy, by start, each span counted past the
+    latest end before it."""
+    a, b = np.maximum(starts, np.uint64(start)), np.minimum(ends, np.uint64(end))
+    inside = b > a
+    a, b = a[inside], b[inside]
+    if not len(a):
+        return 0
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], b[order]
+    reach = np.maximum.accumulate(np.concatenate((np.array([start], np.uint64), b[:-1])))
+    first = np.maximum(a, reach)
+    return int(np.where(b > first, b - first, np.uint64(0)).sum(dtype=np.uint64))
 
 
 def _model_contradictions(analysis: Analysis, models: Sequence[ModelCall]) -> None:
@@ -670,17 +675,19 @@ def _model_contradictions(analysis: Analysis, models: Sequence[ModelCall]) -> No
     per GPU that read idle for over ``MODEL_IDLE_WARN_RATIO`` of it."""
     if not models:
         return
-    spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for call in models:
-        if call.end_ns > call.start_ns:
-            spans[call.pool].append((call.start_ns, call.end_ns))
+    starts = np.fromiter(map(_START, models), np.uint64, len(models))
+    ends = np.fromiter(map(_END, models), np.uint64, len(models))
+    spans = {  # each pool's model calls of some length
+        pool: rows[ends[rows] > starts[rows]] for pool, rows in Names(map(_POOL, models), len(models)).groups()
+    }
     pool_of = {gpu_key(window): window.pool for window in analysis.windows}
     for stats in analysis.gpus:
         pool = pool_of.get(stats.gpu, stats.gpu.rsplit("/", 1)[0] if "/" in stats.gpu else "")
         coverage = analysis.coverage.get(stats.gpu)
-        if coverage is None or not spans.get(pool):
+        rows = spans.get(pool)
+        if coverage is None or rows is None or not len(rows):
             continue
-        stats.model_in_flight_s = _union_within(spans[pool], *coverage) / NS_PER_S
+        stats.model_in_flight_s = _union_within(starts[rows], ends[rows], *coverage) / NS_PER_S
         ratio = stats.model_idle_ratio
         if ratio is not None and ratio > MODEL_IDLE_WARN_RATIO:
             analysis.warnings.append(_contradiction_message(analysis, stats, ratio))
@@ -846,7 +853,7 @@ def _tool_stats(
     return stats
 
 
-_SUBMIT, _START, _END = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns")
+_SUBMIT, _START, _END, _POOL = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns"), attrgetter("pool")
 # sort keys: attrgetter, not a lambda (the 250k runs and 125k windows of a million spans)
 _START_GPU = attrgetter("start_ns", "gpu")
 
