@@ -268,7 +268,7 @@ class _Facts:
         self.analysis = analysis
         self.inner = analysis.inner_failures
         self._timeouts: dict[str, Optional[TimeoutAdvice]] = {}
-        self._healthy: Optional[dict[str, array]] = None
+        self._healthy: Optional[dict[str, Sequence[float]]] = None
         self._names: dict[str, Names] = {}
         self._groups: dict[str, dict[str, np.ndarray]] = {}
         self._unhealthy: dict[str, int] = {}
@@ -342,7 +342,7 @@ class _Facts:
         self._unhealthy[tool.tool] = tool.calls - len(durations) if clean is None else 0
         return durations
 
-    def _healthy_durations(self) -> dict[str, array]:
+    def _healthy_durations(self) -> dict[str, Sequence[float]]:
         """Each tool's sorted call durations (``array("d")``: 8 bytes each, no
         float objects), timed-out and cancelled calls left out."""
         calls = self.analysis.calls
@@ -350,7 +350,21 @@ class _Facts:
         bad = [code for code, name in outcomes.name_of.items() if name in UNHEALTHY_OUTCOMES]
         kept = ~np.isin(outcomes.codes, bad) if bad else np.ones(len(calls), bool)
         seconds = (np.frombuffer(calls.end_ns, np.uint64) - np.frombuffer(calls.submit_ns, np.uint64)) / NS_PER_S
-        return {tool: _doubles(np.sort(seconds[rows[kept[rows]]])) for tool, rows in self.groups("tool").items()}
+        # A tool with every call kept: its statistics' sorted durations, the
+        # same doubles where exact (below 2**53 ns), not sorted again.
+        sorted_already = {
+            tool.tool: tool.duration_s
+            for tool in self.analysis.tools
+            if not len(tool.duration_s) or tool.duration_s[-1] < _EXACT_NS / NS_PER_S / 2
+        }
+        healthy = {}
+        for tool, rows in self.groups("tool").items():
+            mine = rows[kept[rows]]
+            durations = sorted_already.get(tool)
+            if durations is None or len(durations) != len(rows) or len(mine) != len(rows):
+                durations = _doubles(np.sort(seconds[mine]))
+            healthy[tool] = durations
+        return healthy
 
     def kind(self, tool: str) -> Optional[str]:
         return self._kinds.get(tool)
