@@ -23,7 +23,7 @@ from agent_otel.report.stats import max_overlap, percentile
 from agent_otel.spans.calls import CallTable
 
 
-@pytest.mark.parametrize("kinds", [1, 3, 31, 32, 33, 200])
+@pytest.mark.parametrize("kinds", [1, 3, 31, 32, 33, 200, 300])
 def test_a_column_of_names_groups_its_rows_as_a_dict_of_lists_does(kinds):
     """A pass per name (few names) and the sort (many) give each name's rows, in order of first appearance."""
     rng = random.Random(kinds)
@@ -32,8 +32,9 @@ def test_a_column_of_names_groups_its_rows_as_a_dict_of_lists_does(kinds):
         expected: dict[str, list[int]] = {}
         for row, name in enumerate(names):
             expected.setdefault(name, []).append(row)
-        got = [(name, rows.tolist()) for name, rows in Names(iter(names), count).groups()]
-        assert got == list(expected.items())
+        column = Names(iter(names), count)
+        assert [(name, rows.tolist()) for name, rows in column.groups()] == list(expected.items())
+        assert column.codes.itemsize == (1 if len(expected) <= 256 else 2)  # a byte a row for few names
 
 
 def test_seconds_between_columns_are_the_doubles_python_divides_to():

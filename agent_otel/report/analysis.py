@@ -397,6 +397,7 @@ def _analyse(
     analysis.tools = _tool_stats(columns, totals, traces, analysis.underuse)
     analysis.model_blame = _model_blame(totals, analysis.underuse)
     analysis.executors = _executor_stats(columns)
+    names = {"tool": columns.tool, "executor": columns.executor, "outcome": columns.outcome}  # a byte a call each
     del columns  # before the turns, where the memory peaks
     _add_waits(analysis, in_windows)
     _turn_inputs(analysis, traces, turns)
@@ -404,7 +405,7 @@ def _analyse(
     analysis.blame = totals
     analysis.kv_cache = kv_cache if kv_cache is not None and kv_cache.matched else None
     _model_contradictions(analysis, models)
-    analysis.recommendations = recommend(analysis)
+    analysis.recommendations = recommend(analysis, names)
     return analysis
 
 

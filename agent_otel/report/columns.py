@@ -31,16 +31,20 @@ _EXACT_NS = 1 << 53
 
 
 class Names:
-    """A column of names (tools, executors, outcomes): a code per row, the
-    position of the name's first row, so that codes in ascending order are
-    the names in order of first appearance."""
+    """A column of names (tools, executors, outcomes): a code per row, 0, 1,
+    ... in order of the names' first appearance (so codes in ascending
+    order are the names in that order), in the smallest unsigned dtype that
+    holds them (a byte a row for up to 256 names)."""
 
     __slots__ = ("codes", "name_of")
 
     def __init__(self, names: Iterable[str], rows: int) -> None:
         first: dict[str, int] = {}
-        self.codes = np.fromiter(map(first.setdefault, names, count()), np.int64, rows)
-        self.name_of = {code: name for name, code in first.items()}
+        positions = np.fromiter(map(first.setdefault, names, count()), np.int64, rows)  # each name's first row
+        firsts = np.fromiter(first.values(), np.int64, len(first))  # ascending: rows in the order met
+        dtype = np.uint8 if len(first) <= 1 << 8 else np.uint16 if len(first) <= 1 << 16 else np.uint32
+        self.codes = np.searchsorted(firsts, positions).astype(dtype)
+        self.name_of = dict(enumerate(first))
 
     def groups(self) -> Iterator[tuple[str, np.ndarray]]:
         """(name, its rows in ascending order), in order of first appearance."""

@@ -177,15 +177,16 @@ class Recommendation:
         return snippet_for(self.kind, self.evidence)
 
 
-def recommend(analysis: Analysis) -> list[Recommendation]:
+def recommend(analysis: Analysis, names: Optional[dict[str, Names]] = None) -> list[Recommendation]:
     """Every recommendation the data supports, grouped by kind, none that
-    another one supersedes (``SUPERSEDES``)."""
-    return resolve(candidates(analysis))
+    another one supersedes (``SUPERSEDES``). ``names``: columns of the call
+    table's names already made (``Names`` by column: ``tool``, ...)."""
+    return resolve(candidates(analysis, names))
 
 
-def candidates(analysis: Analysis) -> list[Recommendation]:
+def candidates(analysis: Analysis, names: Optional[dict[str, Names]] = None) -> list[Recommendation]:
     """What each rule finds on its own, before ``resolve``."""
-    facts = _Facts(analysis)
+    facts = _Facts(analysis, names)
     return [
         *_raise_pool_workers(analysis, facts),
         *_bound_queue(analysis, facts),
@@ -264,12 +265,13 @@ class _Facts:
     the worker cap, the calls with failures inside them, the table's
     columns of names as codes and their groups of rows (made once)."""
 
-    def __init__(self, analysis: Analysis):
+    def __init__(self, analysis: Analysis, names: Optional[dict[str, Names]] = None):
         self.analysis = analysis
         self.inner = analysis.inner_failures
         self._timeouts: dict[str, Optional[TimeoutAdvice]] = {}
         self._healthy: Optional[dict[str, Sequence[float]]] = None
-        self._names: dict[str, Names] = {}
+        # (those given, where they are of this table: as many rows)
+        self._names = {column: made for column, made in (names or {}).items() if len(made.codes) == len(analysis.calls)}
         self._groups: dict[str, dict[str, np.ndarray]] = {}
         self._unhealthy: dict[str, int] = {}
         self._kinds = {tool.tool: (tool.cpu.kind if tool.cpu is not None else None) for tool in analysis.tools}
@@ -672,9 +674,13 @@ def _isolate_tool(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
     for executor, rows in facts.groups("executor").items():
         if executor not in NOT_POOLS:
             codes = tools.codes[rows]
-            distinct, first = np.unique(codes, return_index=True)  # each tool's first row in the pool
+            order = np.argsort(codes, kind="stable")  # (a radix sort of the byte codes)
+            ordered = codes[order]
+            runs = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1]))) if len(rows) else order
+            first = order[runs]  # each tool's first row in the pool
             by_pool[executor] = {
-                tools.name_of[int(code)]: rows[codes == code] for code in distinct[np.argsort(first)].tolist()
+                tools.name_of[code]: rows[codes == code]
+                for code in ordered[runs][np.argsort(first, kind="stable")].tolist()
             }
     found = []
     # (the seconds in numpy, 8 bytes each, not lists of floats, 32: at a
