@@ -254,3 +254,20 @@ def test_healthy_durations_are_each_tool_s_sorted_durations_less_the_timed_out(l
         assert list(healthy[stats.tool]) == sorted(float(c.end_ns - c.submit_ns) / NS_PER_S for c in mine)
         all_kept = len(mine) == stats.calls
         assert (healthy[stats.tool] is stats.duration_s) == (all_kept and longest_ns < 1 << 53)
+
+
+def test_the_calls_are_ordered_by_submit_then_start_ties_as_read_whether_in_order_or_not():
+    rng = random.Random(6)
+    for count in (0, 1, 2, 30, 500):
+        for shuffled in (False, True):
+            calls = []
+            for i in range(count):
+                submit = 10**18 + rng.randrange(0, 20) * 10**6
+                calls.append(ToolCall(f"t{i}", "io", submit, submit + rng.randrange(0, 3), submit + 10**7))
+            if not shuffled:
+                calls.sort(key=lambda c: (c.submit_ns, c.start_ns))
+            table = CallTable()
+            for call in calls:
+                table.append(call)
+            analysis_module._by_submit(table)
+            assert [c.tool for c in table] == [c.tool for c in sorted(calls, key=lambda c: (c.submit_ns, c.start_ns))]

@@ -412,7 +412,8 @@ def _analyse(
 def _by_submit(calls: CallTable) -> None:
     """Order the calls by (submit, start) time, ties in the order read (a stable sort)."""
     order = np.lexsort((np.frombuffer(calls.start_ns, np.uint64), np.frombuffer(calls.submit_ns, np.uint64)))
-    calls.select(order.tolist())
+    if np.any(order != np.arange(len(order))):  # (in order already: nothing to move)
+        calls.select(order.tolist())
 
 
 def _turn_inputs(analysis: Analysis, traces: TraceData, keep: bool) -> None:
