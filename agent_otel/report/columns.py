@@ -43,7 +43,9 @@ class Names:
         positions = np.fromiter(map(first.setdefault, names, count()), np.int64, rows)  # each name's first row
         firsts = np.fromiter(first.values(), np.int64, len(first))  # ascending: rows in the order met
         dtype = np.uint8 if len(first) <= 1 << 8 else np.uint16 if len(first) <= 1 << 16 else np.uint32
-        self.codes = np.searchsorted(firsts, positions).astype(dtype)
+        rank = np.zeros(rows, dtype)  # each first row -> its name's code (a gather, not a search per row)
+        rank[firsts] = np.arange(len(first), dtype=dtype)
+        self.codes = rank[positions]
         self.name_of = dict(enumerate(first))
 
     def groups(self) -> Iterator[tuple[str, np.ndarray]]:
