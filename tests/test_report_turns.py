@@ -512,3 +512,23 @@ def test_turns_of_any_length_split_in_numpy_as_a_sweep_splits_each():
             expected_in_flight[code_of[tool]] += ns
     assert in_flight == dict(expected_in_flight)
     assert sum(b - a for a, b, *_ in cases) > 1 << 64  # more than one axis' worth
+
+
+def test_a_call_requested_after_its_turn_ended_takes_none_of_the_turns_time():
+    """A call of the turn's trace requested just after its agent span ended
+    (within the 1 ms the turn's calls may reach past it) is part of the turn
+    but none of its time: no negative queue time, no negative time in flight."""
+    from agent_otel.records import AgentRun, ToolCall
+    from agent_otel.report.turns import find_turns
+    from agent_otel.spans.calls import CallTable
+
+    s = NS_PER_S
+    run = AgentRun("agent", 10 * s, 20 * s, trace_id=1, span_id=9)
+    calls = [
+        ToolCall("search", "io", 11 * s, 12 * s, 13 * s, trace_id=1, span_id=2),
+        ToolCall("notify", "io", 20 * s + 500_000, 20 * s + 600_000, 20 * s + 800_000, trace_id=1, span_id=3),
+    ]
+    (turn,), totals = find_turns(CallTable.of(calls), [], [run], {1: run})
+    assert (turn.tool_calls, turn.tool_queue_s, turn.tool_exec_s) == (2, 1.0, 1.0)
+    assert turn.other_s == 8.0
+    assert totals.tool_in_flight_s == {"search": 2.0, "notify": 0.0}
