@@ -110,13 +110,12 @@ def find_turns(
     in_flight: dict[str, int] = defaultdict(int)  # tool -> ns of turns with a call of it in flight
     batch = _Batch(calls, turns, in_flight)
     no_models: list[ModelCall] = []
-    submit, end = calls.submit_ns, calls.end_ns
-    for trace_id, rows in _traces(calls, models_of):
+    for trace_id, rows, times in _traces(calls, models_of):
         trace_models = models_of.get(trace_id, no_models)
         found = runs_of.get(trace_id)
         if found is not None:
             runs = _outermost(found) if isinstance(found, list) else [found]
-            if _all_covered(calls, rows, trace_models, runs):
+            if _all_covered(calls, rows, times, trace_models, runs):
                 if len(runs) == 1:
                     turn = Turn(runs[0].name, trace_id, runs[0].start_ns, runs[0].end_ns, FROM_AGENT)
                     batch.add(turn, rows, trace_models, True, blocks_of.get(trace_id))
@@ -135,10 +134,9 @@ def find_turns(
         root_span, span = root.span_id, calls.span_id
         if any(span[row] == root_span for row in rows) or any(m.span_id == root_span for m in trace_models):
             continue  # the root is itself a call
-        # (no list of every call's times: one trace may hold a million, 64 MB of them)
-        first = min(root.start_ns, min(map(submit.__getitem__, rows), default=root.start_ns))
+        first = root.start_ns if times is None else min(root.start_ns, times[0])
         first = min(first, min((m.start_ns for m in trace_models), default=first))
-        last = max(root.end_ns, max(map(end.__getitem__, rows), default=root.end_ns))
+        last = root.end_ns if times is None else max(root.end_ns, times[1])
         last = max(last, max((m.end_ns for m in trace_models), default=last))
         turn = Turn(root.name, trace_id, first, last, FROM_TRACE)
         batch.add(turn, rows, trace_models, True, blocks_of.get(trace_id))
@@ -160,10 +158,12 @@ def _client_blocks(loop_blocks: Sequence[LoopBlock]) -> dict[int, list[tuple[int
     return found
 
 
-def _traces(calls: CallTable, models_of: dict[int, list[ModelCall]]) -> Iterator[tuple[int, list[int]]]:
-    """(trace, the rows of its calls, by submit time) for each trace with
-    calls, in the order of their last calls, then the traces with model
-    calls only.
+def _traces(
+    calls: CallTable, models_of: dict[int, list[ModelCall]]
+) -> Iterator[tuple[int, list[int], Optional[tuple[int, int]]]]:
+    """(trace, the rows of its calls by submit time, (their earliest
+    request, latest end)) for each trace with calls, in the order of their
+    last calls, then the traces with model calls only (no rows, None).
 
     Grouped in numpy (the trace ids' two 64-bit halves sorted): no dict of
     every trace (with a trace per call, a million of them took 100 MB at
@@ -171,17 +171,17 @@ def _traces(calls: CallTable, models_of: dict[int, list[ModelCall]]) -> Iterator
     trace_ids = calls.trace_id
     count = len(trace_ids)
     if count:
-        high = np.fromiter((trace >> 64 for trace in trace_ids), np.uint64, count)
-        low = np.fromiter((trace & _LOW_64 for trace in trace_ids), np.uint64, count)
+        high, low = _halves(trace_ids)
         order = np.lexsort((low, high))  # stable: each trace's rows stay in row order
-        del low
-        high_sorted = high[order]
-        del high
-        low_sorted = np.fromiter((trace_ids[i] & _LOW_64 for i in order.tolist()), np.uint64, count)
-        changes = np.flatnonzero((high_sorted[1:] != high_sorted[:-1]) | (low_sorted[1:] != low_sorted[:-1])) + 1
-        del high_sorted, low_sorted
+        high, low = high[order], low[order]
+        changes = np.flatnonzero((high[1:] != high[:-1]) | (low[1:] != low[:-1])) + 1
+        del high, low
         firsts = np.concatenate(([0], changes))
         lasts = np.concatenate((changes, [count]))
+        earliest = np.minimum.reduceat(np.frombuffer(calls.submit_ns, np.uint64)[order], firsts).tolist()
+        latest = np.maximum.reduceat(np.frombuffer(calls.end_ns, np.uint64)[order], firsts).tolist()
+        spans = list(zip(earliest, latest))
+        del earliest, latest
     pending = dict.fromkeys(models_of)  # the traces with model calls not yet given
     if count:
         # each trace at its last call, as the calls come
@@ -189,9 +189,24 @@ def _traces(calls: CallTable, models_of: dict[int, list[ModelCall]]) -> Iterator
             rows = order[firsts[group] : lasts[group]].tolist()
             trace_id = trace_ids[rows[0]]
             pending.pop(trace_id, None)
-            yield trace_id, rows
+            yield trace_id, rows, spans[group]
     for trace_id in pending:
-        yield trace_id, []
+        yield trace_id, [], None
+
+
+def _halves(ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The high and low 64 bits of these 128-bit ints, as two uint64 arrays
+    (shifted and masked in numpy's loop over Python ints, ``_CHUNK`` at a time)."""
+    count = len(ids)
+    high, low = np.empty(count, np.uint64), np.empty(count, np.uint64)
+    for first in range(0, count, _CHUNK):
+        chunk = np.array(ids[first : first + _CHUNK], object)
+        high[first : first + len(chunk)] = chunk >> 64
+        low[first : first + len(chunk)] = chunk & _LOW_64
+    return high, low
+
+
+_CHUNK = 1 << 16
 
 
 # The slowest turns the totals keep (the JSON's ``turns.slowest``).
@@ -257,14 +272,20 @@ class _Turns:
         return ([] if kept is None else [kept[i] for i in order]), result
 
 
-def _all_covered(calls: CallTable, rows: list[int], model_calls: list[ModelCall], runs: list[AgentRun]) -> bool:
-    """Whether every call (of these rows) lies within one of the runs."""
+def _all_covered(
+    calls: CallTable,
+    rows: list[int],
+    times: Optional[tuple[int, int]],
+    model_calls: list[ModelCall],
+    runs: list[AgentRun],
+) -> bool:
+    """Whether every call (of these rows: requested from ``times[0]``, ended
+    by ``times[1]``) lies within one of the runs."""
     submit, end = calls.submit_ns, calls.end_ns
     if len(runs) == 1:
         low, high = runs[0].start_ns - SLACK_NS, runs[0].end_ns + SLACK_NS
-        for row in rows:
-            if submit[row] < low or end[row] > high:
-                return False
+        if times is not None and (times[0] < low or times[1] > high):
+            return False
         for model_call in model_calls:
             if model_call.start_ns < low or model_call.end_ns > high:
                 return False
@@ -450,11 +471,9 @@ class _Batch:
                 0.0, turn.seconds - turn.client_cpu_s - turn.model_s - turn.tool_queue_s - turn.tool_exec_s
             )
         if self.codes is None:
-            code_of: dict[str, int] = {}  # tool -> its number, in the order of first calls
-            self.codes = np.fromiter(
-                (code_of.setdefault(tool, len(code_of)) for tool in calls.tool), np.intp, len(calls.tool)
-            )
-            self.tools = list(code_of)
+            self.tools = list(dict.fromkeys(calls.tool))  # in the order of first calls
+            code_of = {tool: code for code, tool in enumerate(self.tools)}
+            self.codes = np.fromiter(map(code_of.__getitem__, calls.tool), np.intp, len(calls.tool))
         in_flight, tools = self.in_flight, self.tools
         for code, ns in _in_flight_turns(bounds, call_turn, submits, ends, self.codes[taken]).items():
             in_flight[tools[code]] += ns
