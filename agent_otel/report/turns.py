@@ -38,7 +38,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, chain
+from operator import attrgetter
 from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -178,18 +179,21 @@ def _traces(
         del high, low
         firsts = np.concatenate(([0], changes))
         lasts = np.concatenate((changes, [count]))
-        earliest = np.minimum.reduceat(np.frombuffer(calls.submit_ns, np.uint64)[order], firsts).tolist()
-        latest = np.maximum.reduceat(np.frombuffer(calls.end_ns, np.uint64)[order], firsts).tolist()
-        spans = list(zip(earliest, latest))
-        del earliest, latest
+        earliest = np.minimum.reduceat(np.frombuffer(calls.submit_ns, np.uint64)[order], firsts)
+        latest = np.maximum.reduceat(np.frombuffer(calls.end_ns, np.uint64)[order], firsts)
     pending = dict.fromkeys(models_of)  # the traces with model calls not yet given
     if count:
-        # each trace at its last call, as the calls come
-        for group in np.argsort(order[lasts - 1], kind="stable").tolist():
-            rows = order[firsts[group] : lasts[group]].tolist()
-            trace_id = trace_ids[rows[0]]
-            pending.pop(trace_id, None)
-            yield trace_id, rows, spans[group]
+        # each trace at its last call, as the calls come (as Python ints a few thousand at a time)
+        walk = np.argsort(order[lasts - 1], kind="stable")
+        for begin in range(0, len(walk), _GROUPS):
+            groups = walk[begin : begin + _GROUPS]
+            for first, last, times in zip(
+                firsts[groups].tolist(), lasts[groups].tolist(), zip(earliest[groups].tolist(), latest[groups].tolist())
+            ):
+                rows = order[first:last].tolist()
+                trace_id = trace_ids[rows[0]]
+                pending.pop(trace_id, None)
+                yield trace_id, rows, times
     for trace_id in pending:
         yield trace_id, [], None
 
@@ -207,6 +211,7 @@ def _halves(ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
 
 
 _CHUNK = 1 << 16
+_GROUPS = 4096
 
 
 # The slowest turns the totals keep (the JSON's ``turns.slowest``).
@@ -228,48 +233,54 @@ class _Turns:
         # the slowest so far, as (seconds, -start, -trace, -order, turn): the root is the least slow
         self.slowest: list[tuple[float, int, int, int, Turn]] = []
 
-    def add(self, turn: Turn) -> None:
+    def add(self, turns: list[Turn]) -> None:
+        """These turns, in the order found."""
         if self.kept is not None:
-            self.kept.append(turn)
-        seconds = turn.seconds
-        self.starts.append(turn.start_ns)
-        self.traces.append(turn.trace_id)
-        self.parts.extend((seconds, turn.client_cpu_s, turn.model_s, turn.tool_queue_s, turn.tool_exec_s, turn.other_s))
-        self.from_agent += turn.source == FROM_AGENT
+            self.kept.extend(turns)
+        count = len(self.starts)
+        self.starts.extend([turn.start_ns for turn in turns])
+        self.traces.extend([turn.trace_id for turn in turns])
+        rows = list(map(_row_of, turns))
+        self.parts.extend(chain.from_iterable(rows))
+        self.from_agent += sum(turn.source == FROM_AGENT for turn in turns)
         # (slowest first; of equal seconds, the first by start and trace, as the turns are ordered)
         slowest = self.slowest
-        if len(slowest) < SLOWEST:
-            heapq.heappush(slowest, (seconds, -turn.start_ns, -turn.trace_id, -len(self.starts), turn))
-        elif seconds >= slowest[0][0]:
-            entry = (seconds, -turn.start_ns, -turn.trace_id, -len(self.starts), turn)
-            if entry[:4] > slowest[0][:4]:
-                heapq.heapreplace(slowest, entry)
+        for order, (turn, (took, *_)) in enumerate(zip(turns, rows), count + 1):
+            if len(slowest) < SLOWEST:
+                heapq.heappush(slowest, (took, -turn.start_ns, -turn.trace_id, -order, turn))
+            elif took >= slowest[0][0]:
+                entry = (took, -turn.start_ns, -turn.trace_id, -order, turn)
+                if entry[:4] > slowest[0][:4]:
+                    heapq.heapreplace(slowest, entry)
 
     def finish(self, in_flight_ns: dict[str, int]) -> tuple[list[Turn], "TurnTotals"]:
         """The kept turns in order (by start, then trace), and the totals."""
         # by (start, trace), ties in the order found: a stable sort in numpy on
         # the start and the trace id's two 64-bit halves (in Python, 0.4 s at
         # 250k turns: the key functions, and the ints scattered in memory)
-        traces = self.traces
-        high = np.fromiter((trace >> 64 for trace in traces), np.uint64, len(traces))
-        low = np.fromiter((trace & _LOW_64 for trace in traces), np.uint64, len(traces))
-        order = np.lexsort((low, high, np.frombuffer(self.starts, np.uint64))).tolist()
-        parts = self.parts
+        high, low = _halves(self.traces)
+        order = np.lexsort((low, high, np.frombuffer(self.starts, np.uint64)))
+        del high, low
+        parts = np.frombuffer(self.parts, np.float64).reshape(-1, 6)
         result = TurnTotals(count=len(order), from_agent_spans=self.from_agent)
-        # summed in that order, one part at a time
-        for i in order:
-            i *= 6
-            result.end_to_end_s += parts[i]
-            result.client_cpu_s += parts[i + 1]
-            result.model_s += parts[i + 2]
-            result.tool_queue_s += parts[i + 3]
-            result.tool_exec_s += parts[i + 4]
-            result.other_s += parts[i + 5]
+        if len(order):
+            # summed in that order, one part at a time (a running sum adds them one by one, as Python does)
+            (
+                result.end_to_end_s,
+                result.client_cpu_s,
+                result.model_s,
+                result.tool_queue_s,
+                result.tool_exec_s,
+                result.other_s,
+            ) = (float(np.cumsum(parts[order, part])[-1]) for part in range(6))
         result.tool_in_flight_s = {tool: ns / NS_PER_S for tool, ns in in_flight_ns.items()}
-        result.durations_s = array("d", np.sort(np.frombuffer(parts, np.float64)[::6]).tobytes())
+        result.durations_s = array("d", np.sort(parts[:, 0]).tobytes())
         result.slowest = [entry[-1] for entry in sorted(self.slowest, reverse=True)]
         kept = self.kept
-        return ([] if kept is None else [kept[i] for i in order]), result
+        return ([] if kept is None else [kept[i] for i in order.tolist()]), result
+
+
+_row_of = attrgetter("seconds", "client_cpu_s", "model_s", "tool_queue_s", "tool_exec_s", "other_s")
 
 
 def _all_covered(
@@ -358,11 +369,9 @@ class _Batch:
         self.split: list[Turn] = []  # those of them to split in numpy
         self.bounds = array("Q")  # of each turn to split: start, end
         self.rows = array("q")  # their calls' rows, turn after turn
-        self.counts = array("q")  # how many calls each turn has
         self.models = array("Q")  # their model calls' (start, end), turn after turn
-        self.model_counts = array("q")
         self.blocks = array("Q")  # their client CPU blocks' (start, end), turn after turn
-        self.block_counts = array("q")
+        self.counts = array("q")  # of each turn: how many calls, model calls, blocks
         self.codes: Optional[np.ndarray] = None  # each call's tool, numbered (made at the first batch)
         self.tools: list[str] = []  # the tools by number
 
@@ -412,25 +421,21 @@ class _Batch:
                 in_flight[tools[row]] += end - submit
             turn.tool_queue_s, turn.tool_exec_s = queue / NS_PER_S, execution / NS_PER_S
             turn.other_s = max(0.0, turn.seconds - turn.tool_queue_s - turn.tool_exec_s)
-            if self.pending:
-                self.pending.append(turn)
-                if len(self.pending) >= BATCH_TURNS:
-                    self.flush()
-            else:
-                self.turns.add(turn)
+            self.pending.append(turn)
+            if len(self.pending) >= BATCH_TURNS:
+                self.flush()
             return
         self.pending.append(turn)
         self.split.append(turn)
         self.bounds.extend((a, b))
         self.rows.extend(rows)
-        self.counts.append(len(rows))
+        models = self.models
         for model_call in model_calls:
-            self.models.extend((model_call.start_ns, model_call.end_ns))
-        self.model_counts.append(len(model_calls))
+            models.extend((model_call.start_ns, model_call.end_ns))
         if blocks:
             for block in blocks:
                 self.blocks.extend(block)
-        self.block_counts.append(len(blocks) if blocks else 0)
+        self.counts.extend((len(rows), len(model_calls), len(blocks) if blocks else 0))
         if len(self.pending) >= BATCH_TURNS or len(self.rows) >= BATCH_CALLS:
             self.flush()
 
@@ -438,9 +443,7 @@ class _Batch:
         """Split the turns waiting, and hand every turn waiting on to ``_Turns``, in order."""
         if self.split:
             self._split()
-        add = self.turns.add
-        for turn in self.pending:
-            add(turn)
+        self.turns.add(self.pending)
         self.pending.clear()
 
     def _split(self) -> None:
@@ -448,7 +451,8 @@ class _Batch:
         u64, count = np.uint64, len(split)
         bounds = np.frombuffer(self.bounds, u64).reshape(count, 2)
         taken = np.frombuffer(self.rows, np.int64)
-        call_turn = np.repeat(np.arange(count), np.frombuffer(self.counts, np.int64))
+        counts = np.frombuffer(self.counts, np.int64).reshape(count, 3)
+        call_turn, model_turn, block_turn = (np.repeat(np.arange(count), counts[:, kind]) for kind in range(3))
         submits = np.frombuffer(calls.submit_ns, u64)[taken]
         ends = np.frombuffer(calls.end_ns, u64)[taken]
         models = np.frombuffer(self.models, u64).reshape(-1, 2)
@@ -459,9 +463,9 @@ class _Batch:
             submits,
             np.frombuffer(calls.start_ns, u64)[taken],
             ends,
-            np.repeat(np.arange(count), np.frombuffer(self.model_counts, np.int64)),
+            model_turn,
             models,
-            np.repeat(np.arange(count), np.frombuffer(self.block_counts, np.int64)),
+            block_turn,
             blocks,
         )
         for turn, (client, model, queue, execution) in zip(split, parts.tolist()):
@@ -477,11 +481,10 @@ class _Batch:
         in_flight, tools = self.in_flight, self.tools
         for code, ns in _in_flight_turns(bounds, call_turn, submits, ends, self.codes[taken]).items():
             in_flight[tools[code]] += ns
-        del taken, call_turn, submits, ends, models, blocks, bounds  # (the views let go of the arrays)
+        del taken, counts, models, blocks, bounds  # (the views let go of the arrays)
         split.clear()
-        for column in (self.bounds, self.rows, self.counts, self.models, self.model_counts, self.blocks):
+        for column in (self.bounds, self.rows, self.models, self.blocks, self.counts):
             del column[:]
-        del self.block_counts[:]
 
 
 def _split_turns(
