@@ -532,3 +532,54 @@ def test_a_call_requested_after_its_turn_ended_takes_none_of_the_turns_time():
     assert (turn.tool_calls, turn.tool_queue_s, turn.tool_exec_s) == (2, 1.0, 1.0)
     assert turn.other_s == 8.0
     assert totals.tool_in_flight_s == {"search": 2.0, "notify": 0.0}
+
+
+def test_a_sessions_calls_lie_within_its_runs_where_each_lies_within_one():
+    """A trace of many runs is split run by run only where each of its calls
+    and model calls lies within one run (give or take the slack); checked
+    in numpy for the calls, on random sessions against the plain rule."""
+    import random
+
+    from agent_otel.records import AgentRun, ModelCall
+    from agent_otel.report import turns as module
+    from agent_otel.spans.calls import CallTable
+
+    rng = random.Random(3)
+    slack = module.SLACK_NS
+    top = (1 << 64) - 1
+    outcomes = set()
+    for case in range(1000):
+        at = rng.choice([0, slack // 2, 10**18, top - 10**9])
+        runs = []
+        for _ in range(rng.randrange(2, 8)):
+            start = min(at + rng.randrange(0, 3 * slack), top)
+            runs.append(AgentRun("a", start, min(start + rng.randrange(0, 4 * slack), top), 1, len(runs)))
+            at = runs[-1].end_ns + rng.choice([0, 1, slack, 3 * slack]) - slack
+        runs = module._outermost(runs)
+        low, high = max(runs[0].start_ns - 2 * slack, 0), min(runs[-1].end_ns + 2 * slack, top)
+        table = CallTable()
+        edges = [t for r in runs for t in (r.start_ns - slack, r.end_ns + slack) if 0 <= t <= top]
+        for _ in range(rng.choice([0, 1, 2, 5, 30])):  # (few: one outside hides the others)
+            # on a run's edges, a nanosecond either side, or anywhere; at times 0 and 2**64 - 1
+            near = [min(max(t + rng.choice((-1, 0, 1)), 0), top) for t in edges]
+            submit = rng.choice([rng.randrange(low, high + 1), 0, *near])
+            end = rng.choice(
+                [submit, min(submit + rng.randrange(0, slack), top), top, *(t for t in near if t >= submit)]
+            )
+            table.add("t", "pool", submit, submit, end, "ok", None, 1, 1, None, None, None, "", None)
+        rows = sorted(range(len(table)), key=table.submit_ns.__getitem__)
+        models = [
+            ModelCall("m", s, min(s + rng.randrange(0, slack), top))
+            for s in [rng.randrange(low, high)] * rng.randrange(2)
+        ]
+
+        def within(start, end, runs=runs):
+            return any(r.start_ns - slack <= start and end <= r.end_ns + slack for r in runs)
+
+        expected = all(within(table.submit_ns[r], table.end_ns[r]) for r in rows) and all(
+            within(m.start_ns, m.end_ns) for m in models
+        )
+        times = (min(table.submit_ns), max(table.end_ns)) if rows else None
+        assert module._all_covered(table, rows, times, models, runs) == expected, case
+        outcomes.add(expected)
+    assert outcomes == {True, False}

@@ -292,7 +292,6 @@ def _all_covered(
 ) -> bool:
     """Whether every call (of these rows: requested from ``times[0]``, ended
     by ``times[1]``) lies within one of the runs."""
-    submit, end = calls.submit_ns, calls.end_ns
     if len(runs) == 1:
         low, high = runs[0].start_ns - SLACK_NS, runs[0].end_ns + SLACK_NS
         if times is not None and (times[0] < low or times[1] > high):
@@ -305,9 +304,12 @@ def _all_covered(
     # runs begun by a span's start, the last one reaches furthest.
     begins = [r.start_ns - SLACK_NS for r in runs]
     reach = [r.end_ns + SLACK_NS for r in runs]
-    for row in rows:  # (no list of every call's span: one trace may hold a million)
-        i = bisect_right(begins, submit[row]) - 1
-        if i < 0 or end[row] > reach[i]:
+    if rows:  # the calls' in numpy (one trace may hold a million)
+        u64, taken = np.uint64, np.array(rows, np.intp)
+        lowest = np.array([max(t, 0) for t in begins], u64)  # (a time is within [0, 2**64))
+        highest = np.array([min(t, _LOW_64) for t in reach], u64)
+        run = np.searchsorted(lowest, np.frombuffer(calls.submit_ns, u64)[taken], "right") - 1
+        if run.min() < 0 or (np.frombuffer(calls.end_ns, u64)[taken] > highest[run]).any():
             return False
     for model_call in model_calls:
         i = bisect_right(begins, model_call.start_ns) - 1
