@@ -174,7 +174,8 @@ def _traces(
     if count:
         high, low = _halves(trace_ids)
         order = np.lexsort((low, high))  # stable: each trace's rows stay in row order
-        high, low = high[order], low[order]
+        high = high[order]
+        low = low[order]
         changes = np.flatnonzero((high[1:] != high[:-1]) | (low[1:] != low[:-1])) + 1
         del high, low
         firsts = np.concatenate(([0], changes))
@@ -355,7 +356,7 @@ def _outermost(runs: list[AgentRun]) -> list[AgentRun]:
 # Turns split together in numpy (``_Batch``): at most this many turns wait, and
 # the calls of the turns waiting are split once they pass this many.
 BATCH_TURNS = 4096
-BATCH_CALLS = 1 << 16
+BATCH_CALLS = 1 << 14
 
 
 class _Batch:
@@ -374,7 +375,7 @@ class _Batch:
         self.models = array("Q")  # their model calls' (start, end), turn after turn
         self.blocks = array("Q")  # their client CPU blocks' (start, end), turn after turn
         self.counts = array("q")  # of each turn: how many calls, model calls, blocks
-        self.codes: Optional[np.ndarray] = None  # each call's tool, numbered (made at the first batch)
+        self.code_of: Optional[dict[str, int]] = None  # tool -> its number (made at the first batch)
         self.tools: list[str] = []  # the tools by number
 
     def add(
@@ -476,12 +477,12 @@ class _Batch:
             turn.other_s = max(
                 0.0, turn.seconds - turn.client_cpu_s - turn.model_s - turn.tool_queue_s - turn.tool_exec_s
             )
-        if self.codes is None:
+        if self.code_of is None:
             self.tools = list(dict.fromkeys(calls.tool))  # in the order of first calls
-            code_of = {tool: code for code, tool in enumerate(self.tools)}
-            self.codes = np.fromiter(map(code_of.__getitem__, calls.tool), np.intp, len(calls.tool))
+            self.code_of = {tool: code for code, tool in enumerate(self.tools)}
+        codes = np.fromiter(map(self.code_of.__getitem__, map(calls.tool.__getitem__, self.rows)), np.intp, len(taken))
         in_flight, tools = self.in_flight, self.tools
-        for code, ns in _in_flight_turns(bounds, call_turn, submits, ends, self.codes[taken]).items():
+        for code, ns in _in_flight_turns(bounds, call_turn, submits, ends, codes).items():
             in_flight[tools[code]] += ns
         del taken, counts, models, blocks, bounds  # (the views let go of the arrays)
         split.clear()
@@ -523,9 +524,10 @@ def _split_turns(
     the turn waits on the one ending later. The pieces are classed
     ``_PIECES`` at a time (one turn may hold a million calls)."""
     u64 = np.uint64
-    a, b = bounds[:, 0], bounds[:, 1]
-    ends = np.maximum(ends, a[call_turn])  # (a request is never past its end; one that is is kept in its segment too)
-    last = b.copy()  # the latest time of each turn on its axis: b, or a call's end or request past it
+    a = bounds[:, 0]
+    b = np.maximum(bounds[:, 1], a)  # (a turn that ends before it starts has no instant)
+    ends = np.maximum(ends, a[call_turn])
+    last = b.copy()  # each turn's latest time on the axis: b, or a call's end (or request) past it
     np.maximum.at(last, call_turn, np.maximum(submits, ends))
     parts = np.zeros((len(a), 4), u64)
     for first, stop, offsets in _segments(last - a):
@@ -668,7 +670,8 @@ def _in_flight_turns(
     group_key = group_key[order]
     group_first = np.flatnonzero(np.concatenate(([True], group_key[1:] != group_key[:-1])))
     group_turn = call_turn[order[group_first]]
-    a, b = bounds[group_turn, 0], bounds[group_turn, 1]
+    a = bounds[group_turn, 0]
+    b = np.maximum(bounds[group_turn, 1], a)  # (a turn that ends before it starts has no instant)
     codes, submits, ends = codes[order], submits[order], ends[order]
     del group_key, order
     found: dict[int, int] = {}
