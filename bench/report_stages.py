@@ -70,7 +70,7 @@ def one(path: str, turns_again: int) -> dict[str, float]:
         t0 = time.process_time()
         an.report_json(analysis)
         spent["json"] = time.process_time() - t0
-        count = analysis.turn_totals.count
+        count = analysis.turn_totals.count or 1  # (a trace per call has no turns)
         spent["turns µs/turn"] = spent["turns"] / count * 1e6
         args, kwargs = inputs["turns"]
         for again in range(turns_again):

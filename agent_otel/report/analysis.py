@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from array import array
 from bisect import bisect_left
+from itertools import compress
 from operator import attrgetter
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ from agent_otel.report.cost import Costs, price_analysis
 from agent_otel.report.kv_cache import KvCacheHeld
 from agent_otel.report.parts import report_parts, rfc3339
 from agent_otel.report.server_spans import ServerSpans, join_server_requests
-from agent_otel.report.columns import CallColumns, seconds_sorted, total
+from agent_otel.report.columns import CallColumns, Names, seconds_sorted, total
 from agent_otel.report.reader import InnerFailures, TraceData, paused_gc, read_traces
 from agent_otel.report.recommendations import Recommendation, recommend
 from agent_otel.report.slos import SloCompliance, compliance
@@ -386,7 +387,8 @@ def _analyse(
     totals = BlameTotals()
     kv_cache = KvCacheHeld(traces.kv_windows) if traces.kv_windows else None
     models = traces.model_calls
-    for window_attribution in _attribute(analysis.windows, calls, in_windows, analysis.loop_blocks, models):
+    meeting = _models_in_windows(models, analysis.windows)
+    for window_attribution in _attribute(analysis.windows, calls, in_windows, analysis.loop_blocks, meeting):
         totals.add(window_attribution)
         if kv_cache is not None:
             kv_cache.add(window_attribution)
@@ -395,6 +397,7 @@ def _analyse(
     analysis.tools = _tool_stats(columns, totals, traces, analysis.underuse)
     analysis.model_blame = _model_blame(totals, analysis.underuse)
     analysis.executors = _executor_stats(columns)
+    names = {"tool": columns.tool, "executor": columns.executor, "outcome": columns.outcome}  # a byte a call each
     del columns  # before the turns, where the memory peaks
     _add_waits(analysis, in_windows)
     _turn_inputs(analysis, traces, turns)
@@ -402,14 +405,15 @@ def _analyse(
     analysis.blame = totals
     analysis.kv_cache = kv_cache if kv_cache is not None and kv_cache.matched else None
     _model_contradictions(analysis, models)
-    analysis.recommendations = recommend(analysis)
+    analysis.recommendations = recommend(analysis, names)
     return analysis
 
 
 def _by_submit(calls: CallTable) -> None:
     """Order the calls by (submit, start) time, ties in the order read (a stable sort)."""
     order = np.lexsort((np.frombuffer(calls.start_ns, np.uint64), np.frombuffer(calls.submit_ns, np.uint64)))
-    calls.select(order.tolist())
+    if np.any(order != np.arange(len(order))):  # (in order already: nothing to move)
+        calls.select(order.tolist())
 
 
 def _turn_inputs(analysis: Analysis, traces: TraceData, keep: bool) -> None:
@@ -571,22 +575,43 @@ _NEVER = 1 << 63  # the end of a call still in flight
 def _in_windows(columns: CallColumns, windows: Sequence[IdleWindow]) -> np.ndarray:
     """The rows of the calls in flight during some idle window: the only
     ones the blame depends on (a call outside every window changes no share)."""
-    edges: list[int] = []  # the windows' union, as sorted [start, end) pairs
+    bounds = _union_bounds(windows)
+    if not len(bounds) or not len(columns.submit):
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(_meets(bounds, columns.submit, columns.end))
+
+
+def _union_bounds(windows: Sequence[IdleWindow]) -> np.ndarray:
+    """The windows' union, as sorted [start, end) pairs, flat (``uint64``)."""
+    edges: list[int] = []
     for window in sorted(windows, key=_START):
         if edges and window.start_ns <= edges[-1]:
             edges[-1] = max(edges[-1], window.end_ns)
         else:
             edges += (window.start_ns, window.end_ns)
-    if not edges or not len(columns.submit):
-        return np.zeros(0, np.int64)
-    # inside the union if the call's life [submit, end) meets one of its
-    # intervals: it was submitted inside one, or before one that starts
-    # before it ends (an end of 0: still in flight)
-    bounds = np.array(edges, dtype=np.uint64)
-    i = np.searchsorted(bounds, columns.submit, side="right")
+    return np.array(edges, dtype=np.uint64)
+
+
+def _meets(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each life [start, end) meets the union ``bounds`` (``_union_bounds``,
+    not empty): it began inside one of its intervals, or before one that
+    starts before it ends (an end of 0: still in flight)."""
+    i = np.searchsorted(bounds, starts, side="right")
     next_start = bounds[np.minimum(i, len(bounds) - 1)]
-    inside = (i % 2 == 1) | ((i < len(bounds)) & ((columns.end == 0) | (columns.end > next_start)))
-    return np.flatnonzero(inside)
+    return (i % 2 == 1) | ((i < len(bounds)) & ((ends == 0) | (ends > next_start)))
+
+
+def _models_in_windows(models: Sequence[ModelCall], windows: Sequence[IdleWindow]) -> list[ModelCall]:
+    """The model calls in flight during some idle window, in their order: as
+    for the tool calls (``_in_windows``), the only ones the blame depends on
+    (one outside every window takes no share, and the tool calls it cuts
+    are cut outside every window)."""
+    bounds = _union_bounds(windows)
+    if not len(bounds) or not models:
+        return []
+    starts = np.fromiter(map(_START, models), np.uint64, len(models))
+    ends = np.fromiter(map(_END, models), np.uint64, len(models))
+    return list(compress(models, _meets(bounds, starts, ends).tolist()))
 
 
 def _period_ns(times: Sequence[int]) -> int:
@@ -631,15 +656,20 @@ def _model_blame(totals: BlameTotals, underuse: Optional[Underuse]) -> list[Mode
     return sorted(blame.values(), key=lambda b: (-round(b.idle_s, 6), b.model))
 
 
-def _union_within(spans: Sequence[tuple[int, int]], start: int, end: int) -> int:
-    """Nanoseconds of ``[start, end)`` covered by some span."""
-    total, reach = 0, start
-    for a, b in sorted(spans):
-        a, b = max(a, reach), min(b, end)
-        if b > a:
-            total += b - a
-            reach = b
-    return total
+def _union_within(starts: np.ndarray, ends: np.ndarray, start: int, end: int) -> int:
+    """Nanoseconds of ``[start, end)`` covered by some span ``[starts[i], ends[i])``
+    (``uint64``): a sweep in numpy, by start, each span counted past the
+    latest end before it."""
+    a, b = np.maximum(starts, np.uint64(start)), np.minimum(ends, np.uint64(end))
+    inside = b > a
+    a, b = a[inside], b[inside]
+    if not len(a):
+        return 0
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], b[order]
+    reach = np.maximum.accumulate(np.concatenate((np.array([start], np.uint64), b[:-1])))
+    first = np.maximum(a, reach)
+    return int(np.where(b > first, b - first, np.uint64(0)).sum(dtype=np.uint64))
 
 
 def _model_contradictions(analysis: Analysis, models: Sequence[ModelCall]) -> None:
@@ -647,17 +677,19 @@ def _model_contradictions(analysis: Analysis, models: Sequence[ModelCall]) -> No
     per GPU that read idle for over ``MODEL_IDLE_WARN_RATIO`` of it."""
     if not models:
         return
-    spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for call in models:
-        if call.end_ns > call.start_ns:
-            spans[call.pool].append((call.start_ns, call.end_ns))
+    starts = np.fromiter(map(_START, models), np.uint64, len(models))
+    ends = np.fromiter(map(_END, models), np.uint64, len(models))
+    spans = {  # each pool's model calls of some length
+        pool: rows[ends[rows] > starts[rows]] for pool, rows in Names(map(_POOL, models), len(models)).groups()
+    }
     pool_of = {gpu_key(window): window.pool for window in analysis.windows}
     for stats in analysis.gpus:
         pool = pool_of.get(stats.gpu, stats.gpu.rsplit("/", 1)[0] if "/" in stats.gpu else "")
         coverage = analysis.coverage.get(stats.gpu)
-        if coverage is None or not spans.get(pool):
+        rows = spans.get(pool)
+        if coverage is None or rows is None or not len(rows):
             continue
-        stats.model_in_flight_s = _union_within(spans[pool], *coverage) / NS_PER_S
+        stats.model_in_flight_s = _union_within(starts[rows], ends[rows], *coverage) / NS_PER_S
         ratio = stats.model_idle_ratio
         if ratio is not None and ratio > MODEL_IDLE_WARN_RATIO:
             analysis.warnings.append(_contradiction_message(analysis, stats, ratio))
@@ -823,7 +855,7 @@ def _tool_stats(
     return stats
 
 
-_SUBMIT, _START, _END = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns")
+_SUBMIT, _START, _END, _POOL = attrgetter("submit_ns"), attrgetter("start_ns"), attrgetter("end_ns"), attrgetter("pool")
 # sort keys: attrgetter, not a lambda (the 250k runs and 125k windows of a million spans)
 _START_GPU = attrgetter("start_ns", "gpu")
 

@@ -23,26 +23,39 @@ from agent_otel.records import NS_PER_S
 from agent_otel.spans.calls import CallTable
 from agent_otel.spans.ids import distinct
 
+# Up to this many names, a column's groups are found a pass per name (a
+# comparison and a search over the codes, linear), not by a sort of them.
+_PASSES = 32
 # Below this many nanoseconds a double holds every int exactly (see seconds_sorted).
 _EXACT_NS = 1 << 53
 
 
 class Names:
-    """A column of names (tools, executors, outcomes): a code per row, the
-    position of the name's first row, so that codes in ascending order are
-    the names in order of first appearance."""
+    """A column of names (tools, executors, outcomes): a code per row, 0, 1,
+    ... in order of the names' first appearance (so codes in ascending
+    order are the names in that order), in the smallest unsigned dtype that
+    holds them (a byte a row for up to 256 names)."""
 
     __slots__ = ("codes", "name_of")
 
     def __init__(self, names: Iterable[str], rows: int) -> None:
         first: dict[str, int] = {}
-        self.codes = np.fromiter(map(first.setdefault, names, count()), np.int64, rows)
-        self.name_of = {code: name for name, code in first.items()}
+        positions = np.fromiter(map(first.setdefault, names, count()), np.int64, rows)  # each name's first row
+        firsts = np.fromiter(first.values(), np.int64, len(first))  # ascending: rows in the order met
+        dtype = np.uint8 if len(first) <= 1 << 8 else np.uint16 if len(first) <= 1 << 16 else np.uint32
+        rank = np.zeros(rows, dtype)  # each first row -> its name's code (a gather, not a search per row)
+        rank[firsts] = np.arange(len(first), dtype=dtype)
+        self.codes = rank[positions]
+        self.name_of = dict(enumerate(first))
 
     def groups(self) -> Iterator[tuple[str, np.ndarray]]:
         """(name, its rows in ascending order), in order of first appearance."""
         codes = self.codes
         if not len(codes):
+            return
+        if len(self.name_of) <= _PASSES:  # a pass per name: no sort
+            for code, name in self.name_of.items():
+                yield name, np.flatnonzero(codes == code)
             return
         order = np.argsort(codes, kind="stable")
         cuts = np.flatnonzero(np.diff(codes[order])) + 1

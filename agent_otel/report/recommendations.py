@@ -84,7 +84,8 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Optional
+from itertools import chain
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -98,7 +99,7 @@ from agent_otel.remedies.suggest import (
 )
 from agent_otel.report.columns import Names
 from agent_otel.spans.decode import UNKNOWN_EXECUTOR
-from agent_otel.report.stats import max_overlap, percentile
+from agent_otel.report.stats import max_overlap, peak_depth, percentile
 from agent_otel.report.waits import KIND_CPU, KIND_GIL, KIND_IO
 from agent_otel.semconv import EXECUTOR_DIRECT
 
@@ -176,22 +177,23 @@ class Recommendation:
         return snippet_for(self.kind, self.evidence)
 
 
-def recommend(analysis: Analysis) -> list[Recommendation]:
+def recommend(analysis: Analysis, names: Optional[dict[str, Names]] = None) -> list[Recommendation]:
     """Every recommendation the data supports, grouped by kind, none that
-    another one supersedes (``SUPERSEDES``)."""
-    return resolve(candidates(analysis))
+    another one supersedes (``SUPERSEDES``). ``names``: columns of the call
+    table's names already made (``Names`` by column: ``tool``, ...)."""
+    return resolve(candidates(analysis, names))
 
 
-def candidates(analysis: Analysis) -> list[Recommendation]:
+def candidates(analysis: Analysis, names: Optional[dict[str, Names]] = None) -> list[Recommendation]:
     """What each rule finds on its own, before ``resolve``."""
-    facts = _Facts(analysis)
+    facts = _Facts(analysis, names)
     return [
         *_raise_pool_workers(analysis, facts),
-        *_bound_queue(analysis),
-        *_fewer_workers(analysis),
+        *_bound_queue(analysis, facts),
+        *_fewer_workers(analysis, facts),
         *_set_timeout(analysis, facts),
         *_isolate_tool(analysis, facts),
-        *_batch_calls(analysis),
+        *_batch_calls(analysis, facts),
         *_idle_not_tools(analysis),
         *_waits(analysis, facts),
         *_hidden_retries(analysis, facts),
@@ -260,13 +262,17 @@ class TimeoutAdvice:
 
 class _Facts:
     """What several rules read: each tool's timeout advice and kind of wait,
-    the worker cap, the calls with failures inside them."""
+    the worker cap, the calls with failures inside them, the table's
+    columns of names as codes and their groups of rows (made once)."""
 
-    def __init__(self, analysis: Analysis):
+    def __init__(self, analysis: Analysis, names: Optional[dict[str, Names]] = None):
         self.analysis = analysis
         self.inner = analysis.inner_failures
         self._timeouts: dict[str, Optional[TimeoutAdvice]] = {}
-        self._healthy: Optional[dict[str, list[float]]] = None
+        self._healthy: Optional[dict[str, Sequence[float]]] = None
+        # (those given, where they are of this table: as many rows)
+        self._names = {column: made for column, made in (names or {}).items() if len(made.codes) == len(analysis.calls)}
+        self._groups: dict[str, dict[str, np.ndarray]] = {}
         self._unhealthy: dict[str, int] = {}
         self._kinds = {tool.tool: (tool.cpu.kind if tool.cpu is not None else None) for tool in analysis.tools}
         # The tools that retry inside their code: the durations of their calls with no failure inside.
@@ -278,6 +284,21 @@ class _Facts:
             for call, key in zip(analysis.calls, keys):
                 if call.tool in retried and key not in self.inner:
                     self._clean[call.tool].append((call.end_ns - call.submit_ns) / NS_PER_S)
+
+    def names(self, column: str) -> Names:
+        """A column of names of the call table (``tool``, ``executor``, ``outcome``) as codes."""
+        names = self._names.get(column)
+        if names is None:
+            calls = self.analysis.calls
+            names = self._names[column] = Names(calls.column(column), len(calls))
+        return names
+
+    def groups(self, column: str) -> dict[str, np.ndarray]:
+        """Each name of the column -> its rows, ascending (by submit time), in order of first appearance."""
+        groups = self._groups.get(column)
+        if groups is None:
+            groups = self._groups[column] = dict(self.names(column).groups())
+        return groups
 
     def timeout(self, tool: ToolStats) -> Optional[TimeoutAdvice]:
         if tool.tool not in self._timeouts:
@@ -307,7 +328,7 @@ class _Facts:
             cut=tool.calls - bisect_right(tool.duration_s, timeout_s),
         )
 
-    def healthy(self, tool: ToolStats, clean: Optional[list[float]]) -> list[float]:
+    def healthy(self, tool: ToolStats, clean: Optional[list[float]]) -> Sequence[float]:
         """The sorted durations of the tool's healthy calls (of those with no
         failure inside, when ``clean`` gives them): not timed out or cancelled
         (nor still running at shutdown), not cut by a declared timeout (at
@@ -315,7 +336,7 @@ class _Facts:
         p50 of the rest or more)."""
         if self._healthy is None:
             self._healthy = self._healthy_durations()
-        durations = sorted(clean) if clean is not None else self._healthy.get(tool.tool, [])
+        durations: Sequence[float] = sorted(clean) if clean is not None else self._healthy.get(tool.tool, [])
         if tool.timeout_s is not None:
             durations = durations[: bisect_left(durations, CUT_BY_TIMEOUT * tool.timeout_s)]
         if durations:
@@ -323,16 +344,29 @@ class _Facts:
         self._unhealthy[tool.tool] = tool.calls - len(durations) if clean is None else 0
         return durations
 
-    def _healthy_durations(self) -> dict[str, list[float]]:
-        """Each tool's sorted call durations, timed-out and cancelled calls left out."""
+    def _healthy_durations(self) -> dict[str, Sequence[float]]:
+        """Each tool's sorted call durations (``array("d")``: 8 bytes each, no
+        float objects), timed-out and cancelled calls left out."""
         calls = self.analysis.calls
-        outcomes = Names(calls.column("outcome"), len(calls))
+        outcomes = self.names("outcome")
         bad = [code for code, name in outcomes.name_of.items() if name in UNHEALTHY_OUTCOMES]
         kept = ~np.isin(outcomes.codes, bad) if bad else np.ones(len(calls), bool)
         seconds = (np.frombuffer(calls.end_ns, np.uint64) - np.frombuffer(calls.submit_ns, np.uint64)) / NS_PER_S
-        return {
-            tool: np.sort(seconds[rows[kept[rows]]]).tolist() for tool, rows in Names(calls.tool, len(calls)).groups()
+        # A tool with every call kept: its statistics' sorted durations, the
+        # same doubles where exact (below 2**53 ns), not sorted again.
+        sorted_already = {
+            tool.tool: tool.duration_s
+            for tool in self.analysis.tools
+            if not len(tool.duration_s) or tool.duration_s[-1] < _EXACT_NS / NS_PER_S / 2
         }
+        healthy = {}
+        for tool, rows in self.groups("tool").items():
+            mine = rows[kept[rows]]
+            durations = sorted_already.get(tool)
+            if durations is None or len(durations) != len(rows) or len(mine) != len(rows):
+                durations = _doubles(np.sort(seconds[mine]))
+            healthy[tool] = durations
+        return healthy
 
     def kind(self, tool: str) -> Optional[str]:
         return self._kinds.get(tool)
@@ -435,24 +469,23 @@ def _raise_pool_workers(analysis: Analysis, facts: _Facts) -> list[Recommendatio
     return found
 
 
-def _pool_rows(analysis: Analysis) -> dict[str, np.ndarray]:
+def _pool_rows(facts: _Facts) -> dict[str, np.ndarray]:
     """Each pool's rows of the call table (not ``direct`` nor ``unknown``)."""
-    calls = analysis.calls
     return {
         executor: rows
-        for executor, rows in Names(calls.executor, len(calls)).groups()
+        for executor, rows in facts.groups("executor").items()
         if executor not in NOT_POOLS and len(rows) >= MIN_POOL_CALLS
     }
 
 
-def _bound_queue(analysis: Analysis) -> list[Recommendation]:
+def _bound_queue(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
     """A pool of known size whose queue held more than about twice its
     workers: bound it there, and have the caller run what does not fit."""
     found = []
     calls = analysis.calls
     submit, end = np.frombuffer(calls.submit_ns, np.uint64), np.frombuffer(calls.end_ns, np.uint64)
     by_pool = {pool.executor: pool for pool in analysis.executors}
-    for executor, rows in sorted(_pool_rows(analysis).items()):
+    for executor, rows in sorted(_pool_rows(facts).items()):
         pool = by_pool.get(executor)
         workers = pool.max_workers if pool is not None else None
         if not workers or pool is None:
@@ -461,7 +494,7 @@ def _bound_queue(analysis: Analysis) -> list[Recommendation]:
         if pool.max_queue_depth <= limit:
             continue
         # outstanding (requested, not finished) in the pool when each call was requested
-        submits, ends = np.sort(submit[rows]), np.sort(end[rows])
+        submits, ends = np.sort(submit[rows], kind="stable"), np.sort(end[rows], kind="stable")  # (nearly sorted)
         outstanding = np.searchsorted(submits, submit[rows], "left") - np.searchsorted(ends, submit[rows], "right")
         caller_runs = int((outstanding >= workers + limit).sum())
         found.append(
@@ -491,7 +524,7 @@ def _bound_queue(analysis: Analysis) -> list[Recommendation]:
     return found
 
 
-def _fewer_workers(analysis: Analysis) -> list[Recommendation]:
+def _fewer_workers(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
     """A pool whose size the traces show rising (``agent.executor.max_workers``)
     while its calls waited longer: more concurrency made queueing worse (a
     backend, a lock or the GIL is the limit, not the workers)."""
@@ -504,7 +537,7 @@ def _fewer_workers(analysis: Analysis) -> list[Recommendation]:
     start = np.frombuffer(calls.start_ns, np.uint64)
     end = np.frombuffer(calls.end_ns, np.uint64)
     size_of = np.fromiter((size or 0 for size in workers_of), np.int64, len(calls))
-    for executor, rows in sorted(_pool_rows(analysis).items()):
+    for executor, rows in sorted(_pool_rows(facts).items()):
         sized = size_of[rows]
         by_size = {int(size): rows[sized == size] for size in np.unique(sized) if size > 0}
         # each size by when it was first seen, with enough calls to tell a queue
@@ -633,39 +666,46 @@ def _set_timeout(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
 
 def _isolate_tool(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
     calls = analysis.calls
-    submits, starts, ends = calls.submit_ns, calls.start_ns, calls.end_ns
-    by_pool: dict[str, dict[str, array]] = {}  # pool -> tool -> its calls' rows
-    for row, (executor, tool) in enumerate(zip(calls.executor, calls.tool)):
+    submits, starts, ends = (
+        np.frombuffer(column, np.uint64) for column in (calls.submit_ns, calls.start_ns, calls.end_ns)
+    )
+    tools = facts.names("tool")
+    by_pool: dict[str, dict[str, np.ndarray]] = {}  # pool -> tool -> its calls' rows (ascending)
+    for executor, rows in facts.groups("executor").items():
         if executor not in NOT_POOLS:
-            by_pool.setdefault(executor, {}).setdefault(tool, array("l")).append(row)
+            codes = tools.codes[rows]
+            order = np.argsort(codes, kind="stable")  # (a radix sort of the byte codes)
+            ordered = codes[order]
+            runs = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1]))) if len(rows) else order
+            first = order[runs]  # each tool's first row in the pool
+            by_pool[executor] = {
+                tools.name_of[code]: rows[codes == code]
+                for code in ordered[runs][np.argsort(first, kind="stable")].tolist()
+            }
     found = []
-    # (the seconds in array("d"), 8 bytes each, not lists of floats, 32: at
-    # a million spans three such lists were the report's peak)
+    # (the seconds in numpy, 8 bytes each, not lists of floats, 32: at a
+    # million spans three such lists were the report's peak; summed by
+    # Python's sum, in the calls' order, as the floats were summed before)
     for pool, by_tool in sorted(by_pool.items()):
-        exec_of = {tool: array("d", [(ends[i] - starts[i]) / NS_PER_S for i in rows]) for tool, rows in by_tool.items()}
-        pool_exec = sum(seconds for tool_exec in exec_of.values() for seconds in tool_exec)
+        exec_of = {tool: _seconds(ends[rows], starts[rows]) for tool, rows in by_tool.items()}
+        pool_exec = sum(chain.from_iterable(tool_exec.tolist() for tool_exec in exec_of.values()))
         if len(by_tool) < 2 or not pool_exec:
             continue
         for tool, mine in sorted(by_tool.items()):
-            share = sum(exec_of[tool]) / pool_exec
+            share = sum(exec_of[tool].tolist()) / pool_exec
             if len(mine) < MIN_SLOW_CALLS or share < SLOW_WORKER_SHARE:
                 continue
-            others = array("l")
-            for name, rows in by_tool.items():
-                if name != tool:
-                    others.extend(rows)
-            slow_p50 = percentile(_sorted_seconds(exec_of[tool]), 50)
-            other_exec = _sorted_seconds(array("d", [(ends[i] - starts[i]) / NS_PER_S for i in others]))
+            others = np.concatenate([rows for name, rows in by_tool.items() if name != tool])
+            slow_p50 = percentile(_doubles(np.sort(exec_of[tool])), 50)
+            other_exec = _doubles(np.sort(_seconds(ends[others], starts[others])))
             fast_p50, fast_exec_p95 = percentile(other_exec, 50), percentile(other_exec, 95)
             del other_exec
-            fast_wait_p95 = percentile(
-                _sorted_seconds(array("d", [(starts[i] - submits[i]) / NS_PER_S for i in others])), 95
-            )
+            fast_wait_p95 = percentile(_doubles(np.sort(_seconds(starts[others], submits[others]))), 95)
             if not (
                 slow_p50 >= SLOW_FACTOR * fast_p50 and fast_wait_p95 >= MIN_WAIT_P95_S and fast_wait_p95 > fast_exec_p95
             ):
                 continue
-            concurrent = max_overlap([(starts[i], ends[i]) for i in mine])
+            concurrent = peak_depth(starts[mine], ends[mine])
             cap, cpu_bound, why = facts.worker_cap([tool])
             workers = min(concurrent, cap)
             ratio = f"{slow_p50 / fast_p50:.0f}x" if fast_p50 else "far above"
@@ -700,15 +740,32 @@ def _isolate_tool(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
     return found
 
 
-def _sorted_seconds(seconds: array) -> array:
-    """An ``array("d")`` sorted (in numpy; the same values ``sorted`` gives)."""
+# Below 2**63 a time is an int64; below 2**53 ns a double holds every int exactly.
+_INT64, _EXACT_NS = 1 << 63, 1 << 53
+
+
+def _seconds(later: np.ndarray, earlier: np.ndarray) -> np.ndarray:
+    """``(later - earlier) / NS_PER_S`` of two columns of ns (``uint64``), each
+    the same double as on Python ints (exact operands below 2**53: see
+    ``columns.seconds_sorted``), negative where ``later`` is earlier."""
+    if not len(later):
+        return np.zeros(0)
+    if int(max(later.max(), earlier.max())) < _INT64:
+        ns = later.astype(np.int64) - earlier.astype(np.int64)
+        if int(np.abs(ns).max()) < _EXACT_NS:
+            return ns / NS_PER_S
+    return np.array([(b - a) / NS_PER_S for b, a in zip(later.tolist(), earlier.tolist())], np.float64)
+
+
+def _doubles(values: np.ndarray) -> array:
+    """Doubles as an ``array("d")``: a sequence of Python floats, 8 bytes each."""
     found = array("d")
-    found.frombytes(np.sort(np.frombuffer(seconds, dtype=np.float64)).tobytes())
+    found.frombytes(np.ascontiguousarray(values, np.float64).tobytes())
     return found
 
 
-def _batch_calls(analysis: Analysis) -> list[Recommendation]:
-    by_tool = dict(Names(analysis.calls.tool, len(analysis.calls)).groups())  # tool -> its calls' rows, by submit time
+def _batch_calls(analysis: Analysis, facts: _Facts) -> list[Recommendation]:
+    by_tool = facts.groups("tool")  # tool -> its calls' rows, by submit time
     gap_ns = round(BURST_GAP_S * NS_PER_S)
     durations = {tool.tool: tool.duration_s for tool in analysis.tools}
     submits = analysis.calls.submit_ns
