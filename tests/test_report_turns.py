@@ -480,7 +480,8 @@ def test_turns_of_any_length_split_in_numpy_as_a_sweep_splits_each():
     table = CallTable()
     cases = random_turns(rng, 40, table) + random_turns(rng, 20, table, scale=1 << 49)
     cases += [(1, (1 << 64) - 2, [], [], [])]
-    cases += [(b, a, rows, models, blocks) for a, b, rows, models, blocks in cases[:5] if a < b]  # ends before it starts
+    # and turns that end before they start (none of their time is split)
+    cases += [(b, a, rows, models, blocks) for a, b, rows, models, blocks in cases[:5] if a < b]
     rng.shuffle(cases)
     for a, b, rows, *_ in cases:
         assert 0 <= min(a, b) and max(a, b) < 1 << 64 and all(0 <= table.end_ns[r] < 1 << 64 for r in rows)
