@@ -47,6 +47,7 @@ with its peak memory.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -253,6 +254,7 @@ SHAPES = {
 }
 TURN_CALLS = 8
 IDLE_EVERY = 50  # a window-level gpu.idle span per this many calls
+AGENT_SPAN = "invoke_agent research"  # the span that closes each turn
 
 
 def shape_spans(rng: random.Random, traces: str, peers: bool):
@@ -361,7 +363,7 @@ def shape_spans(rng: random.Random, traces: str, peers: bool):
                 rng,
                 turn_trace,
                 root if traces == "one" else "",
-                "invoke_agent research",
+                AGENT_SPAN,
                 begin,
                 finish,
                 [_s("gen_ai.operation.name", "invoke_agent"), _s("gen_ai.agent.name", "research")],
@@ -373,12 +375,12 @@ def write_shape(path: str, count: int, shape: str, seed: int = 3) -> None:
     """``count`` spans of a shape of ``SHAPES``; with one trace, its root span last."""
     traces, peers, per_line = SHAPES[shape]
     rng = random.Random(seed)
-    spans = shape_spans(rng, traces, peers)
     body = count - 1 if traces == "one" else count
+    spans = _whole_turns(shape_spans(rng, traces, peers), body, traces)
     last_end = T0
     with open(path, "wb") as out:
         for first in range(0, body, per_line):
-            batch = [next(spans) for _ in range(min(per_line, body - first))]
+            batch = list(itertools.islice(spans, min(per_line, body - first)))
             last_end = max(last_end, *(int(span["endTimeUnixNano"]) for span in batch))
             request = {"resourceSpans": [{"resource": RESOURCE, "scopeSpans": [{"scope": SCOPE, "spans": batch}]}]}
             out.write(orjson.dumps(request) + b"\n")
@@ -400,12 +402,35 @@ def write_shape(path: str, count: int, shape: str, seed: int = 3) -> None:
             out.write(orjson.dumps(request) + b"\n")
 
 
+def _whole_turns(spans, count: int, traces: str):
+    """The first ``count`` spans, the turns whole: the last turn that does
+    not fit is cut short of calls, not of its agent span (which comes last
+    in a turn), so every call lies in its turn's agent span. (Cut anywhere,
+    one trace of a whole session would end in calls outside any agent span,
+    and the report would take the trace as one turn from its root.)"""
+    if traces == "call":  # no agent spans
+        yield from (next(spans) for _ in range(count))
+        return
+    turn: list[dict] = []
+    for span in spans:
+        if count <= 0:
+            return
+        turn.append(span)
+        if span["name"] != AGENT_SPAN:
+            continue
+        if len(turn) > count:
+            turn = [*turn[: count - 1], turn[-1]]
+        yield from turn
+        count -= len(turn)
+        turn = []
+
+
 def _root_of(first_span: dict, path: str) -> str:
     """The parent id the agent spans of a one-trace file name (the root's id)."""
     with open(path, "rb") as lines:
         for line in lines:
             for span in json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]:
-                if span["name"] == "invoke_agent research":
+                if span["name"] == AGENT_SPAN:
                     return span["parentSpanId"]
     raise ValueError("no agent span in the shape")
 

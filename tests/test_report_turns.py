@@ -7,8 +7,11 @@ from the OTLP/JSON file the real SDK wrote.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 
 import pytest
+
+from agent_otel.records import NS_PER_S
 
 from agent_otel.commands.cli import main
 from helpers.traces import RecordedRun, write_gpu_csv
@@ -320,66 +323,265 @@ def test_the_client_blocking_its_loop_during_a_call_is_client_cpu_not_model_time
     assert "client CPU 1.5 s" in capsys.readouterr().out
 
 
-def test_a_turn_of_many_calls_splits_in_numpy_as_in_the_sweep(monkeypatch):
-    """Past ``SWEEP_MAX`` calls a turn's time is split in numpy (in batches); on random
-    turns (overlapping calls, equal ends and requests, model calls and client
-    blocks reaching past the turn) the four sums are the sweep's, exactly."""
+# ---------------------------------------------------------------- the split in numpy against a sweep
+
+
+def swept(a, b, calls, models, blocks):
+    """The reference split of [a, b): (client CPU, model, tool queue, tool
+    exec) nanoseconds, by a sweep over every instant between two bounds
+    with a heap of the calls in flight, as the module's docstring states it.
+    ``calls``: (submit, start, end) by submit; ``models`` and ``blocks``: (start, end)."""
+    import heapq
+
+    points = sorted(
+        t
+        for t in {a, b, *(t for c in calls for t in c), *(t for m in models for t in m)}
+        | {t for k in blocks for t in k}
+        if a <= t <= b
+    )
+    client = model = queue = execution = 0
+    in_flight: list[tuple[int, int, int]] = []  # (-end, request order, start) of the calls requested so far
+    next_call = 0
+    for t0, t1 in zip(points, points[1:]):
+        if any(start <= t0 < end for start, end in blocks):
+            client += t1 - t0
+            continue
+        if any(start <= t0 < end for start, end in models):
+            model += t1 - t0
+            continue
+        while next_call < len(calls) and calls[next_call][0] <= t0:
+            submit, start, end = calls[next_call]
+            heapq.heappush(in_flight, (-end, next_call, start))
+            next_call += 1
+        while in_flight and -in_flight[0][0] <= t0:
+            heapq.heappop(in_flight)
+        if in_flight:
+            if t0 < in_flight[0][2]:
+                queue += t1 - t0
+            else:
+                execution += t1 - t0
+    return client, model, queue, execution
+
+
+def union_ns(a, b, spans):
+    """Nanoseconds of [a, b) that the spans (sorted by start) cover."""
+    total, reach = 0, a
+    for start, end in spans:
+        start, end = max(start, reach), min(end, b)
+        if start < end:
+            total += end - start
+            reach = end
+    return total
+
+
+def random_turns(rng, count, table, scale=1):
+    """``count`` random turns of calls in ``table``: [(a, b, rows, models, blocks)].
+
+    Times on a grid of 25 (many equal requests, starts and ends); calls
+    overlapping, before, across and past the turn by up to the slack,
+    zero-length; model calls and client blocks reaching past the turn;
+    turns of no time (a == b) and turns of no call; up to 9 tools."""
+    from agent_otel.records import ModelCall
+
+    def fit(t):  # a time of the reader's: within 64 bits
+        return min(max(t, 0), (1 << 64) - 1)
+
+    turns = []
+    at = rng.randrange(0, 10**6)
+    for _ in range(count):
+        a = fit(at + rng.randrange(0, 3) * 25 * scale)
+        b = fit(a + rng.choice([0, 25, rng.randrange(0, 5_000, 25), rng.randrange(0, 20_000, 25)]) * scale)
+        slack = rng.choice([0, 100, 500]) * scale
+        rows = []
+        for _ in range(rng.choice([0, 1, 2, rng.randrange(1, 12), rng.randrange(1, 150)])):
+            submit = rng.randrange(a - slack, b + slack + 1, 25) if b > a or slack else a
+            start = submit + rng.choice([0, 0, rng.randrange(0, 400, 25)]) * scale
+            end = start + rng.choice([0, 25, rng.randrange(25, 2_000, 25)]) * scale
+            tool = f"tool{rng.randrange(rng.choice([1, 3, 9]))}"
+            rows.append(len(table))
+            table.add(tool, "pool", fit(submit), fit(start), fit(end), "ok", None, 1, 1, None, None, None, "", None)
+        rows.sort(key=table.submit_ns.__getitem__)
+        models = [
+            ModelCall("m", fit(s), fit(s + rng.randrange(0, 800 * scale)))
+            for s in (rng.randrange(a - 200 * scale, b + 100 * scale) for _ in range(rng.choice([0, 0, 1, 3])))
+        ]
+        blocks = sorted(
+            (fit(s), fit(s + rng.randrange(1, 300 * scale)))
+            for s in (rng.randrange(a - 100, b + 1) for _ in range(rng.choice([0, 0, 0, 2])))
+        )
+        turns.append((a, b, rows, models, blocks))
+        at = rng.choice([b, a, at + 1]) if scale == 1 else rng.randrange(1 << 63)  # after, beside, inside
+    return turns
+
+
+def expected_of(table, a, b, rows, models, blocks):
+    calls = [(table.submit_ns[r], table.start_ns[r], table.end_ns[r]) for r in rows]
+    parts = swept(a, b, calls, [(m.start_ns, m.end_ns) for m in models], blocks)
+    by_tool: dict = {}
+    for r in rows:
+        by_tool.setdefault(table.tool[r], []).append((table.submit_ns[r], table.end_ns[r]))
+    return parts, {tool: union_ns(a, b, spans) for tool, spans in by_tool.items()}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_turns_split_in_numpy_a_batch_at_a_time_as_a_sweep_splits_each(monkeypatch, seed):
+    """The turns are split in numpy many at a time, batches ending in the
+    middle of the turns; on random turns each turn's four parts and each
+    tool's time in flight are the sweep's, exactly."""
     import random
 
-    from agent_otel.records import ModelCall
-    from agent_otel.report import turns
+    from agent_otel.report import turns as module
     from agent_otel.spans.calls import CallTable
 
-    rng = random.Random(7)
-    for case in range(60):
+    rng = random.Random(seed)
+    table = CallTable()
+    cases = random_turns(rng, 300, table)
+    monkeypatch.setattr(module, "BATCH_TURNS", rng.choice([1, 7, 64]))
+    monkeypatch.setattr(module, "BATCH_CALLS", rng.choice([1, 50, 400]))
+    monkeypatch.setattr(module, "_PIECES", rng.choice([3, 64, 1 << 16]))
+    kept = module._Turns(keep=True)
+    in_flight: dict = defaultdict(int)
+    batch = module._Batch(table, kept, in_flight)
+    found = []
+    for k, (a, b, rows, models, blocks) in enumerate(cases):
+        turn = module.Turn("t", k, a, b, module.FROM_AGENT)
+        found.append(turn)
+        batch.add(turn, rows, models, True, blocks)
+    batch.flush()
+    assert kept.kept == found  # every turn, in the order found (the sequential ones too)
+    assert all(x is y for x, y in zip(kept.kept, found))
+    expected_in_flight: dict = defaultdict(int)
+    split = 0
+    for turn, (a, b, rows, models, blocks) in zip(found, cases):
+        (client, model, queue, execution), tools = expected_of(table, a, b, rows, models, blocks)
+        got = (turn.client_cpu_s, turn.model_s, turn.tool_queue_s, turn.tool_exec_s)
+        assert got == (client / NS_PER_S, model / NS_PER_S, queue / NS_PER_S, execution / NS_PER_S), (turn, a, b)
+        assert turn.other_s == max(0.0, turn.seconds - sum(got[:1]) - got[1] - got[2] - got[3])
+        assert (turn.tool_calls, turn.model_calls) == (len(rows), len(models))
+        for tool, ns in tools.items():
+            expected_in_flight[tool] += ns
+        split += bool(models or blocks or client or model or queue)
+    assert dict(in_flight) == dict(expected_in_flight)
+    assert split > 100 and any(v for v in in_flight.values())
+
+
+def test_turns_of_any_length_split_in_numpy_as_a_sweep_splits_each():
+    """Turns whose times span most of the 64 bits (their segments do not
+    all fit on one axis: split a run of them at a time) and, beside them,
+    short ones: the parts and the times in flight are the sweep's."""
+    import random
+
+    import numpy as np
+
+    from agent_otel.report import turns as module
+    from agent_otel.spans.calls import CallTable
+
+    rng = random.Random(5)
+    table = CallTable()
+    cases = random_turns(rng, 40, table) + random_turns(rng, 20, table, scale=1 << 49)
+    cases += [(1, (1 << 64) - 2, [], [], [])]
+    # and turns that end before they start (none of their time is split)
+    cases += [(b, a, rows, models, blocks) for a, b, rows, models, blocks in cases[:5] if a < b]
+    rng.shuffle(cases)
+    for a, b, rows, *_ in cases:
+        assert 0 <= min(a, b) and max(a, b) < 1 << 64 and all(0 <= table.end_ns[r] < 1 << 64 for r in rows)
+    u64 = np.uint64
+    rows = [r for case in cases for r in case[2]]
+    call_turn = np.repeat(np.arange(len(cases)), [len(case[2]) for case in cases])
+    model_turn = np.repeat(np.arange(len(cases)), [len(case[3]) for case in cases])
+    block_turn = np.repeat(np.arange(len(cases)), [len(case[4]) for case in cases])
+    columns = {name: np.array(getattr(table, name), u64)[rows] for name in ("submit_ns", "start_ns", "end_ns")}
+    bounds = np.array([(a, b) for a, b, *_ in cases], u64).reshape(-1, 2)
+    parts = module._split_turns(
+        bounds,
+        call_turn,
+        columns["submit_ns"],
+        columns["start_ns"],
+        columns["end_ns"],
+        model_turn,
+        np.array([(m.start_ns, m.end_ns) for case in cases for m in case[3]], u64).reshape(-1, 2),
+        block_turn,
+        np.array([k for case in cases for k in case[4]], u64).reshape(-1, 2),
+    )
+    code_of: dict = {}
+    codes = np.array([code_of.setdefault(table.tool[r], len(code_of)) for r in rows], np.intp)
+    in_flight = module._in_flight_turns(bounds, call_turn, columns["submit_ns"], columns["end_ns"], codes)
+    expected_in_flight: dict = defaultdict(int)
+    for got, (a, b, rows, models, blocks) in zip(parts.tolist(), cases):
+        expected, tools = expected_of(table, a, b, rows, models, blocks)
+        assert tuple(got) == expected, (a, b)
+        for tool, ns in tools.items():
+            expected_in_flight[code_of[tool]] += ns
+    assert in_flight == dict(expected_in_flight)
+    assert sum(b - a for a, b, *_ in cases) > 1 << 64  # more than one axis' worth
+
+
+def test_a_call_requested_after_its_turn_ended_takes_none_of_the_turns_time():
+    """A call of the turn's trace requested just after its agent span ended
+    (within the 1 ms the turn's calls may reach past it) is part of the turn
+    but none of its time: no negative queue time, no negative time in flight."""
+    from agent_otel.records import AgentRun, ToolCall
+    from agent_otel.report.turns import find_turns
+    from agent_otel.spans.calls import CallTable
+
+    s = NS_PER_S
+    run = AgentRun("agent", 10 * s, 20 * s, trace_id=1, span_id=9)
+    calls = [
+        ToolCall("search", "io", 11 * s, 12 * s, 13 * s, trace_id=1, span_id=2),
+        ToolCall("notify", "io", 20 * s + 500_000, 20 * s + 600_000, 20 * s + 800_000, trace_id=1, span_id=3),
+    ]
+    (turn,), totals = find_turns(CallTable.of(calls), [], [run], {1: run})
+    assert (turn.tool_calls, turn.tool_queue_s, turn.tool_exec_s) == (2, 1.0, 1.0)
+    assert turn.other_s == 8.0
+    assert totals.tool_in_flight_s == {"search": 2.0, "notify": 0.0}
+
+
+def test_a_sessions_calls_lie_within_its_runs_where_each_lies_within_one():
+    """A trace of many runs is split run by run only where each of its calls
+    and model calls lies within one run (give or take the slack); checked
+    in numpy for the calls, on random sessions against the plain rule."""
+    import random
+
+    from agent_otel.records import AgentRun, ModelCall
+    from agent_otel.report import turns as module
+    from agent_otel.spans.calls import CallTable
+
+    rng = random.Random(3)
+    slack = module.SLACK_NS
+    top = (1 << 64) - 1
+    outcomes = set()
+    for case in range(1000):
+        at = rng.choice([0, slack // 2, 10**18, top - 10**9])
+        runs = []
+        for _ in range(rng.randrange(2, 8)):
+            start = min(at + rng.randrange(0, 3 * slack), top)
+            runs.append(AgentRun("a", start, min(start + rng.randrange(0, 4 * slack), top), 1, len(runs)))
+            at = runs[-1].end_ns + rng.choice([0, 1, slack, 3 * slack]) - slack
+        runs = module._outermost(runs)
+        low, high = max(runs[0].start_ns - 2 * slack, 0), min(runs[-1].end_ns + 2 * slack, top)
         table = CallTable()
-        a, b = 1_000, 1_000 + rng.randrange(200, 5_000)
-        for _ in range(rng.randrange(1, 150)):
-            submit = rng.randrange(a - 100, b + 50, 25)  # on a grid: many equal requests and ends
-            start = submit + rng.choice([0, 0, rng.randrange(0, 300, 25)])
-            end = start + rng.choice([1, rng.randrange(25, 800, 25)])
-            table.add("t", "pool", submit, start, end, "ok", None, 1, 1, None, None, None, "", None)
+        edges = [t for r in runs for t in (r.start_ns - slack, r.end_ns + slack) if 0 <= t <= top]
+        for _ in range(rng.choice([0, 1, 2, 5, 30])):  # (few: one outside hides the others)
+            # on a run's edges, a nanosecond either side, or anywhere; at times 0 and 2**64 - 1
+            near = [min(max(t + rng.choice((-1, 0, 1)), 0), top) for t in edges]
+            submit = rng.choice([rng.randrange(low, high + 1), 0, *near])
+            end = rng.choice(
+                [submit, min(submit + rng.randrange(0, slack), top), top, *(t for t in near if t >= submit)]
+            )
+            table.add("t", "pool", submit, submit, end, "ok", None, 1, 1, None, None, None, "", None)
         rows = sorted(range(len(table)), key=table.submit_ns.__getitem__)
         models = [
-            ModelCall("m", s, s + rng.randrange(1, 400))
-            for s in (rng.randrange(a - 200, b + 100) for _ in range(rng.randrange(0, 6)))
+            ModelCall("m", s, min(s + rng.randrange(0, slack), top))
+            for s in [rng.randrange(low, high)] * rng.randrange(2)
         ]
-        blocks = sorted((s, s + rng.randrange(1, 200)) for s in (rng.randrange(a - 100, b) for _ in range(case % 4)))
-        monkeypatch.setattr(turns, "SWEEP_MAX", 10**9)
-        swept = turns._split(a, b, models, table, rows, blocks)
-        monkeypatch.setattr(turns, "SWEEP_MAX", 0)
-        assert turns._split(a, b, models, table, rows, blocks) == swept, case
-        monkeypatch.setattr(turns, "_PIECES", 7)  # a few pieces at a time: each edge of a batch met
-        assert turns._split(a, b, models, table, rows, blocks) == swept, case
-        monkeypatch.undo()
-        assert any(swept), case
 
+        def within(start, end, runs=runs):
+            return any(r.start_ns - slack <= start and end <= r.end_ns + slack for r in runs)
 
-def test_each_tools_time_in_flight_in_numpy_is_the_union_of_its_calls():
-    """Past ``SWEEP_MAX`` calls each tool's time in flight is found in numpy:
-    on random turns (calls before, across and past the turn, nested, equal)
-    it is ``_union_ns`` of the tool's calls, exactly, tool by tool."""
-    import random
-    from collections import defaultdict
-
-    from agent_otel.report import turns
-    from agent_otel.spans.calls import CallTable
-
-    rng = random.Random(11)
-    for case in range(60):
-        table = CallTable()
-        a, b = 1_000, 1_000 + rng.randrange(200, 5_000)
-        for _ in range(rng.randrange(1, 150)):
-            submit = rng.randrange(a - 300, b + 50, 25)
-            end = submit + rng.choice([0, rng.randrange(25, 900, 25)])
-            table.add(rng.choice("xyz"), "pool", submit, submit, end, "ok", None, 1, 1, None, None, None, "", None)
-        rows = sorted(range(len(table)), key=table.submit_ns.__getitem__)
-        expected: dict[str, int] = defaultdict(int)
-        for tool in "xyz":
-            spans = [(table.submit_ns[r], table.end_ns[r]) for r in rows if table.tool[r] == tool]
-            expected[tool] += turns._union_ns(a, b, spans) if spans else 0
-        found: dict[str, int] = defaultdict(int)
-        turns._in_flight_columns(a, b, table, rows, found)
-        assert {t: n for t, n in found.items()} == {t: n for t, n in expected.items() if t in found}, case
-        assert set(found) == {table.tool[r] for r in rows}, case
-        assert any(found.values()), case
+        expected = all(within(table.submit_ns[r], table.end_ns[r]) for r in rows) and all(
+            within(m.start_ns, m.end_ns) for m in models
+        )
+        times = (min(table.submit_ns), max(table.end_ns)) if rows else None
+        assert module._all_covered(table, rows, times, models, runs) == expected, case
+        outcomes.add(expected)
+    assert outcomes == {True, False}
