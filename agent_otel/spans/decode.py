@@ -323,7 +323,9 @@ class SpanReader:
         found: dict,
     ) -> None:
         """A tool call's record was kept: its ``agent.tool.unfinished``, its
-        timeout (s), the times of the ``exception`` events it went on after."""
+        timeout (s), the times of the ``exception`` events it went on after.
+        Called only for a span that holds one of them or ``agent.tool.retries``
+        (most hold none: a call less each)."""
 
     def _keep_idle_window(
         self,
@@ -557,38 +559,68 @@ class SpanReader:
         return None
 
     def _tool_call(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
+        # In one straight function (a call each costs as much as the field):
+        # each field read inline where it is as exporters write it (a string
+        # value in printable ASCII, a span id in hex, ...); anything else
+        # goes through the helper that reads or refuses it.
         data = self.data
-        text = self._text
-        # The fields every tool span has, read inline (a string value in
-        # printable ASCII); anything else goes through _text.
-        tool = self._tool_name(span, found)
-        outcome = self._outcome(span, found)
+        strings = self._strings
+        value = found.get(GEN_AI_TOOL_NAME)
+        tool = value.stringValue if type(value) is JsonValue else None
+        if type(tool) is str and tool and tool.isascii():
+            tool = strings.setdefault(tool, tool)
+        else:
+            tool = self._tool_name(span, found)
+        value = found.get(AGENT_TOOL_OUTCOME)
+        outcome = value.stringValue if type(value) is JsonValue else None
+        outcome = _OUTCOMES.get(outcome) if type(outcome) is str else None
+        if outcome is None:
+            outcome = self._outcome(span, found)
         unfinished = (
             AGENT_TOOL_UNFINISHED in found and value_of(found[AGENT_TOOL_UNFINISHED], AGENT_TOOL_UNFINISHED) is True
         )
         workers = found.get(AGENT_EXECUTOR_MAX_WORKERS)
         if workers is not None:
             workers = _workers(workers)
-        executor = self._executor(found)
+        value = found.get(AGENT_TOOL_EXECUTOR)
+        executor = value.stringValue if type(value) is JsonValue else None
+        if type(executor) is str and executor and executor.isascii():
+            executor = strings.setdefault(executor, executor)
+        else:
+            executor = self._executor(found)
         value = found.get(GEN_AI_TOOL_CALL_ID)
         call_id = value.stringValue if type(value) is JsonValue else None
         if (type(call_id) is not str or not call_id.isascii()) and value is not None:
-            call_id = text(found, GEN_AI_TOOL_CALL_ID, False)
+            call_id = self._text(found, GEN_AI_TOOL_CALL_ID, False)
         cpu_s = self._seconds(span, found, AGENT_TOOL_EXEC_CPU_TIME) if AGENT_TOOL_EXEC_CPU_TIME in found else None
         events = span.events
-        exec_ns = self._exec_start(span, found, start_ns, end_ns)
+        value = None if events else found.get(AGENT_TOOL_QUEUE_DURATION)
+        if not events and (
+            value is None or (type(value) is JsonValue and type(value.doubleValue) is float and not value.doubleValue)
+        ):
+            exec_ns = start_ns  # a direct call: no exec.start event, the queue (0) in an attribute
+        else:
+            exec_ns = self._exec_start(span, found, start_ns, end_ns)
         # The trace id: one int per trace (see _trace_id).
         trace_id = key >> 64
         trace_ids = self._trace_ids
         shared = trace_ids.setdefault(trace_id, trace_id)
         if shared is trace_id and len(trace_ids) > TRACE_IDS:
             self._trace_ids = {trace_id: trace_id}
-        error_type = text(found, ERROR_TYPE) if ERROR_TYPE in found else None
-        thread = text(found, THREAD_NAME) if THREAD_NAME in found else None
+        error_type = self._text(found, ERROR_TYPE) if ERROR_TYPE in found else None
+        thread = self._text(found, THREAD_NAME) if THREAD_NAME in found else None
         # Everything that can raise first: a span that fails adds nothing.
         timeout = self._seconds(span, found, AGENT_TOOL_TIMEOUT) if AGENT_TOOL_TIMEOUT in found else None
-        parent = self._parent(span)
-        ours = AGENT_TOOL_EXEC_DURATION in found
+        parent = span.parentSpanId
+        if not parent:
+            parent = 0
+        elif type(parent) is str and len(parent) == 16:
+            try:
+                parent = int(parent, 16)
+            except ValueError:
+                parent = self._parent(span)
+        else:
+            parent = self._parent(span)
         exceptions = self._exceptions(events, end_ns) if events and AGENT_TOOL_RETRIES not in found else None
         data.calls.add(  # a ToolCall's fields
             tool,
@@ -608,13 +640,15 @@ class SpanReader:
         )
         self._parents.append(parent)
         self._call_id_hashes.append((hash(call_id) or 1) if call_id else 0)
-        self._ours.append(ours)
-        if ours:
+        if AGENT_TOOL_EXEC_DURATION in found:  # agent-otel made the span: it has the timing
+            self._ours.append(1)
             self._families.append(FAMILY_GENAI)
         else:
+            self._ours.append(0)
             self._families.append(family_of(found))
             data.peer_tool_spans += 1
-        self._keep_tool_call(tool, key, unfinished, timeout, exceptions, found)
+        if unfinished or timeout is not None or exceptions or AGENT_TOOL_RETRIES in found:
+            self._keep_tool_call(tool, key, unfinished, timeout, exceptions, found)
 
     def _peer_tool_call(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
         """A peer's tool span with none of ``_ROW_ATTRIBUTES`` and no event: set aside
@@ -635,8 +669,7 @@ class SpanReader:
             failed,
             len(data.calls),
         )
-        data.peer_tool_spans += 1
-        self._keep_tool_call(tool, key, False, None, None, found)
+        data.peer_tool_spans += 1  # (nothing for _keep_tool_call: such a span holds none of what it is handed)
 
     def _executor(self, found: dict) -> str:
         """A tool call's executor; ``UNKNOWN_EXECUTOR`` where it names none (another instrumentation's span)."""
