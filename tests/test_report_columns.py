@@ -232,6 +232,13 @@ def test_the_trace_id_column_gives_back_the_128_bit_ids_it_was_given():
     table.select(rows)
     assert isinstance(table.trace_id, TraceIds) and list(table.trace_id) == [ids[i] for i in rows]
     assert [call.trace_id for call in table] == [ids[i] for i in rows] and table[-1].trace_id == ids[rows[-1]]
+    # kept records share one int per trace, as the reader's records did
+    table = CallTable()
+    for i in range(100):
+        table.append(ToolCall("t", "io", i, i, i + 1, trace_id=ids[1 + i // 10] + 0, span_id=i))
+    kept = table.keep()
+    assert [call.trace_id for call in kept] == [ids[1 + i // 10] for i in range(100)]
+    assert len({id(call.trace_id) for call in kept}) == 10
 
 
 @pytest.mark.parametrize("size", [0, 1, 2, 1000])

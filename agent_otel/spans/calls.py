@@ -257,7 +257,18 @@ class CallTable(Sequence[ToolCall]):
         """Make every call's record once and keep it: from now on the table
         hands out these records (the same object for a call every time)."""
         if self._records is None:
-            self._records = list(self)
+            records = list(self)
+            # one int per trace among the records, as the reader shared them
+            # (the column keeps none): the recent traces, a trace's calls being near
+            shared: dict[int, int] = {}
+            for record in records:
+                trace_id = record.trace_id
+                kept = shared.setdefault(trace_id, trace_id)
+                if kept is not trace_id:
+                    record.trace_id = kept
+                elif len(shared) > _SHARED:
+                    shared = {trace_id: trace_id}
+            self._records = records
         return self._records
 
     def select(self, rows: Sequence[int]) -> None:
@@ -327,6 +338,8 @@ class TraceIds(Sequence[int]):
 
 
 _LOW_64 = (1 << 64) - 1
+# How many recent trace ids ``keep`` shares one int of (as the reader's ``TRACE_IDS``).
+_SHARED = 1 << 14
 
 
 def _sliced(column: Optional[Sequence], name: str, first: int) -> Iterable:
