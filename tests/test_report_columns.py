@@ -17,7 +17,7 @@ import pytest
 
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, ToolCall
 from agent_otel.report import analysis as analysis_module
-from agent_otel.spans.calls import CallTable
+from agent_otel.spans.calls import CallTable, TraceIds
 from agent_otel.report.columns import CallColumns, Names, seconds_sorted, total
 from agent_otel.spans.ids import distinct, distinct_ids, rows_in
 from agent_otel.report.stats import max_overlap, peak_depth
@@ -199,6 +199,46 @@ def test_the_call_table_gives_back_the_records_it_was_given():
     assert list(table) == [calls[rows[2]]]
     kept = CallTable.of(calls)
     assert kept[10] is calls[10] and kept.records([4, 2])[1] is calls[2]
+
+
+def test_the_trace_id_column_gives_back_the_128_bit_ids_it_was_given():
+    """spans/calls.py: ``TraceIds`` keeps each id as two 64-bit halves and
+    gives back the same ints (0, 2**128 - 1, either half 0 or full) by
+    index, iteration, slice and ``take``; numpy reads the halves."""
+    rng = random.Random(11)
+    top = (1 << 128) - 1
+    ids = [0, top, 1 << 64, (1 << 64) - 1, top ^ ((1 << 64) - 1), 1 << 127]
+    ids += [rng.randrange(1 << 128) for _ in range(5000)]
+    column = TraceIds()
+    for trace_id in ids:
+        column.append(trace_id)
+    assert len(column) == len(ids) and list(column) == ids
+    assert [column[i] for i in (0, 1, 2, 3, 4, 5, -1)] == [*ids[:6], ids[-1]]
+    assert list(column[3:4000:7]) == ids[3:4000:7] and isinstance(column[1:3], TraceIds)
+    rows = rng.sample(range(len(ids)), 700)
+    assert list(column.take(rows)) == [ids[i] for i in rows]
+    assert list(column.take(rows[:1])) == [ids[rows[0]]] and list(column.take([])) == []
+    high, low = np.frombuffer(column.high, np.uint64), np.frombuffer(column.low, np.uint64)
+    assert [int(h) << 64 | int(lo) for h, lo in zip(high, low)] == ids
+    with pytest.raises(IndexError):
+        column[len(ids)]
+    with pytest.raises(OverflowError):
+        column.append(1 << 128)  # (the reader's trace ids are 32 hex digits)
+    # the table's column, selected and read back as records
+    table = CallTable()
+    for i, trace_id in enumerate(ids):
+        table.append(ToolCall("t", "io", i, i, i + 1, trace_id=trace_id, span_id=i))
+    assert [call.trace_id for call in table.records(rows)] == [ids[i] for i in rows]
+    table.select(rows)
+    assert isinstance(table.trace_id, TraceIds) and list(table.trace_id) == [ids[i] for i in rows]
+    assert [call.trace_id for call in table] == [ids[i] for i in rows] and table[-1].trace_id == ids[rows[-1]]
+    # kept records share one int per trace, as the reader's records did
+    table = CallTable()
+    for i in range(100):
+        table.append(ToolCall("t", "io", i, i, i + 1, trace_id=ids[1 + i // 10] + 0, span_id=i))
+    kept = table.keep()
+    assert [call.trace_id for call in kept] == [ids[1 + i // 10] for i in range(100)]
+    assert len({id(call.trace_id) for call in kept}) == 10
 
 
 @pytest.mark.parametrize("size", [0, 1, 2, 1000])

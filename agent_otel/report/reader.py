@@ -325,11 +325,11 @@ class TraceReader(SpanReader):
             return
         calls, parents = data.calls, self._parents
         tool_spans = distinct_ids([key & _SPAN_ID_MASK for key in tool_of])
-        traces, tools = calls.trace_id, calls.tool
+        highs, lows, tools = calls.trace_id.high, calls.trace_id.low, calls.tool
         outcomes = calls.column("outcome")
         nested: dict[int, list[tuple[str, int, int, bool]]] = {}  # outer call -> its nested calls
         for i in rows_in(parents, tool_spans):  # as in _dedupe_tool_calls
-            outer_key = traces[i] << 64 | parents[i]
+            outer_key = (highs[i] << 64 | lows[i]) << 64 | parents[i]
             outer = tool_of.get(outer_key)
             if outer is not None and outer != tools[i]:
                 data.nested_tools.add(tools[i])

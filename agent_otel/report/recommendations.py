@@ -844,7 +844,8 @@ def _bursts(table: CallTable, rows: np.ndarray, gap_ns: int) -> list[list[int]]:
 
 def _runs(table: CallTable, rows: list[int], gap_ns: int) -> list[list[int]]:
     """``_bursts`` over these rows, one call at a time."""
-    submits, ends, traces, executors = table.submit_ns, table.end_ns, table.trace_id, table.executor
+    submits, ends, executors = table.submit_ns, table.end_ns, table.executor
+    highs, lows = table.trace_id.high, table.trace_id.low
     threads = table.thread  # None while no call names its thread
     runs: list[list[int]] = []
     run: list[int] = []
@@ -857,7 +858,7 @@ def _runs(table: CallTable, rows: list[int], gap_ns: int) -> list[list[int]]:
             and (
                 submits[i] < reach
                 or (
-                    traces[previous] != traces[i]
+                    (lows[previous] != lows[i] or highs[previous] != highs[i])
                     and not (
                         executors[previous] == executors[i] == EXECUTOR_DIRECT
                         and threads is not None

@@ -45,7 +45,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from agent_otel.records import NS_PER_S, AgentRun, LoopBlock, ModelCall
-from agent_otel.spans.calls import CallTable
+from agent_otel.spans.calls import CallTable, TraceIds
 
 FROM_AGENT = "agent"
 FROM_TRACE = "trace"
@@ -172,7 +172,7 @@ def _traces(
     trace_ids = calls.trace_id
     count = len(trace_ids)
     if count:
-        high, low = _halves(trace_ids)
+        high, low = np.frombuffer(trace_ids.high, np.uint64), np.frombuffer(trace_ids.low, np.uint64)
         order = np.lexsort((low, high))  # stable: each trace's rows stay in row order
         high = high[order]
         low = low[order]
@@ -199,19 +199,6 @@ def _traces(
         yield trace_id, [], None
 
 
-def _halves(ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The high and low 64 bits of these 128-bit ints, as two uint64 arrays
-    (shifted and masked in numpy's loop over Python ints, ``_CHUNK`` at a time)."""
-    count = len(ids)
-    high, low = np.empty(count, np.uint64), np.empty(count, np.uint64)
-    for first in range(0, count, _CHUNK):
-        chunk = np.array(ids[first : first + _CHUNK], object)
-        high[first : first + len(chunk)] = chunk >> 64
-        low[first : first + len(chunk)] = chunk & _LOW_64
-    return high, low
-
-
-_CHUNK = 1 << 16
 _GROUPS = 4096
 
 
@@ -228,7 +215,7 @@ class _Turns:
     def __init__(self, keep: bool) -> None:
         self.kept: Optional[list[Turn]] = [] if keep else None
         self.starts = array("Q")
-        self.traces: list[int] = []
+        self.traces = TraceIds()  # (halves: a trace per call is a trace id int per turn)
         self.parts = array("d")  # per turn: seconds, client CPU, model, tool queue, tool exec, other
         self.from_agent = 0
         # the slowest so far, as (seconds, -start, -trace, -order, turn): the root is the least slow
@@ -240,7 +227,8 @@ class _Turns:
             self.kept.extend(turns)
         count = len(self.starts)
         self.starts.extend([turn.start_ns for turn in turns])
-        self.traces.extend([turn.trace_id for turn in turns])
+        self.traces.high.extend([turn.trace_id >> 64 for turn in turns])
+        self.traces.low.extend([turn.trace_id & _LOW_64 for turn in turns])
         rows = list(map(_row_of, turns))
         self.parts.extend(chain.from_iterable(rows))
         self.from_agent += sum(turn.source == FROM_AGENT for turn in turns)
@@ -259,7 +247,7 @@ class _Turns:
         # by (start, trace), ties in the order found: a stable sort in numpy on
         # the start and the trace id's two 64-bit halves (in Python, 0.4 s at
         # 250k turns: the key functions, and the ints scattered in memory)
-        high, low = _halves(self.traces)
+        high, low = np.frombuffer(self.traces.high, np.uint64), np.frombuffer(self.traces.low, np.uint64)
         order = np.lexsort((low, high, np.frombuffer(self.starts, np.uint64)))
         del high, low
         parts = np.frombuffer(self.parts, np.float64).reshape(-1, 6)

@@ -4,7 +4,9 @@ At a million spans 500k ``ToolCall`` records take about 145 MB (144 bytes
 each and about 140 bytes of ints: a Python int is 32-40 bytes); as
 columns the same calls take about 60 MB: the times and span ids as
 unsigned 64-bit ints in ``array("Q")`` (8 bytes each; the reader keeps
-every time and id in [0, 2**64)), and the other fields as lists of the
+every time and id in [0, 2**64)), the 128-bit trace ids as two such
+halves (``TraceIds``: 16 bytes a call where a list of a trace per call
+took 56), and the other fields as lists of the
 reader's shared objects (8 bytes a reference). The statistics read the
 columns (``report.columns``), the turns read them by row; whatever else iterates or indexes the table
 gets a ``ToolCall`` made for it, which lives only while it is used.
@@ -20,8 +22,8 @@ from __future__ import annotations
 
 from array import array
 from itertools import islice, repeat
-from operator import attrgetter, itemgetter
-from typing import Iterable, Iterator, Optional, Sequence, overload
+from operator import attrgetter, itemgetter, lshift, or_
+from typing import Callable, Iterable, Iterator, Optional, Sequence, overload
 
 from agent_otel.records import ToolCall
 from agent_otel.semconv import OUTCOME_OK
@@ -79,7 +81,7 @@ class CallTable(Sequence[ToolCall]):
     end_ns: array
     outcome: Optional[list[str]]
     call_id: Optional[list[Optional[str]]]
-    trace_id: list[int]
+    trace_id: TraceIds
     span_id: array
     error_type: Optional[list[Optional[str]]]
     thread: Optional[list[Optional[str]]]
@@ -90,6 +92,7 @@ class CallTable(Sequence[ToolCall]):
     def __init__(self) -> None:
         for name in _DENSE:
             setattr(self, name, array("Q") if name in _WORDS else [])
+        self.trace_id = TraceIds()
         for name in _SPARSE:
             setattr(self, name, None)
         self._records: Optional[list[ToolCall]] = None
@@ -155,7 +158,9 @@ class CallTable(Sequence[ToolCall]):
         self.submit_ns.append(submit_ns)
         self.start_ns.append(start_ns)
         self.end_ns.append(end_ns)
-        self.trace_id.append(trace_id)
+        trace_ids = self.trace_id
+        trace_ids.high.append(trace_id >> 64)
+        trace_ids.low.append(trace_id & _LOW_64)
         self.span_id.append(span_id)
         column: Optional[list] = self.outcome
         if column is not None:
@@ -237,7 +242,14 @@ class CallTable(Sequence[ToolCall]):
         return list(
             map(
                 ToolCall,
-                *(repeat(_SPARSE[name]) if column is None else pick(column) for column, name in zip(columns, _FIELDS)),
+                *(
+                    repeat(_SPARSE[name])
+                    if column is None
+                    else column.take(rows, pick)
+                    if type(column) is TraceIds
+                    else pick(column)
+                    for column, name in zip(columns, _FIELDS)
+                ),
             )
         )
 
@@ -245,7 +257,18 @@ class CallTable(Sequence[ToolCall]):
         """Make every call's record once and keep it: from now on the table
         hands out these records (the same object for a call every time)."""
         if self._records is None:
-            self._records = list(self)
+            records = list(self)
+            # one int per trace among the records, as the reader shared them
+            # (the column keeps none): the recent traces, a trace's calls being near
+            shared: dict[int, int] = {}
+            for record in records:
+                trace_id = record.trace_id
+                kept = shared.setdefault(trace_id, trace_id)
+                if kept is not trace_id:
+                    record.trace_id = kept
+                elif len(shared) > _SHARED:
+                    shared = {trace_id: trace_id}
+            self._records = records
         return self._records
 
     def select(self, rows: Sequence[int]) -> None:
@@ -254,12 +277,69 @@ class CallTable(Sequence[ToolCall]):
         pick = itemgetter(*rows) if len(rows) > 1 else lambda column: tuple(column[row] for row in rows)
         for name in _FIELDS:
             column = getattr(self, name)
-            if column is not None:
+            if type(column) is TraceIds:
+                self.trace_id = column.take(rows, pick)
+            elif column is not None:
                 picked = pick(column)
                 setattr(self, name, array("Q", picked) if name in _WORDS else list(picked))
                 del picked
         if self._records is not None:
             self._records = [self._records[row] for row in rows]
+
+
+class TraceIds(Sequence[int]):
+    """128-bit trace ids as two ``array("Q")`` columns, ``high`` and ``low``
+    (their top and bottom 64 bits: 16 bytes an id where a list of ints
+    takes 56 for each distinct one); indexing and iterating give the ids
+    as ints, a slice gives a ``TraceIds``. Readers in numpy read the halves
+    (``np.frombuffer(ids.high, np.uint64)``)."""
+
+    __slots__ = ("high", "low")
+
+    def __init__(self, high: Optional[array] = None, low: Optional[array] = None) -> None:
+        self.high = array("Q") if high is None else high
+        self.low = array("Q") if low is None else low
+
+    def append(self, trace_id: int) -> None:
+        self.high.append(trace_id >> 64)
+        self.low.append(trace_id & _LOW_64)
+
+    def __len__(self) -> int:
+        return len(self.low)
+
+    @overload
+    def __getitem__(self, row: int) -> int: ...
+
+    @overload
+    def __getitem__(self, row: slice) -> TraceIds: ...
+
+    def __getitem__(self, row):
+        if isinstance(row, slice):
+            return TraceIds(self.high[row], self.low[row])
+        return self.high[row] << 64 | self.low[row]
+
+    def __iter__(self) -> Iterator[int]:
+        return map(or_, map(lshift, self.high, repeat(64)), self.low)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TraceIds):
+            return self.high == other.high and self.low == other.low
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def take(self, rows: Sequence[int], pick: Optional[Callable[[Sequence[int]], Sequence[int]]] = None) -> TraceIds:
+        """These rows, in this order (``pick``: ``itemgetter(*rows)``, where the caller has it)."""
+        if len(rows) < 2:
+            return TraceIds(array("Q", [self.high[row] for row in rows]), array("Q", [self.low[row] for row in rows]))
+        if pick is None:
+            pick = itemgetter(*rows)
+        return TraceIds(array("Q", pick(self.high)), array("Q", pick(self.low)))
+
+
+_LOW_64 = (1 << 64) - 1
+# How many recent trace ids ``keep`` shares one int of (as the reader's ``TRACE_IDS``).
+_SHARED = 1 << 14
 
 
 def _sliced(column: Optional[Sequence], name: str, first: int) -> Iterable:

@@ -601,12 +601,6 @@ class SpanReader:
             exec_ns = start_ns  # a direct call: no exec.start event, the queue (0) in an attribute
         else:
             exec_ns = self._exec_start(span, found, start_ns, end_ns)
-        # The trace id: one int per trace (see _trace_id).
-        trace_id = key >> 64
-        trace_ids = self._trace_ids
-        shared = trace_ids.setdefault(trace_id, trace_id)
-        if shared is trace_id and len(trace_ids) > TRACE_IDS:
-            self._trace_ids = {trace_id: trace_id}
         error_type = self._text(found, ERROR_TYPE) if ERROR_TYPE in found else None
         thread = self._text(found, THREAD_NAME) if THREAD_NAME in found else None
         # Everything that can raise first: a span that fails adds nothing.
@@ -630,7 +624,7 @@ class SpanReader:
             end_ns,
             outcome,
             call_id if self._call_ids else None,
-            shared,
+            key >> 64,  # (the table keeps the trace id as two 64-bit halves: no int to share)
             key & _SPAN_ID_MASK,
             error_type,
             thread,
@@ -901,9 +895,9 @@ class SpanReader:
         # (the candidates found in the id arrays, in numpy: a pass over the
         # records themselves costs a cache miss a call at a million spans,
         # and a set of the ids 40 MB there)
-        trace_ids, span_ids, tools = calls.trace_id, calls.span_id, calls.tool
+        highs, lows, span_ids, tools = calls.trace_id.high, calls.trace_id.low, calls.span_id, calls.tool
         for i in rows_in(span_ids, distinct_ids(parents, parent_ids)):
-            key = trace_ids[i] << 64 | span_ids[i]
+            key = (highs[i] << 64 | lows[i]) << 64 | span_ids[i]
             index_of[key] = i
             tool_of[key] = tools[i]
         keep = bytearray(b"\x01") * len(calls)
@@ -914,7 +908,7 @@ class SpanReader:
             reachable = [key & _SPAN_ID_MASK for key in index_of]  # parents that can lead to a call
             reachable.extend(key & _SPAN_ID_MASK for key in hops)
             for i in rows_in(parents, distinct_ids(reachable)):
-                key = trace_ids[i] << 64 | parents[i]
+                key = (highs[i] << 64 | lows[i]) << 64 | parents[i]
                 j = index_of.get(hops.get(key, key) if hops else key)
                 if j is not None and tools[j] == tools[i]:
                     up[i] = j

@@ -41,6 +41,7 @@ from typing import Callable, Sequence
 
 from agent_otel.records import NS_PER_S, ModelCall
 from agent_otel.semconv import OPENINFERENCE_SPAN_KIND, TRACELOOP_SPAN_KIND
+from agent_otel.spans.calls import TraceIds
 
 # How far (ns) a span may reach beyond the span of the call it is merged into.
 SLACK_NS = 5_000_000
@@ -48,7 +49,6 @@ SLACK_NS = 5_000_000
 SCAN_MAX = 16
 # Times past this (ns, year 2116) take the one-by-one merge: in numpy they are int64s, with room to add.
 _PAIR_NS_END = 1 << 62
-_LOW_64 = (1 << 64) - 1
 
 # Which instrumentation made a span.
 FAMILY_GENAI = 0  # the GenAI conventions alone: agent-otel's, the OpenTelemetry GenAI instrumentations'
@@ -82,7 +82,7 @@ def merge_tool_groups(
     ids: array,
     submits: array,
     ends: array,
-    trace_ids: tuple[Sequence[int], Sequence[int]],
+    trace_ids: tuple[TraceIds, TraceIds],
     tools: tuple[Sequence[str], Sequence[str]],
     aside: Aside,
     count: int,
@@ -92,7 +92,7 @@ def merge_tool_groups(
     (rows as in ``Aside.place``: the table's ``count``, then the spans set
     aside); returns how many were dropped. The columns are as in
     ``merge_tool_spans``, ``ids`` an ``array("q")``, ``submits`` and
-    ``ends`` ``array("Q")``; ``trace_ids`` and ``tools`` in two parts, the
+    ``ends`` ``array("Q")``; ``trace_ids`` (``TraceIds``) and ``tools`` in two parts, the
     table's and the spans set aside's (not joined: a list of a million
     rows is 8 MB). The usual group, agent-otel's span and one
     peer's, is decided in numpy (as ``merge_tool_spans`` decides it); the
@@ -104,8 +104,8 @@ def merge_tool_groups(
     if n < 2:
         return 0
     # the kept rows grouped by (trace, tool): the trace ids' halves and a code per tool, sorted
-    high = np.fromiter((trace >> 64 for trace in chain(*trace_ids)), np.uint64, total)
-    low = np.fromiter((trace & _LOW_64 for trace in chain(*trace_ids)), np.uint64, total)
+    high = np.concatenate([np.frombuffer(part.high, np.uint64) for part in trace_ids])
+    low = np.concatenate([np.frombuffer(part.low, np.uint64) for part in trace_ids])
     codes: dict[str, int] = {}
     tool = np.fromiter((codes.setdefault(name, len(codes)) for name in chain(*tools)), np.int32, total)
     if n < total:  # (the rows a chain of one call's spans left out)
@@ -241,7 +241,7 @@ class Aside:
         self.tool: list[str] = []
         self.start_ns = array("Q")
         self.end_ns = array("Q")
-        self.trace_id: list[int] = []
+        self.trace_id = TraceIds()
         self.span_id = array("Q")
         self.parent = array("Q")  # 0: none
         self.pool: list[str] = []
