@@ -199,6 +199,15 @@ def test_the_call_table_gives_back_the_records_it_was_given():
     assert list(table) == [calls[rows[2]]]
     kept = CallTable.of(calls)
     assert kept[10] is calls[10] and kept.records([4, 2])[1] is calls[2]
+    # a selection of 4,096 rows or more moves the 64-bit columns in numpy: the same calls
+    calls[1].span_id, calls[2].submit_ns = (1 << 64) - 1, (1 << 64) - 2
+    large = CallTable()
+    for call in calls:
+        large.append(call)
+    rows = [1, 2, *rng.sample(range(3, len(calls)), 6000), 2]
+    large.select(rows)
+    assert type(large.submit_ns) is array and large.submit_ns.typecode == "Q"
+    assert list(large) == [calls[i] for i in rows] and large[0].span_id == (1 << 64) - 1
 
 
 def test_the_trace_id_column_gives_back_the_128_bit_ids_it_was_given():

@@ -275,12 +275,15 @@ class CallTable(Sequence[ToolCall]):
         """Keep only these rows, in this order (one column at a time: the
         table's memory grows by one column's meanwhile, not by its copy)."""
         pick = itemgetter(*rows) if len(rows) > 1 else lambda column: tuple(column[row] for row in rows)
+        # (the 64-bit columns of a large table picked in numpy, as bytes: through
+        # Python ints, 0.1 s a column at 870k rows against 3 ms)
+        words = _words_picker(rows) if len(rows) >= _WORDS_IN_NUMPY else pick
         for name in _FIELDS:
             column = getattr(self, name)
             if type(column) is TraceIds:
-                self.trace_id = column.take(rows, pick)
+                self.trace_id = column.take(rows, words)
             elif column is not None:
-                picked = pick(column)
+                picked = words(column) if name in _WORDS else pick(column)
                 setattr(self, name, array("Q", picked) if name in _WORDS else list(picked))
                 del picked
         if self._records is not None:
@@ -328,7 +331,7 @@ class TraceIds(Sequence[int]):
 
     __hash__ = None  # type: ignore[assignment]
 
-    def take(self, rows: Sequence[int], pick: Optional[Callable[[Sequence[int]], Sequence[int]]] = None) -> TraceIds:
+    def take(self, rows: Sequence[int], pick: Optional[Callable[[array], Sequence[int]]] = None) -> TraceIds:
         """These rows, in this order (``pick``: ``itemgetter(*rows)``, where the caller has it)."""
         if len(rows) < 2:
             return TraceIds(array("Q", [self.high[row] for row in rows]), array("Q", [self.low[row] for row in rows]))
@@ -338,6 +341,22 @@ class TraceIds(Sequence[int]):
 
 
 _LOW_64 = (1 << 64) - 1
+# A table selected with this many rows or more moves its 64-bit columns in numpy.
+_WORDS_IN_NUMPY = 1 << 12
+
+
+def _words_picker(rows: Sequence[int]) -> Callable[[array], bytes]:
+    """What picks ``rows`` of an ``array("Q")``, in numpy: their bytes, for ``array("Q", ...)``."""
+    import numpy as np  # (not at import: the blame service's reader builds tables too)
+
+    taken = np.asarray(rows, np.intp)
+
+    def words(column: array) -> bytes:
+        return np.frombuffer(column, np.uint64)[taken].tobytes()
+
+    return words
+
+
 # How many recent trace ids ``keep`` shares one int of (as the reader's ``TRACE_IDS``).
 _SHARED = 1 << 14
 
