@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 from array import array
-from bisect import bisect_right
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from agent_otel.report.columns import CallColumns, Names, seconds_sorted, total
 from agent_otel.spans.ids import distinct, distinct_ids, rows_in
 from agent_otel.report.stats import max_overlap, peak_depth
 from agent_otel.report.turns import find_turns
+from tests.helpers.windows import in_windows_by_bisect
 
 
 def test_seconds_are_the_doubles_python_divides_to_even_past_2_to_the_53():
@@ -73,22 +73,6 @@ def _calls(rng: random.Random, count: int) -> list[ToolCall]:
     return calls
 
 
-def _in_windows_by_bisect(calls: list[ToolCall], windows: list[IdleWindow]) -> list[ToolCall]:
-    """The filter as it was written before the columns: a bisect per call."""
-    edges: list[int] = []
-    for window in sorted(windows, key=lambda w: w.start_ns):
-        if edges and window.start_ns <= edges[-1]:
-            edges[-1] = max(edges[-1], window.end_ns)
-        else:
-            edges += (window.start_ns, window.end_ns)
-    kept = []
-    for call in calls:
-        i = bisect_right(edges, call.submit_ns)
-        if i % 2 or (i < len(edges) and (not call.end_ns or call.end_ns > edges[i])):
-            kept.append(call)
-    return kept
-
-
 def test_the_calls_in_idle_windows_are_the_ones_a_bisect_finds():
     rng = random.Random(3)
     for _ in range(30):
@@ -98,7 +82,9 @@ def test_the_calls_in_idle_windows_are_the_ones_a_bisect_finds():
             a = calls[0].submit_ns + rng.randrange(-(10**9), 300 * 10**9)
             windows.append(IdleWindow("0", a, a + rng.randrange(1, 5 * 10**9), 0.0))
         rows = analysis_module._in_windows(CallColumns(CallTable.of(calls)), windows)
-        assert [id(calls[i]) for i in rows.tolist()] == [id(c) for c in _in_windows_by_bisect(calls, windows)]
+        assert [id(calls[i]) for i in rows.tolist()] == [
+            id(c) for c in in_windows_by_bisect(calls, windows, "submit_ns")
+        ]
 
 
 def test_the_statistics_from_columns_match_the_calls():

@@ -9,7 +9,6 @@ inputs, one call, many tools, calls still in flight, times past 2**53.
 from __future__ import annotations
 
 import random
-from bisect import bisect_right
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from agent_otel.report import recommendations as rec
 from agent_otel.report.columns import CallColumns, Names, seconds_sorted
 from agent_otel.report.stats import max_overlap, percentile
 from agent_otel.spans.calls import CallTable
+from tests.helpers.windows import in_windows_by_bisect
 
 
 @pytest.mark.parametrize("kinds", [1, 3, 31, 32, 33, 200, 300])
@@ -90,21 +90,6 @@ def _windows(rng: random.Random, count: int, t0: int) -> list[IdleWindow]:
     return windows
 
 
-def _meeting_by_bisect(models: list[ModelCall], windows: list[IdleWindow]) -> list[ModelCall]:
-    edges: list[int] = []
-    for window in sorted(windows, key=lambda w: w.start_ns):
-        if edges and window.start_ns <= edges[-1]:
-            edges[-1] = max(edges[-1], window.end_ns)
-        else:
-            edges += (window.start_ns, window.end_ns)
-    kept = []
-    for model in models:
-        i = bisect_right(edges, model.start_ns)
-        if i % 2 or (i < len(edges) and (not model.end_ns or model.end_ns > edges[i])):
-            kept.append(model)
-    return kept
-
-
 def test_the_model_calls_in_idle_windows_are_the_ones_a_bisect_finds_and_the_blame_is_the_same():
     """Only the model calls that meet some window go to the attribution: the
     same shares, to the rounding of the running integrals, as with all."""
@@ -114,7 +99,7 @@ def test_the_model_calls_in_idle_windows_are_the_ones_a_bisect_finds_and_the_bla
         models = _models(rng, rng.randrange(0, 60), t0)
         windows = sorted(_windows(rng, rng.randrange(0, 12), t0), key=lambda w: (w.start_ns, w.gpu))
         meeting = analysis_module._models_in_windows(models, windows)
-        assert [id(m) for m in meeting] == [id(m) for m in _meeting_by_bisect(models, windows)], trial
+        assert [id(m) for m in meeting] == [id(m) for m in in_windows_by_bisect(models, windows, "start_ns")], trial
         calls = []
         for i in range(rng.randrange(1, 40)):
             submit = t0 + rng.randrange(0, 200 * 10**9)
