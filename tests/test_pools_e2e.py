@@ -59,11 +59,16 @@ REPO = Path(__file__).resolve().parents[1]
 AGENT = REPO / "tests" / "helpers" / "pool_agent.py"
 POOL = "e2e-pool:8000"
 STALL_S = 10.0  # the hung call hangs this long, or until the alert fired if later
-WATERMARK_S = 13.0  # covers the hung call and its export: every span is on time
+# The alert must fire within this much of the hang: its 2 s "for" plus a
+# scrape (1 s) and two rule evaluations (1 s) make about 5 s; on a loaded
+# 2-core machine a scrape of a busy agent can run past its 1 s timeout, which
+# drops the pool's calls in flight for an evaluation and restarts the "for"
+# (8.6 s seen once in CI).
+STALL_LIMIT_S = 14.0
+WATERMARK_S = STALL_LIMIT_S + 5  # covers the hung call and its export: every span is on time
 STALL_FOR = "2s"  # the live alert's "for" in this test's rules (30s in the committed file)
 HANG_AT_S = 8.0  # after the service starts; the GPU log is idle from IDLE_FROM_S on
 IDLE_FROM_S, IDLE_TO_S = 6.0, 60.0
-STALL_LIMIT_S = 8.0  # the alert must fire within this much of the hang
 STOP_AT_S = 18.0
 SAMPLE_PERIOD_S = 1 / 6
 MAX_REQUEST_BYTES = 64 * 1024
@@ -269,6 +274,8 @@ def _run(prometheus_bin: str, work: Path, processes: list[Process]) -> dict:
         work / "prometheus.log",
     )
     alert_seen = time.time()
+    # What delayed the alert, should it be late: the agents' slowest scrapes.
+    slow_scrapes = api.instant('max_over_time(scrape_duration_seconds{job="agents"}[30s])')
     still_hung = not any(line == "released" for line in agents[0].lines)
     time.sleep(max(0.0, hang_seen + STALL_S - time.time()))
     release.touch()
@@ -300,6 +307,7 @@ def _run(prometheus_bin: str, work: Path, processes: list[Process]) -> dict:
         "still_hung": still_hung,
         "hang_seen": hang_seen,
         "alert_seen": alert_seen,
+        "slow_scrapes": {s["metric"]["instance"]: s["value"][1] for s in slow_scrapes},
         "released": released,
         "started": started,
     }
@@ -334,7 +342,8 @@ def check_the_live_alert_fires_during_a_stall_that_has_not_ended(run: dict) -> N
     assert alert["metric"]["agent_gpu_pool"] == POOL and alert["metric"]["job"] == "blame-service"
     assert alert["metric"]["gpu"] == "0"
     # Within a few scrape (1 s) and rule (1 s) intervals past its 2 s "for".
-    assert run["alert_seen"] - run["hang_seen"] < STALL_LIMIT_S
+    waited = run["alert_seen"] - run["hang_seen"]
+    assert waited < STALL_LIMIT_S, (waited, run["slow_scrapes"])
 
 
 def check_the_service_blame_equals_the_offline_report_over_the_merged_files(run: dict) -> None:
@@ -455,6 +464,7 @@ def check_the_live_rule_comes_close_to_the_exact_blame_of_the_stall(run: dict) -
     # docs/attribution.md: within a scrape plus a rule interval (1 s + 1 s
     # here) at each of the stall's two edges.
     print(f"stall {stall:.2f} s: exact blame {exact:.2f} s, live rule {live:.2f} s")
+    print("live rule samples (s after the hang, value):", [(round(t - run["hang_seen"], 2), v) for t, v in points])
     assert live == pytest.approx(exact, abs=2 * (1.0 + 1.0)), (live, exact)
 
 
