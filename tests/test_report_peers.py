@@ -7,6 +7,7 @@ OTLP/JSON file the real SDK wrote.
 from __future__ import annotations
 
 import json
+from array import array
 
 import pytest
 
@@ -143,6 +144,56 @@ def test_a_pair_of_agent_otels_span_and_a_peers_merges_as_in_any_group():
         assert found[0] == found[1], case
         merged += bool(found[0])
     assert 0 < merged < 400
+
+
+def test_the_groups_decided_in_numpy_merge_as_one_by_one():
+    """``merge_tool_groups`` decides small groups in numpy where the answer
+    is the same in any order; on random columns (groups of 2 to 20 spans,
+    several peers' spans within one agent-otel span or within none, ties,
+    call ids that agree or not, rows already dropped) it drops exactly what
+    ``merge_tool_spans`` drops group by group, in request order."""
+    import random
+
+    from agent_otel.spans.calls import TraceIds
+    from agent_otel.spans.peers import SLACK_NS, SMALL_GROUP, Aside, merge_tool_groups, merge_tool_spans
+
+    rng = random.Random(17)
+    decided = 0
+    for case in range(300):
+        total = rng.randrange(2, 120)
+        traces = [rng.getrandbits(128) for _ in range(rng.randrange(1, 4))]
+        trace_of = [rng.choice(traces) for _ in range(total)]
+        tool_of = [rng.choice(["search", "fetch", "sql"]) for _ in range(total)]
+        if case % 3 == 0:  # a group past SMALL_GROUP: one trace, one tool
+            trace_of, tool_of = [traces[0]] * total, ["search"] * total
+        ours = bytearray(rng.random() < 0.5 for _ in range(total))
+        families = bytearray(0 if o else rng.choice([1, 2]) for o in ours)
+        ids = array("q", [rng.choice([0, 0, 0, 7, 9]) for _ in range(total)])
+        submits = array("Q", [10**18 + rng.randrange(0, 12) * SLACK_NS for _ in range(total)])
+        ends = array("Q", [s + rng.randrange(0, 6) * SLACK_NS for s in submits])
+        keep = bytearray(rng.random() < 0.95 for _ in range(total))
+        expected = bytearray(keep)
+        groups: dict[tuple[int, str], list[int]] = {}
+        for row in range(total):
+            if keep[row]:
+                groups.setdefault((trace_of[row], tool_of[row]), []).append(row)
+        expected_count = 0
+        for rows in groups.values():
+            if len(rows) > 1 and not all(ours[row] for row in rows):
+                rows.sort(key=lambda row: (submits[row], row))
+                dropped: list[int] = []
+                expected_count += merge_tool_spans(rows, ours, families, ids, submits, ends, dropped.append)
+                for row in dropped:
+                    expected[row] = 0
+                decided += len(rows) <= SMALL_GROUP
+        trace_ids = TraceIds()
+        for trace_id in trace_of:
+            trace_ids.append(trace_id)
+        count = merge_tool_groups(
+            keep, ours, families, ids, submits, ends, (trace_ids, TraceIds()), (tool_of, []), Aside(), total
+        )
+        assert (count, keep) == (expected_count, expected), case
+    assert decided > 200
 
 
 def _otlp_line(spans: list[dict], pool: str) -> bytes:

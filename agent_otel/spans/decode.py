@@ -1011,10 +1011,6 @@ class SpanReader:
             ours, families, ids = ours + bytes(more), families + aside.family, ids + array("q", bytes(8 * more))
             submits, ends = submits + aside.start_ns, ends + aside.end_ns
             keep.extend(b"\x01" * more)
-
-        def drop(row: int) -> None:
-            keep[row] = 0
-
         self.data.peer_tool_spans_merged += merge_tool_groups(
             keep,
             ours,
@@ -1026,7 +1022,6 @@ class SpanReader:
             (calls.tool, aside.tool),
             aside,
             count,
-            drop,
         )
 
     def _dedupe_model_calls(self) -> None:

@@ -86,17 +86,17 @@ def merge_tool_groups(
     tools: tuple[Sequence[str], Sequence[str]],
     aside: Aside,
     count: int,
-    drop: Callable[[int], None],
 ) -> int:
     """Merge the tool spans of each tool in each trace, the rows ``keep``
     (rows as in ``Aside.place``: the table's ``count``, then the spans set
-    aside); returns how many were dropped. The columns are as in
-    ``merge_tool_spans``, ``ids`` an ``array("q")``, ``submits`` and
-    ``ends`` ``array("Q")``; ``trace_ids`` (``TraceIds``) and ``tools`` in two parts, the
-    table's and the spans set aside's (not joined: a list of a million
-    rows is 8 MB). The usual group, agent-otel's span and one
-    peer's, is decided in numpy (as ``merge_tool_spans`` decides it); the
-    others one by one."""
+    aside), setting ``keep[row]`` to 0 for each span merged away; returns
+    how many were. The columns are as in ``merge_tool_spans``, ``ids`` an
+    ``array("q")``, ``submits`` and ``ends`` ``array("Q")``; ``trace_ids``
+    (``TraceIds``) and ``tools`` in two parts, the table's and the spans set
+    aside's (not joined: a list of a million rows is 8 MB). A small group
+    whose merge has one answer whatever the order (``_merge_small_groups``:
+    the usual ones, agent-otel's spans and one peer's beside each) is
+    decided in numpy; the others one by one."""
     import numpy as np  # (as in Aside.order)
 
     rows = np.flatnonzero(np.frombuffer(keep, dtype=np.uint8))
@@ -106,8 +106,9 @@ def merge_tool_groups(
     # the kept rows grouped by (trace, tool): the trace ids' halves and a code per tool, sorted
     high = np.concatenate([np.frombuffer(part.high, np.uint64) for part in trace_ids])
     low = np.concatenate([np.frombuffer(part.low, np.uint64) for part in trace_ids])
-    codes: dict[str, int] = {}
-    tool = np.fromiter((codes.setdefault(name, len(codes)) for name in chain(*tools)), np.int32, total)
+    # (a code per tool, looked up in C: a generator's step per row took 0.5 µs)
+    codes = {name: code for code, name in enumerate(set(chain(*tools)))}
+    tool = np.fromiter(map(codes.__getitem__, chain(*tools)), np.int32, total)
     if n < total:  # (the rows a chain of one call's spans left out)
         high, low, tool = high[rows], low[rows], tool[rows]
     order = np.lexsort((tool, low, high))
@@ -119,31 +120,88 @@ def merge_tool_groups(
     sizes = np.diff(np.append(starts, n))
     theirs = np.frombuffer(ours, dtype=np.uint8)[rows] == 0
     peers = np.add.reduceat(theirs.astype(np.int64), starts)
-    pair = (sizes == 2) & (peers == 1)
+    rest = (sizes > 1) & (peers > 0)
+    small = rest & (sizes <= SMALL_GROUP)
     starts_ns, ends_ns = np.frombuffer(submits, dtype=np.uint64), np.frombuffer(ends, dtype=np.uint64)
     dropped = 0
-    if pair.any() and int(ends_ns.max()) < _PAIR_NS_END:
-        first = starts[pair]
-        a, b = rows[first], rows[first + 1]
-        a_theirs = theirs[first]
-        row, host = np.where(a_theirs, a, b), np.where(a_theirs, b, a)
-        start, end = starts_ns[row].astype(np.int64), ends_ns[row].astype(np.int64)
-        host_start, host_end = starts_ns[host].astype(np.int64), ends_ns[host].astype(np.int64)
-        overlap = np.minimum(host_end + SLACK_NS, end) - np.maximum(host_start - SLACK_NS, start)
-        call_ids = np.frombuffer(ids, dtype=np.int64)
-        call_id, host_id = call_ids[row], call_ids[host]
-        same = (overlap >= 0) & (overlap * 2 >= end - start) & ((call_id == 0) | (host_id == 0) | (call_id == host_id))
-        for merged in row[same].tolist():
-            drop(merged)
-        dropped += int(same.sum())
-        rest = (sizes > 1) & (peers > 0) & ~pair
-    else:
-        rest = (sizes > 1) & (peers > 0)
+    if small.any() and int(ends_ns.max()) < _PAIR_NS_END:
+        settled, merged = _merge_small_groups(
+            starts[small], sizes[small], rows, theirs, starts_ns, ends_ns, np.frombuffer(ids, dtype=np.int64)
+        )
+        np.frombuffer(keep, dtype=np.uint8)[merged] = 0
+        dropped += len(merged)
+        rest[np.flatnonzero(small)[settled]] = False
+
+    def drop(row: int) -> None:
+        keep[row] = 0
+
     for first, size in zip(starts[rest].tolist(), sizes[rest].tolist()):
         group = rows[first : first + size].tolist()
         aside.by_request(group, submits, count)
         dropped += merge_tool_spans(group, ours, families, ids, submits, ends, drop)
     return dropped
+
+
+# Groups of at most this many spans may be decided in numpy (each of its
+# peers' spans is checked against each of its agent-otel spans).
+SMALL_GROUP = 16
+# Pairs checked at once there (a few MB of temporaries).
+_PAIRS_AT_ONCE = 1 << 16
+
+
+def _merge_small_groups(firsts, sizes, rows, theirs, submits, ends, ids):
+    """The groups (of ``merge_tool_groups``: ``rows[first : first + size]``, a
+    span of a peer's where ``theirs``) whose merge ``merge_tool_spans`` would
+    make in any order: each peer's span lies within exactly one agent-otel
+    span of its group that no other peer's span of the group lies within
+    (with call ids that agree), except at most one peer's span within none.
+    It is then merged into that one (each agent-otel span takes it, having
+    absorbed nothing else), and the one within none is left alone. Returns
+    (whether each group was decided here, the rows merged away). Times are
+    below ``_PAIR_NS_END``: in int64 they have room to add."""
+    import numpy as np
+
+    settled = np.zeros(len(firsts), dtype=bool)
+    merged = []
+    # chunks of groups with at most _PAIRS_AT_ONCE (element, element) pairs
+    pairs = np.cumsum(sizes.astype(np.int64) ** 2)
+    cuts = [0]
+    while cuts[-1] < len(firsts):
+        done = int(pairs[cuts[-1] - 1]) if cuts[-1] else 0
+        cuts.append(max(cuts[-1] + 1, int(np.searchsorted(pairs, done + _PAIRS_AT_ONCE, side="right"))))
+    for lo, hi in zip(cuts, cuts[1:]):
+        k = sizes[lo:hi].astype(np.int64)
+        groups = len(k)
+        # the elements (positions in rows), each with its group
+        element_starts = np.cumsum(k) - k
+        group_of = np.repeat(np.arange(groups), k)
+        count = len(group_of)
+        position = firsts[lo:hi].astype(np.int64)[group_of] + np.arange(count) - element_starts[group_of]
+        # every (element, element of its group): a peer's span against an agent-otel span
+        per = k[group_of]
+        left = np.repeat(np.arange(count), per)
+        pair_starts = np.cumsum(per) - per
+        right = element_starts[group_of[left]] + np.arange(len(left)) - np.repeat(pair_starts, per)
+        peer = theirs[position]
+        candidate = peer[left] & ~peer[right]
+        left, right = left[candidate], right[candidate]
+        row, host = rows[position[left]], rows[position[right]]
+        start, end = submits[row].astype(np.int64), ends[row].astype(np.int64)
+        overlap = np.minimum(ends[host].astype(np.int64) + SLACK_NS, end) - np.maximum(
+            submits[host].astype(np.int64) - SLACK_NS, start
+        )
+        call_id, host_id = ids[row], ids[host]
+        same = (overlap >= 0) & (overlap * 2 >= end - start) & ((call_id == 0) | (host_id == 0) | (call_id == host_id))
+        hosts = np.bincount(left[same], minlength=count)  # per peer's span: the agent-otel spans it lies within
+        taken = np.bincount(right[same], minlength=count)  # per agent-otel span: the peers' spans within it
+        unclear = (peer & (hosts > 1)) | (~peer & (taken > 1))
+        alone = peer & (hosts == 0)
+        decided = (np.bincount(group_of, weights=unclear, minlength=groups) == 0) & (
+            np.bincount(group_of, weights=alone, minlength=groups) <= 1
+        )
+        settled[lo:hi] = decided
+        merged.append(rows[position[peer & (hosts == 1) & decided[group_of]]])
+    return settled, np.concatenate(merged)
 
 
 def merge_tool_spans(
