@@ -86,7 +86,14 @@ from agent_otel.spans.otlp_json import (
     nanos,
     value_of,
 )
-from agent_otel.spans.peers import FAMILY_GENAI, Aside, family_of, merge_model_calls, merge_tool_groups
+from agent_otel.spans.peers import (
+    FAMILY_GENAI,
+    FAMILY_OPENINFERENCE,
+    Aside,
+    family_of,
+    merge_model_calls,
+    merge_tool_groups,
+)
 from agent_otel.semconv import (
     AGENT_GPU_SOURCE,
     AGENT_MODEL_SERVER_KV_CACHE_USAGE,
@@ -408,7 +415,38 @@ class SpanReader:
         elif span.name == SPAN_VLLM_REQUEST:
             self._server_request(span, found, key, start_ns, end_ns)
         elif OPENINFERENCE_SPAN_KIND in found or TRACELOOP_SPAN_KIND in found or MCP_METHOD_NAME in found:
-            run = self._other_instrumentation(span, found, key, start_ns, end_ns, pool)
+            kind, tool = found.get(OPENINFERENCE_SPAN_KIND), found.get(OPENINFERENCE_TOOL_NAME)
+            if (
+                type(kind) is JsonValue
+                and kind.stringValue == OPENINFERENCE_TOOL
+                and type(tool) is JsonValue
+                and type(tool := tool.stringValue) is str
+                and tool
+                and tool.isascii()
+                and not span.events
+                and found.keys().isdisjoint(_ROW_ATTRIBUTES)
+            ):
+                # OpenInference's TOOL span as it is written (half the spans
+                # where it runs beside agent-otel): what _other_instrumentation
+                # and _peer_tool_call make of it, inline (0.5 µs a span less)
+                status = span.status
+                failed = type(status) is JsonStatus and _status_code(span) == STATUS_ERROR
+                parent = self._parent(span) if span.parentSpanId else 0
+                self._aside.add(
+                    self._strings.setdefault(tool, tool),
+                    start_ns,
+                    end_ns,
+                    self._trace_id(key),
+                    key & _SPAN_ID_MASK,
+                    parent,
+                    pool,
+                    FAMILY_OPENINFERENCE,
+                    failed,
+                    len(data.calls),
+                )
+                data.peer_tool_spans += 1
+            else:
+                run = self._other_instrumentation(span, found, key, start_ns, end_ns, pool)
         # A new kind of span: recognise it here and turn it into a record.
         else:
             self._other_span(span, key, start_ns, end_ns)
