@@ -241,3 +241,34 @@ def test_distinct_is_numpys_unique_without_its_hash_table(size):
     rng = np.random.default_rng(size)
     for values in (rng.integers(0, 50, size, dtype=np.uint64), rng.integers(0, 2**63, size, dtype=np.uint64)):
         assert distinct(values).tolist() == np.unique(values).tolist()
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 1000])
+def test_grouped_puts_each_groups_rows_together_in_row_order(size):
+    """``grouped`` as a lexsort groups: the same groups, each's rows in row
+    order; with random 64-bit ids, with few values (many rows a group), and
+    with columns made to mix to one value for two groups (the fallback)."""
+    from agent_otel.spans.ids import _MIXERS, grouped
+
+    rng = np.random.default_rng(size)
+    high = rng.integers(0, 2**63, size, dtype=np.uint64)
+    cases = [
+        (high, rng.integers(0, 2**63, size, dtype=np.uint64), rng.integers(0, 3, size).astype(np.int32)),
+        (rng.integers(0, 3, size, dtype=np.uint64), rng.integers(0, 3, size, dtype=np.uint64)),
+    ]
+    if size >= 2:
+        # (a, 0) and (0, b) mix to one value where a * m0 == b * m1 (mod 2**64)
+        m0, m1 = _MIXERS[0], _MIXERS[1]
+        a = 12345
+        b = a * m0 * pow(m1, -1, 1 << 64) % (1 << 64)
+        first = np.array([a if i % 2 else 0 for i in range(size)], dtype=np.uint64)
+        second = np.array([0 if i % 2 else b for i in range(size)], dtype=np.uint64)
+        cases.append((first, second))
+    for columns in cases:
+        order, starts = grouped(*columns)
+        ends = np.append(starts[1:], size).tolist()
+        groups = [order[s:e].tolist() for s, e in zip(starts.tolist(), ends)]
+        expected: dict[tuple, list[int]] = {}
+        for row in range(size):
+            expected.setdefault(tuple(int(c[row]) for c in columns), []).append(row)
+        assert sorted(groups) == sorted(expected.values())

@@ -46,6 +46,7 @@ import numpy as np
 
 from agent_otel.records import NS_PER_S, AgentRun, LoopBlock, ModelCall
 from agent_otel.spans.calls import CallTable, TraceIds
+from agent_otel.spans.ids import grouped
 
 FROM_AGENT = "agent"
 FROM_TRACE = "trace"
@@ -173,13 +174,9 @@ def _traces(
     count = len(trace_ids)
     if count:
         high, low = np.frombuffer(trace_ids.high, np.uint64), np.frombuffer(trace_ids.low, np.uint64)
-        order = np.lexsort((low, high))  # stable: each trace's rows stay in row order
-        high = high[order]
-        low = low[order]
-        changes = np.flatnonzero((high[1:] != high[:-1]) | (low[1:] != low[:-1])) + 1
+        order, firsts = grouped(high, low)  # each trace's rows stay in row order
         del high, low
-        firsts = np.concatenate(([0], changes))
-        lasts = np.concatenate((changes, [count]))
+        lasts = np.concatenate((firsts[1:], [count]))
         earliest = np.minimum.reduceat(np.frombuffer(calls.submit_ns, np.uint64)[order], firsts)
         latest = np.maximum.reduceat(np.frombuffer(calls.end_ns, np.uint64)[order], firsts)
     pending = dict.fromkeys(models_of)  # the traces with model calls not yet given

@@ -974,10 +974,14 @@ class SpanReader:
         self._joined(tool_of)  # before the calls are deduplicated: self._parents lines up with them
         aside, count = self._aside, len(calls)
         if aside:  # the peers' spans set aside that the merge left: rows, each where it was read
-            left = [j for j in range(len(aside)) if keep[count + j]]
-            for j in left:
+            import numpy as np  # (as in _place_in_numpy)
+
+            flags = np.frombuffer(keep, dtype=np.uint8)
+            rows, left = np.flatnonzero(flags[:count]), np.flatnonzero(flags[count:])
+            del flags
+            for j in left.tolist():
                 self._add_aside(j)
-            calls.select(aside.order([i for i in range(count) if keep[i]], left, count))
+            calls.select(aside.order(rows, left, count))
             data.duplicate_count += count + len(aside) - len(calls)
             self._aside = Aside()
         elif not all(keep):

@@ -26,6 +26,41 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
 
 
+def grouped(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows grouped by their values in ``columns`` (integer arrays of
+    one length, each value below 2**64): an order of the rows that puts
+    each group's rows together, in row order (the groups themselves in no
+    particular order), and where each group starts in it.
+
+    One stable sort on a 64-bit mix of the columns: a lexsort of a trace
+    id's two halves and a tool took 0.3 s at 840k rows, this 0.09. Where
+    two groups share a mix (never seen with random ids; ids made by hand
+    may), a lexsort of the columns themselves."""
+    import numpy as np
+
+    count = len(columns[0])
+    mixed = np.zeros(count, np.uint64)
+    for column, factor in zip(columns, _MIXERS):
+        mixed ^= column.astype(np.uint64, copy=False) * np.uint64(factor)
+    order = np.argsort(mixed, kind="stable")
+    mixed = mixed[order]
+    ends = np.zeros(max(count - 1, 0), dtype=bool)  # where a group ends
+    for column in columns:
+        column = column[order]
+        ends |= column[1:] != column[:-1]
+    if (ends & (mixed[1:] == mixed[:-1])).any():  # two groups mixed to one value
+        order = np.lexsort(columns[::-1])
+        ends[:] = False
+        for column in columns:
+            column = column[order]
+            ends |= column[1:] != column[:-1]
+    return order, np.flatnonzero(np.concatenate(([True], ends))) if count else np.zeros(0, np.intp)
+
+
+# Odd 64-bit constants (golden-ratio and xxHash primes): each column times its own.
+_MIXERS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5)
+
+
 def distinct_ids(*columns: Iterable[int]) -> np.ndarray:
     """Span ids (64-bit), distinct and sorted, 0 (no parent) left out."""
     import numpy as np

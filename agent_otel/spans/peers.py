@@ -37,11 +37,12 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from agent_otel.records import NS_PER_S, ModelCall
 from agent_otel.semconv import OPENINFERENCE_SPAN_KIND, TRACELOOP_SPAN_KIND
 from agent_otel.spans.calls import TraceIds
+from agent_otel.spans.ids import grouped
 
 # How far (ns) a span may reach beyond the span of the call it is merged into.
 SLACK_NS = 5_000_000
@@ -111,12 +112,10 @@ def merge_tool_groups(
     tool = np.fromiter(map(codes.__getitem__, chain(*tools)), np.int32, total)
     if n < total:  # (the rows a chain of one call's spans left out)
         high, low, tool = high[rows], low[rows], tool[rows]
-    order = np.lexsort((tool, low, high))
-    high, low, tool, rows = high[order], low[order], tool[order], rows[order]
-    del order
-    changes = (high[1:] != high[:-1]) | (low[1:] != low[:-1]) | (tool[1:] != tool[:-1])
+    order, starts = grouped(high, low, tool)
     del high, low, tool
-    starts = np.flatnonzero(np.concatenate(([True], changes)))
+    rows = rows[order]
+    del order
     sizes = np.diff(np.append(starts, n))
     theirs = np.frombuffer(ours, dtype=np.uint8)[rows] == 0
     peers = np.add.reduceat(theirs.astype(np.int64), starts)
@@ -355,7 +354,7 @@ class Aside:
         if any(submits[a] == submits[b] for a, b in zip(group, group[1:])):
             group.sort(key=lambda row: (submits[row], self.place(row, rows)))
 
-    def order(self, rows: Sequence[int], aside: Sequence[int], count: int) -> list[int]:
+    def order(self, rows: Iterable[int], aside: Iterable[int], count: int) -> list[int]:
         """The table's rows once the spans ``aside`` (increasing) are appended
         to it (``count`` rows before), in the order they were read: ``rows``
         (increasing) and then the new rows, interleaved."""
