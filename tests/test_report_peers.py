@@ -146,19 +146,29 @@ def test_a_pair_of_agent_otels_span_and_a_peers_merges_as_in_any_group():
     assert 0 < merged < 400
 
 
-def test_the_groups_decided_in_numpy_merge_as_one_by_one():
-    """``merge_tool_groups`` decides small groups in numpy where the answer
-    is the same in any order; on random columns (groups of 2 to 20 spans,
-    several peers' spans within one agent-otel span or within none, ties,
-    call ids that agree or not, rows already dropped) it drops exactly what
-    ``merge_tool_spans`` drops group by group, in request order."""
+def test_the_groups_merged_in_numpy_merge_as_one_by_one(monkeypatch):
+    """``merge_tool_groups`` merges small groups in numpy, a rank at a time;
+    on random columns (groups of 2 to 120 spans, peers' spans within several
+    agent-otel spans, within one or within none, two families, ties in
+    request time broken by the order read, spans set aside, call ids that
+    agree or not, rows already dropped) it drops exactly what
+    ``merge_tool_spans`` drops group by group, in request order; most small
+    groups are decided in numpy."""
     import random
 
+    from agent_otel.spans import peers
     from agent_otel.spans.calls import TraceIds
     from agent_otel.spans.peers import SLACK_NS, SMALL_GROUP, Aside, merge_tool_groups, merge_tool_spans
 
+    one_by_one: list[int] = []
+
+    def counted(rows, *args):
+        one_by_one.append(len(rows))
+        return merge_tool_spans(rows, *args)
+
+    monkeypatch.setattr(peers, "merge_tool_spans", counted)
     rng = random.Random(17)
-    decided = 0
+    small = 0
     for case in range(300):
         total = rng.randrange(2, 120)
         traces = [rng.getrandbits(128) for _ in range(rng.randrange(1, 4))]
@@ -172,6 +182,10 @@ def test_the_groups_decided_in_numpy_merge_as_one_by_one():
         submits = array("Q", [10**18 + rng.randrange(0, 12) * SLACK_NS for _ in range(total)])
         ends = array("Q", [s + rng.randrange(0, 6) * SLACK_NS for s in submits])
         keep = bytearray(rng.random() < 0.95 for _ in range(total))
+        # the last rows are spans set aside, each read before some row of the table
+        count = rng.randrange(0, total + 1)
+        aside = Aside()
+        aside.before = array("Q", sorted(rng.randrange(0, count + 1) for _ in range(total - count)))
         expected = bytearray(keep)
         groups: dict[tuple[int, str], list[int]] = {}
         for row in range(total):
@@ -180,20 +194,30 @@ def test_the_groups_decided_in_numpy_merge_as_one_by_one():
         expected_count = 0
         for rows in groups.values():
             if len(rows) > 1 and not all(ours[row] for row in rows):
-                rows.sort(key=lambda row: (submits[row], row))
+                rows.sort(key=lambda row: (submits[row], aside.place(row, count)))
                 dropped: list[int] = []
                 expected_count += merge_tool_spans(rows, ours, families, ids, submits, ends, dropped.append)
                 for row in dropped:
                     expected[row] = 0
-                decided += len(rows) <= SMALL_GROUP
-        trace_ids = TraceIds()
-        for trace_id in trace_of:
-            trace_ids.append(trace_id)
-        count = merge_tool_groups(
-            keep, ours, families, ids, submits, ends, (trace_ids, TraceIds()), (tool_of, []), Aside(), total
+                small += len(rows) <= SMALL_GROUP
+        trace_ids = [TraceIds(), TraceIds()]
+        for row, trace_id in enumerate(trace_of):
+            trace_ids[row >= count].append(trace_id)
+        merged = merge_tool_groups(
+            keep,
+            ours,
+            families,
+            ids,
+            submits,
+            ends,
+            (trace_ids[0], trace_ids[1]),
+            (tool_of[:count], tool_of[count:]),
+            aside,
+            count,
         )
-        assert (count, keep) == (expected_count, expected), case
-    assert decided > 200
+        assert (merged, keep) == (expected_count, expected), case
+    fallen_back = sum(size <= SMALL_GROUP for size in one_by_one)
+    assert small > 200 and fallen_back < small / 2, (small, fallen_back)  # (two peers alone: one by one)
 
 
 def _otlp_line(spans: list[dict], pool: str) -> bytes:

@@ -94,10 +94,9 @@ def merge_tool_groups(
     how many were. The columns are as in ``merge_tool_spans``, ``ids`` an
     ``array("q")``, ``submits`` and ``ends`` ``array("Q")``; ``trace_ids``
     (``TraceIds``) and ``tools`` in two parts, the table's and the spans set
-    aside's (not joined: a list of a million rows is 8 MB). A small group
-    whose merge has one answer whatever the order (``_merge_small_groups``:
-    the usual ones, agent-otel's spans and one peer's beside each) is
-    decided in numpy; the others one by one."""
+    aside's (not joined: a list of a million rows is 8 MB). The small
+    groups are merged in numpy, many at once (``_merge_small_groups``), the
+    others one by one."""
     import numpy as np  # (as in Aside.order)
 
     rows = np.flatnonzero(np.frombuffer(keep, dtype=np.uint8))
@@ -125,7 +124,15 @@ def merge_tool_groups(
     dropped = 0
     if small.any() and int(ends_ns.max()) < _PAIR_NS_END:
         settled, merged = _merge_small_groups(
-            starts[small], sizes[small], rows, theirs, starts_ns, ends_ns, np.frombuffer(ids, dtype=np.int64)
+            starts[small],
+            sizes[small],
+            rows,
+            theirs,
+            starts_ns,
+            ends_ns,
+            np.frombuffer(ids, dtype=np.int64),
+            np.frombuffer(families, dtype=np.uint8),
+            aside.places(count),
         )
         np.frombuffer(keep, dtype=np.uint8)[merged] = 0
         dropped += len(merged)
@@ -148,59 +155,105 @@ SMALL_GROUP = 16
 _PAIRS_AT_ONCE = 1 << 16
 
 
-def _merge_small_groups(firsts, sizes, rows, theirs, submits, ends, ids):
-    """The groups (of ``merge_tool_groups``: ``rows[first : first + size]``, a
-    span of a peer's where ``theirs``) whose merge ``merge_tool_spans`` would
-    make in any order: each peer's span lies within exactly one agent-otel
-    span of its group that no other peer's span of the group lies within
-    (with call ids that agree), except at most one peer's span within none.
-    It is then merged into that one (each agent-otel span takes it, having
-    absorbed nothing else), and the one within none is left alone. Returns
-    (whether each group was decided here, the rows merged away). Times are
-    below ``_PAIR_NS_END``: in int64 they have room to add."""
+def _merge_small_groups(firsts, sizes, rows, theirs, submits, ends, ids, families, places):
+    """``merge_tool_spans`` on many small groups at once (of
+    ``merge_tool_groups``: ``rows[first : first + size]``, a span of a
+    peer's where ``theirs``). Returns (whether each group was decided here,
+    the rows merged away). Times are below ``_PAIR_NS_END``: in int64 they
+    have room to add.
+
+    - The usual group: each peer's span lies within exactly one agent-otel
+      span of its group (with call ids that agree) that no other peer's
+      span of the group lies within, but at most one peer's span within
+      none. Each is merged into that one, in any order.
+    - Otherwise (calls of one tool that overlap) the one-by-one rule, a rank
+      at a time: the spans of each group ranked by request time (ties by
+      ``places``, the order read), the k-th span of every group is taken
+      at once and, where it is a peer's, merged into the agent-otel span of
+      its group that holds it (within, call ids that agree, no span of its
+      family absorbed yet) and ends first (of equal ends, the first
+      requested).
+
+    A group where two or more peers' spans find no agent-otel span is not
+    decided here (the rule then merges them with each other)."""
     import numpy as np
 
     settled = np.zeros(len(firsts), dtype=bool)
     merged = []
-    # chunks of groups with at most _PAIRS_AT_ONCE (element, element) pairs
     pairs = np.cumsum(sizes.astype(np.int64) ** 2)
-    cuts = [0]
+    cuts = [0]  # chunks of groups with at most _PAIRS_AT_ONCE (span, span) pairs
     while cuts[-1] < len(firsts):
         done = int(pairs[cuts[-1] - 1]) if cuts[-1] else 0
         cuts.append(max(cuts[-1] + 1, int(np.searchsorted(pairs, done + _PAIRS_AT_ONCE, side="right"))))
     for lo, hi in zip(cuts, cuts[1:]):
         k = sizes[lo:hi].astype(np.int64)
         groups = len(k)
-        # the elements (positions in rows), each with its group
+        # the spans of the chunk's groups, each with its group
         element_starts = np.cumsum(k) - k
         group_of = np.repeat(np.arange(groups), k)
         count = len(group_of)
         position = firsts[lo:hi].astype(np.int64)[group_of] + np.arange(count) - element_starts[group_of]
-        # every (element, element of its group): a peer's span against an agent-otel span
+        row_of, peer = rows[position], theirs[position]
+        del position
+        # every (peer's span, agent-otel span) of a group where the one holds the other
         per = k[group_of]
         left = np.repeat(np.arange(count), per)
-        pair_starts = np.cumsum(per) - per
-        right = element_starts[group_of[left]] + np.arange(len(left)) - np.repeat(pair_starts, per)
-        peer = theirs[position]
+        right = element_starts[group_of[left]] + np.arange(len(left)) - np.repeat(np.cumsum(per) - per, per)
         candidate = peer[left] & ~peer[right]
         left, right = left[candidate], right[candidate]
-        row, host = rows[position[left]], rows[position[right]]
-        start, end = submits[row].astype(np.int64), ends[row].astype(np.int64)
-        overlap = np.minimum(ends[host].astype(np.int64) + SLACK_NS, end) - np.maximum(
-            submits[host].astype(np.int64) - SLACK_NS, start
-        )
+        row, host = row_of[left], row_of[right]
+        start, end, host_end = submits[row].astype(np.int64), ends[row].astype(np.int64), ends[host].astype(np.int64)
+        overlap = np.minimum(host_end + SLACK_NS, end) - np.maximum(submits[host].astype(np.int64) - SLACK_NS, start)
         call_id, host_id = ids[row], ids[host]
-        same = (overlap >= 0) & (overlap * 2 >= end - start) & ((call_id == 0) | (host_id == 0) | (call_id == host_id))
-        hosts = np.bincount(left[same], minlength=count)  # per peer's span: the agent-otel spans it lies within
-        taken = np.bincount(right[same], minlength=count)  # per agent-otel span: the peers' spans within it
-        unclear = (peer & (hosts > 1)) | (~peer & (taken > 1))
-        alone = peer & (hosts == 0)
-        decided = (np.bincount(group_of, weights=unclear, minlength=groups) == 0) & (
-            np.bincount(group_of, weights=alone, minlength=groups) <= 1
-        )
+        holds = (overlap >= 0) & (overlap * 2 >= end - start) & ((call_id == 0) | (host_id == 0) | (call_id == host_id))
+        left, right, host_end = left[holds], right[holds], host_end[holds]
+        # the usual groups
+        hosts = np.bincount(left, minlength=count)  # per peer's span: the agent-otel spans holding it
+        held = np.bincount(right, minlength=count)  # per agent-otel span: the peers' spans it holds
+        unclear = (peer & (hosts > 1)) | (~peer & (held > 1))
+        usual = np.bincount(group_of, weights=unclear, minlength=groups) == 0
+        taken = peer & (hosts == 1) & usual[group_of]
+        if not usual.all():
+            _merge_in_order(~usual, group_of, row_of, submits, families, places, left, right, host_end, taken)
+        alone = peer & ~taken
+        decided = np.bincount(group_of, weights=alone, minlength=groups) <= 1
         settled[lo:hi] = decided
-        merged.append(rows[position[peer & (hosts == 1) & decided[group_of]]])
+        merged.append(row_of[taken & decided[group_of]])
     return settled, np.concatenate(merged)
+
+
+def _merge_in_order(chosen, group_of, row_of, submits, families, places, left, right, host_end, taken) -> None:
+    """The one-by-one rule, a rank at a time, for the ``chosen`` groups of
+    ``_merge_small_groups`` (its spans, and the pairs ``left`` (a peer's
+    span) and ``right`` (an agent-otel span holding it)): marks in
+    ``taken`` the peers' spans it merges."""
+    import numpy as np
+
+    spans = np.flatnonzero(chosen[group_of])
+    by_request = spans[np.lexsort((places(row_of[spans]), submits[row_of[spans]], group_of[spans]))]
+    groups = group_of[by_request]
+    rank = np.zeros(len(group_of), dtype=np.int64)
+    rank[by_request] = np.arange(len(spans)) - np.searchsorted(groups, groups)
+    these = chosen[group_of[left]]
+    left, right, host_end = left[these], right[these], host_end[these]
+    # by the peer's rank, then the peer, then the host's end and rank: each
+    # peer's first pair whose host is still free for its family is the rule's pick
+    order = np.lexsort((rank[right], host_end, left, rank[left]))
+    left, right = left[order], right[order]
+    ranks = int(rank.max()) + 1
+    bounds = np.searchsorted(rank[left], np.arange(ranks + 1))
+    family = families[row_of].astype(np.uint8)
+    absorbed = np.zeros(len(group_of), dtype=np.uint8)  # per agent-otel span: a bit per family it took
+    for r in range(ranks):
+        peers, hosts = left[bounds[r] : bounds[r + 1]], right[bounds[r] : bounds[r + 1]]
+        free = ((absorbed[hosts] >> family[peers]) & 1) == 0
+        peers, hosts = peers[free], hosts[free]
+        if not len(peers):
+            continue
+        first = np.concatenate(([True], peers[1:] != peers[:-1]))
+        peers, hosts = peers[first], hosts[first]
+        absorbed[hosts] |= np.left_shift(1, family[peers]).astype(np.uint8)
+        taken[peers] = True
 
 
 def merge_tool_spans(
@@ -341,6 +394,22 @@ class Aside:
         if row < rows:
             return row + bisect_right(before, row)
         return before[row - rows] + row - rows
+
+    def places(self, count: int) -> Callable:
+        """``place`` in numpy: a function of an array of rows (``count`` in the table)."""
+        import numpy as np
+
+        before = np.frombuffer(self.before, dtype=np.uint64).astype(np.int64)
+
+        def places(row):
+            row = row.astype(np.int64)
+            if not len(before):
+                return row
+            table = row < count
+            aside = np.where(table, 0, row - count)
+            return np.where(table, row + np.searchsorted(before, row, side="right"), before[aside] + aside)
+
+        return places
 
     def by_request(self, group: list[int], submits: Sequence[int], rows: int) -> None:
         """Sort ``group`` (rows as in ``place``) by request time, ties in the
