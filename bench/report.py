@@ -447,15 +447,23 @@ def run_shapes(sizes: list[int], rounds: dict[int, int], directory: str) -> bool
     for shape in SHAPES:
         per_size = {}
         peaks: dict[int, float] = {}
-        for size in sizes:
-            path = os.path.join(directory, f"shape-{size}.jsonl")
+        paths = {size: os.path.join(directory, f"shape-{size}.jsonl") for size in sizes}
+        for size, path in paths.items():
             write_shape(path, size, shape)
-            megabytes = os.path.getsize(path) / 1e6
-            runs: dict[str, list[dict]] = {"json.loads": [], "report": []}
-            for number in range(rounds[size]):
+        # the sizes' rounds interleaved too: the machine's speed drifts over
+        # minutes (json.loads per span moved 13 % between the two sizes of one
+        # shape once), and the growth compares the sizes
+        every: dict[int, dict[str, list[dict]]] = {size: {"json.loads": [], "report": []} for size in sizes}
+        for number in range(max(rounds[size] for size in sizes)):
+            for size in sizes if number % 2 == 0 else sizes[::-1]:
+                if number >= rounds[size]:
+                    continue
                 for variant in ["json.loads", "report"] if number % 2 == 0 else ["report", "json.loads"]:
-                    args = [path] if variant != "report" else [path, "--format", "json"]
-                    runs[variant].append(measure(variant, *args))
+                    args = [paths[size]] if variant != "report" else [paths[size], "--format", "json"]
+                    every[size][variant].append(measure(variant, *args))
+        for size in sizes:
+            path, runs = paths[size], every[size]
+            megabytes = os.path.getsize(path) / 1e6
             os.remove(path)
             assert all(r["exit"] == 0 for r in runs["report"]), runs["report"][0]["stderr"]
             ratios = [r["cpu_s"] / j["cpu_s"] for r, j in zip(runs["report"], runs["json.loads"])]
