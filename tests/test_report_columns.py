@@ -16,7 +16,7 @@ import pytest
 
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, ToolCall
 from agent_otel.report import analysis as analysis_module
-from agent_otel.spans.calls import CallTable, TraceIds
+from agent_otel.spans.calls import U64, CallTable, TraceIds
 from agent_otel.report.columns import CallColumns, Names, seconds_sorted, total
 from agent_otel.spans.ids import distinct, distinct_ids, rows_in
 from agent_otel.report.stats import max_overlap, peak_depth
@@ -192,7 +192,7 @@ def test_the_call_table_gives_back_the_records_it_was_given():
         large.append(call)
     rows = [1, 2, *rng.sample(range(3, len(calls)), 6000), 2]
     large.select(rows)
-    assert type(large.submit_ns) is array and large.submit_ns.typecode == "Q"
+    assert type(large.submit_ns) is array and large.submit_ns.typecode == U64 and large.submit_ns.itemsize == 8
     assert list(large) == [calls[i] for i in rows] and large[0].span_id == (1 << 64) - 1
 
 

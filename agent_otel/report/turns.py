@@ -45,7 +45,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from agent_otel.records import NS_PER_S, AgentRun, LoopBlock, ModelCall
-from agent_otel.spans.calls import CallTable, TraceIds
+from agent_otel.spans.calls import U64, CallTable, TraceIds
 from agent_otel.spans.ids import grouped
 
 FROM_AGENT = "agent"
@@ -211,7 +211,7 @@ class _Turns:
 
     def __init__(self, keep: bool) -> None:
         self.kept: Optional[list[Turn]] = [] if keep else None
-        self.starts = array("Q")
+        self.starts = array(U64)
         self.traces = TraceIds()  # (halves: a trace per call is a trace id int per turn)
         self.parts = array("d")  # per turn: seconds, client CPU, model, tool queue, tool exec, other
         self.from_agent = 0
@@ -355,10 +355,10 @@ class _Batch:
         self.calls, self.turns, self.in_flight = calls, turns, in_flight
         self.pending: list[Turn] = []  # the turns found, in order, since the last batch
         self.split: list[Turn] = []  # those of them to split in numpy
-        self.bounds = array("Q")  # of each turn to split: start, end
+        self.bounds = array(U64)  # of each turn to split: start, end
         self.rows = array("q")  # their calls' rows, turn after turn
-        self.models = array("Q")  # their model calls' (start, end), turn after turn
-        self.blocks = array("Q")  # their client CPU blocks' (start, end), turn after turn
+        self.models = array(U64)  # their model calls' (start, end), turn after turn
+        self.blocks = array(U64)  # their client CPU blocks' (start, end), turn after turn
         self.counts = array("q")  # of each turn: how many calls, model calls, blocks
         self.code_of: Optional[dict[str, int]] = None  # tool -> its number (made at the first batch)
         self.tools: list[str] = []  # the tools by number

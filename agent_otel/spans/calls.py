@@ -3,7 +3,7 @@
 At a million spans 500k ``ToolCall`` records take about 145 MB (144 bytes
 each and about 140 bytes of ints: a Python int is 32-40 bytes); as
 columns the same calls take about 60 MB: the times and span ids as
-unsigned 64-bit ints in ``array("Q")`` (8 bytes each; the reader keeps
+unsigned 64-bit ints in ``array(U64)`` (8 bytes each; the reader keeps
 every time and id in [0, 2**64)), the 128-bit trace ids as two such
 halves (``TraceIds``: 16 bytes a call where a list of a trace per call
 took 56), and the other fields as lists of the
@@ -27,6 +27,12 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence, overload
 
 from agent_otel.records import ToolCall
 from agent_otel.semconv import OUTCOME_OK
+
+# The typecode of every array of unsigned 64-bit ints the reader fills:
+# "L" where a C unsigned long has 64 bits (Linux, macOS), whose append
+# converts an int in a few steps; "Q" (unsigned long long, converted
+# through a byte array: 4 % of the read's instructions) elsewhere.
+U64 = "L" if array("L").itemsize == 8 else "Q"
 
 # ToolCall's fields, in its constructor's order; which are 64-bit columns,
 # and which mostly hold one value (such a column is None itself until
@@ -91,7 +97,7 @@ class CallTable(Sequence[ToolCall]):
 
     def __init__(self) -> None:
         for name in _DENSE:
-            setattr(self, name, array("Q") if name in _WORDS else [])
+            setattr(self, name, array(U64) if name in _WORDS else [])
         self.trace_id = TraceIds()
         for name in _SPARSE:
             setattr(self, name, None)
@@ -284,14 +290,14 @@ class CallTable(Sequence[ToolCall]):
                 self.trace_id = column.take(rows, words)
             elif column is not None:
                 picked = words(column) if name in _WORDS else pick(column)
-                setattr(self, name, array("Q", picked) if name in _WORDS else list(picked))
+                setattr(self, name, array(U64, picked) if name in _WORDS else list(picked))
                 del picked
         if self._records is not None:
             self._records = [self._records[row] for row in rows]
 
 
 class TraceIds(Sequence[int]):
-    """128-bit trace ids as two ``array("Q")`` columns, ``high`` and ``low``
+    """128-bit trace ids as two ``array(U64)`` columns, ``high`` and ``low``
     (their top and bottom 64 bits: 16 bytes an id where a list of ints
     takes 56 for each distinct one); indexing and iterating give the ids
     as ints, a slice gives a ``TraceIds``. Readers in numpy read the halves
@@ -300,8 +306,8 @@ class TraceIds(Sequence[int]):
     __slots__ = ("high", "low")
 
     def __init__(self, high: Optional[array] = None, low: Optional[array] = None) -> None:
-        self.high = array("Q") if high is None else high
-        self.low = array("Q") if low is None else low
+        self.high = array(U64) if high is None else high
+        self.low = array(U64) if low is None else low
 
     def append(self, trace_id: int) -> None:
         self.high.append(trace_id >> 64)
@@ -334,10 +340,10 @@ class TraceIds(Sequence[int]):
     def take(self, rows: Sequence[int], pick: Optional[Callable[[array], Sequence[int]]] = None) -> TraceIds:
         """These rows, in this order (``pick``: ``itemgetter(*rows)``, where the caller has it)."""
         if len(rows) < 2:
-            return TraceIds(array("Q", [self.high[row] for row in rows]), array("Q", [self.low[row] for row in rows]))
+            return TraceIds(array(U64, [self.high[row] for row in rows]), array(U64, [self.low[row] for row in rows]))
         if pick is None:
             pick = itemgetter(*rows)
-        return TraceIds(array("Q", pick(self.high)), array("Q", pick(self.low)))
+        return TraceIds(array(U64, pick(self.high)), array(U64, pick(self.low)))
 
 
 _LOW_64 = (1 << 64) - 1
@@ -346,7 +352,7 @@ _WORDS_IN_NUMPY = 1 << 12
 
 
 def _words_picker(rows: Sequence[int]) -> Callable[[array], bytes]:
-    """What picks ``rows`` of an ``array("Q")``, in numpy: their bytes, for ``array("Q", ...)``."""
+    """What picks ``rows`` of an ``array(U64)``, in numpy: their bytes, for ``array(U64, ...)``."""
     import numpy as np  # (not at import: the blame service's reader builds tables too)
 
     taken = np.asarray(rows, np.intp)

@@ -68,7 +68,7 @@ from typing import Any, Optional
 from msgspec import UNSET
 
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ServerRequest
-from agent_otel.spans.calls import CallTable
+from agent_otel.spans.calls import U64, CallTable
 from agent_otel.spans.ids import distinct_ids, rows_in
 from agent_otel.spans.otlp_json import (
     OUT_OF_RANGE,
@@ -307,14 +307,14 @@ class SpanReader:
         self._call_ids = call_ids  # keep the calls' ids in their records (see report.reader.read_traces)
         self._call_id_hashes = array("q")  # per call: hash(gen_ai.tool.call.id), 0 for none
         self._seen = _SeenSpans()  # every span read, by its ids
-        self._parents = array("Q")  # per call: its parent's span id (0: none), 8 bytes each
+        self._parents = array(U64)  # per call: its parent's span id (0: none), 8 bytes each
         self._strings: dict[str, str] = {}
         self._trace_ids: dict[int, int] = {}  # recent trace ids: one int object per trace for its records
         self._ours = bytearray()  # per call: 1 when agent-otel made the span (it has the timing)
         self._families = bytearray()  # per call: which instrumentation made the span (peers.family_of)
         self._aside = Aside()  # peers' tool spans not (yet) rows (peers.Aside)
         self._hops: dict[int, int] = {}  # MCP client request span -> its parent (trace_id << 64 | span id)
-        self._model_parents = array("Q")  # per model call, as _parents
+        self._model_parents = array(U64)  # per model call, as _parents
         self._model_families: list[int] = []  # per model call, as _families
         self._model_named: list[bool] = []  # per model call: its model's name came from an attribute
 
@@ -909,11 +909,11 @@ class SpanReader:
         self._seen = _SeenSpans()
         tool_of = self._dedupe_tool_calls()
         self._dedupe_model_calls()
-        self._parents = array("Q")
+        self._parents = array(U64)
         self._ours = bytearray()
         self._families = bytearray()
         self._hops = {}
-        self._model_parents = array("Q")
+        self._model_parents = array(U64)
         self._model_families = []
         self._model_named = []
         self._call_id_hashes = array("q")
@@ -1035,7 +1035,7 @@ class SpanReader:
         self._families.extend(aside.family)
         order = aside.order(range(count), range(len(aside)), count)
         calls.select(order)
-        self._parents = array("Q", [self._parents[i] for i in order])
+        self._parents = array(U64, [self._parents[i] for i in order])
         self._call_id_hashes = array("q", [self._call_id_hashes[i] for i in order])
         self._ours = bytearray(self._ours[i] for i in order)
         self._families = bytearray(self._families[i] for i in order)
@@ -1169,7 +1169,7 @@ class _SeenSpans:
     __slots__ = ("_table", "_mask", "_count")
 
     def __init__(self) -> None:
-        self._table = array("Q", bytes(8 * 1024))
+        self._table = array(U64, bytes(8 * 1024))
         self._mask = 1023
         self._count = 0
 
@@ -1194,7 +1194,7 @@ class _SeenSpans:
     def _grow(self) -> None:
         old = self._table
         self._mask = mask = len(old) * 2 - 1
-        self._table = table = array("Q", bytes(8 * (mask + 1)))
+        self._table = table = array(U64, bytes(8 * (mask + 1)))
         if len(old) >= _SEEN_IN_NUMPY:
             _place_in_numpy(old, table, mask)
             return

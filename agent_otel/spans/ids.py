@@ -70,7 +70,7 @@ def distinct_ids(*columns: Iterable[int]) -> np.ndarray:
 
 
 def rows_in(column: array, ids: np.ndarray) -> list[int]:
-    """The rows of an id column (an ``array("Q")``) whose id is one of
+    """The rows of an id column (an array of unsigned 64-bit ints) whose id is one of
     ``ids`` (sorted, distinct): a binary search each, in numpy."""
     import numpy as np
 

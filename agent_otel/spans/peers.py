@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Sequence
 
 from agent_otel.records import NS_PER_S, ModelCall
 from agent_otel.semconv import OPENINFERENCE_SPAN_KIND, TRACELOOP_SPAN_KIND
-from agent_otel.spans.calls import TraceIds
+from agent_otel.spans.calls import U64, TraceIds
 from agent_otel.spans.ids import grouped
 
 # How far (ns) a span may reach beyond the span of the call it is merged into.
@@ -92,7 +92,7 @@ def merge_tool_groups(
     (rows as in ``Aside.place``: the table's ``count``, then the spans set
     aside), setting ``keep[row]`` to 0 for each span merged away; returns
     how many were. The columns are as in ``merge_tool_spans``, ``ids`` an
-    ``array("q")``, ``submits`` and ``ends`` ``array("Q")``; ``trace_ids``
+    ``array("q")``, ``submits`` and ``ends`` ``array(U64)``; ``trace_ids``
     (``TraceIds``) and ``tools`` in two parts, the table's and the spans set
     aside's (not joined: a list of a million rows is 8 MB). The small
     groups are merged in numpy, many at once (``_merge_small_groups``), the
@@ -349,15 +349,15 @@ class Aside:
 
     def __init__(self) -> None:
         self.tool: list[str] = []
-        self.start_ns = array("Q")
-        self.end_ns = array("Q")
+        self.start_ns = array(U64)
+        self.end_ns = array(U64)
         self.trace_id = TraceIds()
-        self.span_id = array("Q")
-        self.parent = array("Q")  # 0: none
+        self.span_id = array(U64)
+        self.parent = array(U64)  # 0: none
         self.pool: list[str] = []
         self.family = bytearray()
         self.failed = bytearray()  # 1: its status is an error
-        self.before = array("Q")
+        self.before = array(U64)
 
     def __len__(self) -> int:
         return len(self.tool)
