@@ -18,7 +18,7 @@ from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, ToolCall
 from agent_otel.report import analysis as analysis_module
 from agent_otel.spans.calls import U64, CallTable, TraceIds
 from agent_otel.report.columns import CallColumns, Names, seconds_sorted, total
-from agent_otel.spans.ids import distinct, distinct_ids, rows_in
+from agent_otel.spans.ids import distinct, rows_among
 from agent_otel.report.stats import max_overlap, peak_depth
 from agent_otel.report.turns import find_turns
 from tests.helpers.windows import in_windows_by_bisect
@@ -106,14 +106,26 @@ def test_the_statistics_from_columns_match_the_calls():
         assert stats.max_queue_depth == max_overlap([(c.submit_ns, c.start_ns) for c in mine])
 
 
-def test_the_reader_joins_find_the_rows_a_set_finds():
-    rng = random.Random(5)
-    column = array("Q", (rng.choice((0, rng.randrange(50), rng.randrange(1 << 64))) for _ in range(1000)))
-    wanted = [rng.randrange(50) for _ in range(20)] + [0, (1 << 64) - 1]
-    ids = distinct_ids(wanted, array("Q", [7, 7, 0]))
-    assert ids.tolist() == sorted(set(wanted + [7]) - {0})
-    assert rows_in(column, ids) == [i for i, value in enumerate(column) if value in set(ids.tolist())]
-    assert rows_in(array("Q"), ids) == [] and rows_in(column, distinct_ids([])) == []
+@pytest.mark.parametrize("rows", [0, 1, 1000, 20000])
+def test_the_reader_joins_find_the_rows_a_set_finds(rows):
+    """``rows_among`` against a set: ids random, small, 0, the largest, and
+    spread so that many share a slot of its bitmap (multiples of 2**40)."""
+    rng = random.Random(rows)
+    kinds = (0, rng.randrange(50), rng.randrange(1 << 64), rng.randrange(1 << 20) << 40, (1 << 64) - 1)
+    column = array("Q", (rng.choice(kinds) for _ in range(rows)))
+    for wanted in (
+        [rng.randrange(50) for _ in range(20)] + [0, (1 << 64) - 1],
+        [rng.randrange(1 << 20) << 40 for _ in range(rows)] + [value for value in column if rng.random() < 0.3],
+        [rng.randrange(1 << 64) for _ in range(3 * rows)],
+        [],
+    ):
+        ids = set(wanted) - {0}
+        with_seven = ids | {7}
+        assert rows_among(column, wanted) == [i for i, value in enumerate(column) if value in ids]
+        assert rows_among(column, wanted, array("Q", [7, 7, 0])) == [
+            i for i, value in enumerate(column) if value in with_seven
+        ]
+    assert rows_among(array("Q"), [1, 2]) == [] and rows_among(column) == []
 
 
 def test_turn_totals_are_the_same_whether_the_turns_are_kept_or_not():

@@ -52,7 +52,7 @@ from agent_otel.semconv import (
     SIMULATED_GPU_UUID_PREFIX,
 )
 from agent_otel.spans.decode import SpanData, SpanReader, gpu_pool_of
-from agent_otel.spans.ids import distinct_ids, rows_in
+from agent_otel.spans.ids import rows_among
 from agent_otel.spans.otlp_json import (
     JsonKeyValue,
     SpanFormatError,
@@ -324,11 +324,10 @@ class TraceReader(SpanReader):
         if not tool_of:
             return
         calls, parents = data.calls, self._parents
-        tool_spans = distinct_ids([key & _SPAN_ID_MASK for key in tool_of])
         highs, lows, tools = calls.trace_id.high, calls.trace_id.low, calls.tool
         outcomes = calls.column("outcome")
         nested: dict[int, list[tuple[str, int, int, bool]]] = {}  # outer call -> its nested calls
-        for i in rows_in(parents, tool_spans):  # as in _dedupe_tool_calls
+        for i in rows_among(parents, [key & _SPAN_ID_MASK for key in tool_of]):  # as in _dedupe_tool_calls
             outer_key = (highs[i] << 64 | lows[i]) << 64 | parents[i]
             outer = tool_of.get(outer_key)
             if outer is not None and outer != tools[i]:

@@ -69,7 +69,7 @@ from msgspec import UNSET
 
 from agent_otel.records import NS_PER_S, AgentRun, IdleWindow, LoopBlock, ModelCall, ServerRequest
 from agent_otel.spans.calls import U64, CallTable
-from agent_otel.spans.ids import distinct_ids, rows_in
+from agent_otel.spans.ids import rows_among
 from agent_otel.spans.otlp_json import (
     OUT_OF_RANGE,
     STATUS_ERROR,
@@ -934,7 +934,7 @@ class SpanReader:
         # records themselves costs a cache miss a call at a million spans,
         # and a set of the ids 40 MB there)
         highs, lows, span_ids, tools = calls.trace_id.high, calls.trace_id.low, calls.span_id, calls.tool
-        for i in rows_in(span_ids, distinct_ids(parents, parent_ids)):
+        for i in rows_among(span_ids, parents, parent_ids):
             key = (highs[i] << 64 | lows[i]) << 64 | span_ids[i]
             index_of[key] = i
             tool_of[key] = tools[i]
@@ -945,7 +945,7 @@ class SpanReader:
             up: dict[int, int] = {}
             reachable = [key & _SPAN_ID_MASK for key in index_of]  # parents that can lead to a call
             reachable.extend(key & _SPAN_ID_MASK for key in hops)
-            for i in rows_in(parents, distinct_ids(reachable)):
+            for i in rows_among(parents, reachable):
                 key = (highs[i] << 64 | lows[i]) << 64 | parents[i]
                 j = index_of.get(hops.get(key, key) if hops else key)
                 if j is not None and tools[j] == tools[i]:
@@ -996,11 +996,11 @@ class SpanReader:
         that hangs under a tool span. By span id alone: a span id of
         another trace only makes the spans rows."""
         aside, calls = self._aside, self.data.calls
-        hung = distinct_ids(self._parents, aside.parent, [key & _SPAN_ID_MASK for key in self._parents_wanted()])
-        if rows_in(aside.span_id, hung):
+        if rows_among(
+            aside.span_id, self._parents, aside.parent, [key & _SPAN_ID_MASK for key in self._parents_wanted()]
+        ):
             return True
-        tool_spans = distinct_ids(calls.span_id, aside.span_id, [key & _SPAN_ID_MASK for key in self._hops])
-        return bool(rows_in(aside.parent, tool_spans))
+        return bool(rows_among(aside.parent, calls.span_id, aside.span_id, [key & _SPAN_ID_MASK for key in self._hops]))
 
     def _add_aside(self, j: int) -> None:
         """Span ``j`` set aside, a row at the end of the table (as ``_tool_call`` makes it)."""

@@ -61,22 +61,40 @@ def grouped(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 _MIXERS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5)
 
 
-def distinct_ids(*columns: Iterable[int]) -> np.ndarray:
-    """Span ids (64-bit), distinct and sorted, 0 (no parent) left out."""
+def rows_among(column: array, *ids: Iterable[int]) -> list[int]:
+    """The rows of an id column (an array of unsigned 64-bit ints) whose id
+    is one of ``ids`` (columns or lists of span ids; 0, no parent, is no id).
+
+    In numpy, without sorting them all: the ids marked in a bitmap by a hash
+    (about 4 slots an id, 8 MB at most), the rows whose hash is marked
+    checked exactly against the ids that share a slot with one of them (a
+    sort of those, a binary search each). With 840k ids against 420k rows,
+    as the reader's ``finish`` has at a million spans, a sort of every id
+    took 50-80 ms a join."""
     import numpy as np
 
-    found = distinct(np.concatenate([np.asarray(column, dtype=np.uint64) for column in columns]))
-    return found[1:] if len(found) and found[0] == 0 else found
-
-
-def rows_in(column: array, ids: np.ndarray) -> list[int]:
-    """The rows of an id column (an array of unsigned 64-bit ints) whose id is one of
-    ``ids`` (sorted, distinct): a binary search each, in numpy."""
-    import numpy as np
-
-    if not len(column) or not len(ids):
+    if not len(column):
+        return []
+    wanted = np.concatenate([np.asarray(part, dtype=np.uint64) for part in ids]) if ids else np.zeros(0, np.uint64)
+    wanted = wanted[wanted != 0]
+    if not len(wanted):
         return []
     values = np.frombuffer(column, dtype=np.uint64)
-    found = np.searchsorted(ids, values)
-    np.minimum(found, len(ids) - 1, out=found)
-    return np.flatnonzero(ids[found] == values).tolist()
+    bits = min(max((4 * len(wanted)).bit_length(), 10), 23)
+    shift = np.uint64(64 - bits)
+
+    def slot(ids: np.ndarray) -> np.ndarray:
+        return (ids * np.uint64(_MIXERS[0])) >> shift  # (the product wraps: the top bits mix every bit)
+
+    marked = np.zeros(1 << bits, dtype=bool)
+    marked[slot(wanted)] = True
+    maybe = np.flatnonzero(marked[slot(values)])
+    if not len(maybe):
+        return []
+    candidates = values[maybe]
+    marked[:] = False
+    marked[slot(candidates)] = True
+    near = distinct(wanted[marked[slot(wanted)]])
+    found = np.searchsorted(near, candidates)
+    np.minimum(found, len(near) - 1, out=found)
+    return maybe[near[found] == candidates].tolist()
