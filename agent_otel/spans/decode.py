@@ -427,24 +427,11 @@ class SpanReader:
                 and found.keys().isdisjoint(_ROW_ATTRIBUTES)
             ):
                 # OpenInference's TOOL span as it is written (half the spans
-                # where it runs beside agent-otel): what _other_instrumentation
-                # and _peer_tool_call make of it, inline (0.5 µs a span less)
-                status = span.status
-                failed = type(status) is JsonStatus and _status_code(span) == STATUS_ERROR
-                parent = self._parent(span) if span.parentSpanId else 0
-                self._aside.add(
-                    self._strings.setdefault(tool, tool),
-                    start_ns,
-                    end_ns,
-                    self._trace_id(key),
-                    key & _SPAN_ID_MASK,
-                    parent,
-                    pool,
-                    FAMILY_OPENINFERENCE,
-                    failed,
-                    len(data.calls),
+                # where it runs beside agent-otel): set aside straight away,
+                # its tool and family read inline (0.5 µs a span less)
+                self._peer_tool_call(
+                    span, key, start_ns, end_ns, pool, self._strings.setdefault(tool, tool), FAMILY_OPENINFERENCE
                 )
-                data.peer_tool_spans += 1
             else:
                 run = self._other_instrumentation(span, found, key, start_ns, end_ns, pool)
         # A new kind of span: recognise it here and turn it into a record.
@@ -507,7 +494,7 @@ class SpanReader:
             if span.events or not found.keys().isdisjoint(_ROW_ATTRIBUTES):
                 self._tool_call(span, found, key, start_ns, end_ns, pool)
             else:
-                self._peer_tool_call(span, found, key, start_ns, end_ns, pool)
+                self._peer_tool_call(span, key, start_ns, end_ns, pool, self._tool_name(span, found), family_of(found))
         elif kind in _MODEL_KINDS:
             self._model_call(span, found, key, start_ns, end_ns, "chat", pool)
         elif kind in _AGENT_KINDS:
@@ -682,10 +669,12 @@ class SpanReader:
         if unfinished or timeout is not None or exceptions or AGENT_TOOL_RETRIES in found:
             self._keep_tool_call(tool, key, unfinished, timeout, exceptions, found)
 
-    def _peer_tool_call(self, span: JsonSpan, found: dict, key: int, start_ns: int, end_ns: int, pool: str) -> None:
-        """A peer's tool span with none of ``_ROW_ATTRIBUTES`` and no event: set aside
-        (``peers.Aside``), what ``_tool_call`` would make of it."""
-        tool = self._tool_name(span, found)
+    def _peer_tool_call(
+        self, span: JsonSpan, key: int, start_ns: int, end_ns: int, pool: str, tool: str, family: int
+    ) -> None:
+        """A peer's tool span with none of ``_ROW_ATTRIBUTES`` and no event, its
+        ``tool`` and ``family`` read: set aside (``peers.Aside``), what ``_tool_call``
+        would make of it."""
         failed = _status_code(span) == STATUS_ERROR
         parent = self._parent(span)
         data = self.data
@@ -697,7 +686,7 @@ class SpanReader:
             key & _SPAN_ID_MASK,
             parent,
             pool,
-            family_of(found),
+            family,
             failed,
             len(data.calls),
         )

@@ -40,21 +40,25 @@ def grouped(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     count = len(columns[0])
     mixed = np.zeros(count, np.uint64)
+    assert len(columns) <= len(_MIXERS), "grouped: at most as many columns as mixers"
     for column, factor in zip(columns, _MIXERS):
         mixed ^= column.astype(np.uint64, copy=False) * np.uint64(factor)
     order = np.argsort(mixed, kind="stable")
     mixed = mixed[order]
-    ends = np.zeros(max(count - 1, 0), dtype=bool)  # where a group ends
-    for column in columns:
-        column = column[order]
-        ends |= column[1:] != column[:-1]
-    if (ends & (mixed[1:] == mixed[:-1])).any():  # two groups mixed to one value
-        order = np.lexsort(columns[::-1])
-        ends[:] = False
+
+    def ends(order: np.ndarray) -> np.ndarray:
+        """Where a group ends: a row whose next row, in this order, differs."""
+        found = np.zeros(max(count - 1, 0), dtype=bool)
         for column in columns:
             column = column[order]
-            ends |= column[1:] != column[:-1]
-    return order, np.flatnonzero(np.concatenate(([True], ends))) if count else np.zeros(0, np.intp)
+            found |= column[1:] != column[:-1]
+        return found
+
+    last = ends(order)
+    if (last & (mixed[1:] == mixed[:-1])).any():  # two groups mixed to one value
+        order = np.lexsort(columns[::-1])
+        last = ends(order)
+    return order, np.flatnonzero(np.concatenate(([True], last))) if count else np.zeros(0, np.intp)
 
 
 # Odd 64-bit constants (golden-ratio and xxHash primes): each column times its own.
@@ -83,8 +87,8 @@ def rows_among(column: array, *ids: Iterable[int]) -> list[int]:
     bits = min(max((4 * len(wanted)).bit_length(), 10), 23)
     shift = np.uint64(64 - bits)
 
-    def slot(ids: np.ndarray) -> np.ndarray:
-        return (ids * np.uint64(_MIXERS[0])) >> shift  # (the product wraps: the top bits mix every bit)
+    def slot(of: np.ndarray) -> np.ndarray:
+        return (of * np.uint64(_MIXERS[0])) >> shift  # (the product wraps: the top bits mix every bit)
 
     marked = np.zeros(1 << bits, dtype=bool)
     marked[slot(wanted)] = True

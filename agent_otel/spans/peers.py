@@ -429,10 +429,9 @@ class Aside:
         (increasing) and then the new rows, interleaved."""
         import numpy as np  # (here: the blame service's start-up does not load numpy)
 
-        before = np.frombuffer(self.before, dtype=np.uint64).astype(np.int64)
         ours = np.asarray(rows, dtype=np.int64)
         theirs = np.asarray(aside, dtype=np.int64)
-        places = np.concatenate([ours + np.searchsorted(before, ours, side="right"), before[theirs] + theirs])
+        places = self.places(count)(np.concatenate([ours, count + theirs]))
         table_rows = np.concatenate([ours, np.arange(count, count + len(theirs), dtype=np.int64)])
         return table_rows[np.argsort(places, kind="stable")].tolist()
 
